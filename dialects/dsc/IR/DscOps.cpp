@@ -1,0 +1,12 @@
+//===- DscOps.cpp - op definitions, folders of the dsc dialect ------------===//
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace dsc;
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValueAttr(); }
+
+#define GET_OP_CLASSES
+#include "dialects/dsc/IR/DscOps.cpp.inc"

@@ -1,0 +1,31 @@
+//===- DscOps.h - the dsc dialect and its ops -------------------*- C++ -*-===//
+#ifndef DSC_DIALECTS_DSC_IR_DSCOPS_H
+#define DSC_DIALECTS_DSC_IR_DSCOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "dialects/dsc/IR/DscDialect.h.inc"
+
+#define GET_OP_CLASSES
+#include "dialects/dsc/IR/DscOps.h.inc"
+
+namespace dsc {
+
+/// Shape that numpy-style broadcasting of `a` and `b` gives, or failure.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
+
+/// Normalizes a possibly negative axis against `rank`; failure if out of
+/// range.
+mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+
+} // namespace dsc
+
+#endif // DSC_DIALECTS_DSC_IR_DSCOPS_H

@@ -1,0 +1,420 @@
+//===- DscOps.td - the dsc dialect: tensor ops of a training step ----------===//
+//
+// Ops mirror the ONNX operators that PyTorch's exporters write, in a
+// canonical form: every shape-like operand of ONNX (Reshape's shape, Slice's
+// starts, ReduceMean's axes, ...) is folded at import into a static attribute,
+// so the IR holds tensors with static shapes and no shape arithmetic.
+// Every op infers its result types; the verifier checks them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_OPS_TD
+#define DSC_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Dsc_Dialect : Dialect {
+  let name = "dsc";
+  let cppNamespace = "::dsc";
+  let summary = "Tensor-level ops of a training step compiled by dsc";
+  let description = [{
+    The `dsc` dialect holds the forward graph imported from ONNX, and later
+    the whole training step (gradients, optimizer, collectives). Shapes are
+    static; ONNX node names are kept as op locations.
+  }];
+  let hasConstantMaterializer = 1;
+  // Inherent attributes live in the attribute dictionary so that the
+  // table-driven importer can infer result types before it creates an op.
+  let usePropertiesForAttributes = 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def Dsc_Tensor : StaticShapeTensorOf<[AnyType]>;
+def Dsc_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
+def Dsc_IntTensor : StaticShapeTensorOf<[AnySignlessInteger, AnyUnsignedInteger]>;
+def Dsc_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+def Dsc_BoolTensor : StaticShapeTensorOf<[I1]>;
+
+//===----------------------------------------------------------------------===//
+// Base classes
+//===----------------------------------------------------------------------===//
+
+class Dsc_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Dsc_Dialect, mnemonic,
+         !listconcat(traits, [Pure, InferTypeOpAdaptor])>;
+
+class Dsc_UnaryOp<string mnemonic, Type type = Dsc_FloatTensor,
+                  list<Trait> traits = []>
+    : Dsc_Op<mnemonic, traits> {
+  let arguments = (ins type:$input);
+  let results = (outs type:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+// Binary ops broadcast their operands with ONNX (numpy) rules.
+class Dsc_BinaryOp<string mnemonic, Type type = Dsc_Tensor,
+                   list<Trait> traits = []>
+    : Dsc_Op<mnemonic, traits> {
+  let arguments = (ins type:$lhs, type:$rhs);
+  let results = (outs type:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+class Dsc_CompareOp<string mnemonic> : Dsc_BinaryOp<mnemonic> {
+  let results = (outs Dsc_BoolTensor:$result);
+}
+
+class Dsc_ReduceOp<string mnemonic> : Dsc_Op<mnemonic> {
+  let summary = "reduction over static axes";
+  let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$axes,
+                   DefaultValuedAttr<BoolAttr, "true">:$keepdims);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Constants and casts
+//===----------------------------------------------------------------------===//
+
+def Dsc_ConstantOp : Dsc_Op<"constant", [ConstantLike]> {
+  let summary = "a constant tensor";
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+def Dsc_CastOp : Dsc_Op<"cast"> {
+  let summary = "element type conversion (ONNX Cast, CastLike)";
+  let arguments = (ins Dsc_Tensor:$input, TypeAttr:$to);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+def Dsc_NegOp : Dsc_UnaryOp<"neg", Dsc_Tensor>;
+def Dsc_AbsOp : Dsc_UnaryOp<"abs", Dsc_Tensor>;
+def Dsc_ExpOp : Dsc_UnaryOp<"exp">;
+def Dsc_LogOp : Dsc_UnaryOp<"log">;
+def Dsc_SqrtOp : Dsc_UnaryOp<"sqrt">;
+def Dsc_ReciprocalOp : Dsc_UnaryOp<"reciprocal">;
+def Dsc_TanhOp : Dsc_UnaryOp<"tanh">;
+def Dsc_ErfOp : Dsc_UnaryOp<"erf">;
+def Dsc_SigmoidOp : Dsc_UnaryOp<"sigmoid">;
+def Dsc_ReluOp : Dsc_UnaryOp<"relu">;
+def Dsc_FloorOp : Dsc_UnaryOp<"floor">;
+def Dsc_CeilOp : Dsc_UnaryOp<"ceil">;
+def Dsc_SinOp : Dsc_UnaryOp<"sin">;
+def Dsc_CosOp : Dsc_UnaryOp<"cos">;
+def Dsc_SoftplusOp : Dsc_UnaryOp<"softplus">;
+def Dsc_NotOp : Dsc_UnaryOp<"not", Dsc_BoolTensor>;
+
+def Dsc_LeakyReluOp : Dsc_Op<"leaky_relu"> {
+  let arguments = (ins Dsc_FloatTensor:$input, F64Attr:$alpha);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Dsc_GeluOp : Dsc_Op<"gelu"> {
+  let summary = "GELU (ONNX Gelu, opset 20), exact or tanh approximation";
+  let arguments = (ins Dsc_FloatTensor:$input,
+                   DefaultValuedAttr<BoolAttr, "false">:$tanh_approximation);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Dsc_ClipOp : Dsc_Op<"clip"> {
+  let summary = "clamp to [min, max]; a missing bound is unbounded";
+  let arguments = (ins Dsc_Tensor:$input, OptionalAttr<F64Attr>:$min,
+                   OptionalAttr<F64Attr>:$max);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Dsc_AddOp : Dsc_BinaryOp<"add">;
+def Dsc_SubOp : Dsc_BinaryOp<"sub">;
+def Dsc_MulOp : Dsc_BinaryOp<"mul">;
+def Dsc_DivOp : Dsc_BinaryOp<"div">;
+def Dsc_PowOp : Dsc_BinaryOp<"pow">;
+def Dsc_MaxOp : Dsc_BinaryOp<"max">;
+def Dsc_MinOp : Dsc_BinaryOp<"min">;
+def Dsc_AndOp : Dsc_BinaryOp<"and", Dsc_BoolTensor>;
+def Dsc_OrOp : Dsc_BinaryOp<"or", Dsc_BoolTensor>;
+def Dsc_XorOp : Dsc_BinaryOp<"xor", Dsc_BoolTensor>;
+def Dsc_EqualOp : Dsc_CompareOp<"equal">;
+def Dsc_LessOp : Dsc_CompareOp<"less">;
+def Dsc_LessEqualOp : Dsc_CompareOp<"less_equal">;
+def Dsc_GreaterOp : Dsc_CompareOp<"greater">;
+def Dsc_GreaterEqualOp : Dsc_CompareOp<"greater_equal">;
+
+def Dsc_WhereOp : Dsc_Op<"where"> {
+  let summary = "select x where cond else y, broadcasting all three";
+  let arguments = (ins Dsc_BoolTensor:$cond, Dsc_Tensor:$x, Dsc_Tensor:$y);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = [{
+    $cond `,` $x `,` $y attr-dict `:` type($cond) `,` type($x) `,` type($y)
+    `->` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra, convolution and pooling
+//===----------------------------------------------------------------------===//
+
+def Dsc_MatMulOp : Dsc_Op<"matmul"> {
+  let summary = "numpy matmul with batch broadcasting (ONNX MatMul)";
+  let arguments = (ins Dsc_FloatTensor:$lhs, Dsc_FloatTensor:$rhs);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+def Dsc_GemmOp : Dsc_Op<"gemm"> {
+  let summary = "alpha * op(A) * op(B) + beta * C (ONNX Gemm)";
+  let arguments = (ins Dsc_FloatTensor:$a, Dsc_FloatTensor:$b,
+                   Optional<Dsc_FloatTensor>:$c,
+                   DefaultValuedAttr<F64Attr, "1.0">:$alpha,
+                   DefaultValuedAttr<F64Attr, "1.0">:$beta,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_a,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $a `,` $b (`,` $c^)? attr-dict `:` type(operands) `->` type($result)
+  }];
+}
+
+def Dsc_ConvOp : Dsc_Op<"conv"> {
+  let summary = "N-d grouped convolution, NCHW layout (ONNX Conv)";
+  let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$weight,
+                   Optional<Dsc_FloatTensor>:$bias,
+                   DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type(operands)
+    `->` type($result)
+  }];
+}
+
+class Dsc_PoolOp<string mnemonic> : Dsc_Op<mnemonic> {
+  let arguments = (ins Dsc_FloatTensor:$input,
+                   DenseI64ArrayAttr:$kernel_shape,
+                   DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                   DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Dsc_MaxPoolOp : Dsc_PoolOp<"max_pool"> {
+  let summary = "max pooling over the spatial dims (ONNX MaxPool)";
+}
+def Dsc_AvgPoolOp : Dsc_PoolOp<"avg_pool"> {
+  let summary = "average pooling over the spatial dims (ONNX AveragePool)";
+}
+
+class Dsc_GlobalPoolOp<string mnemonic> : Dsc_Op<mnemonic> {
+  let arguments = (ins Dsc_FloatTensor:$input);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+def Dsc_GlobalAvgPoolOp : Dsc_GlobalPoolOp<"global_avg_pool">;
+def Dsc_GlobalMaxPoolOp : Dsc_GlobalPoolOp<"global_max_pool">;
+
+//===----------------------------------------------------------------------===//
+// Normalization, softmax and losses
+//===----------------------------------------------------------------------===//
+
+def Dsc_BatchNormTrainOp : Dsc_Op<"batch_norm_train"> {
+  let summary = "batch normalization with batch statistics (training mode)";
+  let description = [{
+    Normalizes with the mean and biased variance of the batch over all dims
+    but the channel dim 1, and returns the updated running statistics:
+    `running = momentum * running + (1 - momentum) * batch` (ONNX
+    BatchNormalization with training_mode = 1; the running variance is
+    updated with the unbiased batch variance, as PyTorch does).
+  }];
+  let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$scale,
+                   Dsc_FloatTensor:$bias, Dsc_FloatTensor:$running_mean,
+                   Dsc_FloatTensor:$running_var, F64Attr:$epsilon,
+                   F64Attr:$momentum);
+  let results = (outs Dsc_FloatTensor:$result, Dsc_FloatTensor:$new_running_mean,
+                      Dsc_FloatTensor:$new_running_var);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $bias `,` $running_mean `,` $running_var attr-dict
+    `:` type(operands)
+  }];
+}
+
+def Dsc_BatchNormOp : Dsc_Op<"batch_norm"> {
+  let summary = "batch normalization with given statistics (inference mode)";
+  let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$scale,
+                   Dsc_FloatTensor:$bias, Dsc_FloatTensor:$mean,
+                   Dsc_FloatTensor:$var, F64Attr:$epsilon);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $bias `,` $mean `,` $var attr-dict
+    `:` type(operands)
+  }];
+}
+
+def Dsc_LayerNormOp : Dsc_Op<"layer_norm"> {
+  let summary = "layer normalization over dims [axis, rank)";
+  let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$scale,
+                   Optional<Dsc_FloatTensor>:$bias, I64Attr:$axis,
+                   F64Attr:$epsilon);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale (`,` $bias^)? attr-dict `:` type(operands)
+    `->` type($result)
+  }];
+}
+
+def Dsc_SoftmaxOp : Dsc_Op<"softmax"> {
+  let arguments = (ins Dsc_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Dsc_LogSoftmaxOp : Dsc_Op<"log_softmax"> {
+  let arguments = (ins Dsc_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Dsc_SoftmaxCrossEntropyOp : Dsc_Op<"softmax_cross_entropy"> {
+  let summary = "softmax cross-entropy of scores [N, C, d...] against labels";
+  let description = [{
+    ONNX SoftmaxCrossEntropyLoss. `reduction` is "mean", "sum" or "none";
+    with "mean" the sum is divided by the total weight of the labels that are
+    not `ignore_index`.
+  }];
+  let arguments = (ins Dsc_FloatTensor:$scores, Dsc_IndexTensor:$labels,
+                   Optional<Dsc_FloatTensor>:$weights, StrAttr:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Dsc_FloatTensor:$loss);
+  let assemblyFormat = [{
+    $scores `,` $labels (`,` $weights^)? attr-dict `:` type(operands)
+    `->` type($loss)
+  }];
+}
+
+def Dsc_NllLossOp : Dsc_Op<"nll_loss"> {
+  let summary = "negative log-likelihood of log-probabilities [N, C, d...]";
+  let arguments = (ins Dsc_FloatTensor:$input, Dsc_IndexTensor:$labels,
+                   Optional<Dsc_FloatTensor>:$weights, StrAttr:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Dsc_FloatTensor:$loss);
+  let assemblyFormat = [{
+    $input `,` $labels (`,` $weights^)? attr-dict `:` type(operands)
+    `->` type($loss)
+  }];
+}
+
+def Dsc_DropoutOp : Dsc_Op<"dropout"> {
+  let summary = "training-mode dropout: zero with probability ratio, scale";
+  let arguments = (ins Dsc_FloatTensor:$input, F64Attr:$ratio,
+                   OptionalAttr<I64Attr>:$seed);
+  let results = (outs Dsc_FloatTensor:$result, Dsc_BoolTensor:$mask);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+def Dsc_ReduceSumOp : Dsc_ReduceOp<"reduce_sum">;
+def Dsc_ReduceMeanOp : Dsc_ReduceOp<"reduce_mean">;
+def Dsc_ReduceMaxOp : Dsc_ReduceOp<"reduce_max">;
+def Dsc_ReduceMinOp : Dsc_ReduceOp<"reduce_min">;
+def Dsc_ReduceProdOp : Dsc_ReduceOp<"reduce_prod">;
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def Dsc_ReshapeOp : Dsc_Op<"reshape"> {
+  let summary = "reshape to a static shape (ONNX Reshape, Flatten, Squeeze, "
+                "Unsqueeze)";
+  let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Dsc_TransposeOp : Dsc_Op<"transpose"> {
+  let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Dsc_ExpandOp : Dsc_Op<"expand"> {
+  let summary = "broadcast to a static shape (ONNX Expand)";
+  let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Dsc_SliceOp : Dsc_Op<"slice"> {
+  let summary = "strided slice: element i of dim d is offsets[d] + i * "
+                "strides[d], for i < sizes[d]";
+  let description = [{
+    ONNX Slice with its starts, ends, axes and steps resolved at import
+    against the static input shape. Strides may be negative (reversal).
+  }];
+  let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$offsets,
+                   DenseI64ArrayAttr:$sizes, DenseI64ArrayAttr:$strides);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Dsc_ConcatOp : Dsc_Op<"concat"> {
+  let arguments = (ins Variadic<Dsc_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
+}
+
+def Dsc_SplitOp : Dsc_Op<"split"> {
+  let summary = "split along an axis into pieces of static sizes";
+  let arguments = (ins Dsc_Tensor:$input, I64Attr:$axis,
+                   DenseI64ArrayAttr:$sizes);
+  let results = (outs Variadic<Dsc_Tensor>:$results);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
+}
+
+def Dsc_GatherOp : Dsc_Op<"gather"> {
+  let summary = "take slices of data along axis at indices (ONNX Gather)";
+  let arguments = (ins Dsc_Tensor:$data, Dsc_IndexTensor:$indices,
+                   I64Attr:$axis);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = [{
+    $data `,` $indices attr-dict `:` type($data) `,` type($indices)
+    `->` type($result)
+  }];
+}
+
+def Dsc_TriluOp : Dsc_Op<"trilu"> {
+  let summary = "keep the upper or lower triangle of the last two dims";
+  let arguments = (ins Dsc_Tensor:$input, BoolAttr:$upper,
+                   DefaultValuedAttr<I64Attr, "0">:$k);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+#endif // DSC_OPS_TD

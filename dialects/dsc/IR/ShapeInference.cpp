@@ -1,0 +1,736 @@
+//===- ShapeInference.cpp - result types of every dsc op ------------------===//
+//
+// Each op's inferReturnTypes both computes its static result type and checks
+// its operands and attributes; the InferTypeOpInterface verifier therefore
+// reports a malformed op at its location (the ONNX node it came from).
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "mlir/IR/TypeUtilities.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace dsc;
+
+using Shape = SmallVector<int64_t>;
+
+FailureOr<Shape> dsc::broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank, 1);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return failure();
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+FailureOr<int64_t> dsc::normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+    return failure();
+  return axis < 0 ? axis + rank : axis;
+}
+
+namespace {
+
+std::string shapeStr(ArrayRef<int64_t> s) {
+  std::string r = "[";
+  for (auto [i, d] : llvm::enumerate(s))
+    r += (i ? "," : "") + std::to_string(d);
+  return r + "]";
+}
+
+RankedTensorType rankedType(Value v) {
+  return dyn_cast<RankedTensorType>(v.getType());
+}
+
+LogicalResult fail(std::optional<Location> loc, const Twine &msg) {
+  return emitOptionalError(loc, msg);
+}
+
+LogicalResult inferBroadcast(std::optional<Location> loc, ValueRange operands,
+                             Type elementType,
+                             SmallVectorImpl<Type> &results) {
+  Shape shape;
+  for (Value v : operands) {
+    auto t = rankedType(v);
+    if (!t)
+      return fail(loc, "operands must be ranked tensors");
+    auto b = broadcastShapes(shape, t.getShape());
+    if (failed(b))
+      return fail(loc, "operand shapes " + shapeStr(shape) + " and " +
+                           shapeStr(t.getShape()) + " do not broadcast");
+    shape = *b;
+  }
+  results.push_back(RankedTensorType::get(shape, elementType));
+  return success();
+}
+
+LogicalResult sameElementTypes(std::optional<Location> loc, Value a, Value b) {
+  if (getElementTypeOrSelf(a.getType()) != getElementTypeOrSelf(b.getType()))
+    return fail(loc, llvm::formatv("element types differ: {0} vs {1}",
+                                   getElementTypeOrSelf(a.getType()),
+                                   getElementTypeOrSelf(b.getType()))
+                         .str());
+  return success();
+}
+
+LogicalResult inferSameAsInput(Value input, SmallVectorImpl<Type> &results) {
+  results.push_back(input.getType());
+  return success();
+}
+
+// Output length of one spatial dim of a window op (conv or pooling).
+FailureOr<int64_t> windowOutput(int64_t in, int64_t k, int64_t stride,
+                                int64_t padBegin, int64_t padEnd,
+                                int64_t dilation, bool ceilMode) {
+  int64_t span = dilation * (k - 1) + 1;
+  int64_t numer = in + padBegin + padEnd - span;
+  if (numer < 0 || stride <= 0)
+    return failure();
+  int64_t out = (ceilMode ? (numer + stride - 1) / stride : numer / stride) + 1;
+  // A window may not start in the end padding (PyTorch and ONNX agree).
+  if (ceilMode && (out - 1) * stride >= in + padBegin)
+    --out;
+  return out;
+}
+
+LogicalResult checkWindowAttrs(std::optional<Location> loc, int64_t spatial,
+                               ArrayRef<int64_t> strides,
+                               ArrayRef<int64_t> pads,
+                               ArrayRef<int64_t> dilations) {
+  if ((int64_t)strides.size() != spatial ||
+      (int64_t)dilations.size() != spatial ||
+      (int64_t)pads.size() != 2 * spatial)
+    return fail(loc, llvm::formatv("expected {0} strides, {0} dilations and "
+                                   "{1} pads for {0} spatial dims",
+                                   spatial, 2 * spatial)
+                         .str());
+  return success();
+}
+
+LogicalResult inferReduce(std::optional<Location> loc, Value input,
+                          ArrayRef<int64_t> axes, bool keepdims,
+                          SmallVectorImpl<Type> &results) {
+  auto t = rankedType(input);
+  if (!t)
+    return fail(loc, "input must be a ranked tensor");
+  int64_t rank = t.getRank();
+  SmallVector<bool> reduced(rank, false);
+  for (int64_t a : axes) {
+    if (a < 0 || a >= rank)
+      return fail(loc, llvm::formatv("reduction axis {0} out of range for "
+                                     "rank {1} (axes are normalized)",
+                                     a, rank)
+                           .str());
+    if (reduced[a])
+      return fail(loc, "duplicate reduction axis " + Twine(a));
+    reduced[a] = true;
+  }
+  Shape shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!reduced[d])
+      shape.push_back(t.getDimSize(d));
+    else if (keepdims)
+      shape.push_back(1);
+  }
+  results.push_back(RankedTensorType::get(shape, t.getElementType()));
+  return success();
+}
+
+LogicalResult inferClassLoss(std::optional<Location> loc, Value scores,
+                             Value labels, Value weights, StringRef reduction,
+                             SmallVectorImpl<Type> &results) {
+  auto s = rankedType(scores), l = rankedType(labels);
+  if (!s || !l || s.getRank() < 2)
+    return fail(loc, "scores must have shape [N, C, d...]");
+  Shape expected{s.getDimSize(0)};
+  llvm::append_range(expected, s.getShape().drop_front(2));
+  if (l.getShape() != ArrayRef<int64_t>(expected))
+    return fail(loc, "labels shape " + shapeStr(l.getShape()) +
+                         " does not match scores " + shapeStr(s.getShape()) +
+                         " (expected " + shapeStr(expected) + ")");
+  if (weights) {
+    auto w = rankedType(weights);
+    if (!w || w.getShape() != ArrayRef<int64_t>{s.getDimSize(1)})
+      return fail(loc, "class weights must have shape [C]");
+  }
+  if (reduction == "none")
+    results.push_back(RankedTensorType::get(expected, s.getElementType()));
+  else if (reduction == "mean" || reduction == "sum")
+    results.push_back(RankedTensorType::get({}, s.getElementType()));
+  else
+    return fail(loc, "reduction must be 'mean', 'sum' or 'none', not '" +
+                         reduction + "'");
+  return success();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Constants and elementwise
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConstantOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location> loc,
+                                           Adaptor a,
+                                           SmallVectorImpl<Type> &results) {
+  auto value = a.getValueAttr();
+  if (!value)
+    return fail(loc, "missing value");
+  results.push_back(value.getType());
+  return success();
+}
+
+LogicalResult CastOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc, Adaptor a,
+                                       SmallVectorImpl<Type> &results) {
+  auto t = rankedType(a.getInput());
+  if (!t)
+    return fail(loc, "input must be a ranked tensor");
+  results.push_back(t.clone(a.getTo()));
+  return success();
+}
+
+#define DSC_SAME_AS_INPUT(OP)                                                  \
+  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location>,   \
+                                     Adaptor a,                               \
+                                     SmallVectorImpl<Type> &results) {        \
+    return inferSameAsInput(a.getInput(), results);                           \
+  }
+DSC_SAME_AS_INPUT(NegOp)
+DSC_SAME_AS_INPUT(AbsOp)
+DSC_SAME_AS_INPUT(ExpOp)
+DSC_SAME_AS_INPUT(LogOp)
+DSC_SAME_AS_INPUT(SqrtOp)
+DSC_SAME_AS_INPUT(ReciprocalOp)
+DSC_SAME_AS_INPUT(TanhOp)
+DSC_SAME_AS_INPUT(ErfOp)
+DSC_SAME_AS_INPUT(SigmoidOp)
+DSC_SAME_AS_INPUT(ReluOp)
+DSC_SAME_AS_INPUT(FloorOp)
+DSC_SAME_AS_INPUT(CeilOp)
+DSC_SAME_AS_INPUT(SinOp)
+DSC_SAME_AS_INPUT(CosOp)
+DSC_SAME_AS_INPUT(SoftplusOp)
+DSC_SAME_AS_INPUT(NotOp)
+DSC_SAME_AS_INPUT(LeakyReluOp)
+DSC_SAME_AS_INPUT(GeluOp)
+DSC_SAME_AS_INPUT(ClipOp)
+#undef DSC_SAME_AS_INPUT
+
+#define DSC_BINARY(OP, RESULT_ELEMENT)                                         \
+  LogicalResult OP::inferReturnTypes(MLIRContext *ctx,                         \
+                                     std::optional<Location> loc, Adaptor a,  \
+                                     SmallVectorImpl<Type> &results) {        \
+    if (failed(sameElementTypes(loc, a.getLhs(), a.getRhs())))                \
+      return failure();                                                       \
+    Type element = getElementTypeOrSelf(a.getLhs().getType());                \
+    (void)element;                                                            \
+    return inferBroadcast(loc, {a.getLhs(), a.getRhs()}, RESULT_ELEMENT,      \
+                          results);                                           \
+  }
+DSC_BINARY(AddOp, element)
+DSC_BINARY(SubOp, element)
+DSC_BINARY(MulOp, element)
+DSC_BINARY(DivOp, element)
+DSC_BINARY(PowOp, element)
+DSC_BINARY(MaxOp, element)
+DSC_BINARY(MinOp, element)
+DSC_BINARY(AndOp, element)
+DSC_BINARY(OrOp, element)
+DSC_BINARY(XorOp, element)
+DSC_BINARY(EqualOp, IntegerType::get(ctx, 1))
+DSC_BINARY(LessOp, IntegerType::get(ctx, 1))
+DSC_BINARY(LessEqualOp, IntegerType::get(ctx, 1))
+DSC_BINARY(GreaterOp, IntegerType::get(ctx, 1))
+DSC_BINARY(GreaterEqualOp, IntegerType::get(ctx, 1))
+#undef DSC_BINARY
+
+LogicalResult WhereOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc, Adaptor a,
+                                        SmallVectorImpl<Type> &results) {
+  if (failed(sameElementTypes(loc, a.getX(), a.getY())))
+    return failure();
+  return inferBroadcast(loc, {a.getCond(), a.getX(), a.getY()},
+                        getElementTypeOrSelf(a.getX().getType()), results);
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra, convolution and pooling
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor a,
+                                         SmallVectorImpl<Type> &results) {
+  auto l = rankedType(a.getLhs()), r = rankedType(a.getRhs());
+  if (!l || !r || l.getRank() == 0 || r.getRank() == 0)
+    return fail(loc, "matmul operands must have rank >= 1");
+  if (failed(sameElementTypes(loc, a.getLhs(), a.getRhs())))
+    return failure();
+  Shape ls(l.getShape()), rs(r.getShape());
+  bool lVec = ls.size() == 1, rVec = rs.size() == 1;
+  if (lVec)
+    ls.insert(ls.begin(), 1);
+  if (rVec)
+    rs.push_back(1);
+  int64_t m = ls[ls.size() - 2], k = ls.back();
+  int64_t k2 = rs[rs.size() - 2], n = rs.back();
+  if (k != k2)
+    return fail(loc, "contracting dims differ: " + shapeStr(l.getShape()) +
+                         " x " + shapeStr(r.getShape()));
+  auto batch = broadcastShapes(ArrayRef<int64_t>(ls).drop_back(2),
+                               ArrayRef<int64_t>(rs).drop_back(2));
+  if (failed(batch))
+    return fail(loc, "batch dims do not broadcast: " + shapeStr(l.getShape()) +
+                         " x " + shapeStr(r.getShape()));
+  Shape out = *batch;
+  if (!lVec)
+    out.push_back(m);
+  if (!rVec)
+    out.push_back(n);
+  results.push_back(RankedTensorType::get(out, l.getElementType()));
+  return success();
+}
+
+LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc, Adaptor a,
+                                       SmallVectorImpl<Type> &results) {
+  auto at = rankedType(a.getA()), bt = rankedType(a.getB());
+  if (!at || !bt || at.getRank() != 2 || bt.getRank() != 2)
+    return fail(loc, "gemm operands A and B must be 2-D");
+  if (failed(sameElementTypes(loc, a.getA(), a.getB())))
+    return failure();
+  int64_t m = at.getDimSize(a.getTransA() ? 1 : 0);
+  int64_t k = at.getDimSize(a.getTransA() ? 0 : 1);
+  int64_t k2 = bt.getDimSize(a.getTransB() ? 1 : 0);
+  int64_t n = bt.getDimSize(a.getTransB() ? 0 : 1);
+  if (k != k2)
+    return fail(loc, "gemm contracting dims differ: " + Twine(k) + " vs " +
+                         Twine(k2));
+  if (Value c = a.getC()) {
+    auto ct = rankedType(c);
+    FailureOr<Shape> b = failure();
+    if (ct)
+      b = broadcastShapes(ct.getShape(), {m, n});
+    if (failed(b) || *b != Shape{m, n})
+      return fail(loc, "gemm C does not broadcast to [" + Twine(m) + "," +
+                           Twine(n) + "]");
+  }
+  results.push_back(RankedTensorType::get({m, n}, at.getElementType()));
+  return success();
+}
+
+LogicalResult ConvOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc, Adaptor a,
+                                       SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput()), w = rankedType(a.getWeight());
+  if (!x || !w || x.getRank() < 3 || w.getRank() != x.getRank())
+    return fail(loc, "conv expects input [N, C, spatial...] and weight "
+                     "[M, C/group, kernel...] of the same rank");
+  int64_t spatial = x.getRank() - 2, group = a.getGroup();
+  if (failed(checkWindowAttrs(loc, spatial, a.getStrides(), a.getPads(),
+                              a.getDilations())))
+    return failure();
+  if (group <= 0 || x.getDimSize(1) != w.getDimSize(1) * group ||
+      w.getDimSize(0) % group != 0)
+    return fail(loc, llvm::formatv("channels do not match: input has {0}, "
+                                   "weight expects {1} x group {2}",
+                                   x.getDimSize(1), w.getDimSize(1), group)
+                         .str());
+  if (Value b = a.getBias()) {
+    auto bt = rankedType(b);
+    if (!bt || bt.getShape() != ArrayRef<int64_t>{w.getDimSize(0)})
+      return fail(loc, "conv bias must have shape [M]");
+  }
+  Shape out{x.getDimSize(0), w.getDimSize(0)};
+  for (int64_t i = 0; i < spatial; ++i) {
+    auto o = windowOutput(x.getDimSize(i + 2), w.getDimSize(i + 2),
+                          a.getStrides()[i], a.getPads()[i],
+                          a.getPads()[i + spatial], a.getDilations()[i], false);
+    if (failed(o))
+      return fail(loc, "kernel larger than padded input in spatial dim " +
+                           Twine(i));
+    out.push_back(*o);
+  }
+  results.push_back(RankedTensorType::get(out, x.getElementType()));
+  return success();
+}
+
+template <typename Adaptor>
+static LogicalResult inferPool(std::optional<Location> loc, Adaptor a,
+                               SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  if (!x || x.getRank() < 3)
+    return fail(loc, "pooling expects input [N, C, spatial...]");
+  int64_t spatial = x.getRank() - 2;
+  if ((int64_t)a.getKernelShape().size() != spatial)
+    return fail(loc, "expected " + Twine(spatial) + " kernel dims");
+  if (failed(checkWindowAttrs(loc, spatial, a.getStrides(), a.getPads(),
+                              a.getDilations())))
+    return failure();
+  Shape out{x.getDimSize(0), x.getDimSize(1)};
+  for (int64_t i = 0; i < spatial; ++i) {
+    auto o = windowOutput(x.getDimSize(i + 2), a.getKernelShape()[i],
+                          a.getStrides()[i], a.getPads()[i],
+                          a.getPads()[i + spatial], a.getDilations()[i],
+                          a.getCeilMode());
+    if (failed(o))
+      return fail(loc, "window larger than padded input in spatial dim " +
+                           Twine(i));
+    out.push_back(*o);
+  }
+  results.push_back(RankedTensorType::get(out, x.getElementType()));
+  return success();
+}
+
+LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor a,
+                                          SmallVectorImpl<Type> &results) {
+  return inferPool(loc, a, results);
+}
+
+LogicalResult AvgPoolOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor a,
+                                          SmallVectorImpl<Type> &results) {
+  return inferPool(loc, a, results);
+}
+
+static LogicalResult inferGlobalPool(std::optional<Location> loc, Value input,
+                                     SmallVectorImpl<Type> &results) {
+  auto x = rankedType(input);
+  if (!x || x.getRank() < 3)
+    return fail(loc, "global pooling expects input [N, C, spatial...]");
+  Shape out(x.getRank(), 1);
+  out[0] = x.getDimSize(0);
+  out[1] = x.getDimSize(1);
+  results.push_back(RankedTensorType::get(out, x.getElementType()));
+  return success();
+}
+
+LogicalResult GlobalAvgPoolOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  return inferGlobalPool(loc, a.getInput(), results);
+}
+
+LogicalResult GlobalMaxPoolOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  return inferGlobalPool(loc, a.getInput(), results);
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization, softmax, losses, dropout
+//===----------------------------------------------------------------------===//
+
+static LogicalResult checkChannelParams(std::optional<Location> loc,
+                                        Value input, ValueRange params) {
+  auto x = rankedType(input);
+  if (!x || x.getRank() < 2)
+    return fail(loc, "batch norm expects input [N, C, ...]");
+  for (Value p : params) {
+    auto t = rankedType(p);
+    if (!t || t.getShape() != ArrayRef<int64_t>{x.getDimSize(1)})
+      return fail(loc, "batch norm scale, bias, mean and variance must have "
+                       "shape [" +
+                           Twine(x.getDimSize(1)) + "]");
+  }
+  return success();
+}
+
+LogicalResult BatchNormTrainOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  if (failed(checkChannelParams(loc, a.getInput(),
+                                {a.getScale(), a.getBias(), a.getRunningMean(),
+                                 a.getRunningVar()})))
+    return failure();
+  results.push_back(a.getInput().getType());
+  results.push_back(a.getRunningMean().getType());
+  results.push_back(a.getRunningVar().getType());
+  return success();
+}
+
+LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor a,
+                                            SmallVectorImpl<Type> &results) {
+  if (failed(checkChannelParams(
+          loc, a.getInput(), {a.getScale(), a.getBias(), a.getMean(), a.getVar()})))
+    return failure();
+  results.push_back(a.getInput().getType());
+  return success();
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor a,
+                                            SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  if (!x)
+    return fail(loc, "input must be a ranked tensor");
+  auto axis = normalizeAxis((int64_t)a.getAxis(), x.getRank());
+  if (failed(axis))
+    return fail(loc, "axis out of range");
+  ArrayRef<int64_t> normalized = x.getShape().drop_front(*axis);
+  for (Value p : {a.getScale(), a.getBias()}) {
+    if (!p)
+      continue;
+    auto t = rankedType(p);
+    FailureOr<Shape> b = failure();
+    if (t)
+      b = broadcastShapes(t.getShape(), normalized);
+    if (failed(b) || ArrayRef<int64_t>(*b) != normalized)
+      return fail(loc, "layer norm scale and bias must broadcast to " +
+                           shapeStr(normalized));
+  }
+  results.push_back(x);
+  return success();
+}
+
+LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor a,
+                                          SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  if (!x || failed(normalizeAxis((int64_t)a.getAxis(), x.getRank())))
+    return fail(loc, "softmax axis out of range");
+  results.push_back(x);
+  return success();
+}
+
+LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor a,
+                                             SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  if (!x || failed(normalizeAxis((int64_t)a.getAxis(), x.getRank())))
+    return fail(loc, "log_softmax axis out of range");
+  results.push_back(x);
+  return success();
+}
+
+LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  return inferClassLoss(loc, a.getScores(), a.getLabels(), a.getWeights(),
+                        a.getReduction(), results);
+}
+
+LogicalResult NllLossOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor a,
+                                          SmallVectorImpl<Type> &results) {
+  return inferClassLoss(loc, a.getInput(), a.getLabels(), a.getWeights(),
+                        a.getReduction(), results);
+}
+
+LogicalResult DropoutOp::inferReturnTypes(MLIRContext *ctx,
+                                          std::optional<Location> loc,
+                                          Adaptor a,
+                                          SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  double ratio = a.getRatio().convertToDouble();
+  if (!x)
+    return fail(loc, "input must be a ranked tensor");
+  if (!(ratio >= 0.0 && ratio < 1.0))
+    return fail(loc, llvm::formatv("dropout ratio must be in [0, 1), got {0}", ratio).str());
+  results.push_back(x);
+  results.push_back(x.clone(IntegerType::get(ctx, 1)));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+#define DSC_REDUCE(OP)                                                         \
+  LogicalResult OP::inferReturnTypes(MLIRContext *,                            \
+                                     std::optional<Location> loc, Adaptor a,  \
+                                     SmallVectorImpl<Type> &results) {        \
+    return inferReduce(loc, a.getInput(), a.getAxes(), a.getKeepdims(),       \
+                       results);                                              \
+  }
+DSC_REDUCE(ReduceSumOp)
+DSC_REDUCE(ReduceMeanOp)
+DSC_REDUCE(ReduceMaxOp)
+DSC_REDUCE(ReduceMinOp)
+DSC_REDUCE(ReduceProdOp)
+#undef DSC_REDUCE
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor a,
+                                          SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  if (!x)
+    return fail(loc, "input must be a ranked tensor");
+  int64_t n = 1;
+  for (int64_t d : a.getShape()) {
+    if (d < 0)
+      return fail(loc, "reshape target " + shapeStr(a.getShape()) +
+                           " must be fully resolved (no -1)");
+    n *= d;
+  }
+  if (n != x.getNumElements())
+    return fail(loc, "reshape of " + shapeStr(x.getShape()) + " to " +
+                         shapeStr(a.getShape()) +
+                         " changes the number of elements");
+  results.push_back(RankedTensorType::get(a.getShape(), x.getElementType()));
+  return success();
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor a,
+                                            SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  ArrayRef<int64_t> perm = a.getPerm();
+  if (!x || (int64_t)perm.size() != x.getRank())
+    return fail(loc, "perm must have one entry per dim");
+  SmallVector<bool> seen(perm.size(), false);
+  Shape out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= x.getRank() || seen[p])
+      return fail(loc, "perm " + shapeStr(perm) + " is not a permutation");
+    seen[p] = true;
+    out.push_back(x.getDimSize(p));
+  }
+  results.push_back(RankedTensorType::get(out, x.getElementType()));
+  return success();
+}
+
+LogicalResult ExpandOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor a,
+                                         SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  if (!x)
+    return fail(loc, "input must be a ranked tensor");
+  auto b = broadcastShapes(x.getShape(), a.getShape());
+  if (failed(b))
+    return fail(loc, "cannot expand " + shapeStr(x.getShape()) + " to " +
+                         shapeStr(a.getShape()));
+  results.push_back(RankedTensorType::get(*b, x.getElementType()));
+  return success();
+}
+
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc, Adaptor a,
+                                        SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  ArrayRef<int64_t> off = a.getOffsets(), size = a.getSizes(),
+                    stride = a.getStrides();
+  if (!x || (int64_t)off.size() != x.getRank() ||
+      (int64_t)size.size() != x.getRank() ||
+      (int64_t)stride.size() != x.getRank())
+    return fail(loc, "offsets, sizes and strides need one entry per dim");
+  for (int64_t d = 0; d < x.getRank(); ++d) {
+    if (size[d] < 0 || stride[d] == 0)
+      return fail(loc, "bad slice size or zero stride in dim " + Twine(d));
+    if (size[d] == 0)
+      continue;
+    int64_t last = off[d] + (size[d] - 1) * stride[d];
+    if (off[d] < 0 || off[d] >= x.getDimSize(d) || last < 0 ||
+        last >= x.getDimSize(d))
+      return fail(loc, "slice reads outside dim " + Twine(d) + " of size " +
+                           Twine(x.getDimSize(d)));
+  }
+  results.push_back(RankedTensorType::get(size, x.getElementType()));
+  return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor a,
+                                         SmallVectorImpl<Type> &results) {
+  if (a.getInputs().empty())
+    return fail(loc, "concat needs at least one input");
+  auto first = rankedType(a.getInputs()[0]);
+  if (!first)
+    return fail(loc, "inputs must be ranked tensors");
+  auto axis = normalizeAxis((int64_t)a.getAxis(), first.getRank());
+  if (failed(axis) || first.getRank() == 0)
+    return fail(loc, "concat axis out of range");
+  Shape out(first.getShape());
+  out[*axis] = 0;
+  for (Value v : a.getInputs()) {
+    auto t = rankedType(v);
+    if (!t || t.getRank() != first.getRank() ||
+        t.getElementType() != first.getElementType())
+      return fail(loc, "concat inputs must have one rank and element type");
+    for (int64_t d = 0; d < t.getRank(); ++d)
+      if (d != *axis && t.getDimSize(d) != first.getDimSize(d))
+        return fail(loc, "concat inputs differ outside the axis: " +
+                             shapeStr(first.getShape()) + " vs " +
+                             shapeStr(t.getShape()));
+    out[*axis] += t.getDimSize(*axis);
+  }
+  results.push_back(RankedTensorType::get(out, first.getElementType()));
+  return success();
+}
+
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc, Adaptor a,
+                                        SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  if (!x)
+    return fail(loc, "input must be a ranked tensor");
+  auto axis = normalizeAxis((int64_t)a.getAxis(), x.getRank());
+  if (failed(axis) || x.getRank() == 0)
+    return fail(loc, "split axis out of range");
+  int64_t total = 0;
+  for (int64_t s : a.getSizes()) {
+    if (s < 0)
+      return fail(loc, "negative split size");
+    total += s;
+    Shape shape(x.getShape());
+    shape[*axis] = s;
+    results.push_back(RankedTensorType::get(shape, x.getElementType()));
+  }
+  if (total != x.getDimSize(*axis))
+    return fail(loc, "split sizes " + shapeStr(a.getSizes()) +
+                         " do not add up to dim " +
+                         Twine(x.getDimSize(*axis)));
+  return success();
+}
+
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor a,
+                                         SmallVectorImpl<Type> &results) {
+  auto d = rankedType(a.getData()), i = rankedType(a.getIndices());
+  if (!d || !i || d.getRank() == 0)
+    return fail(loc, "gather expects ranked data of rank >= 1 and indices");
+  auto axis = normalizeAxis((int64_t)a.getAxis(), d.getRank());
+  if (failed(axis))
+    return fail(loc, "gather axis out of range");
+  Shape out(d.getShape().take_front(*axis));
+  llvm::append_range(out, i.getShape());
+  llvm::append_range(out, d.getShape().drop_front(*axis + 1));
+  results.push_back(RankedTensorType::get(out, d.getElementType()));
+  return success();
+}
+
+LogicalResult TriluOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc, Adaptor a,
+                                        SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  if (!x || x.getRank() < 2)
+    return fail(loc, "trilu expects rank >= 2");
+  results.push_back(x);
+  return success();
+}
