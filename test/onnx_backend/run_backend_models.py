@@ -199,7 +199,11 @@ def check_outputs(model, test_dir, summary):
                 and shape == want_shape):
             problems.append(f"output '{gout.name}': shape {shape} != "
                             f"reference {want_shape}")
-        want_dtype = DTYPE_NAMES.get(ref.data_type)
+        ref_type = ref.data_type
+        if (ref_type == TensorProto.UINT16 and
+                gout.type.tensor_type.elem_type == TensorProto.BFLOAT16):
+            ref_type = TensorProto.BFLOAT16  # old test data stores bf16 as u16
+        want_dtype = DTYPE_NAMES.get(ref_type)
         dtype = got.get("dtype")
         if dtype is not None and want_dtype is not None and dtype != want_dtype:
             problems.append(f"output '{gout.name}': dtype {dtype} != "
@@ -287,22 +291,27 @@ def run_one(dsc, data, dname, tname, dsc_ops, allow, timeout):
     return r
 
 
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 def get_dsc_ops(dsc, timeout):
     try:
         p = subprocess.run([dsc, "ops"], stdin=subprocess.DEVNULL,
                            capture_output=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
-        sys.exit(f"error: cannot run `{dsc} ops`: {e}")
+        die(f"cannot run `{dsc} ops`: {e}")
     if p.returncode != 0:
-        sys.exit(f"error: `{dsc} ops` exited {p.returncode}: "
-                 f"{p.stderr.decode('utf-8', 'replace').strip()[:300]}")
+        die(f"`{dsc} ops` exited {p.returncode}: "
+            f"{p.stderr.decode('utf-8', 'replace').strip()[:300]}")
     ops = set()
     for line in p.stdout.decode("utf-8", "replace").splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             ops.add(line)
     if not ops:
-        sys.exit(f"error: `{dsc} ops` printed no op types")
+        die(f"`{dsc} ops` printed no op types")
     return ops
 
 
@@ -318,7 +327,7 @@ def read_allow(path):
                 if entry:
                     allow[entry] = reason.strip()
     except OSError as e:
-        sys.exit(f"error: cannot read allow-list {path}: {e}")
+        die(f"cannot read allow-list {path}: {e}")
     return allow
 
 
@@ -444,13 +453,11 @@ def main(argv=None):
     if os.sep in dsc:
         dsc = os.path.abspath(dsc)
     if not os.path.isdir(args.data):
-        sys.exit(f"error: data directory {args.data} not found")
+        die(f"data directory {args.data} not found")
     dirs = [d for d in args.dirs.split(",") if d]
     for d in dirs:
         if d in REQUIRED_DIRS and not os.path.isdir(os.path.join(args.data, d)):
-            print(f"error: required directory {args.data}/{d} is missing",
-                  file=sys.stderr)
-            return 2
+            die(f"required directory {args.data}/{d} is missing")
     dirs = [d for d in dirs if os.path.isdir(os.path.join(args.data, d))]
 
     dsc_ops = get_dsc_ops(dsc, args.timeout)
@@ -477,11 +484,16 @@ def main(argv=None):
     all_keys = {f"{d}/{t}" for d, t in discover(args.data, dirs, None)}
     secs = sections(results, allow, all_keys)
     print(format_text_table(rows))
+    limit = None if args.verbose else 40
     for title, items in secs[:5]:
         if items:
             print(f"\n{title} ({len(items)}):")
-            for i in items:
+            for i in items[:limit]:
                 print(f"  {i}")
+            if limit is not None and len(items) > limit:
+                print(f"  ... {len(items) - limit} more"
+                      + (f" (see {args.report})" if args.report else
+                         " (use --verbose or --report)"))
     bad = sum(r.outcome in ("fail", "crash") for r in results)
     print(f"\n{len(results)} models in {elapsed:.1f}s; "
           f"{'FAILED' if bad else 'OK'}"
