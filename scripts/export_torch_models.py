@@ -373,12 +373,19 @@ def build_models():
             self.manual_loss = False
 
         def forward(self, input_ids):
+            # An all-ones attention_mask (no padding; semantically a no-op) is
+            # passed so HF skips its "packed sequence" detection from
+            # position_ids, which uses torch.diff (aten::diff has no symbolic
+            # in the legacy exporter) and adds CumSum/Pad/... to the graph.
+            attention_mask = torch.ones_like(input_ids)
             if self.manual_loss:
-                logits = self.model(input_ids=input_ids, use_cache=False).logits
+                logits = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                    use_cache=False).logits
                 V = logits.size(-1)
                 return F.cross_entropy(logits[:, :-1, :].reshape(-1, V),
                                        input_ids[:, 1:].reshape(-1))
-            return self.model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+            return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                              labels=input_ids, use_cache=False).loss
 
     def make_gpt2(nodrop):
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -427,7 +434,7 @@ def build_models():
 
     return {
         "mlp": dict(make=lambda: seeded(MLP), batch=batch_mlp, ref=True),
-        "cnn": dict(make=lambda: seeded(CNN), batch=batch_cnn, ref=True),
+        "cnn": dict(make=lambda: seeded(CNN), batch=batch_cnn, ref=True, bn=True),
         "nanogpt": dict(make=lambda: seeded(lambda: GPT(GPTConfig())), batch=batch_nanogpt, ref=True),
         "gpt2": dict(make=lambda: make_gpt2(False), batch=batch_gpt2, ref=False),
         "gpt2_nodrop": dict(make=lambda: make_gpt2(True), batch=batch_gpt2, ref=True),
@@ -478,14 +485,74 @@ def export_legacy(model, batch, path):
     return how
 
 
-def export_dynamo(model, batch, path):
+def bn_train_translation_table():
+    """onnxscript's torchlib (0.7.x) translates aten::_native_batch_norm_legit_functional
+    with a hard-coded `training = False` ("temporary fix" for ORT), i.e. the stock
+    dynamo export of a train()-mode BatchNorm is an INFERENCE-mode
+    BatchNormalization (running stats, 1 output).  This custom translation emits
+    BatchNormalization(training_mode=1) with 3 outputs instead (ONNX momentum =
+    1 - torch momentum)."""
+    import torch
+    from onnxscript import opset18 as op
+
+    def bn_legit_functional(input, weight, bias, running_mean, running_var,
+                            training: bool = False, momentum: float = 0.1, eps: float = 1e-5):
+        if not training:
+            y = op.BatchNormalization(input, weight, bias, running_mean, running_var,
+                                      epsilon=eps, momentum=1.0 - momentum, training_mode=0)
+            return y, running_mean, running_var, running_mean, running_var
+        y, new_mean, new_var = op.BatchNormalization(
+            input, weight, bias, running_mean, running_var,
+            epsilon=eps, momentum=1.0 - momentum, training_mode=1)
+        # outputs: (y, save_mean, save_rstd, new_running_mean, new_running_var);
+        # save_* only feed the autograd backward, never used in the forward graph.
+        return y, new_mean, new_var, new_mean, new_var
+
+    return {torch.ops.aten._native_batch_norm_legit_functional.default: bn_legit_functional}
+
+
+def export_dynamo_bntrain(model, batch, path):
+    """Dynamo export with BatchNormalization kept in training mode.  Two things
+    are needed (both found in torch 2.11 / onnxscript 0.7.2 / onnx-ir 1.0):
+      1. the custom translation above (torchlib hard-codes training=False);
+      2. skipping the opset "conversion" 18 -> 18: torch.onnx.export always calls
+         onnxscript.version_converter.convert_version(model, opset_version), whose
+         clean-up RemoveUnusedNodesPass (onnx_ir.passes.common.unused_removal)
+         renames BatchNormalization's unused running-stat outputs to "" AND pops
+         its training_mode attribute, silently turning it into inference BN.
+         The dynamo exporter drops the BUFFER_MUTATION outputs, so those
+         outputs are always unused.  We make convert_version a no-op when the
+         model already has the target opset (no conversion is needed then)."""
+    import onnxscript.version_converter as vc
+    orig = vc.convert_version
+
+    def convert_version_skip_same(model, target_version, *a, **k):
+        if model.graph.opset_imports.get("", None) == target_version:
+            return None
+        return orig(model, target_version, *a, **k)
+
+    vc.convert_version = convert_version_skip_same
+    try:
+        info = export_dynamo(model, batch, path, custom_translation_table=bn_train_translation_table())
+    finally:
+        vc.convert_version = orig
+    info["custom_translation"] = ("aten._native_batch_norm_legit_functional -> "
+                                  "BatchNormalization(training_mode=1); "
+                                  "convert_version(18->18) clean-up skipped")
+    return info
+
+
+def export_dynamo(model, batch, path, custom_translation_table=None):
     import torch
     names = list(batch)
     args = tuple(batch[k] for k in names)
     info = {}
     t0 = time.time()
+    kw = {}
+    if custom_translation_table:
+        kw["custom_translation_table"] = custom_translation_table
     prog = torch.onnx.export(model, args, dynamo=True, optimize=False, opset_version=18,
-                             input_names=names, output_names=["loss"])
+                             input_names=names, output_names=["loss"], **kw)
     info["export_seconds"] = round(time.time() - t0, 2)
     try:
         ep = prog.exported_program
@@ -540,13 +607,9 @@ def write_reference(name, spec, model0, sd0, batch, exported, refdir):
 
     os.makedirs(refdir, exist_ok=True)
     out = {}
-    p17 = exported.get("opset17")
-    p18 = exported.get("opset18")
     named = {k: v.detach().cpu().numpy() for k, v in unique_params(model0).items()}
     mappings, problems_all = {}, {}
-    for tag, path in (("opset17", p17), ("opset18", p18)):
-        if path is None:
-            continue
+    for tag, path in exported.items():
         inits = initializer_arrays(onnx.load(path))
         mp, probs = map_by_value(named, inits)
         mappings[tag], problems_all[tag] = mp, probs
@@ -565,9 +628,7 @@ def write_reference(name, spec, model0, sd0, batch, exported, refdir):
     # buffers (BN running stats) by name
     buffers = {k: v for k, v in model0.named_buffers() if _is_bn_buffer(k)}
     buf_maps = {}
-    for tag, path in (("opset17", p17), ("opset18", p18)):
-        if path is None:
-            continue
+    for tag, path in exported.items():
         inits = {i.name for i in onnx.load(path).graph.initializer}
         buf_maps[tag] = {k: (k if k in inits else None) for k in buffers}
     bkey = {k: (buf_maps.get(key_tag, {}).get(k) or k) for k in buffers}
@@ -585,7 +646,7 @@ def write_reference(name, spec, model0, sd0, batch, exported, refdir):
         "tied_parameters": [[a, b] for a, b in _tied_names(model0)],
         "graph_inputs": {tag: [i.name for i in onnx.load(p).graph.input
                                if i.name not in {x.name for x in onnx.load(p).graph.initializer}]
-                         for tag, p in (("opset17", p17), ("opset18", p18)) if p},
+                         for tag, p in exported.items()},
         "batch_keys": list(batch),
         "perturbed_constant_params": spec.get("perturbed", []),
     }
@@ -648,13 +709,24 @@ def write_reference(name, spec, model0, sd0, batch, exported, refdir):
     save_file(g64, os.path.join(refdir, "grads_f64.safetensors"))
     loss_info["loss_f64"] = float(loss64.item())
     # f32 vs f64 sanity
-    worst = 0.0
+    # f32 vs f64 grads: |g32-g64|max / max(|g64|max, 1e-3 * global |g64|max).
+    # (the floor matters for grads that are ~0 in exact arithmetic, e.g. the
+    # bias of a conv followed by a train-mode BatchNorm)
+    gmax = max(float(v.abs().max()) for v in g64.values())
+    per = {}
     for k in g64:
         a, b = g64[k], g32[k].double()
-        worst = max(worst, float((a - b).abs().max() / (a.abs().max() + 1e-30)))
+        per[k] = {"max_abs_diff": float((a - b).abs().max()), "max_abs_f64": float(a.abs().max()),
+                  "rel": float((a - b).abs().max() / max(float(a.abs().max()), 1e-3 * gmax))}
+    worst = max(v["rel"] for v in per.values())
+    loss_info["grad_f32_vs_f64"] = per
     loss_info["max_rel_grad_diff_f32_vs_f64"] = worst
     log(f"    {name}: loss f32={loss_info['loss_f32']:.8f} f64={loss_info['loss_f64']:.12f} "
         f"max rel grad diff f32 vs f64 = {worst:.3e}")
+    tiny = {k: v["max_abs_f64"] for k, v in per.items() if v["max_abs_f64"] < 1e-9 * gmax}
+    if tiny:
+        log(f"    {name}: grads that are ~0 in exact arithmetic: {tiny}")
+        loss_info["grads_near_zero_f64"] = tiny
     if buffers:
         save_file({bkey[k]: v.detach().clone().contiguous() for k, v in m64.named_buffers()
                    if k in buffers},
@@ -756,7 +828,13 @@ def main():
             continue
 
         exported = {}
-        for tag, fn in (("opset17", export_legacy), ("opset18", export_dynamo)):
+        exporters = [("opset17", export_legacy), ("opset18", export_dynamo)]
+        if spec.get("bn"):
+            # opset18 = dynamo + custom BN translation (training_mode=1);
+            # opset18_stockbn = what the stock dynamo exporter produces (inference BN)
+            exporters = [("opset17", export_legacy), ("opset18", export_dynamo_bntrain),
+                         ("opset18_stockbn", export_dynamo)]
+        for tag, fn in exporters:
             fname = f"{name}_{tag}.onnx"
             path = os.path.join(outdir, fname)
             model.load_state_dict(sd0)  # tracing in train mode updates BN stats
@@ -801,7 +879,7 @@ def main():
                 m = onnx.load(src)
                 os.makedirs(ddir, exist_ok=True)
                 mpath = os.path.join(ddir, "model.onnx")
-                onnx.save_model(m, mpath, save_as_external_data=True, all_tensors_to_one_file=True,
+                onnx.save_model(copy.deepcopy(m), mpath, save_as_external_data=True, all_tensors_to_one_file=True,
                                 location="weights.bin", size_threshold=0)
                 m2 = onnx.load(mpath, load_external_data=False)
                 d = describe_model(m2)
