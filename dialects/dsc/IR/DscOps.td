@@ -409,6 +409,18 @@ def Dsc_GatherOp : Dsc_Op<"gather"> {
   }];
 }
 
+def Dsc_PadOp : Dsc_Op<"pad"> {
+  let summary = "pad with a constant value (ONNX Pad, mode constant)";
+  let description = [{
+    `pads` holds the amounts added before each dim, then after each dim, as
+    in ONNX; negative amounts crop.
+  }];
+  let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$pads,
+                   DefaultValuedAttr<F64Attr, "0.0">:$value);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
 def Dsc_TriluOp : Dsc_Op<"trilu"> {
   let summary = "keep the upper or lower triangle of the last two dims";
   let arguments = (ins Dsc_Tensor:$input, BoolAttr:$upper,

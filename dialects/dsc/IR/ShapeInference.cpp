@@ -725,6 +725,24 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult PadOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc, Adaptor a,
+                                      SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  ArrayRef<int64_t> pads = a.getPads();
+  if (!x || (int64_t)pads.size() != 2 * x.getRank())
+    return fail(loc, "pads needs two entries per dim");
+  Shape out;
+  for (int64_t d = 0; d < x.getRank(); ++d) {
+    int64_t n = x.getDimSize(d) + pads[d] + pads[d + x.getRank()];
+    if (n < 0)
+      return fail(loc, "padding crops dim " + Twine(d) + " below zero");
+    out.push_back(n);
+  }
+  results.push_back(RankedTensorType::get(out, x.getElementType()));
+  return success();
+}
+
 LogicalResult TriluOp::inferReturnTypes(MLIRContext *,
                                         std::optional<Location> loc, Adaptor a,
                                         SmallVectorImpl<Type> &results) {

@@ -1,0 +1,67 @@
+//===- HostTensor.h - small constant tensors known at import ----*- C++ -*-===//
+//
+// The importer evaluates shape computations (Shape, Gather, Concat, Range,
+// ConstantOfShape, ...) on host tensors so that no shape arithmetic reaches
+// the IR. A HostTensor keeps integers exactly (int64) and floats as double.
+//
+//===----------------------------------------------------------------------===//
+#ifndef DSC_COMPILER_IMPORT_HOSTTENSOR_H
+#define DSC_COMPILER_IMPORT_HOSTTENSOR_H
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsc {
+
+/// Element kinds the importer understands, named as in the IR.
+enum class ElemKind { F32, F64, F16, BF16, I64, I32, I16, I8, U8, Bool };
+
+bool isFloatKind(ElemKind k);
+mlir::Type toMlirType(mlir::MLIRContext *ctx, ElemKind k);
+std::optional<ElemKind> fromMlirType(mlir::Type t);
+/// ONNX TensorProto::DataType number to ElemKind.
+std::optional<ElemKind> fromOnnxDataType(int dataType);
+const char *onnxDataTypeName(int dataType);
+const char *elemKindName(ElemKind k);
+
+struct HostTensor {
+  ElemKind kind = ElemKind::I64;
+  llvm::SmallVector<int64_t> shape;
+  std::vector<int64_t> ints;   // integer and bool kinds
+  std::vector<double> floats;  // float kinds
+
+  int64_t numElements() const;
+  bool isFloat() const { return isFloatKind(kind); }
+  /// Value i as int64 / double regardless of kind.
+  int64_t intAt(size_t i) const;
+  double floatAt(size_t i) const;
+  std::vector<int64_t> asInts() const;
+
+  static HostTensor ofInts(llvm::ArrayRef<int64_t> values,
+                           llvm::ArrayRef<int64_t> shape,
+                           ElemKind kind = ElemKind::I64);
+  static HostTensor ofFloats(llvm::ArrayRef<double> values,
+                             llvm::ArrayRef<int64_t> shape,
+                             ElemKind kind = ElemKind::F32);
+  /// A tensor of `kind` and `shape` filled by f(i) (as double).
+  static HostTensor generate(ElemKind kind, llvm::ArrayRef<int64_t> shape,
+                             const std::function<double(int64_t)> &f);
+  /// Converts to another element kind with C++ cast semantics.
+  HostTensor castTo(ElemKind to) const;
+
+  mlir::RankedTensorType type(mlir::MLIRContext *ctx) const;
+  mlir::DenseElementsAttr toAttr(mlir::MLIRContext *ctx) const;
+};
+
+/// Row-major strides of `shape`.
+llvm::SmallVector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape);
+
+} // namespace dsc
+
+#endif // DSC_COMPILER_IMPORT_HOSTTENSOR_H

@@ -1,0 +1,693 @@
+//===- OnnxFolders.cpp - host evaluation of shape computations ------------===//
+//
+// When every input of a node is known at compile time (or, for Shape and
+// Size, only its static type is needed), the node is evaluated here and its
+// outputs become host constants. This is what removes Shape, Gather on
+// shapes, Concat, Range and ConstantOfShape from the IR.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/import/OnnxOps.h"
+#include "dialects/dsc/IR/DscOps.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+using Shape = SmallVector<int64_t>;
+
+bool allConstant(NodeContext &c) {
+  for (size_t i = 0; i < c.numInputs(); ++i)
+    if (c.hasInput(i) && !c.isConstant(i))
+      return false;
+  return true;
+}
+
+const HostTensor &in(NodeContext &c, size_t i) { return *c.input(i).constant; }
+
+// Index into a tensor of `shape` broadcast to `outShape`.
+int64_t broadcastIndex(int64_t flat, ArrayRef<int64_t> outShape,
+                       ArrayRef<int64_t> shape) {
+  int64_t idx = 0, stride = 1;
+  int64_t offset = outShape.size() - shape.size();
+  for (int64_t d = outShape.size() - 1; d >= 0; --d) {
+    int64_t coord = flat % outShape[d];
+    flat /= outShape[d];
+    int64_t sd = d - offset;
+    if (sd >= 0) {
+      if (shape[sd] != 1)
+        idx += coord * stride;
+      stride *= shape[sd];
+    }
+  }
+  return idx;
+}
+
+FoldResult elementwise(NodeContext &c, std::vector<HostTensor> &out,
+                       ElemKind resultKind,
+                       const std::function<double(ArrayRef<double>)> &f,
+                       bool intMath = false,
+                       const std::function<int64_t(ArrayRef<int64_t>)> &fi =
+                           nullptr) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  Shape shape;
+  for (size_t i = 0; i < c.numInputs(); ++i) {
+    auto b = broadcastShapes(shape, in(c, i).shape);
+    if (failed(b)) {
+      c.error() << "operand shapes do not broadcast";
+      return FoldResult::Error;
+    }
+    shape = *b;
+  }
+  HostTensor r;
+  r.kind = resultKind;
+  r.shape = shape;
+  int64_t n = r.numElements();
+  SmallVector<double> args(c.numInputs());
+  SmallVector<int64_t> iargs(c.numInputs());
+  for (int64_t e = 0; e < n; ++e) {
+    for (size_t i = 0; i < c.numInputs(); ++i) {
+      int64_t j = broadcastIndex(e, shape, in(c, i).shape);
+      if (intMath)
+        iargs[i] = in(c, i).intAt(j);
+      else
+        args[i] = in(c, i).floatAt(j);
+    }
+    if (resultKind == ElemKind::F32)
+      r.floats.push_back((double)(float)f(args));
+    else if (isFloatKind(resultKind))
+      r.floats.push_back(f(args));
+    else if (intMath)
+      r.ints.push_back(fi(iargs));
+    else
+      r.ints.push_back((int64_t)f(args));
+  }
+  out.push_back(std::move(r));
+  return FoldResult::Folded;
+}
+
+// Arithmetic keeps integers exact (shape math is int64).
+NodeFolder arith(char op) {
+  return [op](NodeContext &c, std::vector<HostTensor> &out) {
+    if (!allConstant(c))
+      return FoldResult::NotFoldable;
+    ElemKind k = in(c, 0).kind;
+    auto ff = [op](ArrayRef<double> a) {
+      switch (op) {
+      case '+':
+        return a[0] + a[1];
+      case '-':
+        return a[0] - a[1];
+      case '*':
+        return a[0] * a[1];
+      case '/':
+        return a[0] / a[1];
+      case '^':
+        return std::pow(a[0], a[1]);
+      case '<':
+        return std::min(a[0], a[1]);
+      case '>':
+        return std::max(a[0], a[1]);
+      }
+      return 0.0;
+    };
+    auto fi = [op](ArrayRef<int64_t> a) -> int64_t {
+      switch (op) {
+      case '+':
+        return a[0] + a[1];
+      case '-':
+        return a[0] - a[1];
+      case '*':
+        return a[0] * a[1];
+      case '/': {
+        // ONNX integer Div truncates like C.
+        return a[1] == 0 ? 0 : a[0] / a[1];
+      }
+      case '^':
+        return (int64_t)std::pow((double)a[0], (double)a[1]);
+      case '<':
+        return std::min(a[0], a[1]);
+      case '>':
+        return std::max(a[0], a[1]);
+      }
+      return 0;
+    };
+    if (c.numInputs() != 2)
+      return FoldResult::NotFoldable;
+    return elementwise(c, out, k, ff, !isFloatKind(k), fi);
+  };
+}
+
+NodeFolder compare(char op) {
+  return [op](NodeContext &c, std::vector<HostTensor> &out) {
+    return elementwise(c, out, ElemKind::Bool, [op](ArrayRef<double> a) {
+      switch (op) {
+      case '=':
+        return (double)(a[0] == a[1]);
+      case '<':
+        return (double)(a[0] < a[1]);
+      case '>':
+        return (double)(a[0] > a[1]);
+      case 'l':
+        return (double)(a[0] <= a[1]);
+      case 'g':
+        return (double)(a[0] >= a[1]);
+      case '&':
+        return (double)(a[0] != 0 && a[1] != 0);
+      case '|':
+        return (double)(a[0] != 0 || a[1] != 0);
+      }
+      return 0.0;
+    });
+  };
+}
+
+NodeFolder unaryMath(double (*f)(double)) {
+  return [f](NodeContext &c, std::vector<HostTensor> &out) {
+    if (!allConstant(c))
+      return FoldResult::NotFoldable;
+    return elementwise(c, out, in(c, 0).kind,
+                       [f](ArrayRef<double> a) { return f(a[0]); });
+  };
+}
+
+FoldResult constantNode(NodeContext &c, std::vector<HostTensor> &out) {
+  const onnx::NodeProto &n = c.node();
+  if (n.attribute_size() != 1) {
+    c.error() << "Constant needs exactly one value attribute";
+    return FoldResult::Error;
+  }
+  const auto &a = n.attribute(0);
+  if (a.name() == "value") {
+    auto t = readTensorData(a.t(), ".", c.loc());
+    if (failed(t) || !*t)
+      return FoldResult::Error;
+    out.push_back(**t);
+  } else if (a.name() == "value_float") {
+    out.push_back(HostTensor::ofFloats({a.f()}, {}, ElemKind::F32));
+  } else if (a.name() == "value_floats") {
+    std::vector<double> v(a.floats().begin(), a.floats().end());
+    out.push_back(HostTensor::ofFloats(v, {(int64_t)v.size()}, ElemKind::F32));
+  } else if (a.name() == "value_int") {
+    out.push_back(HostTensor::ofInts({a.i()}, {}));
+  } else if (a.name() == "value_ints") {
+    std::vector<int64_t> v(a.ints().begin(), a.ints().end());
+    out.push_back(HostTensor::ofInts(v, {(int64_t)v.size()}));
+  } else {
+    c.error() << "Constant attribute '" << a.name()
+              << "' is not supported (strings and sparse tensors)";
+    return FoldResult::Error;
+  }
+  return FoldResult::Folded;
+}
+
+FoldResult shapeNode(NodeContext &c, std::vector<HostTensor> &out) {
+  // Shapes are static, so Shape folds even on run-time data.
+  ArrayRef<int64_t> shape = c.type(0).getShape();
+  int64_t rank = shape.size();
+  int64_t start = c.attrInt("start", 0), end = c.attrInt("end", rank);
+  if (start < 0)
+    start += rank;
+  if (end < 0)
+    end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, 0, rank);
+  std::vector<int64_t> dims(shape.begin() + start,
+                            shape.begin() + std::max(start, end));
+  out.push_back(HostTensor::ofInts(dims, {(int64_t)dims.size()}));
+  return FoldResult::Folded;
+}
+
+FoldResult sizeNode(NodeContext &c, std::vector<HostTensor> &out) {
+  out.push_back(HostTensor::ofInts({c.type(0).getNumElements()}, {}));
+  return FoldResult::Folded;
+}
+
+FoldResult identityNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  out.push_back(in(c, 0));
+  return FoldResult::Folded;
+}
+
+FoldResult castNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!c.isConstant(0))
+    return FoldResult::NotFoldable;
+  std::optional<ElemKind> to;
+  if (c.opType() == "CastLike")
+    to = fromMlirType(c.type(1).getElementType());
+  else
+    to = fromOnnxDataType((int)c.attrInt("to", 0));
+  if (!to)
+    return FoldResult::NotFoldable;
+  out.push_back(in(c, 0).castTo(*to));
+  return FoldResult::Folded;
+}
+
+// Gathers elements of `t` at flat source indices.
+HostTensor take(const HostTensor &t, ArrayRef<int64_t> shape,
+                const std::vector<int64_t> &src) {
+  HostTensor r;
+  r.kind = t.kind;
+  r.shape.assign(shape.begin(), shape.end());
+  for (int64_t s : src) {
+    if (t.isFloat())
+      r.floats.push_back(t.floats[s]);
+    else
+      r.ints.push_back(t.ints[s]);
+  }
+  return r;
+}
+
+FoldResult gatherNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0), &idx = in(c, 1);
+  int64_t rank = data.shape.size();
+  auto axis = axisAttr(c, "axis", 0, rank);
+  if (failed(axis))
+    return FoldResult::Error;
+  int64_t dim = data.shape[*axis];
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < *axis; ++d)
+    outer *= data.shape[d];
+  for (int64_t d = *axis + 1; d < rank; ++d)
+    inner *= data.shape[d];
+  Shape shape(data.shape.begin(), data.shape.begin() + *axis);
+  shape.append(idx.shape.begin(), idx.shape.end());
+  shape.append(data.shape.begin() + *axis + 1, data.shape.end());
+  std::vector<int64_t> src;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < idx.numElements(); ++k) {
+      int64_t i = idx.intAt(k);
+      if (i < 0)
+        i += dim;
+      if (i < 0 || i >= dim) {
+        c.error() << "index " << idx.intAt(k) << " out of range for dim "
+                  << dim;
+        return FoldResult::Error;
+      }
+      for (int64_t j = 0; j < inner; ++j)
+        src.push_back((o * dim + i) * inner + j);
+    }
+  out.push_back(take(data, shape, src));
+  return FoldResult::Folded;
+}
+
+FoldResult sliceNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0);
+  auto p = sliceParams(c, data.shape);
+  if (failed(p))
+    return FoldResult::Error;
+  Shape strides = stridesOf(data.shape);
+  HostTensor shapeOnly;
+  shapeOnly.shape = p->sizes;
+  int64_t n = shapeOnly.numElements();
+  std::vector<int64_t> src;
+  Shape outStrides = stridesOf(p->sizes);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t s = 0, rem = e;
+    for (size_t d = 0; d < p->sizes.size(); ++d) {
+      int64_t coord = rem / outStrides[d];
+      rem %= outStrides[d];
+      s += (p->offsets[d] + coord * p->strides[d]) * strides[d];
+    }
+    src.push_back(s);
+  }
+  out.push_back(take(data, p->sizes, src));
+  return FoldResult::Folded;
+}
+
+FoldResult concatNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &first = in(c, 0);
+  auto axis = axisAttr(c, "axis", 0, first.shape.size());
+  if (failed(axis))
+    return FoldResult::Error;
+  Shape shape = first.shape;
+  shape[*axis] = 0;
+  ElemKind kind = first.kind;
+  for (size_t i = 0; i < c.numInputs(); ++i) {
+    const HostTensor &t = in(c, i);
+    if (t.shape.size() != shape.size()) {
+      c.error() << "concat inputs differ in rank";
+      return FoldResult::Error;
+    }
+    shape[*axis] += t.shape[*axis];
+  }
+  int64_t outer = 1;
+  for (int64_t d = 0; d < *axis; ++d)
+    outer *= shape[d];
+  HostTensor r;
+  r.kind = kind;
+  r.shape = shape;
+  for (int64_t o = 0; o < outer; ++o)
+    for (size_t i = 0; i < c.numInputs(); ++i) {
+      HostTensor t = in(c, i).castTo(kind);
+      int64_t chunk = t.numElements() / std::max<int64_t>(outer, 1);
+      for (int64_t j = 0; j < chunk; ++j) {
+        if (t.isFloat())
+          r.floats.push_back(t.floats[o * chunk + j]);
+        else
+          r.ints.push_back(t.ints[o * chunk + j]);
+      }
+    }
+  out.push_back(std::move(r));
+  return FoldResult::Folded;
+}
+
+FoldResult reshapeNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!c.isConstant(0) || (c.hasInput(1) && !c.isConstant(1)))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0);
+  auto shape = c.opType() == "Reshape" ? reshapeTarget(c, data.shape)
+                                       : reshapeLikeTarget(c, data.shape);
+  if (failed(shape))
+    return FoldResult::Error;
+  HostTensor r = data;
+  r.shape = *shape;
+  if (r.numElements() != data.numElements()) {
+    c.error() << "reshape changes the number of elements";
+    return FoldResult::Error;
+  }
+  out.push_back(std::move(r));
+  return FoldResult::Folded;
+}
+
+FoldResult transposeNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0);
+  auto perm = transposePerm(c, data.shape.size());
+  if (failed(perm))
+    return FoldResult::Error;
+  Shape shape;
+  for (int64_t p : *perm)
+    shape.push_back(data.shape[p]);
+  Shape inStrides = stridesOf(data.shape), outStrides = stridesOf(shape);
+  std::vector<int64_t> src;
+  for (int64_t e = 0; e < data.numElements(); ++e) {
+    int64_t s = 0, rem = e;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      int64_t coord = rem / outStrides[d];
+      rem %= outStrides[d];
+      s += coord * inStrides[(*perm)[d]];
+    }
+    src.push_back(s);
+  }
+  out.push_back(take(data, shape, src));
+  return FoldResult::Folded;
+}
+
+FoldResult whereNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  ElemKind k = in(c, 1).kind;
+  return elementwise(c, out, k, [](ArrayRef<double> a) {
+    return a[0] != 0 ? a[1] : a[2];
+  }, !isFloatKind(k), [](ArrayRef<int64_t> a) {
+    return a[0] != 0 ? a[1] : a[2];
+  });
+}
+
+FoldResult notNode(NodeContext &c, std::vector<HostTensor> &out) {
+  return elementwise(c, out, ElemKind::Bool,
+                     [](ArrayRef<double> a) { return (double)(a[0] == 0); });
+}
+
+FoldResult rangeNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &s = in(c, 0), &l = in(c, 1), &d = in(c, 2);
+  if (s.isFloat()) {
+    double start = s.floatAt(0), limit = l.floatAt(0), delta = d.floatAt(0);
+    if (delta == 0) {
+      c.error() << "Range delta is 0";
+      return FoldResult::Error;
+    }
+    int64_t n = std::max<int64_t>(0, std::ceil((limit - start) / delta));
+    out.push_back(HostTensor::generate(s.kind, {n}, [&](int64_t i) {
+      return start + i * delta;
+    }));
+  } else {
+    int64_t start = s.intAt(0), limit = l.intAt(0), delta = d.intAt(0);
+    if (delta == 0) {
+      c.error() << "Range delta is 0";
+      return FoldResult::Error;
+    }
+    int64_t n = std::max<int64_t>(
+        0, (limit - start + delta + (delta > 0 ? -1 : 1)) / delta);
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < n; ++i)
+      v.push_back(start + i * delta);
+    out.push_back(HostTensor::ofInts(v, {n}, s.kind));
+  }
+  return FoldResult::Folded;
+}
+
+FoldResult constantOfShapeNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!c.isConstant(0))
+    return FoldResult::NotFoldable;
+  std::vector<int64_t> shape = in(c, 0).asInts();
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  if (n > 4096)
+    return FoldResult::NotFoldable; // a splat dsc.constant instead
+  HostTensor value = HostTensor::ofFloats({0.0}, {}, ElemKind::F32);
+  if (const auto *a = c.attr("value")) {
+    auto t = readTensorData(a->t(), ".", c.loc());
+    if (failed(t) || !*t)
+      return FoldResult::Error;
+    value = **t;
+  }
+  double v = value.floatAt(0);
+  out.push_back(HostTensor::generate(value.kind, shape,
+                                     [v](int64_t) { return v; }));
+  return FoldResult::Folded;
+}
+
+FoldResult gatherNDNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c) || c.attrInt("batch_dims", 0) != 0)
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0), &idx = in(c, 1);
+  int64_t m = idx.shape.empty() ? 0 : idx.shape.back();
+  if (m < 1 || m > (int64_t)data.shape.size())
+    return FoldResult::NotFoldable;
+  int64_t inner = 1;
+  for (size_t d = m; d < data.shape.size(); ++d)
+    inner *= data.shape[d];
+  Shape shape(idx.shape.begin(), idx.shape.end() - 1);
+  shape.append(data.shape.begin() + m, data.shape.end());
+  std::vector<int64_t> src;
+  for (int64_t t = 0; t < idx.numElements() / m; ++t) {
+    int64_t f = 0;
+    for (int64_t d = 0; d < m; ++d) {
+      int64_t i = idx.intAt(t * m + d);
+      if (i < 0)
+        i += data.shape[d];
+      if (i < 0 || i >= data.shape[d]) {
+        c.error() << "index out of range for dim " << d;
+        return FoldResult::Error;
+      }
+      f = f * data.shape[d] + i;
+    }
+    for (int64_t j = 0; j < inner; ++j)
+      src.push_back(f * inner + j);
+  }
+  out.push_back(take(data, shape, src));
+  return FoldResult::Folded;
+}
+
+FoldResult expandNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0);
+  auto shape = broadcastShapes(data.shape, in(c, 1).asInts());
+  if (failed(shape)) {
+    c.error() << "cannot expand to the given shape";
+    return FoldResult::Error;
+  }
+  HostTensor probe;
+  probe.shape = *shape;
+  std::vector<int64_t> src;
+  for (int64_t e = 0; e < probe.numElements(); ++e)
+    src.push_back(broadcastIndex(e, *shape, data.shape));
+  out.push_back(take(data, *shape, src));
+  return FoldResult::Folded;
+}
+
+FoldResult reduceNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0);
+  auto axes = reduceAxes(c, data.shape.size());
+  if (failed(axes))
+    return FoldResult::Error;
+  if (!*axes) {
+    out.push_back(data);
+    return FoldResult::Folded;
+  }
+  bool keep = c.attrInt("keepdims", 1) != 0;
+  Shape shape, kept;
+  for (size_t d = 0; d < data.shape.size(); ++d) {
+    bool r = llvm::is_contained(**axes, (int64_t)d);
+    kept.push_back(r ? 1 : data.shape[d]);
+    if (!r)
+      shape.push_back(data.shape[d]);
+    else if (keep)
+      shape.push_back(1);
+  }
+  llvm::StringRef op = c.opType();
+  HostTensor probe;
+  probe.shape = kept;
+  int64_t n = probe.numElements();
+  std::vector<double> acc(n, op == "ReduceProd" ? 1.0 : 0.0);
+  std::vector<int64_t> count(n, 0);
+  Shape inStrides = stridesOf(data.shape), keptStrides = stridesOf(kept);
+  for (int64_t e = 0; e < data.numElements(); ++e) {
+    int64_t o = 0, rem = e;
+    for (size_t d = 0; d < data.shape.size(); ++d) {
+      int64_t coord = rem / inStrides[d];
+      rem %= inStrides[d];
+      if (kept[d] != 1 || data.shape[d] == 1)
+        o += coord * keptStrides[d];
+    }
+    double v = data.floatAt(e);
+    if (op == "ReduceProd")
+      acc[o] *= v;
+    else if (op == "ReduceMax")
+      acc[o] = count[o] ? std::max(acc[o], v) : v;
+    else if (op == "ReduceMin")
+      acc[o] = count[o] ? std::min(acc[o], v) : v;
+    else
+      acc[o] += v;
+    ++count[o];
+  }
+  if (op == "ReduceMean")
+    for (int64_t i = 0; i < n; ++i)
+      acc[i] /= std::max<int64_t>(count[i], 1);
+  out.push_back(HostTensor::generate(data.kind, shape,
+                                     [&](int64_t i) { return acc[i]; }));
+  return FoldResult::Folded;
+}
+
+FoldResult triluNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0);
+  if (data.shape.size() < 2)
+    return FoldResult::NotFoldable;
+  int64_t k = c.hasInput(1) ? in(c, 1).intAt(0) : 0;
+  bool upper = c.attrInt("upper", 1) != 0;
+  int64_t rows = data.shape[data.shape.size() - 2], cols = data.shape.back();
+  HostTensor r = data;
+  for (int64_t e = 0; e < data.numElements(); ++e) {
+    int64_t j = e % cols, i = (e / cols) % rows;
+    bool keep = upper ? j - i >= k : j - i <= k;
+    if (!keep) {
+      if (r.isFloat())
+        r.floats[e] = 0;
+      else
+        r.ints[e] = 0;
+    }
+  }
+  out.push_back(std::move(r));
+  return FoldResult::Folded;
+}
+
+FoldResult splitNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0);
+  auto axis = axisAttr(c, "axis", 0, data.shape.size());
+  if (failed(axis))
+    return FoldResult::Error;
+  auto sizes = splitSizes(c, data.shape, *axis, c.numOutputs());
+  if (failed(sizes))
+    return FoldResult::Error;
+  Shape strides = stridesOf(data.shape);
+  int64_t offset = 0;
+  for (int64_t s : *sizes) {
+    Shape shape = data.shape;
+    shape[*axis] = s;
+    HostTensor probe;
+    probe.shape = shape;
+    Shape outStrides = stridesOf(shape);
+    std::vector<int64_t> src;
+    for (int64_t e = 0; e < probe.numElements(); ++e) {
+      int64_t idx = 0, rem = e;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        int64_t coord = rem / outStrides[d];
+        rem %= outStrides[d];
+        idx += (coord + ((int64_t)d == *axis ? offset : 0)) * strides[d];
+      }
+      src.push_back(idx);
+    }
+    out.push_back(take(data, shape, src));
+    offset += s;
+  }
+  return FoldResult::Folded;
+}
+
+} // namespace
+
+const llvm::StringMap<NodeFolder> &nodeFolders() {
+  static const llvm::StringMap<NodeFolder> table = [] {
+    llvm::StringMap<NodeFolder> t;
+    t["Constant"] = constantNode;
+    t["Shape"] = shapeNode;
+    t["Size"] = sizeNode;
+    t["Identity"] = identityNode;
+    t["Cast"] = castNode;
+    t["CastLike"] = castNode;
+    t["Gather"] = gatherNode;
+    t["Slice"] = sliceNode;
+    t["Concat"] = concatNode;
+    t["Reshape"] = reshapeNode;
+    t["Flatten"] = reshapeNode;
+    t["Squeeze"] = reshapeNode;
+    t["Unsqueeze"] = reshapeNode;
+    t["Transpose"] = transposeNode;
+    t["Add"] = arith('+');
+    t["Sub"] = arith('-');
+    t["Mul"] = arith('*');
+    t["Div"] = arith('/');
+    t["Pow"] = arith('^');
+    t["Min"] = arith('<');
+    t["Max"] = arith('>');
+    t["Equal"] = compare('=');
+    t["Less"] = compare('<');
+    t["Greater"] = compare('>');
+    t["LessOrEqual"] = compare('l');
+    t["GreaterOrEqual"] = compare('g');
+    t["And"] = compare('&');
+    t["Or"] = compare('|');
+    t["Not"] = notNode;
+    t["Where"] = whereNode;
+    t["Range"] = rangeNode;
+    t["ConstantOfShape"] = constantOfShapeNode;
+    t["Expand"] = expandNode;
+    t["Neg"] = unaryMath([](double x) { return -x; });
+    t["Abs"] = unaryMath(std::fabs);
+    t["Sqrt"] = unaryMath(std::sqrt);
+    t["Floor"] = unaryMath(std::floor);
+    t["Ceil"] = unaryMath(std::ceil);
+    for (const char *r :
+         {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"})
+      t[r] = reduceNode;
+    t["Trilu"] = triluNode;
+    t["Split"] = splitNode;
+    t["GatherND"] = gatherNDNode;
+    return t;
+  }();
+  return table;
+}
+
+} // namespace dsc

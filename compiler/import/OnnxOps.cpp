@@ -1,0 +1,1192 @@
+//===- OnnxOps.cpp - the table from ONNX operators to dsc ops -------------===//
+//
+// Most operators map one to one and share a generic handler (unary,
+// broadcasting binary); the rest have a small handler each, grouped by family
+// as in docs/ops.md. Shape-like inputs are read as host constants and become
+// static attributes.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/import/OnnxOps.h"
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+
+namespace dsc {
+
+//===----------------------------------------------------------------------===//
+// Canonical parameters
+//===----------------------------------------------------------------------===//
+
+FailureOr<int64_t> axisAttr(NodeContext &c, llvm::StringRef name,
+                            int64_t dflt, int64_t rank) {
+  int64_t axis = c.attrInt(name, dflt);
+  auto n = normalizeAxis(axis, rank);
+  if (failed(n))
+    return c.error() << name << " " << axis << " is out of range for rank "
+                     << rank;
+  return *n;
+}
+
+FailureOr<SliceParams> sliceParams(NodeContext &c, ArrayRef<int64_t> shape) {
+  auto starts = c.constant(1, "starts");
+  auto ends = c.constant(2, "ends");
+  if (failed(starts) || failed(ends))
+    return failure();
+  int64_t rank = shape.size();
+  std::vector<int64_t> axes, steps;
+  if (c.hasInput(3)) {
+    auto a = c.constant(3, "axes");
+    if (failed(a))
+      return failure();
+    axes = a->asInts();
+  } else {
+    for (int64_t i = 0; i < starts->numElements(); ++i)
+      axes.push_back(i);
+  }
+  if (c.hasInput(4)) {
+    auto s = c.constant(4, "steps");
+    if (failed(s))
+      return failure();
+    steps = s->asInts();
+  } else {
+    steps.assign(axes.size(), 1);
+  }
+  if ((int64_t)axes.size() != starts->numElements() ||
+      (int64_t)axes.size() != ends->numElements() ||
+      axes.size() != steps.size())
+    return c.error() << "starts, ends, axes and steps differ in length";
+  SliceParams p;
+  p.offsets.assign(rank, 0);
+  p.sizes.assign(shape.begin(), shape.end());
+  p.strides.assign(rank, 1);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    auto axis = normalizeAxis(axes[i], rank);
+    if (failed(axis))
+      return c.error() << "slice axis " << axes[i] << " out of range";
+    int64_t dim = shape[*axis], step = steps[i];
+    if (step == 0)
+      return c.error() << "slice step is 0";
+    int64_t start = starts->intAt(i), end = ends->intAt(i);
+    if (start < 0)
+      start += dim;
+    if (end < 0 && end > INT64_MIN / 2)
+      end += dim;
+    int64_t size;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, dim);
+      end = std::clamp<int64_t>(end, 0, dim);
+      size = end > start ? (end - start + step - 1) / step : 0;
+    } else {
+      start = std::clamp<int64_t>(start, 0, dim - 1);
+      end = std::clamp<int64_t>(end, -1, dim - 1);
+      size = start > end ? (start - end - step - 1) / -step : 0;
+    }
+    p.offsets[*axis] = size ? start : 0;
+    p.sizes[*axis] = size;
+    p.strides[*axis] = step;
+  }
+  return p;
+}
+
+FailureOr<SmallVector<int64_t>> reshapeTarget(NodeContext &c,
+                                              ArrayRef<int64_t> shape) {
+  auto target = c.constant(1, "shape");
+  if (failed(target))
+    return failure();
+  bool allowZero = c.attrInt("allowzero", 0) != 0;
+  SmallVector<int64_t> out;
+  int64_t known = 1, inferAt = -1, total = 1;
+  for (int64_t d : shape)
+    total *= d;
+  for (int64_t i = 0; i < target->numElements(); ++i) {
+    int64_t d = target->intAt(i);
+    if (d == 0 && !allowZero) {
+      if (i >= (int64_t)shape.size())
+        return c.error() << "shape entry " << i
+                         << " is 0 (copy) but the input has rank "
+                         << shape.size();
+      d = shape[i];
+    }
+    if (d == -1) {
+      if (inferAt >= 0)
+        return c.error() << "shape has more than one -1";
+      inferAt = i;
+      out.push_back(1);
+      continue;
+    }
+    if (d < 0)
+      return c.error() << "shape entry " << d << " is negative";
+    known *= d;
+    out.push_back(d);
+  }
+  if (inferAt >= 0) {
+    if (known == 0 || total % known)
+      return c.error() << "cannot infer the -1 of the target shape: "
+                       << total << " elements are not a multiple of "
+                       << known;
+    out[inferAt] = total / known;
+  }
+  return out;
+}
+
+FailureOr<SmallVector<int64_t>> reshapeLikeTarget(NodeContext &c,
+                                                  ArrayRef<int64_t> shape) {
+  int64_t rank = shape.size();
+  SmallVector<int64_t> out;
+  llvm::StringRef op = c.opType();
+  if (op == "Flatten") {
+    int64_t axis = c.attrInt("axis", 1);
+    if (axis < 0)
+      axis += rank;
+    if (axis < 0 || axis > rank)
+      return c.error() << "axis out of range";
+    int64_t a = 1, b = 1;
+    for (int64_t i = 0; i < rank; ++i)
+      (i < axis ? a : b) *= shape[i];
+    return SmallVector<int64_t>{a, b};
+  }
+  std::vector<int64_t> axes;
+  bool haveAxes = false;
+  if (c.hasInput(1)) {
+    auto t = c.constant(1, "axes");
+    if (failed(t))
+      return failure();
+    axes = t->asInts();
+    haveAxes = true;
+  } else if (auto a = c.attrInts("axes")) {
+    axes = *a;
+    haveAxes = true;
+  }
+  if (op == "Squeeze") {
+    SmallVector<bool> drop(rank, false);
+    if (!haveAxes) {
+      for (int64_t i = 0; i < rank; ++i)
+        drop[i] = shape[i] == 1;
+    } else {
+      for (int64_t a : axes) {
+        auto n = normalizeAxis(a, rank);
+        if (failed(n) || shape[*n] != 1)
+          return c.error() << "cannot squeeze axis " << a << " of shape with "
+                           << "rank " << rank;
+        drop[*n] = true;
+      }
+    }
+    for (int64_t i = 0; i < rank; ++i)
+      if (!drop[i])
+        out.push_back(shape[i]);
+    return out;
+  }
+  // Unsqueeze.
+  if (!haveAxes)
+    return c.error() << "Unsqueeze needs axes";
+  int64_t outRank = rank + axes.size();
+  SmallVector<bool> inserted(outRank, false);
+  for (int64_t a : axes) {
+    auto n = normalizeAxis(a, outRank);
+    if (failed(n) || inserted[*n])
+      return c.error() << "bad unsqueeze axis " << a;
+    inserted[*n] = true;
+  }
+  for (int64_t i = 0, j = 0; i < outRank; ++i)
+    out.push_back(inserted[i] ? 1 : shape[j++]);
+  return out;
+}
+
+FailureOr<std::optional<SmallVector<int64_t>>> reduceAxes(NodeContext &c,
+                                                          int64_t rank) {
+  std::vector<int64_t> axes;
+  // ReduceSum takes axes as an input from opset 13, the others from 18.
+  if (c.hasInput(1)) {
+    auto t = c.constant(1, "axes");
+    if (failed(t))
+      return failure();
+    axes = t->asInts();
+  } else if (auto a = c.attrInts("axes")) {
+    axes = *a;
+  }
+  if (axes.empty()) {
+    if (c.attrInt("noop_with_empty_axes", 0))
+      return std::optional<SmallVector<int64_t>>();
+    SmallVector<int64_t> all;
+    for (int64_t i = 0; i < rank; ++i)
+      all.push_back(i);
+    return std::optional(all);
+  }
+  SmallVector<int64_t> out;
+  for (int64_t a : axes) {
+    auto n = normalizeAxis(a, rank);
+    if (failed(n))
+      return c.error() << "reduction axis " << a << " out of range for rank "
+                       << rank;
+    if (!llvm::is_contained(out, *n))
+      out.push_back(*n);
+  }
+  llvm::sort(out);
+  return std::optional(out);
+}
+
+FailureOr<SmallVector<int64_t>> transposePerm(NodeContext &c, int64_t rank) {
+  SmallVector<int64_t> perm;
+  if (auto p = c.attrInts("perm"))
+    perm.assign(p->begin(), p->end());
+  else
+    for (int64_t i = rank - 1; i >= 0; --i)
+      perm.push_back(i);
+  if ((int64_t)perm.size() != rank)
+    return c.error() << "perm has " << perm.size() << " entries for rank "
+                     << rank;
+  return perm;
+}
+
+FailureOr<SmallVector<int64_t>> splitSizes(NodeContext &c,
+                                           ArrayRef<int64_t> shape,
+                                           int64_t axis, size_t numOutputs) {
+  int64_t dim = shape[axis];
+  SmallVector<int64_t> sizes;
+  if (c.hasInput(1)) {
+    auto t = c.constant(1, "split");
+    if (failed(t))
+      return failure();
+    for (int64_t s : t->asInts())
+      sizes.push_back(s);
+    return sizes;
+  }
+  if (auto s = c.attrInts("split")) {
+    sizes.assign(s->begin(), s->end());
+    return sizes;
+  }
+  int64_t n = c.attrInt("num_outputs", (int64_t)numOutputs);
+  if (n <= 0)
+    return c.error() << "split into " << n << " pieces";
+  // Opset 18: pieces of ceil(dim / n), the last one smaller.
+  int64_t chunk = (dim + n - 1) / n;
+  if (!c.hasAttr("num_outputs") && dim % n)
+    return c.error() << "dim " << dim << " does not split evenly into " << n;
+  for (int64_t i = 0, left = dim; i < n; ++i) {
+    sizes.push_back(std::min(chunk, left));
+    left -= sizes.back();
+  }
+  return sizes;
+}
+
+//===----------------------------------------------------------------------===//
+// Handlers
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+using Shape = SmallVector<int64_t>;
+
+// Converts a host constant to `type`'s element kind (e.g. Pow's exponent).
+FailureOr<Value> valueAs(NodeContext &c, size_t i, Type element) {
+  if (c.isConstant(i)) {
+    auto k = fromMlirType(element);
+    if (k && c.input(i).constant->kind != *k)
+      return c.materialize(c.input(i).constant->castTo(*k));
+  }
+  return c.value(i);
+}
+
+NodeHandler unary(llvm::StringRef opName) {
+  std::string name = opName.str();
+  return [name](NodeContext &c) -> LogicalResult {
+    auto x = c.value(0);
+    if (failed(x))
+      return failure();
+    auto r = c.create1(name, {*x});
+    if (failed(r))
+      return failure();
+    c.setOutput(0, *r);
+    return success();
+  };
+}
+
+// Broadcasting binary ops; variadic ONNX forms (Max, Min, Sum) chain.
+NodeHandler binary(llvm::StringRef opName) {
+  std::string name = opName.str();
+  return [name](NodeContext &c) -> LogicalResult {
+    if (c.numInputs() == 0)
+      return c.error() << "needs at least one input";
+    // Constants take the other operand's element type (ONNX Pow allows an
+    // exponent of another type; exporters write float scalars as f32).
+    size_t ref = 0;
+    for (size_t i = 0; i < c.numInputs(); ++i)
+      if (!c.isConstant(i)) {
+        ref = i;
+        break;
+      }
+    Type element = c.type(ref).getElementType();
+    auto acc = valueAs(c, 0, element);
+    if (failed(acc))
+      return failure();
+    Value result = *acc;
+    for (size_t i = 1; i < c.numInputs(); ++i) {
+      auto rhs = valueAs(c, i, element);
+      if (failed(rhs))
+        return failure();
+      auto r = c.create1(name, {result, *rhs});
+      if (failed(r))
+        return failure();
+      result = *r;
+    }
+    c.setOutput(0, result);
+    return success();
+  };
+}
+
+LogicalResult identity(NodeContext &c) {
+  c.setOutput(0, ImportValue(c.input(0)));
+  return success();
+}
+
+LogicalResult castOp(NodeContext &c) {
+  Type to;
+  if (c.opType() == "CastLike") {
+    to = c.type(1).getElementType();
+  } else {
+    auto k = fromOnnxDataType((int)c.attrInt("to", 0));
+    if (!k)
+      return c.error() << "cast to unsupported type "
+                       << onnxDataTypeName((int)c.attrInt("to", 0));
+    to = toMlirType(c.ctx(), *k);
+  }
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  if (c.type(0).getElementType() == to) {
+    c.setOutput(0, *x);
+    return success();
+  }
+  auto r = c.create1("dsc.cast", {*x}, {c.named("to", TypeAttr::get(to))});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult whereOp(NodeContext &c) {
+  auto cond = c.value(0);
+  if (failed(cond))
+    return failure();
+  Type element = (c.isConstant(1) ? c.type(2) : c.type(1)).getElementType();
+  auto x = valueAs(c, 1, element), y = valueAs(c, 2, element);
+  if (failed(x) || failed(y))
+    return failure();
+  auto r = c.create1("dsc.where", {*cond, *x, *y});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult clipOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  SmallVector<NamedAttribute> attrs;
+  const char *names[] = {"min", "max"};
+  for (int i = 1; i <= 2; ++i) {
+    if (!c.hasInput(i))
+      continue;
+    auto t = c.constant(i, names[i - 1]);
+    if (failed(t))
+      return failure();
+    if (t->numElements() != 1)
+      return c.error() << names[i - 1] << " must be a scalar";
+    attrs.push_back(c.f64(names[i - 1], t->floatAt(0)));
+  }
+  auto r = c.create1("dsc.clip", {*x}, attrs);
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult leakyReluOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto r = c.create1("dsc.leaky_relu", {*x},
+                     {c.f64("alpha", c.attrFloat("alpha", 0.01))});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult geluOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  std::string approx = c.attrString("approximate", "none");
+  if (approx != "none" && approx != "tanh")
+    return c.error() << "unknown approximate '" << approx << "'";
+  auto r = c.create1("dsc.gelu", {*x},
+                     {c.boolean("tanh_approximation", approx == "tanh")});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult dropoutOp(NodeContext &c) {
+  double ratio = 0.5;
+  bool training = false;
+  if (c.hasInput(1)) {
+    auto t = c.constant(1, "ratio");
+    if (failed(t))
+      return failure();
+    ratio = t->floatAt(0);
+  }
+  if (c.hasInput(2)) {
+    auto t = c.constant(2, "training_mode");
+    if (failed(t))
+      return failure();
+    training = t->intAt(0) != 0;
+  }
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  if (!training || ratio == 0.0) {
+    // Inference mode or p = 0: the identity, and a mask of all true.
+    c.setOutput(0, *x);
+    if (c.outputUsed(1))
+      c.setOutput(1, HostTensor::generate(ElemKind::Bool,
+                                          c.type(0).getShape(),
+                                          [](int64_t) { return 1.0; }));
+    return success();
+  }
+  SmallVector<NamedAttribute> attrs{c.f64("ratio", ratio)};
+  if (c.hasAttr("seed"))
+    attrs.push_back(c.i64("seed", c.attrInt("seed", 0)));
+  auto op = c.create("dsc.dropout", {*x}, attrs);
+  if (failed(op))
+    return failure();
+  c.setOutput(0, (*op)->getResult(0));
+  c.setOutput(1, (*op)->getResult(1));
+  return success();
+}
+
+LogicalResult matmulOp(NodeContext &c) {
+  auto a = c.value(0), b = c.value(1);
+  if (failed(a) || failed(b))
+    return failure();
+  auto r = c.create1("dsc.matmul", {*a, *b});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult gemmOp(NodeContext &c) {
+  SmallVector<Value> operands;
+  for (size_t i = 0; i < 3; ++i) {
+    if (!c.hasInput(i))
+      continue;
+    auto v = i == 2 ? valueAs(c, i, c.type(0).getElementType()) : c.value(i);
+    if (failed(v))
+      return failure();
+    operands.push_back(*v);
+  }
+  auto r = c.create1("dsc.gemm", operands,
+                     {c.f64("alpha", c.attrFloat("alpha", 1.0)),
+                      c.f64("beta", c.attrFloat("beta", 1.0)),
+                      c.boolean("trans_a", c.attrInt("transA", 0)),
+                      c.boolean("trans_b", c.attrInt("transB", 0))});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+// Explicit pads of a window op, from `pads` or `auto_pad`.
+FailureOr<Shape> windowPads(NodeContext &c, ArrayRef<int64_t> in,
+                            ArrayRef<int64_t> kernel, ArrayRef<int64_t> strides,
+                            ArrayRef<int64_t> dilations) {
+  size_t n = in.size();
+  std::string autoPad = c.attrString("auto_pad", "NOTSET");
+  if (autoPad == "NOTSET") {
+    auto pads = c.attrInts("pads");
+    if (!pads)
+      return Shape(2 * n, 0);
+    if (pads->size() != 2 * n)
+      return c.error() << "expected " << 2 * n << " pads";
+    return Shape(pads->begin(), pads->end());
+  }
+  if (autoPad == "VALID")
+    return Shape(2 * n, 0);
+  if (autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER")
+    return c.error() << "unknown auto_pad '" << autoPad << "'";
+  Shape pads(2 * n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t out = (in[i] + strides[i] - 1) / strides[i];
+    int64_t total = std::max<int64_t>(
+        0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in[i]);
+    int64_t small = total / 2, large = total - small;
+    pads[i] = autoPad == "SAME_UPPER" ? small : large;
+    pads[i + n] = autoPad == "SAME_UPPER" ? large : small;
+  }
+  return pads;
+}
+
+Shape intsOr(NodeContext &c, llvm::StringRef name, size_t n, int64_t dflt) {
+  auto v = c.attrInts(name);
+  if (!v)
+    return Shape(n, dflt);
+  return Shape(v->begin(), v->end());
+}
+
+LogicalResult convOp(NodeContext &c) {
+  RankedTensorType x = c.type(0), w = c.type(1);
+  if (x.getRank() < 3 || w.getRank() != x.getRank())
+    return c.error() << "expects input [N, C, spatial...] and a weight of the "
+                        "same rank";
+  size_t n = x.getRank() - 2;
+  Shape kernel(w.getShape().drop_front(2));
+  if (auto k = c.attrInts("kernel_shape"))
+    if (Shape(k->begin(), k->end()) != kernel)
+      return c.error() << "kernel_shape disagrees with the weight's shape";
+  Shape strides = intsOr(c, "strides", n, 1);
+  Shape dilations = intsOr(c, "dilations", n, 1);
+  if (strides.size() != n || dilations.size() != n)
+    return c.error() << "expected " << n << " strides and dilations";
+  auto pads = windowPads(c, x.getShape().drop_front(2), kernel, strides,
+                         dilations);
+  if (failed(pads))
+    return failure();
+  SmallVector<Value> operands;
+  for (size_t i = 0; i < 3; ++i) {
+    if (!c.hasInput(i))
+      continue;
+    auto v = c.value(i);
+    if (failed(v))
+      return failure();
+    operands.push_back(*v);
+  }
+  auto r = c.create1("dsc.conv", operands,
+                     {c.array("strides", strides), c.array("pads", *pads),
+                      c.array("dilations", dilations),
+                      c.i64("group", c.attrInt("group", 1))});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult poolOp(NodeContext &c) {
+  RankedTensorType x = c.type(0);
+  if (x.getRank() < 3)
+    return c.error() << "expects input [N, C, spatial...]";
+  size_t n = x.getRank() - 2;
+  auto kernel = c.attrInts("kernel_shape");
+  if (!kernel || kernel->size() != n)
+    return c.error() << "needs kernel_shape with " << n << " entries";
+  Shape k(kernel->begin(), kernel->end());
+  Shape strides = intsOr(c, "strides", n, 1);
+  Shape dilations = intsOr(c, "dilations", n, 1);
+  if (strides.size() != n || dilations.size() != n)
+    return c.error() << "expected " << n << " strides and dilations";
+  auto pads = windowPads(c, x.getShape().drop_front(2), k, strides, dilations);
+  if (failed(pads))
+    return failure();
+  auto v = c.value(0);
+  if (failed(v))
+    return failure();
+  bool isMax = c.opType() == "MaxPool";
+  auto r = c.create1(isMax ? "dsc.max_pool" : "dsc.avg_pool", {*v},
+                     {c.array("kernel_shape", k), c.array("strides", strides),
+                      c.array("pads", *pads), c.array("dilations", dilations),
+                      c.boolean("ceil_mode", c.attrInt("ceil_mode", 0)),
+                      c.boolean("count_include_pad",
+                                c.attrInt("count_include_pad", 0))});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult batchNormOp(NodeContext &c) {
+  SmallVector<Value> operands;
+  for (size_t i = 0; i < 5; ++i) {
+    auto v = c.value(i);
+    if (failed(v))
+      return failure();
+    operands.push_back(*v);
+  }
+  double eps = c.attrFloat("epsilon", 1e-5);
+  bool training = c.attrInt("training_mode", 0) != 0;
+  if (!training) {
+    auto r = c.create1("dsc.batch_norm", operands, {c.f64("epsilon", eps)});
+    if (failed(r))
+      return failure();
+    c.setOutput(0, *r);
+    return success();
+  }
+  auto op = c.create("dsc.batch_norm_train", operands,
+                     {c.f64("epsilon", eps),
+                      c.f64("momentum", c.attrFloat("momentum", 0.9))});
+  if (failed(op))
+    return failure();
+  for (unsigned i = 0; i < 3; ++i)
+    c.setOutput(i, (*op)->getResult(i));
+  return success();
+}
+
+LogicalResult layerNormOp(NodeContext &c) {
+  SmallVector<Value> operands;
+  for (size_t i = 0; i < 3; ++i) {
+    if (!c.hasInput(i))
+      continue;
+    auto v = c.value(i);
+    if (failed(v))
+      return failure();
+    operands.push_back(*v);
+  }
+  auto r = c.create1("dsc.layer_norm", operands,
+                     {c.i64("axis", c.attrInt("axis", -1)),
+                      c.f64("epsilon", c.attrFloat("epsilon", 1e-5))});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult softmaxOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto axis = axisAttr(c, "axis", -1, c.type(0).getRank());
+  if (failed(axis))
+    return failure();
+  auto r = c.create1(c.opType() == "Softmax" ? "dsc.softmax"
+                                              : "dsc.log_softmax",
+                     {*x}, {c.i64("axis", *axis)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult classLossOp(NodeContext &c) {
+  SmallVector<Value> operands;
+  for (size_t i = 0; i < 3; ++i) {
+    if (!c.hasInput(i))
+      continue;
+    auto v = c.value(i);
+    if (failed(v))
+      return failure();
+    operands.push_back(*v);
+  }
+  SmallVector<NamedAttribute> attrs{
+      c.str("reduction", c.attrString("reduction", "mean"))};
+  if (c.hasAttr("ignore_index"))
+    attrs.push_back(c.i64("ignore_index", c.attrInt("ignore_index", 0)));
+  bool sce = c.opType() == "SoftmaxCrossEntropyLoss";
+  auto r = c.create1(sce ? "dsc.softmax_cross_entropy" : "dsc.nll_loss",
+                     operands, attrs);
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  if (sce && c.outputUsed(1)) {
+    auto lp = c.create1("dsc.log_softmax", {operands[0]}, {c.i64("axis", 1)});
+    if (failed(lp))
+      return failure();
+    c.setOutput(1, *lp);
+  }
+  return success();
+}
+
+LogicalResult reduceOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto axes = reduceAxes(c, c.type(0).getRank());
+  if (failed(axes))
+    return failure();
+  if (!*axes) {
+    c.setOutput(0, *x);
+    return success();
+  }
+  static const llvm::StringMap<const char *> names = {
+      {"ReduceSum", "dsc.reduce_sum"},   {"ReduceMean", "dsc.reduce_mean"},
+      {"ReduceMax", "dsc.reduce_max"},   {"ReduceMin", "dsc.reduce_min"},
+      {"ReduceProd", "dsc.reduce_prod"}};
+  auto r = c.create1(names.lookup(c.opType()), {*x},
+                     {c.array("axes", **axes),
+                      c.boolean("keepdims", c.attrInt("keepdims", 1))});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+FailureOr<Value> reshapeTo(NodeContext &c, Value x, ArrayRef<int64_t> shape) {
+  if (cast<RankedTensorType>(x.getType()).getShape() == shape)
+    return x;
+  return c.create1("dsc.reshape", {x}, {c.array("shape", shape)});
+}
+
+LogicalResult reshapeOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto shape = c.opType() == "Reshape"
+                   ? reshapeTarget(c, c.type(0).getShape())
+                   : reshapeLikeTarget(c, c.type(0).getShape());
+  if (failed(shape))
+    return failure();
+  auto r = reshapeTo(c, *x, *shape);
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult transposeOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto perm = transposePerm(c, c.type(0).getRank());
+  if (failed(perm))
+    return failure();
+  auto r = c.create1("dsc.transpose", {*x}, {c.array("perm", *perm)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult expandOp(NodeContext &c) {
+  auto shape = c.constant(1, "shape");
+  if (failed(shape))
+    return failure();
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto target = broadcastShapes(c.type(0).getShape(), shape->asInts());
+  if (failed(target))
+    return c.error() << "cannot expand the input to the given shape";
+  if (*target == Shape(c.type(0).getShape())) {
+    c.setOutput(0, *x);
+    return success();
+  }
+  auto r = c.create1("dsc.expand", {*x}, {c.array("shape", *target)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult sliceOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto p = sliceParams(c, c.type(0).getShape());
+  if (failed(p))
+    return failure();
+  bool whole = p->sizes == Shape(c.type(0).getShape()) &&
+               llvm::all_of(p->strides, [](int64_t s) { return s == 1; });
+  if (whole) {
+    c.setOutput(0, *x);
+    return success();
+  }
+  auto r = c.create1("dsc.slice", {*x},
+                     {c.array("offsets", p->offsets), c.array("sizes", p->sizes),
+                      c.array("strides", p->strides)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult concatOp(NodeContext &c) {
+  SmallVector<Value> operands;
+  Type element;
+  for (size_t i = 0; i < c.numInputs(); ++i)
+    if (c.hasInput(i) && !c.isConstant(i))
+      element = c.type(i).getElementType();
+  for (size_t i = 0; i < c.numInputs(); ++i) {
+    if (!c.hasInput(i))
+      continue;
+    // Empty pieces contribute nothing.
+    if (c.type(i).getNumElements() == 0 && c.numInputs() > 1)
+      continue;
+    auto v = element ? valueAs(c, i, element) : c.value(i);
+    if (failed(v))
+      return failure();
+    operands.push_back(*v);
+  }
+  if (operands.size() == 1) {
+    c.setOutput(0, operands[0]);
+    return success();
+  }
+  auto axis = axisAttr(c, "axis", 0, c.type(0).getRank());
+  if (failed(axis))
+    return failure();
+  auto r = c.create1("dsc.concat", operands, {c.i64("axis", *axis)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult splitOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto shape = c.type(0).getShape();
+  auto axis = axisAttr(c, "axis", 0, shape.size());
+  if (failed(axis))
+    return failure();
+  auto sizes = splitSizes(c, shape, *axis, c.numOutputs());
+  if (failed(sizes))
+    return failure();
+  if (sizes->size() != c.numOutputs())
+    return c.error() << "split into " << sizes->size() << " pieces but the "
+                     << "node has " << c.numOutputs() << " outputs";
+  auto op = c.create("dsc.split", {*x},
+                     {c.i64("axis", *axis), c.array("sizes", *sizes)});
+  if (failed(op))
+    return failure();
+  for (unsigned i = 0; i < (*op)->getNumResults(); ++i)
+    c.setOutput(i, (*op)->getResult(i));
+  return success();
+}
+
+LogicalResult splitToSequenceOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  Shape shape(c.type(0).getShape());
+  auto axis = axisAttr(c, "axis", 0, shape.size());
+  if (failed(axis))
+    return failure();
+  bool keepdims = c.attrInt("keepdims", 1) != 0;
+  Shape sizes;
+  int64_t dim = shape[*axis];
+  if (c.hasInput(1)) {
+    auto t = c.constant(1, "split");
+    if (failed(t))
+      return failure();
+    if (t->shape.empty()) {
+      int64_t chunk = t->intAt(0);
+      if (chunk <= 0)
+        return c.error() << "split size must be positive";
+      for (int64_t left = dim; left > 0; left -= chunk)
+        sizes.push_back(std::min(chunk, left));
+    } else {
+      for (int64_t s : t->asInts())
+        sizes.push_back(s);
+    }
+    keepdims = true; // keepdims is ignored when split is given
+  } else {
+    sizes.assign(dim, 1);
+  }
+  auto op = c.create("dsc.split", {*x},
+                     {c.i64("axis", *axis), c.array("sizes", sizes)});
+  if (failed(op))
+    return failure();
+  std::vector<ImportValue> seq;
+  for (Value piece : (*op)->getResults()) {
+    Value v = piece;
+    if (!keepdims) {
+      Shape squeezed(cast<RankedTensorType>(piece.getType()).getShape());
+      squeezed.erase(squeezed.begin() + *axis);
+      auto r = reshapeTo(c, piece, squeezed);
+      if (failed(r))
+        return failure();
+      v = *r;
+    }
+    seq.push_back(ImportValue{v, std::nullopt, std::nullopt});
+  }
+  c.setOutput(0, ImportValue{Value(), std::nullopt, std::move(seq)});
+  return success();
+}
+
+LogicalResult sequenceAtOp(NodeContext &c) {
+  const ImportValue &in = c.input(0);
+  if (!in.sequence)
+    return c.error() << "input #0 is not a sequence";
+  auto pos = c.constant(1, "position");
+  if (failed(pos))
+    return failure();
+  int64_t n = in.sequence->size(), p = pos->intAt(0);
+  if (p < -n || p >= n)
+    return c.error() << "position " << p << " out of range for a sequence of "
+                     << n;
+  c.setOutput(0, ImportValue((*in.sequence)[p < 0 ? p + n : p]));
+  return success();
+}
+
+LogicalResult gatherOp(NodeContext &c) {
+  auto data = c.value(0);
+  if (failed(data))
+    return failure();
+  RankedTensorType dt = c.type(0);
+  auto axis = axisAttr(c, "axis", 0, dt.getRank());
+  if (failed(axis))
+    return failure();
+  Value indices;
+  if (c.isConstant(1)) {
+    // Constant indices are checked and made non-negative here.
+    HostTensor idx = *c.input(1).constant;
+    int64_t dim = dt.getDimSize(*axis);
+    HostTensor norm = idx.castTo(ElemKind::I64);
+    for (auto &v : norm.ints) {
+      if (v < -dim || v >= dim)
+        return c.error() << "index " << v << " out of range for dim of size "
+                         << dim;
+      if (v < 0)
+        v += dim;
+    }
+    indices = c.materialize(norm);
+  } else {
+    auto v = c.value(1);
+    if (failed(v))
+      return failure();
+    indices = *v;
+  }
+  auto r = c.create1("dsc.gather", {*data, indices}, {c.i64("axis", *axis)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult triluOp(NodeContext &c) {
+  int64_t k = 0;
+  if (c.hasInput(1)) {
+    auto t = c.constant(1, "k");
+    if (failed(t))
+      return failure();
+    k = t->intAt(0);
+  }
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto r = c.create1("dsc.trilu", {*x},
+                     {c.boolean("upper", c.attrInt("upper", 1) != 0),
+                      c.i64("k", k)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult padOp(NodeContext &c) {
+  std::string mode = c.attrString("mode", "constant");
+  if (mode != "constant")
+    return c.error() << "pad mode '" << mode
+                     << "' is not supported; only 'constant'";
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  int64_t rank = c.type(0).getRank();
+  auto given = c.constant(1, "pads");
+  if (failed(given))
+    return failure();
+  std::vector<int64_t> padsIn = given->asInts();
+  // Opset 18 may name the axes the pads apply to.
+  std::vector<int64_t> axes;
+  if (c.hasInput(3)) {
+    auto a = c.constant(3, "axes");
+    if (failed(a))
+      return failure();
+    axes = a->asInts();
+  } else {
+    for (int64_t i = 0; i < rank; ++i)
+      axes.push_back(i);
+  }
+  if (padsIn.size() != 2 * axes.size())
+    return c.error() << "pads has " << padsIn.size() << " entries for "
+                     << axes.size() << " axes";
+  Shape pads(2 * rank, 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    auto axis = normalizeAxis(axes[i], rank);
+    if (failed(axis))
+      return c.error() << "pad axis " << axes[i] << " out of range";
+    pads[*axis] = padsIn[i];
+    pads[*axis + rank] = padsIn[i + axes.size()];
+  }
+  double value = 0.0;
+  if (c.hasInput(2)) {
+    auto v = c.constant(2, "constant_value");
+    if (failed(v))
+      return failure();
+    value = v->floatAt(0);
+  }
+  auto r = c.create1("dsc.pad", {*x},
+                     {c.array("pads", pads), c.f64("value", value)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+// GatherND with constant indices (what exporters write for advanced
+// indexing) becomes a gather on the flattened leading dims.
+LogicalResult gatherNDOp(NodeContext &c) {
+  if (c.attrInt("batch_dims", 0) != 0)
+    return c.error() << "batch_dims != 0 is not supported";
+  auto idx = c.constant(1, "indices");
+  if (failed(idx))
+    return failure();
+  auto data = c.value(0);
+  if (failed(data))
+    return failure();
+  ArrayRef<int64_t> shape = c.type(0).getShape();
+  int64_t m = idx->shape.empty() ? 0 : idx->shape.back();
+  if (m < 1 || m > (int64_t)shape.size())
+    return c.error() << "index tuples of length " << m << " for rank "
+                     << shape.size();
+  int64_t lead = 1;
+  for (int64_t d = 0; d < m; ++d)
+    lead *= shape[d];
+  Shape flatShape{lead};
+  flatShape.append(shape.begin() + m, shape.end());
+  Shape lookupShape(idx->shape.begin(), idx->shape.end() - 1);
+  std::vector<int64_t> flat;
+  int64_t tuples = idx->numElements() / m;
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t f = 0;
+    for (int64_t d = 0; d < m; ++d) {
+      int64_t i = idx->intAt(t * m + d);
+      if (i < 0)
+        i += shape[d];
+      if (i < 0 || i >= shape[d])
+        return c.error() << "index " << idx->intAt(t * m + d)
+                         << " out of range for dim " << d;
+      f = f * shape[d] + i;
+    }
+    flat.push_back(f);
+  }
+  auto flatData = reshapeTo(c, *data, flatShape);
+  if (failed(flatData))
+    return failure();
+  Value indices = c.materialize(HostTensor::ofInts(flat, lookupShape));
+  auto r = c.create1("dsc.gather", {*flatData, indices}, {c.i64("axis", 0)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult constantOfShapeOp(NodeContext &c) {
+  // Reached only when the result is too large to fold: a splat constant.
+  auto shape = c.constant(0, "shape");
+  if (failed(shape))
+    return failure();
+  HostTensor value = HostTensor::ofFloats({0.0}, {}, ElemKind::F32);
+  if (const auto *a = c.attr("value")) {
+    auto t = readTensorData(a->t(), ".", c.loc());
+    if (failed(t) || !*t)
+      return failure();
+    value = **t;
+  }
+  auto type = RankedTensorType::get(shape->asInts(),
+                                    toMlirType(c.ctx(), value.kind));
+  Attribute elem = value.isFloat()
+                       ? (Attribute)FloatAttr::get(type.getElementType(),
+                                                   value.floatAt(0))
+                       : (Attribute)IntegerAttr::get(type.getElementType(),
+                                                     value.intAt(0));
+  Value v = dsc::ConstantOp::create(c.builder(), c.loc(),
+                                    SplatElementsAttr::get(type, elem));
+  c.setOutput(0, v);
+  return success();
+}
+
+// Shape computations fold on the host; reaching a handler means an input
+// was computed at run time.
+LogicalResult mustFold(NodeContext &c) {
+  for (size_t i = 0; i < c.numInputs(); ++i)
+    if (c.hasInput(i) && !c.isConstant(i))
+      return c.error() << "input #" << i << " '" << c.node().input(i)
+                       << "' is computed at run time, but this op must be "
+                          "evaluated at compile time (dsc compiles static "
+                          "shapes)";
+  return c.error() << "result too large to fold at compile time";
+}
+
+} // namespace
+
+const llvm::StringMap<NodeHandler> &nodeHandlers() {
+  static const llvm::StringMap<NodeHandler> table = [] {
+    llvm::StringMap<NodeHandler> t;
+    // Elementwise.
+    for (auto [onnx, dsc] : std::initializer_list<std::pair<const char *, const char *>>{
+             {"Neg", "dsc.neg"},         {"Abs", "dsc.abs"},
+             {"Exp", "dsc.exp"},         {"Log", "dsc.log"},
+             {"Sqrt", "dsc.sqrt"},       {"Reciprocal", "dsc.reciprocal"},
+             {"Tanh", "dsc.tanh"},       {"Erf", "dsc.erf"},
+             {"Sigmoid", "dsc.sigmoid"}, {"Relu", "dsc.relu"},
+             {"Floor", "dsc.floor"},     {"Ceil", "dsc.ceil"},
+             {"Sin", "dsc.sin"},         {"Cos", "dsc.cos"},
+             {"Softplus", "dsc.softplus"}, {"Not", "dsc.not"}})
+      t[onnx] = unary(dsc);
+    for (auto [onnx, dsc] : std::initializer_list<std::pair<const char *, const char *>>{
+             {"Add", "dsc.add"},     {"Sub", "dsc.sub"},
+             {"Mul", "dsc.mul"},     {"Div", "dsc.div"},
+             {"Pow", "dsc.pow"},     {"Max", "dsc.max"},
+             {"Min", "dsc.min"},     {"Sum", "dsc.add"},
+             {"And", "dsc.and"},     {"Or", "dsc.or"},
+             {"Xor", "dsc.xor"},     {"Equal", "dsc.equal"},
+             {"Less", "dsc.less"},   {"LessOrEqual", "dsc.less_equal"},
+             {"Greater", "dsc.greater"},
+             {"GreaterOrEqual", "dsc.greater_equal"}})
+      t[onnx] = binary(dsc);
+    t["Identity"] = identity;
+    t["Cast"] = castOp;
+    t["CastLike"] = castOp;
+    t["Where"] = whereOp;
+    t["Clip"] = clipOp;
+    t["LeakyRelu"] = leakyReluOp;
+    t["Gelu"] = geluOp;
+    t["Dropout"] = dropoutOp;
+    // Linear algebra, convolution, pooling.
+    t["MatMul"] = matmulOp;
+    t["Gemm"] = gemmOp;
+    t["Conv"] = convOp;
+    t["MaxPool"] = poolOp;
+    t["AveragePool"] = poolOp;
+    t["GlobalAveragePool"] = unary("dsc.global_avg_pool");
+    t["GlobalMaxPool"] = unary("dsc.global_max_pool");
+    // Normalization, softmax, losses.
+    t["BatchNormalization"] = batchNormOp;
+    t["LayerNormalization"] = layerNormOp;
+    t["Softmax"] = softmaxOp;
+    t["LogSoftmax"] = softmaxOp;
+    t["SoftmaxCrossEntropyLoss"] = classLossOp;
+    t["NegativeLogLikelihoodLoss"] = classLossOp;
+    // Reductions.
+    for (const char *r :
+         {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"})
+      t[r] = reduceOp;
+    // Data movement.
+    t["Reshape"] = reshapeOp;
+    t["Flatten"] = reshapeOp;
+    t["Squeeze"] = reshapeOp;
+    t["Unsqueeze"] = reshapeOp;
+    t["Transpose"] = transposeOp;
+    t["Expand"] = expandOp;
+    t["Slice"] = sliceOp;
+    t["Concat"] = concatOp;
+    t["Split"] = splitOp;
+    t["SplitToSequence"] = splitToSequenceOp;
+    t["SequenceAt"] = sequenceAtOp;
+    t["Gather"] = gatherOp;
+    t["Trilu"] = triluOp;
+    t["Pad"] = padOp;
+    t["GatherND"] = gatherNDOp;
+    t["ConstantOfShape"] = constantOfShapeOp;
+    // Evaluated at compile time only.
+    for (const char *f : {"Shape", "Size", "Range", "Constant"})
+      t[f] = mustFold;
+    return t;
+  }();
+  return table;
+}
+
+} // namespace dsc

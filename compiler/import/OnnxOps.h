@@ -1,0 +1,40 @@
+//===- OnnxOps.h - ONNX attribute canonicalization shared by import and
+//===- folding --------------------------------------------------*- C++ -*-===//
+//
+// Both the dsc-op handlers and the host folders of an ONNX op need the same
+// canonical parameters (a Slice's offsets, a Reshape's resolved shape, a
+// reduction's axes). They are computed here once.
+//
+//===----------------------------------------------------------------------===//
+#ifndef DSC_COMPILER_IMPORT_ONNXOPS_H
+#define DSC_COMPILER_IMPORT_ONNXOPS_H
+
+#include "compiler/import/ImportContext.h"
+
+namespace dsc {
+
+struct SliceParams {
+  llvm::SmallVector<int64_t> offsets, sizes, strides;
+};
+
+mlir::FailureOr<SliceParams> sliceParams(NodeContext &c,
+                                         llvm::ArrayRef<int64_t> shape);
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+reshapeTarget(NodeContext &c, llvm::ArrayRef<int64_t> shape);
+/// Output shape of Flatten, Squeeze or Unsqueeze (all become dsc.reshape).
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+reshapeLikeTarget(NodeContext &c, llvm::ArrayRef<int64_t> shape);
+/// Sorted, normalized reduction axes; std::nullopt means "no-op".
+mlir::FailureOr<std::optional<llvm::SmallVector<int64_t>>>
+reduceAxes(NodeContext &c, int64_t rank);
+mlir::FailureOr<llvm::SmallVector<int64_t>> transposePerm(NodeContext &c,
+                                                          int64_t rank);
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+splitSizes(NodeContext &c, llvm::ArrayRef<int64_t> shape, int64_t axis,
+           size_t numOutputs);
+mlir::FailureOr<int64_t> axisAttr(NodeContext &c, llvm::StringRef name,
+                                  int64_t dflt, int64_t rank);
+
+} // namespace dsc
+
+#endif // DSC_COMPILER_IMPORT_ONNXOPS_H
