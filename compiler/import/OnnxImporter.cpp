@@ -710,17 +710,19 @@ FailureOr<Operation *> NodeContext::create(llvm::StringRef opName,
   SmallVector<Type> types;
   // Re-emit inference errors with the node's name and op type in front.
   std::string message;
+  bool inferred;
   {
     ScopedDiagnosticHandler capture(ctx(), [&](Diagnostic &d) {
       if (message.empty())
         message = d.str();
       return success();
     });
-    if (failed(iface->inferReturnTypes(
-            ctx(), loc_, operands, state.attributes.getDictionary(ctx()),
-            OpaqueProperties(nullptr), RegionRange(), types)))
-      return error() << message;
+    inferred = succeeded(iface->inferReturnTypes(
+        ctx(), loc_, operands, state.attributes.getDictionary(ctx()),
+        OpaqueProperties(nullptr), RegionRange(), types));
   }
+  if (!inferred)
+    return error() << (message.empty() ? "invalid operands" : message);
   state.addTypes(types);
   return builder().create(state);
 }

@@ -9,6 +9,7 @@
 #include "compiler/import/OnnxOps.h"
 #include "dialects/dsc/IR/DscOps.h"
 
+#include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 
 using namespace mlir;
@@ -326,6 +327,15 @@ NodeHandler binary(llvm::StringRef opName) {
       auto rhs = valueAs(c, i, element);
       if (failed(rhs))
         return failure();
+      // ONNX Pow takes an exponent of another type: convert it.
+      if (name == "dsc.pow" &&
+          getElementTypeOrSelf(rhs->getType()) != element) {
+        auto cast = c.create1("dsc.cast", {*rhs},
+                              {c.named("to", TypeAttr::get(element))});
+        if (failed(cast))
+          return failure();
+        rhs = *cast;
+      }
       auto r = c.create1(name, {result, *rhs});
       if (failed(r))
         return failure();
@@ -385,8 +395,29 @@ LogicalResult clipOp(NodeContext &c) {
   auto x = c.value(0);
   if (failed(x))
     return failure();
-  SmallVector<NamedAttribute> attrs;
+  // Constant scalar bounds become attributes; bounds computed at run time
+  // become max/min ops.
+  bool constantBounds = (!c.hasInput(1) || c.isConstant(1)) &&
+                        (!c.hasInput(2) || c.isConstant(2));
   const char *names[] = {"min", "max"};
+  if (!constantBounds) {
+    Value result = *x;
+    Type element = c.type(0).getElementType();
+    for (int i = 1; i <= 2; ++i) {
+      if (!c.hasInput(i))
+        continue;
+      auto bound = valueAs(c, i, element);
+      if (failed(bound))
+        return failure();
+      auto r = c.create1(i == 1 ? "dsc.max" : "dsc.min", {result, *bound});
+      if (failed(r))
+        return failure();
+      result = *r;
+    }
+    c.setOutput(0, result);
+    return success();
+  }
+  SmallVector<NamedAttribute> attrs;
   for (int i = 1; i <= 2; ++i) {
     if (!c.hasInput(i))
       continue;
@@ -434,17 +465,18 @@ LogicalResult geluOp(NodeContext &c) {
 LogicalResult dropoutOp(NodeContext &c) {
   double ratio = 0.5;
   bool training = false;
-  if (c.hasInput(1)) {
-    auto t = c.constant(1, "ratio");
-    if (failed(t))
-      return failure();
-    ratio = t->floatAt(0);
-  }
   if (c.hasInput(2)) {
     auto t = c.constant(2, "training_mode");
     if (failed(t))
       return failure();
     training = t->intAt(0) != 0;
+  }
+  // The ratio matters only in training mode.
+  if (training && c.hasInput(1)) {
+    auto t = c.constant(1, "ratio");
+    if (failed(t))
+      return failure();
+    ratio = t->floatAt(0);
   }
   auto x = c.value(0);
   if (failed(x))
@@ -644,12 +676,52 @@ LogicalResult layerNormOp(NodeContext &c) {
       return failure();
     operands.push_back(*v);
   }
+  int64_t rank = c.type(0).getRank();
+  auto axis = axisAttr(c, "axis", -1, rank);
+  if (failed(axis))
+    return failure();
+  double eps = c.attrFloat("epsilon", 1e-5);
   auto r = c.create1("dsc.layer_norm", operands,
-                     {c.i64("axis", c.attrInt("axis", -1)),
-                      c.f64("epsilon", c.attrFloat("epsilon", 1e-5))});
+                     {c.i64("axis", *axis), c.f64("epsilon", eps)});
   if (failed(r))
     return failure();
   c.setOutput(0, *r);
+  if (!c.outputUsed(1) && !c.outputUsed(2))
+    return success();
+  // The optional Mean and InvStdDev outputs, spelled out in dsc ops.
+  Shape axes;
+  for (int64_t d = *axis; d < rank; ++d)
+    axes.push_back(d);
+  auto reduce = [&](Value v) {
+    return c.create1("dsc.reduce_mean", {v},
+                     {c.array("axes", axes), c.boolean("keepdims", true)});
+  };
+  auto mean = reduce(operands[0]);
+  if (failed(mean))
+    return failure();
+  c.setOutput(1, *mean);
+  auto centered = c.create1("dsc.sub", {operands[0], *mean});
+  if (failed(centered))
+    return failure();
+  auto sq = c.create1("dsc.mul", {*centered, *centered});
+  if (failed(sq))
+    return failure();
+  auto var = reduce(*sq);
+  if (failed(var))
+    return failure();
+  Type element = c.type(0).getElementType();
+  Value epsV = c.materialize(
+      HostTensor::ofFloats({eps}, {}, *fromMlirType(element)));
+  auto shifted = c.create1("dsc.add", {*var, epsV});
+  if (failed(shifted))
+    return failure();
+  auto root = c.create1("dsc.sqrt", {*shifted});
+  if (failed(root))
+    return failure();
+  auto inv = c.create1("dsc.reciprocal", {*root});
+  if (failed(inv))
+    return failure();
+  c.setOutput(2, *inv);
   return success();
 }
 
