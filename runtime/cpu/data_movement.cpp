@@ -1,0 +1,473 @@
+//===- data_movement.cpp - CPU kernels: reshape, transpose, slice, ... ----===//
+//
+// Dtype-agnostic: elements are moved as bytes, except the scatter-add of
+// gatherBackward and the pad value, which need the element type.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cpu/kernel_util.h"
+#include "cpu/kernels.h"
+
+#include <cstring>
+
+namespace dsc::cpu {
+
+using namespace detail;
+
+namespace {
+
+/// Copies out[i] = in[w.off[0]] for every out element, es bytes each.
+void gatherBytes(const Tensor &in, const Tensor &out, Walker<1> &w,
+                 int64_t base) {
+  size_t es = dtypeSize(out.dtype);
+  const char *src = in.as<char>();
+  char *dst = out.as<char>();
+  int64_t n = out.numel();
+  switch (es) {
+  case 8:
+    for (int64_t i = 0; i < n; ++i, w.next())
+      std::memcpy(dst + 8 * i, src + 8 * (base + w.off[0]), 8);
+    break;
+  case 4:
+    for (int64_t i = 0; i < n; ++i, w.next())
+      std::memcpy(dst + 4 * i, src + 4 * (base + w.off[0]), 4);
+    break;
+  default:
+    for (int64_t i = 0; i < n; ++i, w.next())
+      std::memcpy(dst + es * i, src + es * (base + w.off[0]), es);
+  }
+}
+
+Status checkRanks(const Call &call, std::initializer_list<const Tensor *> ts) {
+  for (const Tensor *t : ts)
+    if (!validRank(*t))
+      return call.fail("rank above 8");
+  return Status();
+}
+
+bool validPerm(I64s perm, int rank, std::array<int64_t, kMaxRank> &inverse) {
+  if (static_cast<int>(perm.size()) != rank)
+    return false;
+  bool seen[kMaxRank] = {};
+  for (int i = 0; i < rank; ++i) {
+    int64_t p = perm[i];
+    if (p < 0 || p >= rank || seen[p])
+      return false;
+    seen[p] = true;
+    inverse[p] = i;
+  }
+  return true;
+}
+
+} // namespace
+
+Status reshape(const Tensor &input, const Tensor &out) {
+  Call call("reshape");
+  call.arg("input", input).arg("out", out);
+  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+    return st;
+  if (input.dtype != out.dtype || input.numel() != out.numel())
+    return call.fail("dtype and element count must be kept");
+  if (input.data != out.data)
+    std::memmove(out.data, input.data, input.nbytes());
+  return Status();
+}
+
+Status transpose(const Tensor &input, I64s perm, const Tensor &out) {
+  Call call("transpose");
+  call.arg("input", input).arg("perm", perm).arg("out", out);
+  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+    return st;
+  std::array<int64_t, kMaxRank> inverse{};
+  if (!validPerm(perm, input.rank, inverse))
+    return call.fail("perm is not a permutation of the input dims");
+  if (out.dtype != input.dtype || out.rank != input.rank)
+    return call.fail("result must have the input's dtype and rank");
+  auto inStrides = stridesOf(input);
+  Walker<1> w{out.rank, out.shape, {}};
+  for (int i = 0; i < out.rank; ++i) {
+    if (out.shape[i] != input.shape[perm[i]])
+      return call.fail("result dim " + std::to_string(i) + " must be " +
+                       std::to_string(input.shape[perm[i]]));
+    w.strides[0][i] = inStrides[perm[i]];
+  }
+  gatherBytes(input, out, w, 0);
+  return Status();
+}
+
+Status transposeBackward(const Tensor &gradOut, I64s perm,
+                         const Tensor &gradIn) {
+  std::array<int64_t, kMaxRank> inverse{};
+  if (!validRank(gradOut) || !validPerm(perm, gradOut.rank, inverse))
+    return Call("transpose_backward")
+        .arg("grad_out", gradOut)
+        .arg("perm", perm)
+        .fail("perm is not a permutation of the dims");
+  return transpose(gradOut, I64s(inverse.data(), gradOut.rank), gradIn);
+}
+
+Status expand(const Tensor &input, const Tensor &out) {
+  Call call("expand");
+  call.arg("input", input).arg("out", out);
+  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+    return st;
+  Walker<1> w{out.rank, out.shape, {}};
+  if (input.dtype != out.dtype || !broadcastStrides(input, out, w.strides[0]))
+    return call.fail("input must broadcast to the result, same dtype");
+  gatherBytes(input, out, w, 0);
+  return Status();
+}
+
+namespace {
+
+/// Checks a strided slice and gives the walker strides and base offset of
+/// the sliced elements inside `full`.
+Status sliceLayout(const Call &call, const Tensor &full, I64s offsets,
+                   I64s strides, const Tensor &part, Walker<1> &w,
+                   int64_t &base) {
+  if (Status st = checkRanks(call, {&full, &part}); !st.ok())
+    return st;
+  int rank = full.rank;
+  if (part.rank != rank || static_cast<int>(offsets.size()) != rank ||
+      static_cast<int>(strides.size()) != rank)
+    return call.fail("offsets, strides and the slice need the input's rank");
+  if (part.dtype != full.dtype)
+    return call.fail("dtypes differ");
+  auto fs = stridesOf(full);
+  base = 0;
+  for (int d = 0; d < rank; ++d) {
+    int64_t size = part.shape[d];
+    if (strides[d] == 0)
+      return call.fail("stride of dim " + std::to_string(d) + " is zero");
+    if (size == 0)
+      continue;
+    int64_t last = offsets[d] + (size - 1) * strides[d];
+    if (offsets[d] < 0 || offsets[d] >= full.shape[d] || last < 0 ||
+        last >= full.shape[d])
+      return call.fail("dim " + std::to_string(d) + " reads outside [0, " +
+                           std::to_string(full.shape[d]) + ")",
+                       StatusCode::OutOfRange);
+    base += offsets[d] * fs[d];
+    w.strides[0][d] = strides[d] * fs[d];
+  }
+  return Status();
+}
+
+} // namespace
+
+Status slice(const Tensor &input, I64s offsets, I64s strides,
+             const Tensor &out) {
+  Call call("slice");
+  call.arg("input", input).arg("offsets", offsets).arg("strides", strides).arg(
+      "out", out);
+  Walker<1> w{out.rank, out.shape, {}};
+  int64_t base = 0;
+  if (Status st = sliceLayout(call, input, offsets, strides, out, w, base);
+      !st.ok())
+    return st;
+  if (out.numel() > 0)
+    gatherBytes(input, out, w, base);
+  return Status();
+}
+
+Status sliceBackward(const Tensor &gradOut, I64s offsets, I64s strides,
+                     const Tensor &gradIn) {
+  Call call("slice_backward");
+  call.arg("grad_out", gradOut)
+      .arg("offsets", offsets)
+      .arg("strides", strides)
+      .arg("grad_in", gradIn);
+  Walker<1> w{gradOut.rank, gradOut.shape, {}};
+  int64_t base = 0;
+  if (Status st =
+          sliceLayout(call, gradIn, offsets, strides, gradOut, w, base);
+      !st.ok())
+    return st;
+  std::memset(gradIn.data, 0, gradIn.nbytes());
+  size_t es = dtypeSize(gradIn.dtype);
+  const char *src = gradOut.as<char>();
+  char *dst = gradIn.as<char>();
+  // A slice reads each element at most once, so a plain scatter suffices.
+  for (int64_t i = 0, n = gradOut.numel(); i < n; ++i, w.next())
+    std::memcpy(dst + es * (base + w.off[0]), src + es * i, es);
+  return Status();
+}
+
+namespace {
+
+/// Checks that `parts` stack along `axis` into `whole`.
+Status checkStack(const Call &call, const Tensor *parts, int count,
+                  int64_t &axis, const Tensor &whole) {
+  if (!validRank(whole) || count < 1 || !parts)
+    return call.fail("needs at least one piece");
+  if (!normalizeAxis(axis, whole.rank))
+    return call.fail("axis out of range");
+  int64_t total = 0;
+  for (int k = 0; k < count; ++k) {
+    const Tensor &p = parts[k];
+    if (!validRank(p) || p.rank != whole.rank || p.dtype != whole.dtype)
+      return call.fail("piece " + std::to_string(k) + " (" + describe(p) +
+                       ") differs in rank or dtype");
+    for (int d = 0; d < whole.rank; ++d)
+      if (d != axis && p.shape[d] != whole.shape[d])
+        return call.fail("piece " + std::to_string(k) + " (" + describe(p) +
+                         ") differs off the axis");
+    total += p.shape[axis];
+  }
+  if (total != whole.shape[axis])
+    return call.fail("pieces add up to " + std::to_string(total) +
+                     " along the axis");
+  return Status();
+}
+
+/// Copies between the pieces and the whole: toWhole picks the direction.
+void stack(const Tensor *parts, int count, int64_t axis, const Tensor &whole,
+           bool toWhole) {
+  size_t es = dtypeSize(whole.dtype);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d)
+    outer *= whole.shape[d];
+  for (int d = static_cast<int>(axis) + 1; d < whole.rank; ++d)
+    inner *= whole.shape[d];
+  char *w = whole.as<char>();
+  size_t rowBytes = static_cast<size_t>(whole.shape[axis] * inner) * es;
+  for (int64_t o = 0; o < outer; ++o) {
+    size_t at = o * rowBytes;
+    for (int k = 0; k < count; ++k) {
+      size_t bytes = static_cast<size_t>(parts[k].shape[axis] * inner) * es;
+      char *p = parts[k].as<char>() + o * bytes;
+      if (bytes) {
+        if (toWhole)
+          std::memcpy(w + at, p, bytes);
+        else
+          std::memcpy(p, w + at, bytes);
+      }
+      at += bytes;
+    }
+  }
+}
+
+} // namespace
+
+Status concat(const Tensor *inputs, int count, int64_t axis,
+              const Tensor &out) {
+  Call call("concat");
+  call.arg("count", count).arg("axis", axis).arg("out", out);
+  if (Status st = checkStack(call, inputs, count, axis, out); !st.ok())
+    return st;
+  stack(inputs, count, axis, out, true);
+  return Status();
+}
+
+Status split(const Tensor &input, int64_t axis, const Tensor *outs,
+             int count) {
+  Call call("split");
+  call.arg("input", input).arg("axis", axis).arg("count", count);
+  if (Status st = checkStack(call, outs, count, axis, input); !st.ok())
+    return st;
+  stack(outs, count, axis, input, false);
+  return Status();
+}
+
+Status concatBackward(const Tensor &gradOut, int64_t axis,
+                      const Tensor *gradInputs, int count) {
+  return split(gradOut, axis, gradInputs, count);
+}
+
+Status splitBackward(const Tensor *gradOuts, int count, int64_t axis,
+                     const Tensor &gradIn) {
+  return concat(gradOuts, count, axis, gradIn);
+}
+
+namespace {
+
+/// Checks a gather and resolves (wraps) its indices.
+Status gatherLayout(const Call &call, const Tensor &data,
+                    const Tensor &indices, int64_t &axis, const Tensor &out,
+                    std::vector<int64_t> &idx, int64_t &outer,
+                    int64_t &inner) {
+  if (Status st = checkRanks(call, {&data, &indices, &out}); !st.ok())
+    return st;
+  if (indices.dtype != DType::I64 && indices.dtype != DType::I32)
+    return call.fail("indices must be i32 or i64");
+  if (!normalizeAxis(axis, data.rank))
+    return call.fail("axis out of range");
+  std::vector<int64_t> want(data.shape, data.shape + axis);
+  want.insert(want.end(), indices.shape, indices.shape + indices.rank);
+  want.insert(want.end(), data.shape + axis + 1, data.shape + data.rank);
+  if (!shapeIs(out, want) || out.dtype != data.dtype)
+    return call.fail("result must be " + std::string(dtypeName(data.dtype)) +
+                     describe(I64s(want)));
+  int64_t dim = data.shape[axis];
+  idx.resize(indices.numel());
+  for (size_t j = 0; j < idx.size(); ++j) {
+    int64_t v = loadAsInt(indices.data, indices.dtype, j);
+    if (v < -dim || v >= dim)
+      return call.fail("index " + std::to_string(v) + " at " +
+                           std::to_string(j) + " outside [-" +
+                           std::to_string(dim) + ", " + std::to_string(dim) +
+                           ")",
+                       StatusCode::OutOfRange);
+    idx[j] = v < 0 ? v + dim : v;
+  }
+  outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d)
+    outer *= data.shape[d];
+  for (int d = static_cast<int>(axis) + 1; d < data.rank; ++d)
+    inner *= data.shape[d];
+  return Status();
+}
+
+} // namespace
+
+Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
+              const Tensor &out) {
+  Call call("gather");
+  call.arg("data", data).arg("indices", indices).arg("axis", axis).arg("out",
+                                                                       out);
+  std::vector<int64_t> idx;
+  int64_t outer, inner;
+  if (Status st =
+          gatherLayout(call, data, indices, axis, out, idx, outer, inner);
+      !st.ok())
+    return st;
+  size_t es = dtypeSize(data.dtype), row = static_cast<size_t>(inner) * es;
+  int64_t dim = data.shape[axis], m = static_cast<int64_t>(idx.size());
+  const char *src = data.as<char>();
+  char *dst = out.as<char>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < m; ++j)
+      std::memcpy(dst + (o * m + j) * row, src + (o * dim + idx[j]) * row,
+                  row);
+  return Status();
+}
+
+Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
+                      int64_t axis, const Tensor &gradData) {
+  Call call("gather_backward");
+  call.arg("grad_out", gradOut)
+      .arg("indices", indices)
+      .arg("axis", axis)
+      .arg("grad_data", gradData);
+  std::vector<int64_t> idx;
+  int64_t outer, inner;
+  if (Status st = gatherLayout(call, gradData, indices, axis, gradOut, idx,
+                               outer, inner);
+      !st.ok())
+    return st;
+  if (!dispatchFloat(gradData.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        T *gd = gradData.as<T>();
+        const T *g = gradOut.as<T>();
+        std::fill(gd, gd + gradData.numel(), T(0));
+        int64_t dim = gradData.shape[axis], m = idx.size();
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t j = 0; j < m; ++j) {
+            T *dst = gd + (o * dim + idx[j]) * inner;
+            const T *src = g + (o * m + j) * inner;
+            for (int64_t i = 0; i < inner; ++i)
+              dst[i] += src[i];
+          }
+      }))
+    return call.fail("expects f32 or f64", StatusCode::Unimplemented);
+  return Status();
+}
+
+namespace {
+
+Status checkPad(const Call &call, const Tensor &small, I64s pads,
+                const Tensor &big) {
+  if (Status st = checkRanks(call, {&small, &big}); !st.ok())
+    return st;
+  int rank = small.rank;
+  if (static_cast<int>(pads.size()) != 2 * rank || big.rank != rank ||
+      big.dtype != small.dtype)
+    return call.fail("pads needs 2 * rank entries; dtypes and ranks agree");
+  for (int d = 0; d < rank; ++d)
+    if (big.shape[d] != small.shape[d] + pads[d] + pads[d + rank] ||
+        big.shape[d] < 0)
+      return call.fail("padded dim " + std::to_string(d) + " must be " +
+                       std::to_string(small.shape[d] + pads[d] +
+                                      pads[d + rank]));
+  return Status();
+}
+
+} // namespace
+
+Status pad(const Tensor &input, I64s pads, double value, const Tensor &out) {
+  Call call("pad");
+  call.arg("input", input).arg("pads", pads).arg("out", out);
+  if (Status st = checkPad(call, input, pads, out); !st.ok())
+    return st;
+  size_t es = dtypeSize(out.dtype);
+  char fill[8];
+  storeDouble(fill, out.dtype, 0, value);
+  auto inStrides = stridesOf(input);
+  const char *src = input.as<char>();
+  char *dst = out.as<char>();
+  Walker<1> w{out.rank, out.shape, {}};
+  for (int64_t i = 0, n = out.numel(); i < n; ++i, w.next()) {
+    int64_t off = 0;
+    bool inside = true;
+    for (int d = 0; d < out.rank && inside; ++d) {
+      int64_t c = w.idx[d] - pads[d];
+      inside = c >= 0 && c < input.shape[d];
+      off += c * inStrides[d];
+    }
+    std::memcpy(dst + es * i, inside ? src + es * off : fill, es);
+  }
+  return Status();
+}
+
+Status padBackward(const Tensor &gradOut, I64s pads, const Tensor &gradIn) {
+  Call call("pad_backward");
+  call.arg("grad_out", gradOut).arg("pads", pads).arg("grad_in", gradIn);
+  if (Status st = checkPad(call, gradIn, pads, gradOut); !st.ok())
+    return st;
+  size_t es = dtypeSize(gradIn.dtype);
+  auto outStrides = stridesOf(gradOut);
+  const char *src = gradOut.as<char>();
+  char *dst = gradIn.as<char>();
+  Walker<1> w{gradIn.rank, gradIn.shape, {}};
+  for (int64_t i = 0, n = gradIn.numel(); i < n; ++i, w.next()) {
+    int64_t off = 0;
+    bool inside = true;
+    for (int d = 0; d < gradIn.rank && inside; ++d) {
+      int64_t c = w.idx[d] + pads[d];
+      inside = c >= 0 && c < gradOut.shape[d];
+      off += c * outStrides[d];
+    }
+    if (inside)
+      std::memcpy(dst + es * i, src + es * off, es);
+    else
+      std::memset(dst + es * i, 0, es); // cropped away: no gradient
+  }
+  return Status();
+}
+
+Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out) {
+  Call call("trilu");
+  call.arg("input", input).arg("k", k).arg("out", out);
+  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+    return st;
+  if (input.rank < 2 || !sameShape(input, out) || input.dtype != out.dtype)
+    return call.fail("needs rank >= 2 and a result like the input");
+  size_t es = dtypeSize(input.dtype);
+  int64_t rows = input.shape[input.rank - 2], cols = input.shape[input.rank - 1];
+  int64_t mats = rows * cols != 0 ? input.numel() / (rows * cols) : 0;
+  const char *src = input.as<char>();
+  char *dst = out.as<char>();
+  for (int64_t m = 0; m < mats; ++m)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        size_t at = ((m * rows + i) * cols + j) * es;
+        bool keep = upper ? j - i >= k : j - i <= k;
+        if (keep)
+          std::memmove(dst + at, src + at, es);
+        else
+          std::memset(dst + at, 0, es);
+      }
+  return Status();
+}
+
+} // namespace dsc::cpu

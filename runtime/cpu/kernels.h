@@ -1,0 +1,281 @@
+//===- kernels.h - Reference CPU kernels for the dsc ops --------*- C++ -*-===//
+//
+// One function per dsc op forward (dialects/dsc/IR/DscOps.td) and one per
+// vector-Jacobian product the autodiff pass emits. Conventions:
+//
+//  - Every result is a caller-allocated view whose dtype and shape must match
+//    what the op produces; kernels check and return a Status naming the call
+//    and its arguments, never write outside the views, never throw.
+//  - Float math is done in the element type for f32 and f64 (the f64 path is
+//    what finite-difference checks use); f16/bf16 compute is not provided,
+//    except by cast and by the dtype-agnostic data-movement kernels.
+//  - An absent optional operand or result is a view with data == nullptr.
+//  - Results are deterministic: every output element is reduced in a fixed
+//    order, whatever `threads` is (0 means std::thread::hardware_concurrency).
+//  - Backward kernels overwrite their gradient results (no accumulation).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_RUNTIME_CPU_KERNELS_H
+#define DSC_RUNTIME_CPU_KERNELS_H
+
+#include "dsc/runtime.h"
+
+#include <optional>
+
+namespace dsc::cpu {
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+enum class UnaryOp {
+  Neg, Abs, Exp, Log, Sqrt, Reciprocal, Tanh, Erf, Sigmoid, Relu,
+  Floor, Ceil, Sin, Cos, Softplus, Not
+};
+enum class BinaryOp {
+  Add, Sub, Mul, Div, Pow, Max, Min, And, Or, Xor,
+  Equal, Less, LessEqual, Greater, GreaterEqual
+};
+
+/// Neg and Abs also take i64/i32/i8; Not takes bool; the rest f32/f64.
+Status unary(UnaryOp op, const Tensor &input, const Tensor &out);
+Status leakyRelu(const Tensor &input, double alpha, const Tensor &out);
+Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out);
+Status clip(const Tensor &input, std::optional<double> min,
+            std::optional<double> max, const Tensor &out);
+/// Numpy broadcasting. Arithmetic on f32/f64/i64/i32/i8/u8 (integer Div
+/// truncates, integer division by zero is an error); And/Or/Xor on bool;
+/// comparisons write bool.
+Status binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
+              const Tensor &out);
+Status where(const Tensor &cond, const Tensor &x, const Tensor &y,
+             const Tensor &out);
+/// Any dtype to any dtype; float to int truncates toward zero, to bool is
+/// x != 0, f16/bf16 round to nearest even.
+Status cast(const Tensor &input, const Tensor &out);
+
+/// d(op)/d(input) * gradOut, from the forward input. Floor, Ceil: zero.
+Status unaryBackward(UnaryOp op, const Tensor &input, const Tensor &gradOut,
+                     const Tensor &gradIn);
+Status leakyReluBackward(const Tensor &input, double alpha,
+                         const Tensor &gradOut, const Tensor &gradIn);
+Status geluBackward(const Tensor &input, bool tanhApproximation,
+                    const Tensor &gradOut, const Tensor &gradIn);
+/// The gradient passes where min <= x <= max (PyTorch's convention).
+Status clipBackward(const Tensor &input, std::optional<double> min,
+                    std::optional<double> max, const Tensor &gradOut,
+                    const Tensor &gradIn);
+/// Add, Sub, Mul, Div, Pow, Max, Min. Gradients are summed back to each
+/// operand's shape; either may be absent. Max/Min split ties evenly.
+Status binaryBackward(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
+                      const Tensor &gradOut, const Tensor &gradLhs,
+                      const Tensor &gradRhs);
+/// gradX = where(cond, gradOut, 0), gradY = where(cond, 0, gradOut), each
+/// summed to its operand's shape.
+Status whereBackward(const Tensor &cond, const Tensor &gradOut,
+                     const Tensor &gradX, const Tensor &gradY);
+/// Sums `grad` (a broadcast shape) down to `out`'s shape, which must
+/// broadcast to it: the backward of every implicit or explicit broadcast.
+Status reduceToShape(const Tensor &grad, const Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+/// numpy matmul: 1-D operands are promoted and the added dim dropped, batch
+/// dims broadcast.
+Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
+              int threads = 0);
+/// gradLhs = gradOut @ rhs^T, gradRhs = lhs^T @ gradOut, each summed over
+/// the batch dims its operand was broadcast along. Either may be absent.
+Status matmulBackward(const Tensor &lhs, const Tensor &rhs,
+                      const Tensor &gradOut, const Tensor &gradLhs,
+                      const Tensor &gradRhs, int threads = 0);
+
+struct GemmAttrs {
+  double alpha = 1.0, beta = 1.0;
+  bool transA = false, transB = false;
+};
+/// alpha * op(a) @ op(b) + beta * c; c (optional) broadcasts to [M, N].
+Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
+            const GemmAttrs &attrs, const Tensor &out, int threads = 0);
+Status gemmBackward(const Tensor &a, const Tensor &b, const Tensor &c,
+                    const GemmAttrs &attrs, const Tensor &gradOut,
+                    const Tensor &gradA, const Tensor &gradB,
+                    const Tensor &gradC, int threads = 0);
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling (NC + spatial layout, any number of spatial dims)
+//===----------------------------------------------------------------------===//
+
+/// ONNX Conv attributes; pads is [begin..., end...]. Empty lists default to
+/// ones / zeros.
+struct ConvAttrs {
+  std::vector<int64_t> strides, pads, dilations;
+  int64_t group = 1;
+};
+/// input [N, C, x...], weight [M, C/group, k...], bias [M] (optional).
+Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
+            const ConvAttrs &attrs, const Tensor &out, int threads = 0);
+/// Each of gradInput, gradWeight, gradBias may be absent.
+Status convBackward(const Tensor &input, const Tensor &weight,
+                    const ConvAttrs &attrs, const Tensor &gradOut,
+                    const Tensor &gradInput, const Tensor &gradWeight,
+                    const Tensor &gradBias, int threads = 0);
+
+struct PoolAttrs {
+  std::vector<int64_t> kernelShape, strides, pads, dilations;
+  bool ceilMode = false;
+  bool countIncludePad = false;
+};
+/// The output spatial shape ONNX gives (with ceil_mode, a window that would
+/// start in the end padding is dropped, as PyTorch does).
+Status poolOutputShape(const Tensor &input, const PoolAttrs &attrs,
+                       std::vector<int64_t> &outShape);
+/// indices (optional, i64, out's shape) receives the flat spatial position
+/// of the maximum within its (n, c) plane; ties take the first.
+Status maxPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out,
+               const Tensor &indices = Tensor());
+/// Routes each gradient to its window's first maximum in `input`.
+Status maxPoolBackward(const Tensor &input, const PoolAttrs &attrs,
+                       const Tensor &gradOut, const Tensor &gradIn);
+Status avgPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out);
+Status avgPoolBackward(const Tensor &input, const PoolAttrs &attrs,
+                       const Tensor &gradOut, const Tensor &gradIn);
+/// [N, C, x...] -> [N, C, 1...].
+Status globalAvgPool(const Tensor &input, const Tensor &out);
+Status globalMaxPool(const Tensor &input, const Tensor &out);
+Status globalAvgPoolBackward(const Tensor &gradOut, const Tensor &gradIn);
+Status globalMaxPoolBackward(const Tensor &input, const Tensor &gradOut,
+                             const Tensor &gradIn);
+
+//===----------------------------------------------------------------------===//
+// Normalization, softmax, losses, dropout
+//===----------------------------------------------------------------------===//
+
+/// Statistics over all dims but 1. Normalizes with the biased variance;
+/// newRunningVar uses the unbiased one. saveMean and saveInvStd ([C],
+/// optional) receive the batch mean and 1/sqrt(var + eps).
+Status batchNormTrain(const Tensor &input, const Tensor &scale,
+                      const Tensor &bias, const Tensor &runningMean,
+                      const Tensor &runningVar, double epsilon,
+                      double momentum, const Tensor &out,
+                      const Tensor &newRunningMean,
+                      const Tensor &newRunningVar,
+                      const Tensor &saveMean = Tensor(),
+                      const Tensor &saveInvStd = Tensor());
+Status batchNormTrainBackward(const Tensor &input, const Tensor &scale,
+                              double epsilon, const Tensor &gradOut,
+                              const Tensor &gradIn, const Tensor &gradScale,
+                              const Tensor &gradBias);
+Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 const Tensor &mean, const Tensor &var, double epsilon,
+                 const Tensor &out);
+/// The statistics are constants: gradIn, gradScale, gradBias (each optional).
+Status batchNormBackward(const Tensor &input, const Tensor &scale,
+                         const Tensor &mean, const Tensor &var, double epsilon,
+                         const Tensor &gradOut, const Tensor &gradIn,
+                         const Tensor &gradScale, const Tensor &gradBias);
+/// scale and bias (optional) have the shape of dims [axis, rank).
+Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 int64_t axis, double epsilon, const Tensor &out);
+Status layerNormBackward(const Tensor &input, const Tensor &scale,
+                         int64_t axis, double epsilon, const Tensor &gradOut,
+                         const Tensor &gradIn, const Tensor &gradScale,
+                         const Tensor &gradBias);
+
+Status softmax(const Tensor &input, int64_t axis, const Tensor &out);
+Status logSoftmax(const Tensor &input, int64_t axis, const Tensor &out);
+/// From the forward result y: gradIn = y * (g - sum(g * y)).
+Status softmaxBackward(const Tensor &out, int64_t axis, const Tensor &gradOut,
+                       const Tensor &gradIn);
+/// From the forward result y: gradIn = g - exp(y) * sum(g).
+Status logSoftmaxBackward(const Tensor &out, int64_t axis,
+                          const Tensor &gradOut, const Tensor &gradIn);
+
+enum class Reduction { None, Sum, Mean };
+/// "none", "sum", "mean"; anything else is an error.
+Status parseReduction(const std::string &name, Reduction &out);
+
+/// scores [N, C, d...], labels [N, d...] (i32/i64), weights [C] (optional).
+/// loss is [N, d...] for None, a scalar otherwise. Mean divides by the summed
+/// weight of labels that are not ignoreIndex.
+Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
+                           const Tensor &weights, Reduction reduction,
+                           std::optional<int64_t> ignoreIndex,
+                           const Tensor &loss);
+Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
+                                   const Tensor &weights, Reduction reduction,
+                                   std::optional<int64_t> ignoreIndex,
+                                   const Tensor &gradLoss,
+                                   const Tensor &gradScores);
+Status nllLoss(const Tensor &input, const Tensor &labels,
+               const Tensor &weights, Reduction reduction,
+               std::optional<int64_t> ignoreIndex, const Tensor &loss);
+Status nllLossBackward(const Tensor &input, const Tensor &labels,
+                       const Tensor &weights, Reduction reduction,
+                       std::optional<int64_t> ignoreIndex,
+                       const Tensor &gradLoss, const Tensor &gradInput);
+
+/// Element i is kept when uniform(seed, i) >= ratio and scaled by
+/// 1 / (1 - ratio); uniform hashes (seed, i) with splitmix64, so the result
+/// depends on neither threads nor call order. mask (bool) may be absent.
+Status dropout(const Tensor &input, double ratio, uint64_t seed,
+               const Tensor &out, const Tensor &mask);
+Status dropoutBackward(const Tensor &gradOut, const Tensor &mask,
+                       double ratio, const Tensor &gradIn);
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+enum class ReduceOp { Sum, Mean, Max, Min, Prod };
+/// Negative axes wrap; empty axes reduce every dim. Float dtypes, and i64/i32
+/// for Sum, Max, Min, Prod.
+Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
+              const Tensor &out);
+/// Max/Min split the gradient evenly among tied extrema (as torch.amax).
+Status reduceBackward(ReduceOp op, const Tensor &input, I64s axes,
+                      bool keepdims, const Tensor &gradOut,
+                      const Tensor &gradIn);
+
+//===----------------------------------------------------------------------===//
+// Data movement (any dtype)
+//===----------------------------------------------------------------------===//
+
+/// A copy (no-op when the views share data); the element counts must agree.
+Status reshape(const Tensor &input, const Tensor &out);
+Status transpose(const Tensor &input, I64s perm, const Tensor &out);
+Status transposeBackward(const Tensor &gradOut, I64s perm,
+                         const Tensor &gradIn);
+/// Broadcast to out's shape; its backward is reduceToShape.
+Status expand(const Tensor &input, const Tensor &out);
+/// out[i] = input[offsets + i * strides] per dim; strides may be negative.
+Status slice(const Tensor &input, I64s offsets, I64s strides,
+             const Tensor &out);
+Status sliceBackward(const Tensor &gradOut, I64s offsets, I64s strides,
+                     const Tensor &gradIn);
+Status concat(const Tensor *inputs, int count, int64_t axis,
+              const Tensor &out);
+Status concatBackward(const Tensor &gradOut, int64_t axis,
+                      const Tensor *gradInputs, int count);
+Status split(const Tensor &input, int64_t axis, const Tensor *outs, int count);
+Status splitBackward(const Tensor *gradOuts, int count, int64_t axis,
+                     const Tensor &gradIn);
+/// ONNX Gather; indices in [-dim, dim) (negative wrap), others are an error.
+Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
+              const Tensor &out);
+/// Scatter-adds gradOut into zeros in index order (deterministic); float.
+Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
+                      int64_t axis, const Tensor &gradData);
+/// pads = [begin..., end...]; negative amounts crop.
+Status pad(const Tensor &input, I64s pads, double value, const Tensor &out);
+Status padBackward(const Tensor &gradOut, I64s pads, const Tensor &gradIn);
+/// Keeps j - i >= k (upper) or j - i <= k (lower) in the last two dims; its
+/// backward is trilu of the gradient.
+Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out);
+
+} // namespace dsc::cpu
+
+#endif // DSC_RUNTIME_CPU_KERNELS_H
