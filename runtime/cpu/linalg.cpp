@@ -1,0 +1,285 @@
+//===- linalg.cpp - CPU kernels: matmul and gemm, forward and backward ----===//
+//
+// Every product goes through one strided row kernel: C[m, :] (+)= sum over k
+// in ascending order of A(m, k) * B(k, :). Threads split the rows of C, so
+// each output element has one owner and one summation order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cpu/kernel_util.h"
+#include "cpu/kernels.h"
+
+namespace dsc::cpu {
+
+using namespace detail;
+
+namespace {
+
+/// A(m, k) = a[m * sm + k * sk]: a row-major matrix or its transpose.
+template <typename T> struct MatView {
+  const T *p;
+  int64_t sm, sk;
+  T at(int64_t m, int64_t k) const { return p[m * sm + k * sk]; }
+};
+
+/// C[m, n] (+)= sum_k A(m, k) * B(k, n) for rows m in [m0, m1); C is
+/// row-major with N columns.
+template <typename T>
+void productRows(MatView<T> a, MatView<T> b, T *c, int64_t n, int64_t k,
+                 int64_t m0, int64_t m1, bool accumulate) {
+  for (int64_t m = m0; m < m1; ++m) {
+    T *row = c + m * n;
+    if (!accumulate)
+      std::fill(row, row + n, T(0));
+    for (int64_t kk = 0; kk < k; ++kk) {
+      T s = a.at(m, kk);
+      const T *brow = b.p + kk * b.sm;
+      if (b.sk == 1)
+        for (int64_t j = 0; j < n; ++j)
+          row[j] += s * brow[j];
+      else
+        for (int64_t j = 0; j < n; ++j)
+          row[j] += s * brow[j * b.sk];
+    }
+  }
+}
+
+template <typename T>
+void product(MatView<T> a, MatView<T> b, T *c, int64_t m, int64_t n,
+             int64_t k, bool accumulate, int threads) {
+  int64_t minRows = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n * k));
+  parallelFor(m, threads, minRows, [&](int64_t m0, int64_t m1) {
+    productRows(a, b, c, n, k, m0, m1, accumulate);
+  });
+}
+
+/// The shapes of a numpy matmul, 1-D operands promoted.
+struct MatmulLayout {
+  int64_t m, k, n;
+  Tensor lhsBatch, rhsBatch, outBatch; // batch dims only, data unused
+};
+
+Status matmulLayout(const Call &call, const Tensor &lhs, const Tensor &rhs,
+                    const Tensor &out, MatmulLayout &l) {
+  if (!validRank(lhs) || !validRank(rhs) || !validRank(out))
+    return call.fail("rank above 8");
+  if (lhs.rank < 1 || rhs.rank < 1)
+    return call.fail("operands need rank >= 1");
+  if (lhs.dtype != rhs.dtype || out.dtype != lhs.dtype ||
+      (lhs.dtype != DType::F32 && lhs.dtype != DType::F64))
+    return call.fail("expects f32 or f64 operands and result of one dtype");
+  l.m = lhs.rank >= 2 ? lhs.shape[lhs.rank - 2] : 1;
+  l.k = lhs.shape[lhs.rank - 1];
+  int64_t k2 = rhs.rank >= 2 ? rhs.shape[rhs.rank - 2] : rhs.shape[0];
+  l.n = rhs.rank >= 2 ? rhs.shape[rhs.rank - 1] : 1;
+  if (l.k != k2)
+    return call.fail("inner dims " + std::to_string(l.k) + " vs " +
+                     std::to_string(k2));
+  l.lhsBatch = Tensor::of(nullptr, lhs.dtype,
+                          I64s(lhs.shape, std::max(lhs.rank - 2, 0)));
+  l.rhsBatch = Tensor::of(nullptr, rhs.dtype,
+                          I64s(rhs.shape, std::max(rhs.rank - 2, 0)));
+  std::vector<int64_t> batch;
+  if (!broadcastShape(l.lhsBatch, l.rhsBatch, batch))
+    return call.fail("batch dims do not broadcast");
+  l.outBatch = Tensor::of(nullptr, out.dtype, batch);
+  std::vector<int64_t> want = batch;
+  if (lhs.rank >= 2)
+    want.push_back(l.m);
+  if (rhs.rank >= 2)
+    want.push_back(l.n);
+  if (!shapeIs(out, want))
+    return call.fail("result shape must be " + describe(I64s(want)));
+  return Status();
+}
+
+/// Calls fn(batch, lhsBatch, rhsBatch) over the broadcast batch in order.
+template <typename Fn> void forEachBatch(const MatmulLayout &l, Fn fn) {
+  Walker<2> w{l.outBatch.rank, l.outBatch.shape, {}};
+  broadcastStrides(l.lhsBatch, l.outBatch, w.strides[0]);
+  broadcastStrides(l.rhsBatch, l.outBatch, w.strides[1]);
+  for (int64_t b = 0, nb = l.outBatch.numel(); b < nb; ++b, w.next())
+    fn(b, w.off[0], w.off[1]);
+}
+
+} // namespace
+
+Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
+              int threads) {
+  Call call("matmul");
+  call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
+  MatmulLayout l;
+  if (Status st = matmulLayout(call, lhs, rhs, out, l); !st.ok())
+    return st;
+  dispatchFloat(lhs.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    int64_t nb = l.outBatch.numel();
+    std::vector<int64_t> lo(nb), ro(nb);
+    forEachBatch(l, [&](int64_t b, int64_t lb, int64_t rb) {
+      lo[b] = lb, ro[b] = rb;
+    });
+    // One work item per output row, across batches.
+    int64_t minRows =
+        std::max<int64_t>(1, 16384 / std::max<int64_t>(1, l.n * l.k));
+    parallelFor(nb * l.m, threads, minRows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1;) {
+        int64_t b = r / l.m, m0 = r % l.m;
+        int64_t m1 = std::min(l.m, m0 + (r1 - r));
+        MatView<T> a{lhs.as<T>() + lo[b] * l.m * l.k, l.k, 1};
+        MatView<T> bv{rhs.as<T>() + ro[b] * l.k * l.n, l.n, 1};
+        productRows(a, bv, out.as<T>() + b * l.m * l.n, l.n, l.k, m0, m1,
+                    false);
+        r += m1 - m0;
+      }
+    });
+  });
+  return Status();
+}
+
+Status matmulBackward(const Tensor &lhs, const Tensor &rhs,
+                      const Tensor &gradOut, const Tensor &gradLhs,
+                      const Tensor &gradRhs, int threads) {
+  Call call("matmul_backward");
+  call.arg("lhs", lhs)
+      .arg("rhs", rhs)
+      .arg("grad_out", gradOut)
+      .arg("grad_lhs", gradLhs)
+      .arg("grad_rhs", gradRhs);
+  MatmulLayout l;
+  if (Status st = matmulLayout(call, lhs, rhs, gradOut, l); !st.ok())
+    return st;
+  if ((gradLhs.present() &&
+       (!sameShape(gradLhs, lhs) || gradLhs.dtype != lhs.dtype)) ||
+      (gradRhs.present() &&
+       (!sameShape(gradRhs, rhs) || gradRhs.dtype != rhs.dtype)))
+    return call.fail("gradients must have their operands' dtype and shape");
+  dispatchFloat(lhs.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    int64_t m = l.m, n = l.n, k = l.k;
+    if (gradLhs.present())
+      std::fill(gradLhs.as<T>(), gradLhs.as<T>() + gradLhs.numel(), T(0));
+    if (gradRhs.present())
+      std::fill(gradRhs.as<T>(), gradRhs.as<T>() + gradRhs.numel(), T(0));
+    // Batches run in order and accumulate, so a broadcast operand's gradient
+    // is summed over its batch copies in a fixed order.
+    forEachBatch(l, [&](int64_t b, int64_t lb, int64_t rb) {
+      const T *g = gradOut.as<T>() + b * m * n;
+      const T *a = lhs.as<T>() + lb * m * k;
+      const T *bm = rhs.as<T>() + rb * k * n;
+      if (gradLhs.present()) // dA(m, k) = sum_n G(m, n) B(k, n)
+        product(MatView<T>{g, n, 1}, MatView<T>{bm, 1, n},
+                gradLhs.as<T>() + lb * m * k, m, k, n, true, threads);
+      if (gradRhs.present()) // dB(k, n) = sum_m A(m, k) G(m, n)
+        product(MatView<T>{a, 1, k}, MatView<T>{g, n, 1},
+                gradRhs.as<T>() + rb * k * n, k, n, m, true, threads);
+    });
+  });
+  return Status();
+}
+
+namespace {
+
+Status gemmLayout(const Call &call, const Tensor &a, const Tensor &b,
+                  const Tensor &c, const GemmAttrs &attrs, const Tensor &out,
+                  int64_t &m, int64_t &n, int64_t &k) {
+  if (!validRank(a) || !validRank(b) || !validRank(c) || !validRank(out))
+    return call.fail("rank above 8");
+  if (a.rank != 2 || b.rank != 2)
+    return call.fail("a and b must be matrices");
+  if (a.dtype != b.dtype || out.dtype != a.dtype ||
+      (c.present() && c.dtype != a.dtype) ||
+      (a.dtype != DType::F32 && a.dtype != DType::F64))
+    return call.fail("expects f32 or f64 operands of one dtype");
+  m = attrs.transA ? a.shape[1] : a.shape[0];
+  k = attrs.transA ? a.shape[0] : a.shape[1];
+  int64_t k2 = attrs.transB ? b.shape[1] : b.shape[0];
+  n = attrs.transB ? b.shape[0] : b.shape[1];
+  if (k != k2)
+    return call.fail("inner dims " + std::to_string(k) + " vs " +
+                     std::to_string(k2));
+  if (!shapeIs(out, {m, n}))
+    return call.fail("result shape must be " + describe({m, n}));
+  std::array<int64_t, kMaxRank> s;
+  if (c.present() && !broadcastStrides(c, out, s))
+    return call.fail("c does not broadcast to [M, N]");
+  return Status();
+}
+
+} // namespace
+
+Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
+            const GemmAttrs &attrs, const Tensor &out, int threads) {
+  Call call("gemm");
+  call.arg("a", a).arg("b", b).arg("c", c).arg("out", out);
+  int64_t m, n, k;
+  if (Status st = gemmLayout(call, a, b, c, attrs, out, m, n, k); !st.ok())
+    return st;
+  dispatchFloat(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    MatView<T> av = attrs.transA ? MatView<T>{a.as<T>(), 1, m}
+                                 : MatView<T>{a.as<T>(), k, 1};
+    MatView<T> bv = attrs.transB ? MatView<T>{b.as<T>(), 1, k}
+                                 : MatView<T>{b.as<T>(), n, 1};
+    T *y = out.as<T>();
+    product(av, bv, y, m, n, k, false, threads);
+    T alpha = T(attrs.alpha), beta = T(attrs.beta);
+    Walker<1> w{out.rank, out.shape, {}};
+    if (c.present())
+      broadcastStrides(c, out, w.strides[0]);
+    for (int64_t i = 0; i < m * n; ++i, w.next())
+      y[i] = alpha * y[i] + (c.present() ? beta * c.as<T>()[w.off[0]] : T(0));
+  });
+  return Status();
+}
+
+Status gemmBackward(const Tensor &a, const Tensor &b, const Tensor &c,
+                    const GemmAttrs &attrs, const Tensor &gradOut,
+                    const Tensor &gradA, const Tensor &gradB,
+                    const Tensor &gradC, int threads) {
+  Call call("gemm_backward");
+  call.arg("a", a).arg("b", b).arg("c", c).arg("grad_out", gradOut);
+  int64_t m, n, k;
+  if (Status st = gemmLayout(call, a, b, c, attrs, gradOut, m, n, k);
+      !st.ok())
+    return st;
+  if ((gradA.present() && (!sameShape(gradA, a) || gradA.dtype != a.dtype)) ||
+      (gradB.present() && (!sameShape(gradB, b) || gradB.dtype != b.dtype)))
+    return call.fail("gradients must have their operands' dtype and shape");
+  if (gradC.present() && !c.present())
+    return call.fail("grad_c without c");
+  if (gradC.present())
+    if (Status st = reduceToShape(gradOut, gradC); !st.ok())
+      return call.fail(st.message());
+  dispatchFloat(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    MatView<T> av = attrs.transA ? MatView<T>{a.as<T>(), 1, m}
+                                 : MatView<T>{a.as<T>(), k, 1};
+    MatView<T> bv = attrs.transB ? MatView<T>{b.as<T>(), 1, k}
+                                 : MatView<T>{b.as<T>(), n, 1};
+    MatView<T> g{gradOut.as<T>(), n, 1}, gt{gradOut.as<T>(), 1, n};
+    auto trans = [](MatView<T> v) { return MatView<T>{v.p, v.sk, v.sm}; };
+    auto scale = [](const Tensor &t, double s) {
+      for (int64_t i = 0, e = t.numel(); i < e; ++i)
+        t.as<T>()[i] *= T(s);
+    };
+    if (gradA.present()) {
+      if (!attrs.transA) // dA(m, k) = sum_n G(m, n) B'(k, n)
+        product(g, trans(bv), gradA.as<T>(), m, k, n, false, threads);
+      else // dA(k, m) = sum_n B'(k, n) G(m, n)
+        product(bv, gt, gradA.as<T>(), k, m, n, false, threads);
+      scale(gradA, attrs.alpha);
+    }
+    if (gradB.present()) {
+      if (!attrs.transB) // dB(k, n) = sum_m A'(m, k) G(m, n)
+        product(trans(av), g, gradB.as<T>(), k, n, m, false, threads);
+      else // dB(n, k) = sum_m G(m, n) A'(m, k)
+        product(gt, av, gradB.as<T>(), n, k, m, false, threads);
+      scale(gradB, attrs.alpha);
+    }
+    if (gradC.present())
+      scale(gradC, attrs.beta);
+  });
+  return Status();
+}
+
+} // namespace dsc::cpu
