@@ -6,6 +6,8 @@
 using namespace mlir;
 using namespace dsc;
 
+#include "dialects/dsc/IR/DscInterfaces.cpp.inc"
+
 OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValueAttr(); }
 
 #define GET_OP_CLASSES

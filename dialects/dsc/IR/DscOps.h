@@ -12,6 +12,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/dsc/IR/DscDialect.h.inc"
+#include "dialects/dsc/IR/DscInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "dialects/dsc/IR/DscOps.h.inc"

@@ -16,6 +16,7 @@ include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "dialects/dsc/IR/DscInterfaces.td"
 
 def Dsc_Dialect : Dialect {
   let name = "dsc";
@@ -50,9 +51,14 @@ class Dsc_Op<string mnemonic, list<Trait> traits = []>
     : Op<Dsc_Dialect, mnemonic,
          !listconcat(traits, [Pure, InferTypeOpAdaptor])>;
 
+// An op whose vector-Jacobian product is stated in VJP.cpp.
+class Dsc_DiffOp<string mnemonic, list<Trait> traits = []>
+    : Dsc_Op<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<Dsc_VJPOpInterface>])>;
+
 class Dsc_UnaryOp<string mnemonic, Type type = Dsc_FloatTensor,
                   list<Trait> traits = []>
-    : Dsc_Op<mnemonic, traits> {
+    : Dsc_DiffOp<mnemonic, traits> {
   let arguments = (ins type:$input);
   let results = (outs type:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
@@ -61,7 +67,7 @@ class Dsc_UnaryOp<string mnemonic, Type type = Dsc_FloatTensor,
 // Binary ops broadcast their operands with ONNX (numpy) rules.
 class Dsc_BinaryOp<string mnemonic, Type type = Dsc_Tensor,
                    list<Trait> traits = []>
-    : Dsc_Op<mnemonic, traits> {
+    : Dsc_DiffOp<mnemonic, traits> {
   let arguments = (ins type:$lhs, type:$rhs);
   let results = (outs type:$result);
   let assemblyFormat = [{
@@ -69,11 +75,15 @@ class Dsc_BinaryOp<string mnemonic, Type type = Dsc_Tensor,
   }];
 }
 
-class Dsc_CompareOp<string mnemonic> : Dsc_BinaryOp<mnemonic> {
+class Dsc_CompareOp<string mnemonic> : Dsc_Op<mnemonic> {
+  let arguments = (ins Dsc_Tensor:$lhs, Dsc_Tensor:$rhs);
   let results = (outs Dsc_BoolTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
 }
 
-class Dsc_ReduceOp<string mnemonic> : Dsc_Op<mnemonic> {
+class Dsc_ReduceOp<string mnemonic> : Dsc_DiffOp<mnemonic> {
   let summary = "reduction over static axes";
   let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$axes,
                    DefaultValuedAttr<BoolAttr, "true">:$keepdims);
@@ -93,7 +103,7 @@ def Dsc_ConstantOp : Dsc_Op<"constant", [ConstantLike]> {
   let hasFolder = 1;
 }
 
-def Dsc_CastOp : Dsc_Op<"cast"> {
+def Dsc_CastOp : Dsc_DiffOp<"cast"> {
   let summary = "element type conversion (ONNX Cast, CastLike)";
   let arguments = (ins Dsc_Tensor:$input, TypeAttr:$to);
   let results = (outs Dsc_Tensor:$result);
@@ -114,20 +124,32 @@ def Dsc_TanhOp : Dsc_UnaryOp<"tanh">;
 def Dsc_ErfOp : Dsc_UnaryOp<"erf">;
 def Dsc_SigmoidOp : Dsc_UnaryOp<"sigmoid">;
 def Dsc_ReluOp : Dsc_UnaryOp<"relu">;
-def Dsc_FloorOp : Dsc_UnaryOp<"floor">;
-def Dsc_CeilOp : Dsc_UnaryOp<"ceil">;
+def Dsc_FloorOp : Dsc_Op<"floor"> {
+  let arguments = (ins Dsc_FloatTensor:$input);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+def Dsc_CeilOp : Dsc_Op<"ceil"> {
+  let arguments = (ins Dsc_FloatTensor:$input);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
 def Dsc_SinOp : Dsc_UnaryOp<"sin">;
 def Dsc_CosOp : Dsc_UnaryOp<"cos">;
 def Dsc_SoftplusOp : Dsc_UnaryOp<"softplus">;
-def Dsc_NotOp : Dsc_UnaryOp<"not", Dsc_BoolTensor>;
+def Dsc_NotOp : Dsc_Op<"not"> {
+  let arguments = (ins Dsc_BoolTensor:$input);
+  let results = (outs Dsc_BoolTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
 
-def Dsc_LeakyReluOp : Dsc_Op<"leaky_relu"> {
+def Dsc_LeakyReluOp : Dsc_DiffOp<"leaky_relu"> {
   let arguments = (ins Dsc_FloatTensor:$input, F64Attr:$alpha);
   let results = (outs Dsc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Dsc_GeluOp : Dsc_Op<"gelu"> {
+def Dsc_GeluOp : Dsc_DiffOp<"gelu"> {
   let summary = "GELU (ONNX Gelu, opset 20), exact or tanh approximation";
   let arguments = (ins Dsc_FloatTensor:$input,
                    DefaultValuedAttr<BoolAttr, "false">:$tanh_approximation);
@@ -135,7 +157,7 @@ def Dsc_GeluOp : Dsc_Op<"gelu"> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Dsc_ClipOp : Dsc_Op<"clip"> {
+def Dsc_ClipOp : Dsc_DiffOp<"clip"> {
   let summary = "clamp to [min, max]; a missing bound is unbounded";
   let arguments = (ins Dsc_Tensor:$input, OptionalAttr<F64Attr>:$min,
                    OptionalAttr<F64Attr>:$max);
@@ -150,16 +172,34 @@ def Dsc_DivOp : Dsc_BinaryOp<"div">;
 def Dsc_PowOp : Dsc_BinaryOp<"pow">;
 def Dsc_MaxOp : Dsc_BinaryOp<"max">;
 def Dsc_MinOp : Dsc_BinaryOp<"min">;
-def Dsc_AndOp : Dsc_BinaryOp<"and", Dsc_BoolTensor>;
-def Dsc_OrOp : Dsc_BinaryOp<"or", Dsc_BoolTensor>;
-def Dsc_XorOp : Dsc_BinaryOp<"xor", Dsc_BoolTensor>;
+def Dsc_AndOp : Dsc_Op<"and"> {
+  let arguments = (ins Dsc_BoolTensor:$lhs, Dsc_BoolTensor:$rhs);
+  let results = (outs Dsc_BoolTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+def Dsc_OrOp : Dsc_Op<"or"> {
+  let arguments = (ins Dsc_BoolTensor:$lhs, Dsc_BoolTensor:$rhs);
+  let results = (outs Dsc_BoolTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+def Dsc_XorOp : Dsc_Op<"xor"> {
+  let arguments = (ins Dsc_BoolTensor:$lhs, Dsc_BoolTensor:$rhs);
+  let results = (outs Dsc_BoolTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
 def Dsc_EqualOp : Dsc_CompareOp<"equal">;
 def Dsc_LessOp : Dsc_CompareOp<"less">;
 def Dsc_LessEqualOp : Dsc_CompareOp<"less_equal">;
 def Dsc_GreaterOp : Dsc_CompareOp<"greater">;
 def Dsc_GreaterEqualOp : Dsc_CompareOp<"greater_equal">;
 
-def Dsc_WhereOp : Dsc_Op<"where"> {
+def Dsc_WhereOp : Dsc_DiffOp<"where"> {
   let summary = "select x where cond else y, broadcasting all three";
   let arguments = (ins Dsc_BoolTensor:$cond, Dsc_Tensor:$x, Dsc_Tensor:$y);
   let results = (outs Dsc_Tensor:$result);
@@ -173,7 +213,7 @@ def Dsc_WhereOp : Dsc_Op<"where"> {
 // Linear algebra, convolution and pooling
 //===----------------------------------------------------------------------===//
 
-def Dsc_MatMulOp : Dsc_Op<"matmul"> {
+def Dsc_MatMulOp : Dsc_DiffOp<"matmul"> {
   let summary = "numpy matmul with batch broadcasting (ONNX MatMul)";
   let arguments = (ins Dsc_FloatTensor:$lhs, Dsc_FloatTensor:$rhs);
   let results = (outs Dsc_FloatTensor:$result);
@@ -182,7 +222,7 @@ def Dsc_MatMulOp : Dsc_Op<"matmul"> {
   }];
 }
 
-def Dsc_GemmOp : Dsc_Op<"gemm"> {
+def Dsc_GemmOp : Dsc_DiffOp<"gemm"> {
   let summary = "alpha * op(A) * op(B) + beta * C (ONNX Gemm)";
   let arguments = (ins Dsc_FloatTensor:$a, Dsc_FloatTensor:$b,
                    Optional<Dsc_FloatTensor>:$c,
@@ -196,7 +236,7 @@ def Dsc_GemmOp : Dsc_Op<"gemm"> {
   }];
 }
 
-def Dsc_ConvOp : Dsc_Op<"conv"> {
+def Dsc_ConvOp : Dsc_DiffOp<"conv"> {
   let summary = "N-d grouped convolution, NCHW layout (ONNX Conv)";
   let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$weight,
                    Optional<Dsc_FloatTensor>:$bias,
@@ -211,7 +251,7 @@ def Dsc_ConvOp : Dsc_Op<"conv"> {
   }];
 }
 
-class Dsc_PoolOp<string mnemonic> : Dsc_Op<mnemonic> {
+class Dsc_PoolOp<string mnemonic> : Dsc_DiffOp<mnemonic> {
   let arguments = (ins Dsc_FloatTensor:$input,
                    DenseI64ArrayAttr:$kernel_shape,
                    DenseI64ArrayAttr:$strides,
@@ -230,7 +270,7 @@ def Dsc_AvgPoolOp : Dsc_PoolOp<"avg_pool"> {
   let summary = "average pooling over the spatial dims (ONNX AveragePool)";
 }
 
-class Dsc_GlobalPoolOp<string mnemonic> : Dsc_Op<mnemonic> {
+class Dsc_GlobalPoolOp<string mnemonic> : Dsc_DiffOp<mnemonic> {
   let arguments = (ins Dsc_FloatTensor:$input);
   let results = (outs Dsc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
@@ -242,7 +282,7 @@ def Dsc_GlobalMaxPoolOp : Dsc_GlobalPoolOp<"global_max_pool">;
 // Normalization, softmax and losses
 //===----------------------------------------------------------------------===//
 
-def Dsc_BatchNormTrainOp : Dsc_Op<"batch_norm_train"> {
+def Dsc_BatchNormTrainOp : Dsc_DiffOp<"batch_norm_train"> {
   let summary = "batch normalization with batch statistics (training mode)";
   let description = [{
     Normalizes with the mean and biased variance of the batch over all dims
@@ -263,7 +303,7 @@ def Dsc_BatchNormTrainOp : Dsc_Op<"batch_norm_train"> {
   }];
 }
 
-def Dsc_BatchNormOp : Dsc_Op<"batch_norm"> {
+def Dsc_BatchNormOp : Dsc_DiffOp<"batch_norm"> {
   let summary = "batch normalization with given statistics (inference mode)";
   let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$scale,
                    Dsc_FloatTensor:$bias, Dsc_FloatTensor:$mean,
@@ -275,7 +315,7 @@ def Dsc_BatchNormOp : Dsc_Op<"batch_norm"> {
   }];
 }
 
-def Dsc_LayerNormOp : Dsc_Op<"layer_norm"> {
+def Dsc_LayerNormOp : Dsc_DiffOp<"layer_norm"> {
   let summary = "layer normalization over dims [axis, rank)";
   let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$scale,
                    Optional<Dsc_FloatTensor>:$bias, I64Attr:$axis,
@@ -287,19 +327,19 @@ def Dsc_LayerNormOp : Dsc_Op<"layer_norm"> {
   }];
 }
 
-def Dsc_SoftmaxOp : Dsc_Op<"softmax"> {
+def Dsc_SoftmaxOp : Dsc_DiffOp<"softmax"> {
   let arguments = (ins Dsc_FloatTensor:$input, I64Attr:$axis);
   let results = (outs Dsc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Dsc_LogSoftmaxOp : Dsc_Op<"log_softmax"> {
+def Dsc_LogSoftmaxOp : Dsc_DiffOp<"log_softmax"> {
   let arguments = (ins Dsc_FloatTensor:$input, I64Attr:$axis);
   let results = (outs Dsc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Dsc_SoftmaxCrossEntropyOp : Dsc_Op<"softmax_cross_entropy"> {
+def Dsc_SoftmaxCrossEntropyOp : Dsc_DiffOp<"softmax_cross_entropy"> {
   let summary = "softmax cross-entropy of scores [N, C, d...] against labels";
   let description = [{
     ONNX SoftmaxCrossEntropyLoss. `reduction` is "mean", "sum" or "none";
@@ -316,7 +356,7 @@ def Dsc_SoftmaxCrossEntropyOp : Dsc_Op<"softmax_cross_entropy"> {
   }];
 }
 
-def Dsc_NllLossOp : Dsc_Op<"nll_loss"> {
+def Dsc_NllLossOp : Dsc_DiffOp<"nll_loss"> {
   let summary = "negative log-likelihood of log-probabilities [N, C, d...]";
   let arguments = (ins Dsc_FloatTensor:$input, Dsc_IndexTensor:$labels,
                    Optional<Dsc_FloatTensor>:$weights, StrAttr:$reduction,
@@ -328,7 +368,7 @@ def Dsc_NllLossOp : Dsc_Op<"nll_loss"> {
   }];
 }
 
-def Dsc_DropoutOp : Dsc_Op<"dropout"> {
+def Dsc_DropoutOp : Dsc_DiffOp<"dropout"> {
   let summary = "training-mode dropout: zero with probability ratio, scale";
   let arguments = (ins Dsc_FloatTensor:$input, F64Attr:$ratio,
                    OptionalAttr<I64Attr>:$seed);
@@ -350,7 +390,7 @@ def Dsc_ReduceProdOp : Dsc_ReduceOp<"reduce_prod">;
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def Dsc_ReshapeOp : Dsc_Op<"reshape"> {
+def Dsc_ReshapeOp : Dsc_DiffOp<"reshape"> {
   let summary = "reshape to a static shape (ONNX Reshape, Flatten, Squeeze, "
                 "Unsqueeze)";
   let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$shape);
@@ -358,20 +398,20 @@ def Dsc_ReshapeOp : Dsc_Op<"reshape"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
-def Dsc_TransposeOp : Dsc_Op<"transpose"> {
+def Dsc_TransposeOp : Dsc_DiffOp<"transpose"> {
   let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Dsc_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
-def Dsc_ExpandOp : Dsc_Op<"expand"> {
+def Dsc_ExpandOp : Dsc_DiffOp<"expand"> {
   let summary = "broadcast to a static shape (ONNX Expand)";
   let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Dsc_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
-def Dsc_SliceOp : Dsc_Op<"slice"> {
+def Dsc_SliceOp : Dsc_DiffOp<"slice"> {
   let summary = "strided slice: element i of dim d is offsets[d] + i * "
                 "strides[d], for i < sizes[d]";
   let description = [{
@@ -384,13 +424,13 @@ def Dsc_SliceOp : Dsc_Op<"slice"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
-def Dsc_ConcatOp : Dsc_Op<"concat"> {
+def Dsc_ConcatOp : Dsc_DiffOp<"concat"> {
   let arguments = (ins Variadic<Dsc_Tensor>:$inputs, I64Attr:$axis);
   let results = (outs Dsc_Tensor:$result);
   let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
 }
 
-def Dsc_SplitOp : Dsc_Op<"split"> {
+def Dsc_SplitOp : Dsc_DiffOp<"split"> {
   let summary = "split along an axis into pieces of static sizes";
   let arguments = (ins Dsc_Tensor:$input, I64Attr:$axis,
                    DenseI64ArrayAttr:$sizes);
@@ -398,7 +438,7 @@ def Dsc_SplitOp : Dsc_Op<"split"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
 }
 
-def Dsc_GatherOp : Dsc_Op<"gather"> {
+def Dsc_GatherOp : Dsc_DiffOp<"gather"> {
   let summary = "take slices of data along axis at indices (ONNX Gather)";
   let arguments = (ins Dsc_Tensor:$data, Dsc_IndexTensor:$indices,
                    I64Attr:$axis);
@@ -409,7 +449,7 @@ def Dsc_GatherOp : Dsc_Op<"gather"> {
   }];
 }
 
-def Dsc_PadOp : Dsc_Op<"pad"> {
+def Dsc_PadOp : Dsc_DiffOp<"pad"> {
   let summary = "pad with a constant value (ONNX Pad, mode constant)";
   let description = [{
     `pads` holds the amounts added before each dim, then after each dim, as
@@ -421,12 +461,125 @@ def Dsc_PadOp : Dsc_Op<"pad"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
-def Dsc_TriluOp : Dsc_Op<"trilu"> {
+def Dsc_TriluOp : Dsc_DiffOp<"trilu"> {
   let summary = "keep the upper or lower triangle of the last two dims";
   let arguments = (ins Dsc_Tensor:$input, BoolAttr:$upper,
                    DefaultValuedAttr<I64Attr, "0">:$k);
   let results = (outs Dsc_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops: what autodiff emits where composing forward ops would be
+// slow or unclear. Each names the forward op it differentiates.
+//===----------------------------------------------------------------------===//
+
+def Dsc_ConvBackwardInputOp : Dsc_Op<"conv_backward_input"> {
+  let summary = "gradient of dsc.conv with respect to its input";
+  let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$weight,
+                   DenseI64ArrayAttr:$input_shape,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $weight attr-dict `:` type($grad) `,` type($weight)
+    `->` type($result)
+  }];
+}
+
+def Dsc_ConvBackwardWeightOp : Dsc_Op<"conv_backward_weight"> {
+  let summary = "gradient of dsc.conv with respect to its weight";
+  let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$input,
+                   DenseI64ArrayAttr:$weight_shape,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $input attr-dict `:` type($grad) `,` type($input)
+    `->` type($result)
+  }];
+}
+
+def Dsc_PoolBackwardOp : Dsc_Op<"pool_backward"> {
+  let summary = "gradient of dsc.max_pool or dsc.avg_pool w.r.t. the input";
+  let description = [{
+    `kind` is "max" (the gradient goes to the first maximum of each window,
+    as in PyTorch) or "avg". The forward input is an operand.
+  }];
+  let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$input,
+                   StrAttr:$kind, DenseI64ArrayAttr:$kernel_shape,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                   DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $input attr-dict `:` type($grad) `,` type($input)
+    `->` type($result)
+  }];
+}
+
+def Dsc_BatchNormTrainBackwardOp : Dsc_Op<"batch_norm_train_backward"> {
+  let summary = "gradients of dsc.batch_norm_train: input, scale, bias";
+  let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$input,
+                   Dsc_FloatTensor:$scale, F64Attr:$epsilon);
+  let results = (outs Dsc_FloatTensor:$grad_input, Dsc_FloatTensor:$grad_scale,
+                      Dsc_FloatTensor:$grad_bias);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $scale attr-dict `:` type(operands)
+  }];
+}
+
+def Dsc_LayerNormBackwardOp : Dsc_Op<"layer_norm_backward"> {
+  let summary = "gradients of dsc.layer_norm: input, scale, bias";
+  let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$input,
+                   Dsc_FloatTensor:$scale, I64Attr:$axis, F64Attr:$epsilon);
+  let results = (outs Dsc_FloatTensor:$grad_input, Dsc_FloatTensor:$grad_scale,
+                      Dsc_FloatTensor:$grad_bias);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $scale attr-dict `:` type(operands)
+  }];
+}
+
+def Dsc_ClassLossBackwardOp : Dsc_Op<"class_loss_backward"> {
+  let summary = "gradient of softmax_cross_entropy or nll_loss w.r.t. "
+                "the scores or log-probabilities";
+  let description = [{
+    `kind` is "softmax_cross_entropy" or "nll". `grad` has the loss's shape
+    (a scalar unless reduction is "none").
+  }];
+  let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$input,
+                   Dsc_IndexTensor:$labels, Optional<Dsc_FloatTensor>:$weights,
+                   StrAttr:$kind, StrAttr:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $labels (`,` $weights^)? attr-dict `:` type(operands)
+    `->` type($result)
+  }];
+}
+
+def Dsc_ScatterAddOp : Dsc_Op<"scatter_add"> {
+  let summary = "gradient of dsc.gather: add slices of grad into zeros of "
+                "`shape` at indices along axis, in index order";
+  let arguments = (ins Dsc_FloatTensor:$grad, Dsc_IndexTensor:$indices,
+                   I64Attr:$axis, DenseI64ArrayAttr:$shape);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $indices attr-dict `:` type($grad) `,` type($indices)
+    `->` type($result)
+  }];
+}
+
+def Dsc_InsertSliceOp : Dsc_Op<"insert_slice"> {
+  let summary = "gradient of dsc.slice: zeros of `shape` with grad placed "
+                "at the slice's elements";
+  let arguments = (ins Dsc_Tensor:$grad, DenseI64ArrayAttr:$shape,
+                   DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$strides);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
 }
 
 #endif // DSC_OPS_TD

@@ -752,3 +752,81 @@ LogicalResult TriluOp::inferReturnTypes(MLIRContext *,
   results.push_back(x);
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Gradient ops
+//===----------------------------------------------------------------------===//
+
+static LogicalResult inferShaped(std::optional<Location> loc, Value like,
+                                 ArrayRef<int64_t> shape,
+                                 SmallVectorImpl<Type> &results) {
+  auto t = rankedType(like);
+  if (!t)
+    return fail(loc, "operands must be ranked tensors");
+  for (int64_t d : shape)
+    if (d < 0)
+      return fail(loc, "negative dim in " + shapeStr(shape));
+  results.push_back(RankedTensorType::get(shape, t.getElementType()));
+  return success();
+}
+
+LogicalResult ConvBackwardInputOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  return inferShaped(loc, a.getGrad(), a.getInputShape(), results);
+}
+
+LogicalResult ConvBackwardWeightOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  return inferShaped(loc, a.getGrad(), a.getWeightShape(), results);
+}
+
+LogicalResult PoolBackwardOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  if (a.getKind() != "max" && a.getKind() != "avg")
+    return fail(loc, "pool kind must be 'max' or 'avg'");
+  return inferSameAsInput(a.getInput(), results);
+}
+
+LogicalResult BatchNormTrainBackwardOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  if (a.getGrad().getType() != a.getInput().getType())
+    return fail(loc, "grad and input types differ");
+  results.append({a.getInput().getType(), a.getScale().getType(),
+                  a.getScale().getType()});
+  return success();
+}
+
+LogicalResult LayerNormBackwardOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  if (a.getGrad().getType() != a.getInput().getType())
+    return fail(loc, "grad and input types differ");
+  results.append({a.getInput().getType(), a.getScale().getType(),
+                  a.getScale().getType()});
+  return success();
+}
+
+LogicalResult ClassLossBackwardOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  if (a.getKind() != "softmax_cross_entropy" && a.getKind() != "nll")
+    return fail(loc, "kind must be 'softmax_cross_entropy' or 'nll'");
+  return inferSameAsInput(a.getInput(), results);
+}
+
+LogicalResult ScatterAddOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor a,
+                                             SmallVectorImpl<Type> &results) {
+  return inferShaped(loc, a.getGrad(), a.getShape(), results);
+}
+
+LogicalResult InsertSliceOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  return inferShaped(loc, a.getGrad(), a.getShape(), results);
+}
