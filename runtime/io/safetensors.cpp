@@ -1,0 +1,556 @@
+//===- safetensors.cpp - Read and write safetensors files -----------------===//
+
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <memory>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace dsc::io {
+
+const char *safetensorsDtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return "F32";
+  case DType::F64:
+    return "F64";
+  case DType::F16:
+    return "F16";
+  case DType::BF16:
+    return "BF16";
+  case DType::I64:
+    return "I64";
+  case DType::I32:
+    return "I32";
+  case DType::I8:
+    return "I8";
+  case DType::U8:
+    return "U8";
+  case DType::Bool:
+    return "BOOL";
+  }
+  return "?";
+}
+
+bool parseSafetensorsDtype(const std::string &name, DType &out) {
+  static const DType all[] = {DType::F32, DType::F64, DType::F16,
+                              DType::BF16, DType::I64, DType::I32,
+                              DType::I8,  DType::U8,  DType::Bool};
+  for (DType d : all)
+    if (name == safetensorsDtypeName(d)) {
+      out = d;
+      return true;
+    }
+  return false;
+}
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// A minimal JSON reader for the header: objects, arrays, strings, integers
+// (other scalars are parsed and kept as their text).
+//===----------------------------------------------------------------------===//
+
+struct Json {
+  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
+  std::string text; // String value, or a Number's literal
+  std::vector<Json> items;
+  std::vector<std::pair<std::string, Json>> members;
+};
+
+class JsonParser {
+public:
+  explicit JsonParser(const std::string &s) : s_(s) {}
+
+  bool parse(Json &out, std::string &error) {
+    if (!value(out, 0) || (skipSpace(), pos_ != s_.size())) {
+      error = error_.empty() ? "trailing characters" : error_;
+      error += " at byte " + std::to_string(pos_);
+      return false;
+    }
+    return true;
+  }
+
+private:
+  void skipSpace() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' ||
+                                s_[pos_] == '\t' || s_[pos_] == '\r'))
+      ++pos_;
+  }
+  bool fail(const char *what) {
+    if (error_.empty())
+      error_ = what;
+    return false;
+  }
+  bool literal(const char *word) {
+    size_t n = std::strlen(word);
+    if (s_.compare(pos_, n, word) != 0)
+      return fail("unexpected token");
+    pos_ += n;
+    return true;
+  }
+
+  bool value(Json &out, int depth) {
+    if (depth > 64)
+      return fail("nesting too deep");
+    skipSpace();
+    if (pos_ >= s_.size())
+      return fail("unexpected end");
+    char c = s_[pos_];
+    if (c == '{')
+      return object(out, depth);
+    if (c == '[')
+      return array(out, depth);
+    if (c == '"') {
+      out.kind = Json::String;
+      return string(out.text);
+    }
+    if (c == 't' || c == 'f') {
+      out.kind = Json::Bool;
+      out.text = c == 't' ? "true" : "false";
+      return literal(c == 't' ? "true" : "false");
+    }
+    if (c == 'n') {
+      out.kind = Json::Null;
+      return literal("null");
+    }
+    size_t start = pos_;
+    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) ||
+                                std::strchr("+-.eE", s_[pos_])))
+      ++pos_;
+    if (start == pos_)
+      return fail("unexpected character");
+    out.kind = Json::Number;
+    out.text = s_.substr(start, pos_ - start);
+    return true;
+  }
+
+  bool object(Json &out, int depth) {
+    out.kind = Json::Object;
+    ++pos_; // '{'
+    skipSpace();
+    if (pos_ < s_.size() && s_[pos_] == '}')
+      return ++pos_, true;
+    while (true) {
+      skipSpace();
+      std::string key;
+      if (pos_ >= s_.size() || s_[pos_] != '"' || !string(key))
+        return fail("expected a member name");
+      skipSpace();
+      if (pos_ >= s_.size() || s_[pos_++] != ':')
+        return fail("expected ':'");
+      Json v;
+      if (!value(v, depth + 1))
+        return false;
+      out.members.emplace_back(std::move(key), std::move(v));
+      skipSpace();
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < s_.size() && s_[pos_] == '}')
+        return ++pos_, true;
+      return fail("expected ',' or '}'");
+    }
+  }
+
+  bool array(Json &out, int depth) {
+    out.kind = Json::Array;
+    ++pos_; // '['
+    skipSpace();
+    if (pos_ < s_.size() && s_[pos_] == ']')
+      return ++pos_, true;
+    while (true) {
+      Json v;
+      if (!value(v, depth + 1))
+        return false;
+      out.items.push_back(std::move(v));
+      skipSpace();
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < s_.size() && s_[pos_] == ']')
+        return ++pos_, true;
+      return fail("expected ',' or ']'");
+    }
+  }
+
+  static void appendUtf8(std::string &out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xc0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xe0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+      out += static_cast<char>(0xf0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+  }
+
+  bool hex4(uint32_t &cp) {
+    if (pos_ + 4 > s_.size())
+      return fail("bad \\u escape");
+    cp = 0;
+    for (int i = 0; i < 4; ++i) {
+      char h = s_[pos_++];
+      cp <<= 4;
+      if (h >= '0' && h <= '9')
+        cp |= h - '0';
+      else if (h >= 'a' && h <= 'f')
+        cp |= h - 'a' + 10;
+      else if (h >= 'A' && h <= 'F')
+        cp |= h - 'A' + 10;
+      else
+        return fail("bad \\u escape");
+    }
+    return true;
+  }
+
+  bool string(std::string &out) {
+    ++pos_; // '"'
+    while (pos_ < s_.size()) {
+      char c = s_[pos_++];
+      if (c == '"')
+        return true;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (pos_ >= s_.size())
+        break;
+      char e = s_[pos_++];
+      switch (e) {
+      case '"':
+      case '\\':
+      case '/':
+        out += e;
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'u': {
+        uint32_t cp;
+        if (!hex4(cp))
+          return false;
+        if (cp >= 0xd800 && cp < 0xdc00 && pos_ + 1 < s_.size() &&
+            s_[pos_] == '\\' && s_[pos_ + 1] == 'u') {
+          pos_ += 2;
+          uint32_t lo;
+          if (!hex4(lo))
+            return false;
+          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        }
+        appendUtf8(out, cp);
+        break;
+      }
+      default:
+        return fail("bad escape");
+      }
+    }
+    return fail("unterminated string");
+  }
+
+  const std::string &s_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
+bool toUint(const Json &j, uint64_t &out) {
+  if (j.kind != Json::Number || j.text.empty() ||
+      j.text.find_first_not_of("0123456789") != std::string::npos ||
+      j.text.size() > 19)
+    return false;
+  out = std::stoull(j.text);
+  return true;
+}
+
+void appendJsonString(std::string &out, const std::string &s) {
+  out += '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+
+std::string errnoText() { return std::strerror(errno); }
+
+struct FileCloser {
+  void operator()(FILE *f) const {
+    if (f)
+      std::fclose(f);
+  }
+};
+
+} // namespace
+
+Status SafetensorsFile::read(const std::string &path) {
+  std::string call = "read_safetensors(" + path + ")";
+  auto fail = [&](const std::string &why) {
+    return Status::error(StatusCode::IoError, call + ": " + why);
+  };
+  *this = SafetensorsFile();
+  path_ = path;
+  std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  if (!f)
+    return fail(errnoText());
+  if (std::fseek(f.get(), 0, SEEK_END) != 0)
+    return fail(errnoText());
+  long endPos = std::ftell(f.get());
+  if (endPos < 0)
+    return fail(errnoText());
+  uint64_t fileSize = static_cast<uint64_t>(endPos);
+  std::rewind(f.get());
+  unsigned char lenBytes[8];
+  if (fileSize < 8 || std::fread(lenBytes, 1, 8, f.get()) != 8)
+    return fail("shorter than the 8-byte header length");
+  uint64_t headerLen = 0;
+  for (int i = 7; i >= 0; --i)
+    headerLen = (headerLen << 8) | lenBytes[i];
+  if (headerLen > 100 * 1000 * 1000 || headerLen > fileSize - 8)
+    return fail("header length " + std::to_string(headerLen) +
+                " does not fit a file of " + std::to_string(fileSize) +
+                " bytes");
+  std::string header(headerLen, '\0');
+  if (std::fread(header.data(), 1, headerLen, f.get()) != headerLen)
+    return fail("truncated header");
+  uint64_t dataLen = fileSize - 8 - headerLen;
+  data_.assign((dataLen + 7) / 8, 0);
+  if (dataLen &&
+      std::fread(data_.data(), 1, dataLen, f.get()) != dataLen)
+    return fail("truncated data");
+
+  Json root;
+  std::string error;
+  if (!JsonParser(header).parse(root, error))
+    return fail("header is not JSON: " + error);
+  if (root.kind != Json::Object)
+    return fail("header is not a JSON object");
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (auto &[name, entry] : root.members) {
+    if (name == "__metadata__") {
+      if (entry.kind != Json::Object)
+        return fail("__metadata__ is not an object");
+      for (auto &[k, v] : entry.members) {
+        if (v.kind != Json::String)
+          return fail("__metadata__ value of '" + k + "' is not a string");
+        metadata_[k] = v.text;
+      }
+      continue;
+    }
+    std::string what = "tensor '" + name + "': ";
+    if (entry.kind != Json::Object)
+      return fail(what + "entry is not an object");
+    const Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
+    for (auto &[k, v] : entry.members) {
+      if (k == "dtype")
+        dtype = &v;
+      else if (k == "shape")
+        shape = &v;
+      else if (k == "data_offsets")
+        offsets = &v;
+    }
+    DType dt;
+    if (!dtype || dtype->kind != Json::String)
+      return fail(what + "missing dtype");
+    if (!parseSafetensorsDtype(dtype->text, dt))
+      return fail(what + "unsupported dtype " + dtype->text);
+    if (!shape || shape->kind != Json::Array)
+      return fail(what + "missing shape");
+    if (shape->items.size() > static_cast<size_t>(kMaxRank))
+      return fail(what + "rank above 8");
+    std::vector<int64_t> dims;
+    uint64_t numel = 1;
+    for (const Json &d : shape->items) {
+      uint64_t v;
+      if (!toUint(d, v) || v > (uint64_t(1) << 48))
+        return fail(what + "bad shape entry");
+      dims.push_back(static_cast<int64_t>(v));
+      numel *= v;
+      if (numel > (uint64_t(1) << 48))
+        return fail(what + "too many elements");
+    }
+    uint64_t begin, end;
+    if (!offsets || offsets->kind != Json::Array ||
+        offsets->items.size() != 2 || !toUint(offsets->items[0], begin) ||
+        !toUint(offsets->items[1], end))
+      return fail(what + "missing data_offsets");
+    if (end < begin || end > dataLen)
+      return fail(what + "data_offsets [" + std::to_string(begin) + ", " +
+                  std::to_string(end) + ") outside the " +
+                  std::to_string(dataLen) + "-byte data section");
+    if (end - begin != numel * dtypeSize(dt))
+      return fail(what + "data_offsets span " + std::to_string(end - begin) +
+                  " bytes, shape and dtype need " +
+                  std::to_string(numel * dtypeSize(dt)));
+    if (tensors_.count(name))
+      return fail(what + "duplicate name");
+    tensors_[name] = Tensor::of(reinterpret_cast<char *>(data_.data()) + begin,
+                                dt, dims);
+    order.emplace_back(begin, name);
+  }
+  std::sort(order.begin(), order.end());
+  for (auto &entry : order)
+    names_.push_back(entry.second);
+  return Status();
+}
+
+Status SafetensorsFile::get(const std::string &name, Tensor &out) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    return Status::error(StatusCode::InvalidArgument,
+                         "SafetensorsFile::get(" + name + "): no such tensor in " +
+                             path_);
+  out = it->second;
+  return Status();
+}
+
+Status writeSafetensors(const std::string &path,
+                        const std::vector<NamedTensor> &tensors,
+                        const std::map<std::string, std::string> &metadata) {
+  std::string call = "write_safetensors(" + path + ")";
+  auto fail = [&](StatusCode code, const std::string &why) {
+    return Status::error(code, call + ": " + why);
+  };
+  // Larger elements first, then by name: every tensor starts aligned to its
+  // element size, with no gaps (the format forbids holes).
+  std::vector<const NamedTensor *> order;
+  for (const NamedTensor &t : tensors) {
+    if (t.name.empty() || t.name == "__metadata__")
+      return fail(StatusCode::InvalidArgument,
+                  "bad tensor name '" + t.name + "'");
+    if (t.tensor.rank < 0 || t.tensor.rank > kMaxRank)
+      return fail(StatusCode::InvalidArgument,
+                  "tensor '" + t.name + "': rank above 8");
+    if (!t.tensor.present() && t.tensor.numel() != 0)
+      return fail(StatusCode::InvalidArgument,
+                  "tensor '" + t.name + "' has no data");
+    order.push_back(&t);
+  }
+  std::sort(order.begin(), order.end(), [](auto *a, auto *b) {
+    size_t sa = dtypeSize(a->tensor.dtype), sb = dtypeSize(b->tensor.dtype);
+    return sa != sb ? sa > sb : a->name < b->name;
+  });
+  {
+    std::vector<std::string> names;
+    for (auto *t : order)
+      names.push_back(t->name);
+    std::sort(names.begin(), names.end());
+    auto dup = std::adjacent_find(names.begin(), names.end());
+    if (dup != names.end())
+      return fail(StatusCode::InvalidArgument,
+                  "duplicate tensor name '" + *dup + "'");
+  }
+
+  std::string header = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    for (auto &[k, v] : metadata) {
+      if (!first)
+        header += ',';
+      first = false;
+      appendJsonString(header, k);
+      header += ':';
+      appendJsonString(header, v);
+    }
+    header += '}';
+    first = false;
+  }
+  uint64_t offset = 0;
+  for (const NamedTensor *t : order) {
+    if (!first)
+      header += ',';
+    first = false;
+    appendJsonString(header, t->name);
+    header += ":{\"dtype\":\"";
+    header += safetensorsDtypeName(t->tensor.dtype);
+    header += "\",\"shape\":[";
+    for (int d = 0; d < t->tensor.rank; ++d)
+      header += (d ? "," : "") + std::to_string(t->tensor.shape[d]);
+    uint64_t bytes = t->tensor.nbytes();
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  header += '}';
+  while ((8 + header.size()) % 8)
+    header += ' ';
+
+  std::string tmp = path + ".tmp.XXXXXX";
+  int fd = mkstemp(tmp.data());
+  if (fd < 0)
+    return fail(StatusCode::IoError,
+                "cannot create a temporary file: " + errnoText());
+  auto writeAll = [fd](const void *p, size_t n) {
+    const char *c = static_cast<const char *>(p);
+    while (n) {
+      ssize_t w = ::write(fd, c, n);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0)
+        return false;
+      c += w, n -= static_cast<size_t>(w);
+    }
+    return true;
+  };
+  unsigned char lenBytes[8];
+  uint64_t len = header.size();
+  for (int i = 0; i < 8; ++i)
+    lenBytes[i] = static_cast<unsigned char>(len >> (8 * i));
+  bool ok = writeAll(lenBytes, 8) && writeAll(header.data(), header.size());
+  for (size_t i = 0; ok && i < order.size(); ++i)
+    ok = writeAll(order[i]->tensor.data, order[i]->tensor.nbytes());
+  std::string why = ok ? "" : "write failed: " + errnoText();
+  if (ok && ::fsync(fd) != 0)
+    ok = false, why = "fsync failed: " + errnoText();
+  if (::close(fd) != 0 && ok)
+    ok = false, why = "close failed: " + errnoText();
+  // mkstemp creates 0600; a checkpoint gets the usual 0644 less the umask.
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (ok && ::chmod(tmp.c_str(), 0644 & ~mask) != 0)
+    ok = false, why = "chmod failed: " + errnoText();
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0)
+    ok = false, why = "rename failed: " + errnoText();
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return fail(StatusCode::IoError, why);
+  }
+  return Status();
+}
+
+} // namespace dsc::io
