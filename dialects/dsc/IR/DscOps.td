@@ -582,4 +582,84 @@ def Dsc_InsertSliceOp : Dsc_Op<"insert_slice"> {
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
 }
 
+//===----------------------------------------------------------------------===//
+// Optimizer ops: what dsc-optimizer emits. Hyperparameters are run-time
+// scalars (tensor<f32>) so a compiled program can override its defaults.
+//===----------------------------------------------------------------------===//
+
+def Dsc_ScalarF32 : StaticShapeTensorOf<[F32]>;
+def Dsc_StepTensor : StaticShapeTensorOf<[I64]>;
+
+def Dsc_AdamWOp : Dsc_Op<"adamw"> {
+  let summary = "one AdamW step with PyTorch's semantics";
+  let description = [{
+    With t = step (1 for the first step):
+    ```
+    param  = param - lr * weight_decay * param        (decoupled decay)
+    m      = beta1 * m + (1 - beta1) * grad
+    v      = beta2 * v + (1 - beta2) * grad^2
+    param  = param - lr / (1 - beta1^t) * m / (sqrt(v / (1 - beta2^t)) + eps)
+    ```
+  }];
+  let arguments = (ins Dsc_FloatTensor:$param, Dsc_FloatTensor:$grad,
+                   Dsc_FloatTensor:$exp_avg, Dsc_FloatTensor:$exp_avg_sq,
+                   Dsc_ScalarF32:$lr, Dsc_ScalarF32:$beta1,
+                   Dsc_ScalarF32:$beta2, Dsc_ScalarF32:$eps,
+                   Dsc_ScalarF32:$weight_decay, Dsc_StepTensor:$step);
+  let results = (outs Dsc_FloatTensor:$new_param,
+                      Dsc_FloatTensor:$new_exp_avg,
+                      Dsc_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $lr `,` $beta1 `,`
+    $beta2 `,` $eps `,` $weight_decay `,` $step attr-dict `:` type(operands)
+  }];
+}
+
+def Dsc_SgdOp : Dsc_Op<"sgd"> {
+  let summary = "one SGD step with momentum, PyTorch's semantics";
+  let description = [{
+    ```
+    g   = grad + weight_decay * param
+    buf = step == 1 ? g : momentum * buf + (1 - dampening) * g
+    g   = nesterov ? g + momentum * buf : buf      (buf when momentum != 0)
+    param = param - lr * g
+    ```
+  }];
+  let arguments = (ins Dsc_FloatTensor:$param, Dsc_FloatTensor:$grad,
+                   Dsc_FloatTensor:$momentum_buffer, Dsc_ScalarF32:$lr,
+                   Dsc_ScalarF32:$momentum, Dsc_ScalarF32:$weight_decay,
+                   Dsc_StepTensor:$step,
+                   DefaultValuedAttr<F64Attr, "0.0">:$dampening,
+                   DefaultValuedAttr<BoolAttr, "false">:$nesterov);
+  let results = (outs Dsc_FloatTensor:$new_param,
+                      Dsc_FloatTensor:$new_momentum_buffer);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $momentum_buffer `,` $lr `,` $momentum `,`
+    $weight_decay `,` $step attr-dict `:` type(operands)
+  }];
+}
+
+def Dsc_LrScheduleOp : Dsc_Op<"lr_schedule"> {
+  let summary = "learning rate at a step (DeepSpeed's WarmupCosineLR and "
+                "WarmupDecayLR, linear warm-up)";
+  let description = [{
+    `kind` is "constant", "warmup_cosine" or "warmup_linear". With
+    w = warmup_steps, T = total_steps and t = step (1-based):
+    - warm-up (t <= w): ratio = warmup_min_ratio + (1 - warmup_min_ratio) * t / w
+    - warmup_cosine after: ratio = min_ratio + (1 - min_ratio) *
+      0.5 * (1 + cos(pi * (t - w) / (T - w)))
+    - warmup_linear after: ratio = min_ratio + (1 - min_ratio) *
+      max(0, (T - t) / (T - w))
+    - constant after: ratio = 1
+    and lr = base_lr * ratio.
+  }];
+  let arguments = (ins Dsc_StepTensor:$step, Dsc_ScalarF32:$base_lr,
+                   StrAttr:$kind, DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                   DefaultValuedAttr<I64Attr, "0">:$total_steps,
+                   DefaultValuedAttr<F64Attr, "0.0">:$warmup_min_ratio,
+                   DefaultValuedAttr<F64Attr, "0.0">:$min_ratio);
+  let results = (outs Dsc_ScalarF32:$lr);
+  let assemblyFormat = "$step `,` $base_lr attr-dict `:` type(operands)";
+}
+
 #endif // DSC_OPS_TD

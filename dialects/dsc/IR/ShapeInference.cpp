@@ -830,3 +830,65 @@ LogicalResult InsertSliceOp::inferReturnTypes(
     SmallVectorImpl<Type> &results) {
   return inferShaped(loc, a.getGrad(), a.getShape(), results);
 }
+
+//===----------------------------------------------------------------------===//
+// Optimizer ops
+//===----------------------------------------------------------------------===//
+
+static LogicalResult checkScalars(std::optional<Location> loc,
+                                  ValueRange scalars) {
+  for (Value v : scalars) {
+    auto t = rankedType(v);
+    if (!t || t.getRank() != 0)
+      return fail(loc, "hyperparameters and the step must be scalars");
+  }
+  return success();
+}
+
+static LogicalResult checkLike(std::optional<Location> loc, Value param,
+                               ValueRange likes) {
+  for (Value v : likes)
+    if (v.getType() != param.getType())
+      return fail(loc, "gradient and optimizer state must have the "
+                       "parameter's type");
+  return success();
+}
+
+LogicalResult AdamWOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc, Adaptor a,
+                                        SmallVectorImpl<Type> &results) {
+  if (failed(checkLike(loc, a.getParam(),
+                       {a.getGrad(), a.getExpAvg(), a.getExpAvgSq()})) ||
+      failed(checkScalars(loc, {a.getLr(), a.getBeta1(), a.getBeta2(),
+                                a.getEps(), a.getWeightDecay(), a.getStep()})))
+    return failure();
+  results.append(3, a.getParam().getType());
+  return success();
+}
+
+LogicalResult SgdOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc, Adaptor a,
+                                      SmallVectorImpl<Type> &results) {
+  if (failed(checkLike(loc, a.getParam(), {a.getGrad(), a.getMomentumBuffer()})) ||
+      failed(checkScalars(loc, {a.getLr(), a.getMomentum(),
+                                a.getWeightDecay(), a.getStep()})))
+    return failure();
+  results.append(2, a.getParam().getType());
+  return success();
+}
+
+LogicalResult LrScheduleOp::inferReturnTypes(MLIRContext *ctx,
+                                             std::optional<Location> loc,
+                                             Adaptor a,
+                                             SmallVectorImpl<Type> &results) {
+  if (failed(checkScalars(loc, {a.getStep(), a.getBaseLr()})))
+    return failure();
+  StringRef kind = a.getKind();
+  if (kind != "constant" && kind != "warmup_cosine" && kind != "warmup_linear")
+    return fail(loc, "schedule kind must be constant, warmup_cosine or "
+                     "warmup_linear");
+  if (kind != "constant" && (int64_t)a.getTotalSteps() <= (int64_t)a.getWarmupSteps())
+    return fail(loc, "total_steps must exceed warmup_steps");
+  results.push_back(RankedTensorType::get({}, Float32Type::get(ctx)));
+  return success();
+}
