@@ -1,0 +1,325 @@
+//===- LinalgConvTest.cpp - matmul, gemm, conv and pooling kernels --------===//
+
+#include "GradCheck.h"
+#include "cpu/kernels.h"
+
+using namespace dsc;
+using namespace dsc::cpu;
+using namespace dsc::test;
+
+TEST(Matmul, BatchBroadcastAgainstNaive) {
+  std::mt19937_64 rng(1);
+  D a = randD({2, 1, 3, 4}, rng), b = randD({5, 4, 6}, rng);
+  D y = zerosD({2, 5, 3, 6});
+  DSC_ASSERT_OK(matmul(a.t(), b.t(), y.t(), 3));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 5; ++j)
+      for (int m = 0; m < 3; ++m)
+        for (int n = 0; n < 6; ++n) {
+          double acc = 0;
+          for (int k = 0; k < 4; ++k)
+            acc += a[(i * 3 + m) * 4 + k] * b[(j * 4 + k) * 6 + n];
+          EXPECT_NEAR(y[((i * 5 + j) * 3 + m) * 6 + n], acc, 1e-14);
+        }
+  // 1-D operands: the promoted dim is dropped.
+  D v = randD({4}, rng), mv = zerosD({5, 6});
+  DSC_ASSERT_OK(matmul(v.t(), b.t(), mv.t()));
+  D w = zerosD({2, 1, 3});
+  DSC_ASSERT_OK(matmul(a.t(), v.t(), w.t()));
+  D bad = zerosD({2, 5, 3, 7});
+  Status st = matmul(a.t(), b.t(), bad.t());
+  EXPECT_EQ(st.message(), "matmul(lhs=f64[2,1,3,4], rhs=f64[5,4,6], "
+                          "out=f64[2,5,3,7]): result shape must be "
+                          "[2,5,3,6]");
+}
+
+TEST(Matmul, DeterministicAcrossThreadCounts) {
+  std::mt19937_64 rng(2);
+  F a({64, 48}, DType::F32), b({48, 40}, DType::F32);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (float &x : a.v)
+    x = u(rng);
+  for (float &x : b.v)
+    x = u(rng);
+  F y1({64, 40}, DType::F32), y4({64, 40}, DType::F32);
+  DSC_ASSERT_OK(matmul(a.t(), b.t(), y1.t(), 1));
+  DSC_ASSERT_OK(matmul(a.t(), b.t(), y4.t(), 4));
+  EXPECT_EQ(y1.v, y4.v);
+}
+
+TEST(Matmul, BackwardFiniteDifferences) {
+  struct Case {
+    std::vector<int64_t> a, b, out;
+  };
+  const Case cases[] = {{{3, 4}, {4, 2}, {3, 2}},
+                        {{2, 1, 3, 4}, {5, 4, 2}, {2, 5, 3, 2}},
+                        {{4}, {2, 4, 3}, {2, 3}},
+                        {{2, 3, 4}, {4}, {2, 3}}};
+  for (const Case &c : cases) {
+    std::mt19937_64 rng(c.out.size());
+    std::vector<D> in = {randD(c.a, rng), randD(c.b, rng)};
+    gradCheck(
+        in, c.out,
+        [](auto &x, const Tensor &o) { return matmul(x[0], x[1], o, 2); },
+        [](auto &x, const Tensor &g, auto &gr) {
+          return matmulBackward(x[0], x[1], g, gr[0], gr[1], 2);
+        },
+        {0, 1});
+  }
+}
+
+TEST(Gemm, ForwardAndBackwardAllTransposes) {
+  for (int mode = 0; mode < 4; ++mode) {
+    GemmAttrs attrs;
+    attrs.transA = mode & 1;
+    attrs.transB = mode & 2;
+    attrs.alpha = 0.7;
+    attrs.beta = -1.3;
+    std::mt19937_64 rng(mode);
+    std::vector<int64_t> as = attrs.transA ? std::vector<int64_t>{4, 3}
+                                           : std::vector<int64_t>{3, 4};
+    std::vector<int64_t> bs = attrs.transB ? std::vector<int64_t>{5, 4}
+                                           : std::vector<int64_t>{4, 5};
+    std::vector<D> in = {randD(as, rng), randD(bs, rng), randD({5}, rng)};
+    D y = zerosD({3, 5});
+    DSC_ASSERT_OK(gemm(in[0].t(), in[1].t(), in[2].t(), attrs, y.t()));
+    for (int m = 0; m < 3; ++m)
+      for (int n = 0; n < 5; ++n) {
+        double acc = 0;
+        for (int k = 0; k < 4; ++k)
+          acc += (attrs.transA ? in[0][k * 3 + m] : in[0][m * 4 + k]) *
+                 (attrs.transB ? in[1][n * 4 + k] : in[1][k * 5 + n]);
+        EXPECT_NEAR(y[m * 5 + n], 0.7 * acc - 1.3 * in[2][n], 1e-14);
+      }
+    gradCheck(
+        in, {3, 5},
+        [&](auto &x, const Tensor &o) {
+          return gemm(x[0], x[1], x[2], attrs, o);
+        },
+        [&](auto &x, const Tensor &g, auto &gr) {
+          return gemmBackward(x[0], x[1], x[2], attrs, g, gr[0], gr[1],
+                              gr[2]);
+        },
+        {0, 1, 2});
+  }
+}
+
+namespace {
+
+/// A direct 2-D grouped convolution, the reference for conv().
+D naiveConv2d(D &x, D &w, D *bias, const ConvAttrs &a) {
+  int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3];
+  int64_t m = w.shape[0], kh = w.shape[2], kw = w.shape[3];
+  int64_t cg = c / a.group, mg = m / a.group;
+  int64_t oh = (h + a.pads[0] + a.pads[2] - a.dilations[0] * (kh - 1) - 1) /
+                   a.strides[0] + 1;
+  int64_t ow = (wd + a.pads[1] + a.pads[3] - a.dilations[1] * (kw - 1) - 1) /
+                   a.strides[1] + 1;
+  D y = zerosD({n, m, oh, ow});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t p = 0; p < oh; ++p)
+        for (int64_t q = 0; q < ow; ++q) {
+          double acc = bias ? (*bias)[o] : 0;
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t r = 0; r < kh; ++r)
+              for (int64_t s = 0; s < kw; ++s) {
+                int64_t yy = p * a.strides[0] - a.pads[0] + r * a.dilations[0];
+                int64_t xx = q * a.strides[1] - a.pads[1] + s * a.dilations[1];
+                if (yy < 0 || yy >= h || xx < 0 || xx >= wd)
+                  continue;
+                acc += w[((o * cg + ci) * kh + r) * kw + s] *
+                       x[((i * c + (o / mg) * cg + ci) * h + yy) * wd + xx];
+              }
+          y[((i * m + o) * oh + p) * ow + q] = acc;
+        }
+  return y;
+}
+
+} // namespace
+
+TEST(Conv, TwoDimAgainstNaiveLoop) {
+  ConvAttrs a;
+  a.strides = {2, 1};
+  a.pads = {1, 0, 2, 1};
+  a.dilations = {1, 2};
+  a.group = 2;
+  std::mt19937_64 rng(3);
+  D x = randD({2, 4, 7, 6}, rng), w = randD({6, 2, 3, 2}, rng),
+    b = randD({6}, rng);
+  D ref = naiveConv2d(x, w, &b, a);
+  D y = zerosD(ref.shape);
+  DSC_ASSERT_OK(conv(x.t(), w.t(), b.t(), a, y.t(), 3));
+  for (size_t i = 0; i < y.v.size(); ++i)
+    EXPECT_NEAR(y[i], ref[i], 1e-13);
+  D wrong = zerosD({2, 6, 5, 5});
+  Status st = conv(x.t(), w.t(), b.t(), a, wrong.t());
+  EXPECT_NE(st.message().find("result shape must be [2,6,4,5]"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(Conv, OneDimAndDeterministicThreads) {
+  ConvAttrs a;
+  a.pads = {2, 1};
+  std::mt19937_64 rng(4);
+  D x = randD({3, 2, 9}, rng), w = randD({4, 2, 3}, rng);
+  D y1 = zerosD({3, 4, 10}), y3 = zerosD({3, 4, 10});
+  DSC_ASSERT_OK(conv(x.t(), w.t(), Tensor(), a, y1.t(), 1));
+  DSC_ASSERT_OK(conv(x.t(), w.t(), Tensor(), a, y3.t(), 3));
+  EXPECT_EQ(y1.v, y3.v);
+  // Against the 2-D reference with a unit height.
+  D x2 = x, w2 = w;
+  x2.shape = {3, 2, 1, 9};
+  w2.shape = {4, 2, 1, 3};
+  ConvAttrs a2;
+  a2.strides = {1, 1};
+  a2.pads = {0, 2, 0, 1};
+  a2.dilations = {1, 1};
+  D ref = naiveConv2d(x2, w2, nullptr, a2);
+  for (size_t i = 0; i < y1.v.size(); ++i)
+    EXPECT_NEAR(y1[i], ref[i], 1e-13);
+}
+
+TEST(Conv, BackwardFiniteDifferences) {
+  struct Case {
+    std::vector<int64_t> x, w;
+    ConvAttrs a;
+  };
+  std::vector<Case> cases = {
+      {{2, 4, 5, 6}, {6, 2, 3, 2}, {{2, 1}, {1, 0, 1, 1}, {1, 2}, 2}},
+      {{2, 3, 8}, {2, 3, 3}, {{2}, {1, 2}, {2}, 1}},
+      {{1, 2, 3, 4, 3}, {2, 1, 2, 2, 2}, {{1, 2, 1}, {}, {}, 2}}};
+  for (Case &c : cases) {
+    std::mt19937_64 rng(c.x.size());
+    std::vector<D> in = {randD(c.x, rng), randD(c.w, rng),
+                         randD({c.w[0]}, rng)};
+    // The output shape, from a forward with a big enough buffer.
+    std::vector<int64_t> outShape = {c.x[0], c.w[0]};
+    int dims = static_cast<int>(c.x.size()) - 2;
+    for (int d = 0; d < dims; ++d) {
+      int64_t s = c.a.strides.empty() ? 1 : c.a.strides[d];
+      int64_t dil = c.a.dilations.empty() ? 1 : c.a.dilations[d];
+      int64_t pb = c.a.pads.empty() ? 0 : c.a.pads[d];
+      int64_t pe = c.a.pads.empty() ? 0 : c.a.pads[d + dims];
+      outShape.push_back((c.x[d + 2] + pb + pe - dil * (c.w[d + 2] - 1) - 1) /
+                             s + 1);
+    }
+    gradCheck(
+        in, outShape,
+        [&](auto &x, const Tensor &o) { return conv(x[0], x[1], x[2], c.a, o, 2); },
+        [&](auto &x, const Tensor &g, auto &gr) {
+          return convBackward(x[0], x[1], c.a, g, gr[0], gr[1], gr[2], 2);
+        },
+        {0, 1, 2});
+  }
+}
+
+TEST(Pool, OutputShapesWithCeilMode) {
+  D x = zerosD({1, 1, 5, 5});
+  PoolAttrs a;
+  a.kernelShape = {2, 2};
+  a.strides = {2, 2};
+  std::vector<int64_t> shape;
+  DSC_ASSERT_OK(poolOutputShape(x.t(), a, shape));
+  EXPECT_EQ(shape, (std::vector<int64_t>{1, 1, 2, 2}));
+  a.ceilMode = true;
+  DSC_ASSERT_OK(poolOutputShape(x.t(), a, shape));
+  EXPECT_EQ(shape, (std::vector<int64_t>{1, 1, 3, 3}));
+  // A window that would start in the end padding is dropped (PyTorch).
+  a.pads = {1, 1, 1, 1};
+  DSC_ASSERT_OK(poolOutputShape(x.t(), a, shape));
+  EXPECT_EQ(shape, (std::vector<int64_t>{1, 1, 3, 3}));
+  D x6 = zerosD({1, 1, 6});
+  PoolAttrs b;
+  b.kernelShape = {3};
+  b.strides = {2};
+  b.pads = {1, 1};
+  b.ceilMode = true;
+  DSC_ASSERT_OK(poolOutputShape(x6.t(), b, shape));
+  EXPECT_EQ(shape, (std::vector<int64_t>{1, 1, 4}));
+}
+
+TEST(Pool, AvgPoolCountIncludePad) {
+  D x(std::vector<int64_t>{1, 1, 6}, DType::F64, {1, 2, 3, 4, 5, 6});
+  PoolAttrs a;
+  a.kernelShape = {3};
+  a.strides = {2};
+  a.pads = {1, 1};
+  a.ceilMode = true;
+  D y = zerosD({1, 1, 4});
+  DSC_ASSERT_OK(avgPool(x.t(), a, y.t()));
+  EXPECT_EQ(y.v, (std::vector<double>{1.5, 3, 5, 6}));
+  a.countIncludePad = true;
+  DSC_ASSERT_OK(avgPool(x.t(), a, y.t()));
+  // The last window [5, 8) counts the one pad position inside [-1, 7).
+  EXPECT_EQ(y.v, (std::vector<double>{1, 3, 5, 3}));
+}
+
+TEST(Pool, MaxPoolValuesAndIndices) {
+  D x(std::vector<int64_t>{1, 1, 3, 3}, DType::F64,
+      {1, 9, 2, 4, 5, 6, 7, 3, 8});
+  PoolAttrs a;
+  a.kernelShape = {2, 2};
+  a.strides = {1, 1};
+  D y = zerosD({1, 1, 2, 2});
+  Buf<int64_t> idx({1, 1, 2, 2}, DType::I64);
+  DSC_ASSERT_OK(maxPool(x.t(), a, y.t(), idx.t()));
+  EXPECT_EQ(y.v, (std::vector<double>{9, 9, 7, 8}));
+  EXPECT_EQ(idx.v, (std::vector<int64_t>{1, 1, 6, 8}));
+}
+
+TEST(Pool, BackwardFiniteDifferences) {
+  for (int mode = 0; mode < 4; ++mode) {
+    PoolAttrs a;
+    a.kernelShape = {3, 2};
+    a.strides = {2, 2};
+    a.pads = {1, 0, 1, 1};
+    a.dilations = {1, mode == 3 ? 2 : 1};
+    a.ceilMode = mode & 1;
+    a.countIncludePad = mode & 2;
+    std::mt19937_64 rng(mode);
+    std::vector<D> in = {randD({2, 2, 6, 7}, rng)};
+    std::vector<int64_t> outShape;
+    DSC_ASSERT_OK(poolOutputShape(in[0].t(), a, outShape));
+    gradCheck(
+        in, outShape,
+        [&](auto &x, const Tensor &o) { return avgPool(x[0], a, o); },
+        [&](auto &x, const Tensor &g, auto &gr) {
+          return avgPoolBackward(x[0], a, g, gr[0]);
+        },
+        {0});
+    gradCheck(
+        in, outShape,
+        [&](auto &x, const Tensor &o) { return maxPool(x[0], a, o); },
+        [&](auto &x, const Tensor &g, auto &gr) {
+          return maxPoolBackward(x[0], a, g, gr[0]);
+        },
+        {0});
+  }
+}
+
+TEST(Pool, GlobalPoolsForwardAndBackward) {
+  std::mt19937_64 rng(8);
+  std::vector<D> in = {randD({2, 3, 4, 5}, rng)};
+  D y = zerosD({2, 3, 1, 1});
+  DSC_ASSERT_OK(globalAvgPool(in[0].t(), y.t()));
+  double acc = 0;
+  for (int i = 0; i < 20; ++i)
+    acc += in[0][i];
+  EXPECT_NEAR(y[0], acc / 20, 1e-15);
+  gradCheck(
+      in, {2, 3, 1, 1},
+      [](auto &x, const Tensor &o) { return globalAvgPool(x[0], o); },
+      [](auto &, const Tensor &g, auto &gr) {
+        return globalAvgPoolBackward(g, gr[0]);
+      },
+      {0});
+  gradCheck(
+      in, {2, 3, 1, 1},
+      [](auto &x, const Tensor &o) { return globalMaxPool(x[0], o); },
+      [](auto &x, const Tensor &g, auto &gr) {
+        return globalMaxPoolBackward(x[0], g, gr[0]);
+      },
+      {0});
+}
