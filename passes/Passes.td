@@ -76,4 +76,76 @@ def DscAutodiff : Pass<"dsc-autodiff", "mlir::ModuleOp"> {
   ];
 }
 
+def DscOptimizer : Pass<"dsc-optimizer", "mlir::ModuleOp"> {
+  let summary = "Build the training step: accumulation, clipping, schedule, "
+                "optimizer update";
+  let description = [{
+    From `@forward_backward` (dsc-autodiff's output) builds `@train_step`:
+
+    1. the global batch (dim 0 = micro-batch x accum-steps) is sliced into
+       micro-batches, each runs `@forward_backward` (buffers such as
+       batch-norm statistics carry from one to the next), losses and
+       gradients are averaged;
+    2. the global gradient norm is computed and, when `clip` > 0, gradients
+       are scaled by min(1, clip / (norm + 1e-6)) as
+       torch.nn.utils.clip_grad_norm_ does;
+    3. the learning rate comes from `dsc.lr_schedule` at the step;
+    4. every parameter is updated by `dsc.adamw` or `dsc.sgd`; parameters
+       whose name matches `no-decay` get no weight decay.
+
+    Hyperparameters are arguments of `@train_step` (`dsc.hyper = "lr"`...)
+    so that a compiled program can override them; the option values are
+    their defaults, recorded in the module's `dsc.hypers`.
+
+    ```mlir
+    func.func @train_step(%p: tensor<3xf32> {dsc.param = "w"},
+        %m: tensor<3xf32> {dsc.opt_state = "w/exp_avg"},
+        %v: tensor<3xf32> {dsc.opt_state = "w/exp_avg_sq"},
+        %x: tensor<4x3xf32> {dsc.input = "x"},
+        %lr: tensor<f32> {dsc.hyper = "lr"}, ...,
+        %step: tensor<i64> {dsc.step}, %seed: tensor<i64> {dsc.seed})
+        -> (tensor<f32> {dsc.output = "loss"},
+            tensor<3xf32> {dsc.param_update = "w"}, ...) {
+      %r:2 = call @forward_backward(%p, %x) : ...
+      ...
+      %new:3 = dsc.adamw %p, %g, %m, %v, %lr1, %b1, %b2, %eps, %wd, %step
+      return %r#0, %new#0, %new#1, %new#2, ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+           "adamw or sgd">,
+    Option<"lr", "lr", "double", /*default=*/"1e-3", "Base learning rate">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.01",
+           "Weight decay (decoupled for AdamW, L2 for SGD)">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.9",
+           "SGD momentum">,
+    Option<"dampening", "dampening", "double", /*default=*/"0.0",
+           "SGD dampening">,
+    Option<"nesterov", "nesterov", "bool", /*default=*/"false",
+           "SGD with Nesterov momentum">,
+    Option<"schedule", "schedule", "std::string",
+           /*default=*/"\"constant\"",
+           "constant, warmup_cosine or warmup_linear">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", /*default=*/"0",
+           "Linear warm-up steps">,
+    Option<"totalSteps", "total-steps", "int64_t", /*default=*/"0",
+           "Steps at which the schedule ends">,
+    Option<"warmupMinRatio", "warmup-min-ratio", "double", /*default=*/"0.0",
+           "LR ratio at the start of warm-up">,
+    Option<"minRatio", "min-ratio", "double", /*default=*/"0.0",
+           "LR ratio at the end of the decay">,
+    Option<"clip", "clip", "double", /*default=*/"0.0",
+           "Global gradient-norm clipping threshold; 0 disables it">,
+    Option<"accumSteps", "accum-steps", "int64_t", /*default=*/"1",
+           "Micro-batches per optimizer step">,
+    Option<"noDecay", "no-decay", "std::string", /*default=*/"\"\"",
+           "Regex: parameters whose name matches get no weight decay">
+  ];
+}
+
 #endif // DSC_PASSES_TD
