@@ -108,8 +108,8 @@ std::string describe(const Tensor &t) {
   if (!t.present())
     return "none";
   if (t.rank < 0 || t.rank > kMaxRank)
-    return std::string(dtypeName(t.dtype)) + "[rank " +
-           std::to_string(t.rank) + "]";
+    return std::string(dtypeName(t.dtype)) + "[rank " + std::to_string(t.rank) +
+           "]";
   return dtypeName(t.dtype) + describe(I64s(t.shape, t.rank));
 }
 

@@ -100,8 +100,8 @@ struct ConvLayout {
 };
 
 Status convLayout(const Call &call, const Tensor &input, const Tensor &weight,
-                  const Tensor &bias, const ConvAttrs &attrs,
-                  const Tensor &out, ConvLayout &l) {
+                  const Tensor &bias, const ConvAttrs &attrs, const Tensor &out,
+                  ConvLayout &l) {
   if (!validRank(input) || !validRank(weight) || !validRank(out))
     return call.fail("rank above 8");
   if (input.rank < 3 || weight.rank != input.rank)
@@ -131,8 +131,9 @@ Status convLayout(const Call &call, const Tensor &input, const Tensor &weight,
     l.w.in.push_back(input.shape[d + 2]);
     l.w.kernel.push_back(weight.shape[d + 2]);
     int64_t span = l.w.dilations[d] * (l.w.kernel[d] - 1) + 1;
-    int64_t o = (l.w.in[d] + l.w.padBegin[d] + l.w.padEnd[d] - span) /
-                    l.w.strides[d] + 1;
+    int64_t o =
+        (l.w.in[d] + l.w.padBegin[d] + l.w.padEnd[d] - span) / l.w.strides[d] +
+        1;
     if (o < 1)
       return call.fail("kernel larger than the padded input in dim " +
                        std::to_string(d));
@@ -169,27 +170,29 @@ Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
     T *y = out.as<T>();
     int64_t work = w.outSize * w.kernelSize * l.cPerGroup;
     // One work item per output plane (n, m).
-    parallelFor(l.n * l.m, threads, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, work)),
+    parallelFor(l.n * l.m, threads,
+                std::max<int64_t>(1, 65536 / std::max<int64_t>(1, work)),
                 [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        int64_t n = p / l.m, m = p % l.m, g = m / l.mPerGroup;
-        T *plane = y + p * w.outSize;
-        T b0 = bias.present() ? bias.as<T>()[m] : T(0);
-        std::fill(plane, plane + w.outSize, b0);
-        for (int64_t c = 0; c < l.cPerGroup; ++c) {
-          const T *xin = x + (n * l.c + g * l.cPerGroup + c) * w.inSize;
-          const T *wk = wt + (m * l.cPerGroup + c) * w.kernelSize;
-          for (int64_t o = 0; o < w.outSize; ++o) {
-            const int64_t *row = &w.table[o * w.kernelSize];
-            T acc = T(0);
-            for (int64_t k = 0; k < w.kernelSize; ++k)
-              if (row[k] >= 0)
-                acc += wk[k] * xin[row[k]];
-            plane[o] += acc;
-          }
-        }
-      }
-    });
+                  for (int64_t p = p0; p < p1; ++p) {
+                    int64_t n = p / l.m, m = p % l.m, g = m / l.mPerGroup;
+                    T *plane = y + p * w.outSize;
+                    T b0 = bias.present() ? bias.as<T>()[m] : T(0);
+                    std::fill(plane, plane + w.outSize, b0);
+                    for (int64_t c = 0; c < l.cPerGroup; ++c) {
+                      const T *xin =
+                          x + (n * l.c + g * l.cPerGroup + c) * w.inSize;
+                      const T *wk = wt + (m * l.cPerGroup + c) * w.kernelSize;
+                      for (int64_t o = 0; o < w.outSize; ++o) {
+                        const int64_t *row = &w.table[o * w.kernelSize];
+                        T acc = T(0);
+                        for (int64_t k = 0; k < w.kernelSize; ++k)
+                          if (row[k] >= 0)
+                            acc += wk[k] * xin[row[k]];
+                        plane[o] += acc;
+                      }
+                    }
+                  }
+                });
   });
   return Status();
 }
@@ -207,8 +210,7 @@ Status convBackward(const Tensor &input, const Tensor &weight,
       .arg("group", attrs.group)
       .arg("grad_out", gradOut);
   ConvLayout l;
-  if (Status st =
-          convLayout(call, input, weight, Tensor(), attrs, gradOut, l);
+  if (Status st = convLayout(call, input, weight, Tensor(), attrs, gradOut, l);
       !st.ok())
     return st;
   if ((gradInput.present() &&
@@ -293,8 +295,8 @@ Status convBackward(const Tensor &input, const Tensor &weight,
 
 namespace {
 
-Status poolLayout(const Call &call, const Tensor &input,
-                  const PoolAttrs &attrs, Windows &w) {
+Status poolLayout(const Call &call, const Tensor &input, const PoolAttrs &attrs,
+                  Windows &w) {
   if (!validRank(input) || input.rank < 3)
     return call.fail("input must be [N, C, x...]");
   if (input.dtype != DType::F32 && input.dtype != DType::F64)
@@ -450,8 +452,7 @@ std::vector<int64_t> avgDivisors(const Windows &w, bool countIncludePad) {
 
 } // namespace
 
-Status avgPool(const Tensor &input, const PoolAttrs &attrs,
-               const Tensor &out) {
+Status avgPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out) {
   Call call("avg_pool");
   call.arg("input", input)
       .arg("kernel_shape", attrs.kernelShape)

@@ -158,8 +158,10 @@ Status sliceLayout(const Call &call, const Tensor &full, I64s offsets,
 Status slice(const Tensor &input, I64s offsets, I64s strides,
              const Tensor &out) {
   Call call("slice");
-  call.arg("input", input).arg("offsets", offsets).arg("strides", strides).arg(
-      "out", out);
+  call.arg("input", input)
+      .arg("offsets", offsets)
+      .arg("strides", strides)
+      .arg("out", out);
   Walker<1> w{out.rank, out.shape, {}};
   int64_t base = 0;
   if (Status st = sliceLayout(call, input, offsets, strides, out, w, base);
@@ -179,8 +181,7 @@ Status sliceBackward(const Tensor &gradOut, I64s offsets, I64s strides,
       .arg("grad_in", gradIn);
   Walker<1> w{gradOut.rank, gradOut.shape, {}};
   int64_t base = 0;
-  if (Status st =
-          sliceLayout(call, gradIn, offsets, strides, gradOut, w, base);
+  if (Status st = sliceLayout(call, gradIn, offsets, strides, gradOut, w, base);
       !st.ok())
     return st;
   std::memset(gradIn.data, 0, gradIn.nbytes());
@@ -259,8 +260,7 @@ Status concat(const Tensor *inputs, int count, int64_t axis,
   return Status();
 }
 
-Status split(const Tensor &input, int64_t axis, const Tensor *outs,
-             int count) {
+Status split(const Tensor &input, int64_t axis, const Tensor *outs, int count) {
   Call call("split");
   call.arg("input", input).arg("axis", axis).arg("count", count);
   if (Status st = checkStack(call, outs, count, axis, input); !st.ok())
@@ -282,10 +282,9 @@ Status splitBackward(const Tensor *gradOuts, int count, int64_t axis,
 namespace {
 
 /// Checks a gather and resolves (wraps) its indices.
-Status gatherLayout(const Call &call, const Tensor &data,
-                    const Tensor &indices, int64_t &axis, const Tensor &out,
-                    std::vector<int64_t> &idx, int64_t &outer,
-                    int64_t &inner) {
+Status gatherLayout(const Call &call, const Tensor &data, const Tensor &indices,
+                    int64_t &axis, const Tensor &out, std::vector<int64_t> &idx,
+                    int64_t &outer, int64_t &inner) {
   if (Status st = checkRanks(call, {&data, &indices, &out}); !st.ok())
     return st;
   if (indices.dtype != DType::I64 && indices.dtype != DType::I32)
@@ -323,8 +322,10 @@ Status gatherLayout(const Call &call, const Tensor &data,
 Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
               const Tensor &out) {
   Call call("gather");
-  call.arg("data", data).arg("indices", indices).arg("axis", axis).arg("out",
-                                                                       out);
+  call.arg("data", data)
+      .arg("indices", indices)
+      .arg("axis", axis)
+      .arg("out", out);
   std::vector<int64_t> idx;
   int64_t outer, inner;
   if (Status st =
@@ -337,8 +338,7 @@ Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
   char *dst = out.as<char>();
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < m; ++j)
-      std::memcpy(dst + (o * m + j) * row, src + (o * dim + idx[j]) * row,
-                  row);
+      std::memcpy(dst + (o * m + j) * row, src + (o * dim + idx[j]) * row, row);
   return Status();
 }
 
@@ -386,9 +386,9 @@ Status checkPad(const Call &call, const Tensor &small, I64s pads,
   for (int d = 0; d < rank; ++d)
     if (big.shape[d] != small.shape[d] + pads[d] + pads[d + rank] ||
         big.shape[d] < 0)
-      return call.fail("padded dim " + std::to_string(d) + " must be " +
-                       std::to_string(small.shape[d] + pads[d] +
-                                      pads[d + rank]));
+      return call.fail(
+          "padded dim " + std::to_string(d) + " must be " +
+          std::to_string(small.shape[d] + pads[d] + pads[d + rank]));
   return Status();
 }
 
@@ -453,7 +453,8 @@ Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out) {
   if (input.rank < 2 || !sameShape(input, out) || input.dtype != out.dtype)
     return call.fail("needs rank >= 2 and a result like the input");
   size_t es = dtypeSize(input.dtype);
-  int64_t rows = input.shape[input.rank - 2], cols = input.shape[input.rank - 1];
+  int64_t rows = input.shape[input.rank - 2],
+          cols = input.shape[input.rank - 1];
   int64_t mats = rows * cols != 0 ? input.numel() / (rows * cols) : 0;
   const char *src = input.as<char>();
   char *dst = out.as<char>();

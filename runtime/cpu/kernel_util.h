@@ -159,7 +159,8 @@ inline int resolveThreads(int threads) {
 template <typename Fn>
 void parallelFor(int64_t n, int threads, int64_t minChunk, Fn &&fn) {
   int t = resolveThreads(threads);
-  int64_t chunks = std::min<int64_t>(t, (n + minChunk - 1) / std::max<int64_t>(minChunk, 1));
+  int64_t chunks =
+      std::min<int64_t>(t, (n + minChunk - 1) / std::max<int64_t>(minChunk, 1));
   if (chunks <= 1) {
     if (n > 0)
       fn(int64_t(0), n);

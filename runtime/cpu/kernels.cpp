@@ -21,18 +21,18 @@ using namespace detail;
 namespace {
 
 const char *unaryName(UnaryOp op) {
-  static const char *names[] = {"neg",   "abs",   "exp",        "log",
-                                "sqrt",  "reciprocal", "tanh",  "erf",
-                                "sigmoid", "relu", "floor",     "ceil",
-                                "sin",   "cos",   "softplus",   "not"};
+  static const char *names[] = {"neg",     "abs",        "exp",      "log",
+                                "sqrt",    "reciprocal", "tanh",     "erf",
+                                "sigmoid", "relu",       "floor",    "ceil",
+                                "sin",     "cos",        "softplus", "not"};
   return names[static_cast<int>(op)];
 }
 
 const char *binaryName(BinaryOp op) {
-  static const char *names[] = {
-      "add", "sub", "mul",   "div",  "pow",        "max",     "min",
-      "and", "or",  "xor",   "equal", "less",      "less_equal",
-      "greater", "greater_equal"};
+  static const char *names[] = {"add",        "sub",     "mul",          "div",
+                                "pow",        "max",     "min",          "and",
+                                "or",         "xor",     "equal",        "less",
+                                "less_equal", "greater", "greater_equal"};
   return names[static_cast<int>(op)];
 }
 
@@ -158,7 +158,8 @@ Status checkSameFloat(const Call &call, const Tensor &in, const Tensor &out) {
   return Status();
 }
 
-template <typename T, typename Fn> void mapInto(const Tensor &in, const Tensor &out, Fn fn) {
+template <typename T, typename Fn>
+void mapInto(const Tensor &in, const Tensor &out, Fn fn) {
   const T *x = in.as<T>();
   T *y = out.as<T>();
   int64_t n = in.numel();
@@ -243,7 +244,8 @@ Status binaryTyped(const Call &call, BinaryOp op, const Tensor &lhs,
         const T *b = rhs.as<T>();
         for (int64_t i = 0, n = rhs.numel(); i < n; ++i)
           if (b[i] == 0)
-            return call.fail("integer division by zero", StatusCode::OutOfRange);
+            return call.fail("integer division by zero",
+                             StatusCode::OutOfRange);
       }
       broadcastApply<T, T>(lhs, rhs, out, [](T a, T b) { return T(a / b); });
       return Status();
@@ -403,8 +405,9 @@ Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out) {
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
-    mapInto<T>(input, out,
-               [tanhApproximation](T x) { return geluOf(x, tanhApproximation); });
+    mapInto<T>(input, out, [tanhApproximation](T x) {
+      return geluOf(x, tanhApproximation);
+    });
   });
   return Status();
 }
@@ -461,9 +464,8 @@ Status clipBackward(const Tensor &input, std::optional<double> min,
   double hi = max.value_or(std::numeric_limits<double>::infinity());
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
-    zipInto<T>(input, gradOut, gradIn, [lo, hi](T x, T g) {
-      return (x >= lo && x <= hi) ? g : T(0);
-    });
+    zipInto<T>(input, gradOut, gradIn,
+               [lo, hi](T x, T g) { return (x >= lo && x <= hi) ? g : T(0); });
   });
   return Status();
 }
@@ -649,7 +651,8 @@ Status cast(const Tensor &input, const Tensor &out) {
     const float *x = input.as<float>();
     uint16_t *y = out.as<uint16_t>();
     for (int64_t i = 0; i < n; ++i)
-      y[i] = out.dtype == DType::F16 ? floatToHalf(x[i]) : floatToBfloat16(x[i]);
+      y[i] =
+          out.dtype == DType::F16 ? floatToHalf(x[i]) : floatToBfloat16(x[i]);
     return Status();
   }
   for (int64_t i = 0; i < n; ++i) {
@@ -670,8 +673,8 @@ namespace {
 
 /// out (zeroed first) += grad summed over the dims out broadcast along, in
 /// grad's row-major order.
-template <typename T> void sumInto(const T *grad, const Tensor &gradShape,
-                                   const Tensor &out) {
+template <typename T>
+void sumInto(const T *grad, const Tensor &gradShape, const Tensor &out) {
   Walker<1> w{gradShape.rank, gradShape.shape, {}};
   broadcastStrides(out, gradShape, w.strides[0]);
   T *o = out.as<T>();
@@ -718,8 +721,10 @@ Status binaryBackward(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
   std::vector<int64_t> shape;
   if (!broadcastShape(lhs, rhs, shape) || !shapeIs(gradOut, shape))
     return call.fail("grad_out must have the broadcast shape");
-  if ((gradLhs.present() && (!sameShape(gradLhs, lhs) || gradLhs.dtype != lhs.dtype)) ||
-      (gradRhs.present() && (!sameShape(gradRhs, rhs) || gradRhs.dtype != rhs.dtype)))
+  if ((gradLhs.present() &&
+       (!sameShape(gradLhs, lhs) || gradLhs.dtype != lhs.dtype)) ||
+      (gradRhs.present() &&
+       (!sameShape(gradRhs, rhs) || gradRhs.dtype != rhs.dtype)))
     return call.fail("gradients must have their operands' dtype and shape");
   switch (op) {
   case BinaryOp::Add:
@@ -782,8 +787,10 @@ Status binaryBackward(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
 Status whereBackward(const Tensor &cond, const Tensor &gradOut,
                      const Tensor &gradX, const Tensor &gradY) {
   Call call("where_backward");
-  call.arg("cond", cond).arg("grad_out", gradOut).arg("grad_x", gradX).arg(
-      "grad_y", gradY);
+  call.arg("cond", cond)
+      .arg("grad_out", gradOut)
+      .arg("grad_x", gradX)
+      .arg("grad_y", gradY);
   std::array<int64_t, kMaxRank> s;
   if (cond.dtype != DType::Bool || !broadcastStrides(cond, gradOut, s))
     return call.fail("cond must be bool and broadcast to grad_out");
@@ -948,7 +955,8 @@ Status reduceBackward(ReduceOp op, const Tensor &input, I64s axes,
     return st;
   if (gradOut.dtype != input.dtype || gradIn.dtype != input.dtype ||
       !sameShape(gradIn, input))
-    return call.fail("gradients must have the input's dtype; grad_in its shape");
+    return call.fail(
+        "gradients must have the input's dtype; grad_in its shape");
   if (!dispatchFloat(input.dtype, [&](auto tag) {
         using T = decltype(tag);
         int64_t m = kept.numel(), n = input.numel();

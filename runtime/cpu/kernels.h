@@ -30,12 +30,39 @@ namespace dsc::cpu {
 //===----------------------------------------------------------------------===//
 
 enum class UnaryOp {
-  Neg, Abs, Exp, Log, Sqrt, Reciprocal, Tanh, Erf, Sigmoid, Relu,
-  Floor, Ceil, Sin, Cos, Softplus, Not
+  Neg,
+  Abs,
+  Exp,
+  Log,
+  Sqrt,
+  Reciprocal,
+  Tanh,
+  Erf,
+  Sigmoid,
+  Relu,
+  Floor,
+  Ceil,
+  Sin,
+  Cos,
+  Softplus,
+  Not
 };
 enum class BinaryOp {
-  Add, Sub, Mul, Div, Pow, Max, Min, And, Or, Xor,
-  Equal, Less, LessEqual, Greater, GreaterEqual
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Max,
+  Min,
+  And,
+  Or,
+  Xor,
+  Equal,
+  Less,
+  LessEqual,
+  Greater,
+  GreaterEqual
 };
 
 /// Neg and Abs also take i64/i32/i8; Not takes bool; the rest f32/f64.
@@ -159,9 +186,8 @@ Status globalMaxPoolBackward(const Tensor &input, const Tensor &gradOut,
 /// optional) receive the batch mean and 1/sqrt(var + eps).
 Status batchNormTrain(const Tensor &input, const Tensor &scale,
                       const Tensor &bias, const Tensor &runningMean,
-                      const Tensor &runningVar, double epsilon,
-                      double momentum, const Tensor &out,
-                      const Tensor &newRunningMean,
+                      const Tensor &runningVar, double epsilon, double momentum,
+                      const Tensor &out, const Tensor &newRunningMean,
                       const Tensor &newRunningVar,
                       const Tensor &saveMean = Tensor(),
                       const Tensor &saveInvStd = Tensor());
@@ -180,8 +206,8 @@ Status batchNormBackward(const Tensor &input, const Tensor &scale,
 /// scale and bias (optional) have the shape of dims [axis, rank).
 Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
                  int64_t axis, double epsilon, const Tensor &out);
-Status layerNormBackward(const Tensor &input, const Tensor &scale,
-                         int64_t axis, double epsilon, const Tensor &gradOut,
+Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                         double epsilon, const Tensor &gradOut,
                          const Tensor &gradIn, const Tensor &gradScale,
                          const Tensor &gradBias);
 
@@ -210,9 +236,9 @@ Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
                                    std::optional<int64_t> ignoreIndex,
                                    const Tensor &gradLoss,
                                    const Tensor &gradScores);
-Status nllLoss(const Tensor &input, const Tensor &labels,
-               const Tensor &weights, Reduction reduction,
-               std::optional<int64_t> ignoreIndex, const Tensor &loss);
+Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,
+               Reduction reduction, std::optional<int64_t> ignoreIndex,
+               const Tensor &loss);
 Status nllLossBackward(const Tensor &input, const Tensor &labels,
                        const Tensor &weights, Reduction reduction,
                        std::optional<int64_t> ignoreIndex,
@@ -223,8 +249,8 @@ Status nllLossBackward(const Tensor &input, const Tensor &labels,
 /// depends on neither threads nor call order. mask (bool) may be absent.
 Status dropout(const Tensor &input, double ratio, uint64_t seed,
                const Tensor &out, const Tensor &mask);
-Status dropoutBackward(const Tensor &gradOut, const Tensor &mask,
-                       double ratio, const Tensor &gradIn);
+Status dropoutBackward(const Tensor &gradOut, const Tensor &mask, double ratio,
+                       const Tensor &gradIn);
 
 //===----------------------------------------------------------------------===//
 // Reductions
@@ -256,8 +282,7 @@ Status slice(const Tensor &input, I64s offsets, I64s strides,
              const Tensor &out);
 Status sliceBackward(const Tensor &gradOut, I64s offsets, I64s strides,
                      const Tensor &gradIn);
-Status concat(const Tensor *inputs, int count, int64_t axis,
-              const Tensor &out);
+Status concat(const Tensor *inputs, int count, int64_t axis, const Tensor &out);
 Status concatBackward(const Tensor &gradOut, int64_t axis,
                       const Tensor *gradInputs, int count);
 Status split(const Tensor &input, int64_t axis, const Tensor *outs, int count);

@@ -45,8 +45,8 @@ void productRows(MatView<T> a, MatView<T> b, T *c, int64_t n, int64_t k,
 }
 
 template <typename T>
-void product(MatView<T> a, MatView<T> b, T *c, int64_t m, int64_t n,
-             int64_t k, bool accumulate, int threads) {
+void product(MatView<T> a, MatView<T> b, T *c, int64_t m, int64_t n, int64_t k,
+             bool accumulate, int threads) {
   int64_t minRows = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n * k));
   parallelFor(m, threads, minRows, [&](int64_t m0, int64_t m1) {
     productRows(a, b, c, n, k, m0, m1, accumulate);
@@ -115,9 +115,8 @@ Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
     using T = decltype(tag);
     int64_t nb = l.outBatch.numel();
     std::vector<int64_t> lo(nb), ro(nb);
-    forEachBatch(l, [&](int64_t b, int64_t lb, int64_t rb) {
-      lo[b] = lb, ro[b] = rb;
-    });
+    forEachBatch(
+        l, [&](int64_t b, int64_t lb, int64_t rb) { lo[b] = lb, ro[b] = rb; });
     // One work item per output row, across batches.
     int64_t minRows =
         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, l.n * l.k));
@@ -239,8 +238,7 @@ Status gemmBackward(const Tensor &a, const Tensor &b, const Tensor &c,
   Call call("gemm_backward");
   call.arg("a", a).arg("b", b).arg("c", c).arg("grad_out", gradOut);
   int64_t m, n, k;
-  if (Status st = gemmLayout(call, a, b, c, attrs, gradOut, m, n, k);
-      !st.ok())
+  if (Status st = gemmLayout(call, a, b, c, attrs, gradOut, m, n, k); !st.ok())
     return st;
   if ((gradA.present() && (!sameShape(gradA, a) || gradA.dtype != a.dtype)) ||
       (gradB.present() && (!sameShape(gradB, b) || gradB.dtype != b.dtype)))

@@ -56,9 +56,8 @@ void channelStats(const T *x, int64_t n, int64_t c, int64_t s,
 
 Status batchNormTrain(const Tensor &input, const Tensor &scale,
                       const Tensor &bias, const Tensor &runningMean,
-                      const Tensor &runningVar, double epsilon,
-                      double momentum, const Tensor &out,
-                      const Tensor &newRunningMean,
+                      const Tensor &runningVar, double epsilon, double momentum,
+                      const Tensor &out, const Tensor &newRunningMean,
                       const Tensor &newRunningVar, const Tensor &saveMean,
                       const Tensor &saveInvStd) {
   Call call("batch_norm_train");
@@ -68,20 +67,20 @@ Status batchNormTrain(const Tensor &input, const Tensor &scale,
       .arg("running_mean", runningMean)
       .arg("running_var", runningVar)
       .arg("out", out);
-  if (Status st = checkFloat(call,
-                             {&input, &scale, &bias, &runningMean, &runningVar,
-                              &out, &newRunningMean, &newRunningVar, &saveMean,
-                              &saveInvStd},
-                             input.dtype);
+  if (Status st =
+          checkFloat(call,
+                     {&input, &scale, &bias, &runningMean, &runningVar, &out,
+                      &newRunningMean, &newRunningVar, &saveMean, &saveInvStd},
+                     input.dtype);
       !st.ok())
     return st;
   if (input.rank < 2 || !sameShape(input, out))
     return call.fail("input must be [N, C, ...] and the result like it");
   int64_t n, c, s;
   channelLayout(input, n, c, s);
-  for (const Tensor *t : {&scale, &bias, &runningMean, &runningVar,
-                          &newRunningMean, &newRunningVar, &saveMean,
-                          &saveInvStd})
+  for (const Tensor *t :
+       {&scale, &bias, &runningMean, &runningVar, &newRunningMean,
+        &newRunningVar, &saveMean, &saveInvStd})
     if (t->present() && !shapeIs(*t, {c}))
       return call.fail("per-channel operands must be [" + std::to_string(c) +
                        "]");
@@ -180,9 +179,8 @@ Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
       .arg("mean", mean)
       .arg("var", var)
       .arg("out", out);
-  if (Status st =
-          checkFloat(call, {&input, &scale, &bias, &mean, &var, &out},
-                     input.dtype);
+  if (Status st = checkFloat(call, {&input, &scale, &bias, &mean, &var, &out},
+                             input.dtype);
       !st.ok())
     return st;
   if (input.rank < 2 || !sameShape(input, out))
@@ -268,8 +266,8 @@ Status layerNormLayout(const Call &call, const Tensor &input,
     (d < axis ? rows : cols) *= input.shape[d];
   for (const Tensor *t : {&scale, &bias})
     if (t->present() && t->numel() != cols)
-      return call.fail("scale and bias must have the " +
-                       std::to_string(cols) + " elements of dims [axis, rank)");
+      return call.fail("scale and bias must have the " + std::to_string(cols) +
+                       " elements of dims [axis, rank)");
   return Status();
 }
 
@@ -312,8 +310,8 @@ Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
   return Status();
 }
 
-Status layerNormBackward(const Tensor &input, const Tensor &scale,
-                         int64_t axis, double epsilon, const Tensor &gradOut,
+Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                         double epsilon, const Tensor &gradOut,
                          const Tensor &gradIn, const Tensor &gradScale,
                          const Tensor &gradBias) {
   Call call("layer_norm_backward");
@@ -379,8 +377,8 @@ namespace {
 
 /// (outer, dim, inner) of an axis; fn(base) for each of the outer * inner
 /// lines, whose elements are base + i * inner.
-Status axisLines(const Call &call, const Tensor &t, int64_t axis,
-                 int64_t &dim, int64_t &inner, std::vector<int64_t> &bases) {
+Status axisLines(const Call &call, const Tensor &t, int64_t axis, int64_t &dim,
+                 int64_t &inner, std::vector<int64_t> &bases) {
   if (!normalizeAxis(axis, t.rank))
     return call.fail("axis out of range");
   int64_t outer = 1;
@@ -437,8 +435,10 @@ Status softmaxBackwardImpl(const char *name, const Tensor &out, int64_t axis,
                            const Tensor &gradOut, const Tensor &gradIn,
                            bool log) {
   Call call(name);
-  call.arg("out", out).arg("axis", axis).arg("grad_out", gradOut).arg(
-      "grad_in", gradIn);
+  call.arg("out", out)
+      .arg("axis", axis)
+      .arg("grad_out", gradOut)
+      .arg("grad_in", gradIn);
   if (Status st = checkFloat(call, {&out, &gradOut, &gradIn}, out.dtype);
       !st.ok())
     return st;
@@ -483,8 +483,8 @@ Status softmaxBackward(const Tensor &out, int64_t axis, const Tensor &gradOut,
 
 Status logSoftmaxBackward(const Tensor &out, int64_t axis,
                           const Tensor &gradOut, const Tensor &gradIn) {
-  return softmaxBackwardImpl("log_softmax_backward", out, axis, gradOut,
-                             gradIn, true);
+  return softmaxBackwardImpl("log_softmax_backward", out, axis, gradOut, gradIn,
+                             true);
 }
 
 //===----------------------------------------------------------------------===//
@@ -572,8 +572,7 @@ void lossForward(const LossLayout &l, const T *logp, Reduction reduction,
   for (int64_t i = 0; i < l.n; ++i)
     for (int64_t p = 0; p < l.d; ++p) {
       int64_t at = i * l.d + p, cls = l.label[at];
-      T v = cls < 0 ? T(0)
-                    : -T(l.weight[at]) * logp[(i * l.c + cls) * l.d + p];
+      T v = cls < 0 ? T(0) : -T(l.weight[at]) * logp[(i * l.c + cls) * l.d + p];
       if (reduction == Reduction::None)
         loss[at] = v;
       else
@@ -614,8 +613,10 @@ Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
                            std::optional<int64_t> ignoreIndex,
                            const Tensor &loss) {
   Call call("softmax_cross_entropy");
-  call.arg("scores", scores).arg("labels", labels).arg("weights", weights).arg(
-      "loss", loss);
+  call.arg("scores", scores)
+      .arg("labels", labels)
+      .arg("weights", weights)
+      .arg("loss", loss);
   LossLayout l;
   if (Status st = lossLayout(call, scores, labels, weights, reduction,
                              ignoreIndex, loss, l);
@@ -668,12 +669,14 @@ Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
   return Status();
 }
 
-Status nllLoss(const Tensor &input, const Tensor &labels,
-               const Tensor &weights, Reduction reduction,
-               std::optional<int64_t> ignoreIndex, const Tensor &loss) {
+Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,
+               Reduction reduction, std::optional<int64_t> ignoreIndex,
+               const Tensor &loss) {
   Call call("nll_loss");
-  call.arg("input", input).arg("labels", labels).arg("weights", weights).arg(
-      "loss", loss);
+  call.arg("input", input)
+      .arg("labels", labels)
+      .arg("weights", weights)
+      .arg("loss", loss);
   LossLayout l;
   if (Status st = lossLayout(call, input, labels, weights, reduction,
                              ignoreIndex, loss, l);
@@ -749,9 +752,8 @@ Status dropout(const Tensor &input, double ratio, uint64_t seed,
       .arg("mask", mask);
   if (Status st = checkFloat(call, {&input, &out}, input.dtype); !st.ok())
     return st;
-  if (!sameShape(input, out) ||
-      (mask.present() &&
-       (mask.dtype != DType::Bool || !sameShape(input, mask))))
+  if (!sameShape(input, out) || (mask.present() && (mask.dtype != DType::Bool ||
+                                                    !sameShape(input, mask))))
     return call.fail("result and mask (bool) must have the input's shape");
   if (!(ratio >= 0 && ratio <= 1))
     return call.fail("ratio must be in [0, 1]");
@@ -782,7 +784,8 @@ Status dropoutBackward(const Tensor &gradOut, const Tensor &mask, double ratio,
     using T = decltype(tag);
     T scale = ratio < 1 ? T(1 / (1 - ratio)) : T(0);
     for (int64_t i = 0, n = gradOut.numel(); i < n; ++i)
-      gradIn.as<T>()[i] = mask.as<bool>()[i] ? gradOut.as<T>()[i] * scale : T(0);
+      gradIn.as<T>()[i] =
+          mask.as<bool>()[i] ? gradOut.as<T>()[i] * scale : T(0);
   });
   return Status();
 }

@@ -39,9 +39,9 @@ const char *safetensorsDtypeName(DType dtype) {
 }
 
 bool parseSafetensorsDtype(const std::string &name, DType &out) {
-  static const DType all[] = {DType::F32, DType::F64, DType::F16,
+  static const DType all[] = {DType::F32,  DType::F64, DType::F16,
                               DType::BF16, DType::I64, DType::I32,
-                              DType::I8,  DType::U8,  DType::Bool};
+                              DType::I8,   DType::U8,  DType::Bool};
   for (DType d : all)
     if (name == safetensorsDtypeName(d)) {
       out = d;
@@ -121,8 +121,9 @@ private:
       return literal("null");
     }
     size_t start = pos_;
-    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) ||
-                                std::strchr("+-.eE", s_[pos_])))
+    while (pos_ < s_.size() &&
+           (std::isdigit(static_cast<unsigned char>(s_[pos_])) ||
+            std::strchr("+-.eE", s_[pos_])))
       ++pos_;
     if (start == pos_)
       return fail("unexpected character");
@@ -349,8 +350,7 @@ Status SafetensorsFile::read(const std::string &path) {
     return fail("truncated header");
   uint64_t dataLen = fileSize - 8 - headerLen;
   data_.assign((dataLen + 7) / 8, 0);
-  if (dataLen &&
-      std::fread(data_.data(), 1, dataLen, f.get()) != dataLen)
+  if (dataLen && std::fread(data_.data(), 1, dataLen, f.get()) != dataLen)
     return fail("truncated data");
 
   Json root;
@@ -418,8 +418,8 @@ Status SafetensorsFile::read(const std::string &path) {
                   std::to_string(numel * dtypeSize(dt)));
     if (tensors_.count(name))
       return fail(what + "duplicate name");
-    tensors_[name] = Tensor::of(reinterpret_cast<char *>(data_.data()) + begin,
-                                dt, dims);
+    tensors_[name] =
+        Tensor::of(reinterpret_cast<char *>(data_.data()) + begin, dt, dims);
     order.emplace_back(begin, name);
   }
   std::sort(order.begin(), order.end());
@@ -432,8 +432,8 @@ Status SafetensorsFile::get(const std::string &name, Tensor &out) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end())
     return Status::error(StatusCode::InvalidArgument,
-                         "SafetensorsFile::get(" + name + "): no such tensor in " +
-                             path_);
+                         "SafetensorsFile::get(" + name +
+                             "): no such tensor in " + path_);
   out = it->second;
   return Status();
 }

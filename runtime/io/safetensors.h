@@ -51,9 +51,10 @@ struct NamedTensor {
 };
 
 /// Writes `tensors` (names unique, not "__metadata__") to `path` atomically.
-Status writeSafetensors(const std::string &path,
-                        const std::vector<NamedTensor> &tensors,
-                        const std::map<std::string, std::string> &metadata = {});
+Status
+writeSafetensors(const std::string &path,
+                 const std::vector<NamedTensor> &tensors,
+                 const std::map<std::string, std::string> &metadata = {});
 
 /// "F32", "BF16", "I64", "BOOL", ... and back; false for unknown names.
 const char *safetensorsDtypeName(DType dtype);

@@ -64,9 +64,9 @@ const char *statusCodeName(StatusCode code);
 
 enum class DType : uint8_t { F32, F64, F16, BF16, I64, I32, I8, U8, Bool };
 
-size_t dtypeSize(DType dtype);       // bytes per element; Bool is one byte
-const char *dtypeName(DType dtype);  // "f32", "bf16", "i64", "bool", ...
-bool isFloat(DType dtype);           // f32, f64, f16, bf16
+size_t dtypeSize(DType dtype);      // bytes per element; Bool is one byte
+const char *dtypeName(DType dtype); // "f32", "bf16", "i64", "bool", ...
+bool isFloat(DType dtype);          // f32, f64, f16, bf16
 
 constexpr int kMaxRank = 8;
 
@@ -79,7 +79,8 @@ public:
   I64s(std::initializer_list<int64_t> list) : size_(list.size()) {
     data_ = list.begin(); // lives as long as the call's full expression
   }
-  I64s(const std::vector<int64_t> &vec) : data_(vec.data()), size_(vec.size()) {}
+  I64s(const std::vector<int64_t> &vec)
+      : data_(vec.data()), size_(vec.size()) {}
   I64s(const int64_t *data, size_t size) : data_(data), size_(size) {}
   const int64_t *begin() const { return data_; }
   const int64_t *end() const { return data_ + size_; }
@@ -106,7 +107,9 @@ struct Tensor {
   static Tensor of(void *data, DType dtype, I64s shape);
 
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtypeSize(dtype); }
+  size_t nbytes() const {
+    return static_cast<size_t>(numel()) * dtypeSize(dtype);
+  }
   bool present() const { return data != nullptr; }
   template <typename T> T *as() const { return static_cast<T *>(data); }
   std::vector<int64_t> dims() const { return {shape, shape + rank}; }

@@ -55,7 +55,7 @@ TEST(HalfFloat, RoundTripsAndRounding) {
                   5.9604644775390625e-08f, 0.333251953125f})
     EXPECT_EQ(halfToFloat(floatToHalf(v)), v) << v;
   EXPECT_EQ(floatToHalf(1.0f), 0x3c00);
-  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);    // rounds up to inf
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);           // rounds up to inf
   EXPECT_EQ(floatToHalf(1.0f + 1.0f / 2048), 0x3c00); // tie to even
   EXPECT_EQ(floatToHalf(1.0f + 3.0f / 2048), 0x3c02);
   EXPECT_EQ(floatToHalf(2.98023223876953125e-08f), 0x0000); // tie to even: 0

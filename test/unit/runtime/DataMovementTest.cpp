@@ -31,7 +31,9 @@ TEST(DataMovement, TransposeForwardAndBackward) {
   std::vector<D> in = {randD({2, 3, 4}, rng)};
   gradCheck(
       in, {4, 2, 3},
-      [](auto &v, const Tensor &o) { return transpose(v[0], {2, 0, 1}, o); },
+      [](auto &v, const Tensor &o) {
+        return transpose(v[0], {2, 0, 1}, o);
+      },
       [](auto &, const Tensor &g, auto &gr) {
         return transposeBackward(g, {2, 0, 1}, gr[0]);
       },
@@ -64,7 +66,9 @@ TEST(DataMovement, SliceWithNegativeStrides) {
   std::vector<D> in = {randD({4, 5}, rng)};
   gradCheck(
       in, {2, 3},
-      [](auto &v, const Tensor &o) { return slice(v[0], {3, 0}, {-2, 2}, o); },
+      [](auto &v, const Tensor &o) {
+        return slice(v[0], {3, 0}, {-2, 2}, o);
+      },
       [](auto &, const Tensor &g, auto &gr) {
         return sliceBackward(g, {3, 0}, {-2, 2}, gr[0]);
       },
@@ -143,8 +147,8 @@ TEST(DataMovement, PadConstantAndCrop) {
   D x = iota({2, 3}), y = zerosD({3, 4});
   // One row before, one column after, and crop nothing else.
   DSC_ASSERT_OK(pad(x.t(), {1, 0, 0, 1}, -1.0, y.t()));
-  EXPECT_EQ(y.v, (std::vector<double>{-1, -1, -1, -1, 0, 1, 2, -1, 3, 4, 5,
-                                      -1}));
+  EXPECT_EQ(y.v,
+            (std::vector<double>{-1, -1, -1, -1, 0, 1, 2, -1, 3, 4, 5, -1}));
   D c = zerosD({2, 1});
   DSC_ASSERT_OK(pad(x.t(), {0, -1, 0, -1}, 0.0, c.t())); // crop both sides
   EXPECT_EQ(c.v, (std::vector<double>{1, 4}));
@@ -153,8 +157,8 @@ TEST(DataMovement, PadConstantAndCrop) {
   EXPECT_EQ(yi.v, (std::vector<int32_t>{7, 5, 6, 7}));
   std::mt19937_64 rng(5);
   std::vector<D> in = {randD({2, 3}, rng)};
-  for (auto pads : {std::vector<int64_t>{1, 0, 0, 2},
-                    std::vector<int64_t>{0, -1, 1, 1}}) {
+  for (auto pads :
+       {std::vector<int64_t>{1, 0, 0, 2}, std::vector<int64_t>{0, -1, 1, 1}}) {
     std::vector<int64_t> outShape = {2 + pads[0] + pads[2],
                                      3 + pads[1] + pads[3]};
     gradCheck(

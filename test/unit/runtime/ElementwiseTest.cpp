@@ -12,14 +12,13 @@ using namespace dsc::test;
 namespace {
 
 const UnaryOp kSmoothUnary[] = {
-    UnaryOp::Neg,  UnaryOp::Abs,     UnaryOp::Exp,  UnaryOp::Log,
-    UnaryOp::Sqrt, UnaryOp::Reciprocal, UnaryOp::Tanh, UnaryOp::Erf,
-    UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Sin,  UnaryOp::Cos,
+    UnaryOp::Neg,     UnaryOp::Abs,        UnaryOp::Exp,  UnaryOp::Log,
+    UnaryOp::Sqrt,    UnaryOp::Reciprocal, UnaryOp::Tanh, UnaryOp::Erf,
+    UnaryOp::Sigmoid, UnaryOp::Relu,       UnaryOp::Sin,  UnaryOp::Cos,
     UnaryOp::Softplus};
 
 bool positiveDomain(UnaryOp op) {
-  return op == UnaryOp::Log || op == UnaryOp::Sqrt ||
-         op == UnaryOp::Reciprocal;
+  return op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Reciprocal;
 }
 
 } // namespace
@@ -99,8 +98,7 @@ TEST(Activations, BackwardFiniteDifferences) {
   }
   std::vector<D> in = {randD({7}, rng, -2, 2)};
   gradCheck(
-      in, {7},
-      [](auto &x, const Tensor &o) { return leakyRelu(x[0], 0.1, o); },
+      in, {7}, [](auto &x, const Tensor &o) { return leakyRelu(x[0], 0.1, o); },
       [](auto &x, const Tensor &g, auto &gr) {
         return leakyReluBackward(x[0], 0.1, g, gr[0]);
       },
@@ -259,7 +257,8 @@ TEST(Reduce, BackwardFiniteDifferences) {
 TEST(Reduce, ProdBackwardWithZeros) {
   D x(std::vector<int64_t>{4}, DType::F64, {2, 0, 3, 5});
   D g(std::vector<int64_t>{}, DType::F64, {1}), gi = zerosD({4});
-  DSC_ASSERT_OK(reduceBackward(ReduceOp::Prod, x.t(), {}, false, g.t(), gi.t()));
+  DSC_ASSERT_OK(
+      reduceBackward(ReduceOp::Prod, x.t(), {}, false, g.t(), gi.t()));
   EXPECT_EQ(gi.v, (std::vector<double>{0, 30, 0, 0}));
   // Tied maxima share the gradient, as torch.amax does.
   D ties(std::vector<int64_t>{3}, DType::F64, {4, 1, 4}), gt = zerosD({3});
@@ -272,8 +271,7 @@ TEST(Broadcast, ExpandAndReduceToShape) {
   std::mt19937_64 rng(9);
   std::vector<D> in = {randD({3, 1}, rng)};
   gradCheck(
-      in, {2, 3, 4},
-      [](auto &x, const Tensor &o) { return expand(x[0], o); },
+      in, {2, 3, 4}, [](auto &x, const Tensor &o) { return expand(x[0], o); },
       [](auto &, const Tensor &g, auto &gr) { return reduceToShape(g, gr[0]); },
       {0});
   D small = zerosD({5});

@@ -36,8 +36,8 @@ template <typename T> struct Buf {
 using D = Buf<double>;
 using F = Buf<float>;
 
-inline D randD(std::vector<int64_t> shape, std::mt19937_64 &rng,
-               double lo = -1, double hi = 1) {
+inline D randD(std::vector<int64_t> shape, std::mt19937_64 &rng, double lo = -1,
+               double hi = 1) {
   D b(std::move(shape), DType::F64);
   std::uniform_real_distribution<double> u(lo, hi);
   for (double &x : b.v)

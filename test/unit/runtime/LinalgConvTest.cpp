@@ -76,10 +76,10 @@ TEST(Gemm, ForwardAndBackwardAllTransposes) {
     attrs.alpha = 0.7;
     attrs.beta = -1.3;
     std::mt19937_64 rng(mode);
-    std::vector<int64_t> as = attrs.transA ? std::vector<int64_t>{4, 3}
-                                           : std::vector<int64_t>{3, 4};
-    std::vector<int64_t> bs = attrs.transB ? std::vector<int64_t>{5, 4}
-                                           : std::vector<int64_t>{4, 5};
+    std::vector<int64_t> as =
+        attrs.transA ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4};
+    std::vector<int64_t> bs =
+        attrs.transB ? std::vector<int64_t>{5, 4} : std::vector<int64_t>{4, 5};
     std::vector<D> in = {randD(as, rng), randD(bs, rng), randD({5}, rng)};
     D y = zerosD({3, 5});
     DSC_ASSERT_OK(gemm(in[0].t(), in[1].t(), in[2].t(), attrs, y.t()));
@@ -97,8 +97,7 @@ TEST(Gemm, ForwardAndBackwardAllTransposes) {
           return gemm(x[0], x[1], x[2], attrs, o);
         },
         [&](auto &x, const Tensor &g, auto &gr) {
-          return gemmBackward(x[0], x[1], x[2], attrs, g, gr[0], gr[1],
-                              gr[2]);
+          return gemmBackward(x[0], x[1], x[2], attrs, g, gr[0], gr[1], gr[2]);
         },
         {0, 1, 2});
   }
@@ -112,9 +111,11 @@ D naiveConv2d(D &x, D &w, D *bias, const ConvAttrs &a) {
   int64_t m = w.shape[0], kh = w.shape[2], kw = w.shape[3];
   int64_t cg = c / a.group, mg = m / a.group;
   int64_t oh = (h + a.pads[0] + a.pads[2] - a.dilations[0] * (kh - 1) - 1) /
-                   a.strides[0] + 1;
+                   a.strides[0] +
+               1;
   int64_t ow = (wd + a.pads[1] + a.pads[3] - a.dilations[1] * (kw - 1) - 1) /
-                   a.strides[1] + 1;
+                   a.strides[1] +
+               1;
   D y = zerosD({n, m, oh, ow});
   for (int64_t i = 0; i < n; ++i)
     for (int64_t o = 0; o < m; ++o)
@@ -202,12 +203,14 @@ TEST(Conv, BackwardFiniteDifferences) {
       int64_t dil = c.a.dilations.empty() ? 1 : c.a.dilations[d];
       int64_t pb = c.a.pads.empty() ? 0 : c.a.pads[d];
       int64_t pe = c.a.pads.empty() ? 0 : c.a.pads[d + dims];
-      outShape.push_back((c.x[d + 2] + pb + pe - dil * (c.w[d + 2] - 1) - 1) /
-                             s + 1);
+      outShape.push_back(
+          (c.x[d + 2] + pb + pe - dil * (c.w[d + 2] - 1) - 1) / s + 1);
     }
     gradCheck(
         in, outShape,
-        [&](auto &x, const Tensor &o) { return conv(x[0], x[1], x[2], c.a, o, 2); },
+        [&](auto &x, const Tensor &o) {
+          return conv(x[0], x[1], x[2], c.a, o, 2);
+        },
         [&](auto &x, const Tensor &g, auto &gr) {
           return convBackward(x[0], x[1], c.a, g, gr[0], gr[1], gr[2], 2);
         },

@@ -18,9 +18,8 @@ TEST(BatchNormTrain, ForwardAndRunningStats) {
   D rv(std::vector<int64_t>{2}, DType::F64, {1, 1});
   D y = zerosD({2, 2, 2}), nm = zerosD({2}), nv = zerosD({2});
   D sm = zerosD({2}), si = zerosD({2});
-  DSC_ASSERT_OK(batchNormTrain(x.t(), scale.t(), bias.t(), rm.t(), rv.t(),
-                               1e-5, 0.9, y.t(), nm.t(), nv.t(), sm.t(),
-                               si.t()));
+  DSC_ASSERT_OK(batchNormTrain(x.t(), scale.t(), bias.t(), rm.t(), rv.t(), 1e-5,
+                               0.9, y.t(), nm.t(), nv.t(), sm.t(), si.t()));
   double inv0 = 1 / std::sqrt(5.0 + 1e-5); // biased var of {1,3,5,7} is 5
   EXPECT_NEAR(y[0], (1 - 4) * inv0 * 2 + 0.5, 1e-14);
   EXPECT_NEAR(y[5], (7 - 4) * inv0 * 2 + 0.5, 1e-14);
@@ -45,8 +44,7 @@ TEST(BatchNormTrain, BackwardFiniteDifferences) {
                               Tensor(), Tensor());
       },
       [&](auto &x, const Tensor &g, auto &gr) {
-        return batchNormTrainBackward(x[0], x[1], 1e-3, g, gr[0], gr[1],
-                                      gr[2]);
+        return batchNormTrainBackward(x[0], x[1], 1e-3, g, gr[0], gr[1], gr[2]);
       },
       {0, 1, 2});
 }
@@ -54,16 +52,15 @@ TEST(BatchNormTrain, BackwardFiniteDifferences) {
 TEST(BatchNorm, InferenceForwardAndBackward) {
   std::mt19937_64 rng(2);
   D mean = randD({3}, rng), var = randD({3}, rng, 0.5, 2);
-  std::vector<D> in = {randD({2, 3, 4}, rng), randD({3}, rng),
-                       randD({3}, rng)};
+  std::vector<D> in = {randD({2, 3, 4}, rng), randD({3}, rng), randD({3}, rng)};
   gradCheck(
       in, {2, 3, 4},
       [&](auto &x, const Tensor &o) {
         return batchNorm(x[0], x[1], x[2], mean.t(), var.t(), 1e-5, o);
       },
       [&](auto &x, const Tensor &g, auto &gr) {
-        return batchNormBackward(x[0], x[1], mean.t(), var.t(), 1e-5, g,
-                                 gr[0], gr[1], gr[2]);
+        return batchNormBackward(x[0], x[1], mean.t(), var.t(), 1e-5, g, gr[0],
+                                 gr[1], gr[2]);
       },
       {0, 1, 2});
 }
@@ -172,8 +169,7 @@ TEST(Losses, ForwardAgainstBruteForce) {
                                       -100, loss.t()));
     EXPECT_NEAR(loss[0], referenceLoss(scores, lv, nullptr, red, -100, false),
                 1e-14);
-    DSC_ASSERT_OK(
-        nllLoss(scores.t(), labels.t(), w.t(), red, -100, loss.t()));
+    DSC_ASSERT_OK(nllLoss(scores.t(), labels.t(), w.t(), red, -100, loss.t()));
     EXPECT_NEAR(loss[0], referenceLoss(scores, lv, &w.v, red, -100, true),
                 1e-14);
   }
@@ -204,9 +200,9 @@ TEST(Losses, BackwardFiniteDifferences) {
         std::mt19937_64 rng(static_cast<int>(red) + 20);
         std::vector<D> in = {randD({3, 4, 2}, rng, -2, 2)};
         Tensor wt = weighted ? w.t() : Tensor();
-        std::vector<int64_t> outShape =
-            red == Reduction::None ? std::vector<int64_t>{3, 2}
-                                   : std::vector<int64_t>{};
+        std::vector<int64_t> outShape = red == Reduction::None
+                                            ? std::vector<int64_t>{3, 2}
+                                            : std::vector<int64_t>{};
         gradCheck(
             in, outShape,
             [&](auto &x, const Tensor &o) {

@@ -1,7 +1,7 @@
 //===- SafetensorsTest.cpp - safetensors round trips and Python files -----===//
 
-#include "GradCheck.h"
 #include "io/safetensors.h"
+#include "GradCheck.h"
 
 #include <cstdio>
 #include <cstring>
@@ -45,15 +45,15 @@ TEST(Safetensors, RoundTripEveryDtype) {
   Buf<uint8_t> b({2}, DType::Bool, {1, 0});
   F scalar({}, DType::F32, {42});
   std::vector<NamedTensor> ts = {
-      {"f32", f32.t()}, {"f64", f64.t()},   {"f16", f16.t()},
-      {"bf16", bf16.t()}, {"i64", i64.t()}, {"layer.0/i32", i32.t()},
-      {"i8", i8.t()},   {"u8", u8.t()},     {"mask \"q\"", b.t()},
+      {"f32", f32.t()},      {"f64", f64.t()}, {"f16", f16.t()},
+      {"bf16", bf16.t()},    {"i64", i64.t()}, {"layer.0/i32", i32.t()},
+      {"i8", i8.t()},        {"u8", u8.t()},   {"mask \"q\"", b.t()},
       {"scalar", scalar.t()}};
   DSC_ASSERT_OK(writeSafetensors(path, ts, {{"step", "3"}}));
   // Atomic write: nothing but the file is left behind.
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path),
-                          fs::directory_iterator()),
-            1);
+  EXPECT_EQ(
+      std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()),
+      1);
   SafetensorsFile file;
   DSC_ASSERT_OK(file.read(path));
   EXPECT_EQ(file.names().size(), ts.size());
@@ -133,7 +133,9 @@ TEST(Safetensors, PythonReadsWhatWeWrite) {
       writeSafetensors(path, {{"w", w.t()}, {"ids", ids.t()}, {"m", m.t()}}));
   std::string cmd =
       "python3 -c \"from safetensors.numpy import load_file; "
-      "d = load_file('" + path + "'); "
+      "d = load_file('" +
+      path +
+      "'); "
       "assert d['w'].dtype.name == 'float64' and d['w'][1, 0] == 3; "
       "assert d['ids'].tolist() == [7, 8, 9]; "
       "assert d['m'].dtype.name == 'bool' and d['m'][0]\"";
@@ -157,36 +159,36 @@ TEST(Safetensors, BadFilesAreErrorsNotCrashes) {
   EXPECT_EQ(file.read((dir.path / "absent").string()).code(),
             StatusCode::IoError);
   EXPECT_FALSE(file.read(writeRaw("short", "abc")).ok());
-  EXPECT_FALSE(file.read(writeRaw("huge", withHeader("{}", "").substr(0, 8) +
-                                              "{"))
-                   .ok());
+  EXPECT_FALSE(
+      file.read(writeRaw("huge", withHeader("{}", "").substr(0, 8) + "{"))
+          .ok());
   EXPECT_FALSE(file.read(writeRaw("json", withHeader("{\"a\":", ""))).ok());
-  Status st = file.read(writeRaw(
-      "span", withHeader("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],"
-                         "\"data_offsets\":[0,4]}}",
-                         std::string(8, '\0'))));
+  Status st = file.read(
+      writeRaw("span", withHeader("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],"
+                                  "\"data_offsets\":[0,4]}}",
+                                  std::string(8, '\0'))));
   EXPECT_EQ(st.code(), StatusCode::IoError);
   EXPECT_NE(st.message().find("tensor 'a': data_offsets span 4 bytes"),
             std::string::npos)
       << st.message();
-  EXPECT_FALSE(file.read(writeRaw(
-                             "range", withHeader("{\"a\":{\"dtype\":\"U8\","
-                                                 "\"shape\":[4],"
-                                                 "\"data_offsets\":[0,4]}}",
-                                                 "ab")))
-                   .ok());
-  EXPECT_FALSE(file.read(writeRaw(
-                             "dtype", withHeader("{\"a\":{\"dtype\":\"C64\","
-                                                 "\"shape\":[],"
-                                                 "\"data_offsets\":[0,8]}}",
-                                                 std::string(8, '\0'))))
-                   .ok());
-  F x({1}, DType::F32, {1});
   EXPECT_FALSE(
-      writeSafetensors((dir.path / "dup").string(), {{"a", x.t()}, {"a", x.t()}})
+      file.read(writeRaw("range", withHeader("{\"a\":{\"dtype\":\"U8\","
+                                             "\"shape\":[4],"
+                                             "\"data_offsets\":[0,4]}}",
+                                             "ab")))
           .ok());
-  EXPECT_EQ(writeSafetensors((dir.path / "no/such/dir/f").string(),
-                             {{"a", x.t()}})
-                .code(),
-            StatusCode::IoError);
+  EXPECT_FALSE(
+      file.read(writeRaw("dtype", withHeader("{\"a\":{\"dtype\":\"C64\","
+                                             "\"shape\":[],"
+                                             "\"data_offsets\":[0,8]}}",
+                                             std::string(8, '\0'))))
+          .ok());
+  F x({1}, DType::F32, {1});
+  EXPECT_FALSE(writeSafetensors((dir.path / "dup").string(),
+                                {{"a", x.t()}, {"a", x.t()}})
+                   .ok());
+  EXPECT_EQ(
+      writeSafetensors((dir.path / "no/such/dir/f").string(), {{"a", x.t()}})
+          .code(),
+      StatusCode::IoError);
 }

@@ -1,0 +1,86 @@
+//===- step_kernels.h - CPU kernels for the rest of a training step -*- C++ -*-===//
+//
+// The kernels generated train steps need beyond kernels.h: the optimizer ops
+// (adamw, sgd, lr_schedule), the two halves of the conv gradient as
+// separate calls (conv_backward_input / conv_backward_weight), filling a
+// buffer with one value (splat constants), and the seed of each dropout.
+// Same conventions as kernels.h: caller-allocated results, checked shapes
+// and dtypes, a Status naming the call, no accumulation into results.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_RUNTIME_CPU_STEP_KERNELS_H
+#define DSC_RUNTIME_CPU_STEP_KERNELS_H
+
+#include "cpu/kernels.h"
+
+namespace dsc::cpu {
+
+/// Writes `value` to every element of `out` (any dtype; float to int
+/// truncates, to bool is value != 0).
+Status fill(const Tensor &out, double value);
+
+/// dsc.conv_backward_input: the gradient of conv with respect to its input,
+/// whose shape is gradInput's; the input itself is not needed.
+Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
+                         const ConvAttrs &attrs, const Tensor &gradInput,
+                         int threads = 0);
+/// dsc.conv_backward_weight: the gradient of conv with respect to its
+/// weight, whose shape is gradWeight's; the weight itself is not needed.
+Status convBackwardWeight(const Tensor &gradOut, const Tensor &input,
+                          const ConvAttrs &attrs, const Tensor &gradWeight,
+                          int threads = 0);
+
+/// dsc.adamw, PyTorch's AdamW. Hyperparameters are scalar f32 or f64
+/// tensors, `step` a scalar i64 (1 for the first step). param, grad and the
+/// states share one float dtype and shape; results may not overlap operands
+/// except element for element (newParam may be param, and so on).
+///   param  = param - lr * weight_decay * param
+///   m      = beta1 * m + (1 - beta1) * grad
+///   v      = beta2 * v + (1 - beta2) * grad^2
+///   param  = param - lr / (1 - beta1^t) * m / (sqrt(v / (1 - beta2^t)) + eps)
+Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
+             const Tensor &expAvgSq, const Tensor &lr, const Tensor &beta1,
+             const Tensor &beta2, const Tensor &eps, const Tensor &weightDecay,
+             const Tensor &step, const Tensor &newParam,
+             const Tensor &newExpAvg, const Tensor &newExpAvgSq);
+
+/// dsc.sgd, PyTorch's SGD with momentum:
+///   g   = grad + weight_decay * param
+///   buf = step == 1 ? g : momentum * buf + (1 - dampening) * g
+///   g   = nesterov ? g + momentum * buf : buf
+///   param = param - lr * g
+/// With momentum == 0 the buffer is not used: g stays as computed and
+/// newMomentumBuffer receives the old buffer unchanged.
+Status sgd(const Tensor &param, const Tensor &grad,
+           const Tensor &momentumBuffer, const Tensor &lr,
+           const Tensor &momentum, const Tensor &weightDecay,
+           const Tensor &step, double dampening, bool nesterov,
+           const Tensor &newParam, const Tensor &newMomentumBuffer);
+
+enum class LrSchedule { Constant, WarmupCosine, WarmupLinear };
+/// "constant", "warmup_cosine", "warmup_linear"; anything else is an error.
+Status parseLrSchedule(const std::string &name, LrSchedule &out);
+
+/// dsc.lr_schedule: lr = baseLr * ratio(step), with w = warmupSteps,
+/// T = totalSteps, t = step:
+///   t <= w:        warmupMinRatio + (1 - warmupMinRatio) * t / w
+///   WarmupCosine:  minRatio + (1 - minRatio) * 0.5 * (1 + cos(pi * p))
+///   WarmupLinear:  minRatio + (1 - minRatio) * (1 - p)
+///   Constant:      1
+/// where p = (t - w) / (T - w) clamped to [0, 1] (1 when T <= w), so the
+/// rate stays at minRatio after T. `step` is a scalar i64; baseLr and lr are
+/// scalars of one float dtype.
+Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
+                  int64_t warmupSteps, int64_t totalSteps,
+                  double warmupMinRatio, double minRatio, const Tensor &lr);
+
+/// The seed of one dropout: a splitmix64 hash of the run's seed, the
+/// optimizer step, the call (micro-batch) that runs the op and the op's
+/// index in its function, so no two dropouts of a run share a mask.
+uint64_t dropoutSeed(uint64_t runSeed, int64_t step, int64_t call,
+                     int64_t op);
+
+} // namespace dsc::cpu
+
+#endif // DSC_RUNTIME_CPU_STEP_KERNELS_H
