@@ -1,0 +1,257 @@
+//===- step_kernels.cpp - Optimizer, conv-gradient and fill CPU kernels ----===//
+//
+// Reference implementations of step_kernels.h. Scalars of the optimizer math
+// (bias corrections, step sizes) are computed in double, elements in their
+// own dtype, in a fixed order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cpu/step_kernels.h"
+
+#include "cpu/kernel_util.h"
+
+#include <cmath>
+
+namespace dsc::cpu {
+
+using namespace detail;
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+bool isScalar(const Tensor &t) { return t.present() && t.numel() == 1; }
+
+/// Checks that every hyperparameter is a present float scalar.
+Status checkScalars(const Call &call,
+                    std::initializer_list<const Tensor *> scalars) {
+  for (const Tensor *t : scalars)
+    if (!isScalar(*t) || !validRank(*t) || !isFloat(t->dtype))
+      return call.fail("hyperparameters must be float scalars");
+  return Status();
+}
+
+Status checkStep(const Call &call, const Tensor &step, int64_t &t) {
+  if (!isScalar(step) || !validRank(step) ||
+      (step.dtype != DType::I64 && step.dtype != DType::I32))
+    return call.fail("step must be an integer scalar");
+  t = loadAsInt(step.data, step.dtype, 0);
+  if (t < 1)
+    return call.fail("step must be at least 1, got " + std::to_string(t),
+                     StatusCode::OutOfRange);
+  return Status();
+}
+
+/// Every tensor present, of `like`'s float dtype and shape.
+Status checkLike(const Call &call, const Tensor &like,
+                 std::initializer_list<const Tensor *> ts) {
+  if (!validRank(like) || (like.dtype != DType::F32 && like.dtype != DType::F64))
+    return call.fail("expects f32 or f64 tensors", StatusCode::Unimplemented);
+  for (const Tensor *t : ts)
+    if (!t->present() || !validRank(*t) || t->dtype != like.dtype ||
+        !sameShape(*t, like))
+      return call.fail("operands and results must share one dtype and shape");
+  return Status();
+}
+
+double scalar(const Tensor &t) { return loadAsDouble(t.data, t.dtype, 0); }
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+} // namespace
+
+Status fill(const Tensor &out, double value) {
+  Call call("fill");
+  call.arg("out", out).raw("value", std::to_string(value));
+  if (!validRank(out))
+    return call.fail("rank above 8");
+  if (!out.present() && out.numel() != 0)
+    return call.fail("result must be present");
+  for (int64_t i = 0, n = out.numel(); i < n; ++i)
+    storeDouble(out.data, out.dtype, i, value);
+  return Status();
+}
+
+Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
+                         const ConvAttrs &attrs, const Tensor &gradInput,
+                         int threads) {
+  if (!gradInput.present())
+    return Call("conv_backward_input")
+        .arg("grad_out", gradOut)
+        .arg("weight", weight)
+        .fail("grad_input must be present");
+  // convBackward reads the input only for the weight gradient: a view with
+  // the input's shape and no data describes it.
+  Tensor input = gradInput;
+  input.data = nullptr;
+  return convBackward(input, weight, attrs, gradOut, gradInput, Tensor(),
+                      Tensor(), threads);
+}
+
+Status convBackwardWeight(const Tensor &gradOut, const Tensor &input,
+                          const ConvAttrs &attrs, const Tensor &gradWeight,
+                          int threads) {
+  if (!gradWeight.present())
+    return Call("conv_backward_weight")
+        .arg("grad_out", gradOut)
+        .arg("input", input)
+        .fail("grad_weight must be present");
+  // Likewise the weight is read only for the input gradient.
+  Tensor weight = gradWeight;
+  weight.data = nullptr;
+  return convBackward(input, weight, attrs, gradOut, Tensor(), gradWeight,
+                      Tensor(), threads);
+}
+
+Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
+             const Tensor &expAvgSq, const Tensor &lr, const Tensor &beta1,
+             const Tensor &beta2, const Tensor &eps, const Tensor &weightDecay,
+             const Tensor &step, const Tensor &newParam,
+             const Tensor &newExpAvg, const Tensor &newExpAvgSq) {
+  Call call("adamw");
+  call.arg("param", param)
+      .arg("grad", grad)
+      .arg("exp_avg", expAvg)
+      .arg("exp_avg_sq", expAvgSq)
+      .arg("step", step);
+  if (Status st = checkLike(call, param,
+                            {&grad, &expAvg, &expAvgSq, &newParam, &newExpAvg,
+                             &newExpAvgSq});
+      !st.ok())
+    return st;
+  if (Status st =
+          checkScalars(call, {&lr, &beta1, &beta2, &eps, &weightDecay});
+      !st.ok())
+    return st;
+  int64_t t = 0;
+  if (Status st = checkStep(call, step, t); !st.ok())
+    return st;
+  const double lrV = scalar(lr), b1 = scalar(beta1), b2 = scalar(beta2),
+               epsV = scalar(eps), wd = scalar(weightDecay);
+  const double bc1 = 1 - std::pow(b1, static_cast<double>(t));
+  const double bc2Sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(t)));
+  const double stepSize = lrV / bc1, decay = 1 - lrV * wd;
+  dispatchFloat(param.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *p = param.as<T>(), *g = grad.as<T>(), *m = expAvg.as<T>(),
+            *v = expAvgSq.as<T>();
+    T *np = newParam.as<T>(), *nm = newExpAvg.as<T>(), *nv = newExpAvgSq.as<T>();
+    const T tB1 = T(b1), tB2 = T(b2), tDecay = T(decay), tStep = T(stepSize),
+            tBc2 = T(bc2Sqrt), tEps = T(epsV);
+    // Element i reads all its operands before writing, so results may be
+    // the operands' own storage.
+    for (int64_t i = 0, n = param.numel(); i < n; ++i) {
+      T gi = g[i];
+      T pi = p[i] * tDecay;
+      T mi = tB1 * m[i] + (T(1) - tB1) * gi;
+      T vi = tB2 * v[i] + (T(1) - tB2) * gi * gi;
+      pi -= tStep * mi / (std::sqrt(vi) / tBc2 + tEps);
+      np[i] = pi, nm[i] = mi, nv[i] = vi;
+    }
+  });
+  return Status();
+}
+
+Status sgd(const Tensor &param, const Tensor &grad,
+           const Tensor &momentumBuffer, const Tensor &lr,
+           const Tensor &momentum, const Tensor &weightDecay,
+           const Tensor &step, double dampening, bool nesterov,
+           const Tensor &newParam, const Tensor &newMomentumBuffer) {
+  Call call("sgd");
+  call.arg("param", param)
+      .arg("grad", grad)
+      .arg("momentum_buffer", momentumBuffer)
+      .arg("step", step);
+  if (Status st = checkLike(call, param,
+                            {&grad, &momentumBuffer, &newParam,
+                             &newMomentumBuffer});
+      !st.ok())
+    return st;
+  if (Status st = checkScalars(call, {&lr, &momentum, &weightDecay});
+      !st.ok())
+    return st;
+  int64_t t = 0;
+  if (Status st = checkStep(call, step, t); !st.ok())
+    return st;
+  const double lrV = scalar(lr), mom = scalar(momentum),
+               wd = scalar(weightDecay);
+  dispatchFloat(param.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *p = param.as<T>(), *g = grad.as<T>(), *b = momentumBuffer.as<T>();
+    T *np = newParam.as<T>(), *nb = newMomentumBuffer.as<T>();
+    const T tLr = T(lrV), tMom = T(mom), tWd = T(wd), tDamp = T(1 - dampening);
+    for (int64_t i = 0, n = param.numel(); i < n; ++i) {
+      T pi = p[i], gi = g[i] + tWd * pi, bi = b[i];
+      if (mom != 0) {
+        bi = t == 1 ? gi : tMom * bi + tDamp * gi;
+        gi = nesterov ? gi + tMom * bi : bi;
+      }
+      np[i] = pi - tLr * gi, nb[i] = bi;
+    }
+  });
+  return Status();
+}
+
+Status parseLrSchedule(const std::string &name, LrSchedule &out) {
+  if (name == "constant")
+    out = LrSchedule::Constant;
+  else if (name == "warmup_cosine")
+    out = LrSchedule::WarmupCosine;
+  else if (name == "warmup_linear")
+    out = LrSchedule::WarmupLinear;
+  else
+    return Status::error(StatusCode::InvalidArgument,
+                         "lr_schedule(kind=" + name +
+                             "): kind must be constant, warmup_cosine or "
+                             "warmup_linear");
+  return Status();
+}
+
+Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
+                  int64_t warmupSteps, int64_t totalSteps,
+                  double warmupMinRatio, double minRatio, const Tensor &lr) {
+  Call call("lr_schedule");
+  call.arg("step", step)
+      .arg("base_lr", baseLr)
+      .arg("warmup_steps", warmupSteps)
+      .arg("total_steps", totalSteps)
+      .arg("lr", lr);
+  if (Status st = checkScalars(call, {&baseLr, &lr}); !st.ok())
+    return st;
+  int64_t t = 0;
+  if (Status st = checkStep(call, step, t); !st.ok())
+    return st;
+  if (warmupSteps < 0 || totalSteps < 0)
+    return call.fail("step counts must not be negative");
+  double ratio = 1;
+  if (t <= warmupSteps) {
+    ratio = warmupMinRatio + (1 - warmupMinRatio) * static_cast<double>(t) /
+                                 static_cast<double>(warmupSteps);
+  } else if (kind != LrSchedule::Constant) {
+    double p = 1;
+    if (totalSteps > warmupSteps)
+      p = std::min(1.0, static_cast<double>(t - warmupSteps) /
+                            static_cast<double>(totalSteps - warmupSteps));
+    double shape = kind == LrSchedule::WarmupCosine
+                       ? 0.5 * (1 + std::cos(kPi * p))
+                       : 1 - p;
+    ratio = minRatio + (1 - minRatio) * shape;
+  }
+  storeDouble(lr.data, lr.dtype, 0, scalar(baseLr) * ratio);
+  return Status();
+}
+
+uint64_t dropoutSeed(uint64_t runSeed, int64_t step, int64_t call,
+                     int64_t op) {
+  uint64_t h = splitmix64(runSeed);
+  h = splitmix64(h ^ static_cast<uint64_t>(step));
+  h = splitmix64(h ^ static_cast<uint64_t>(call));
+  return splitmix64(h ^ static_cast<uint64_t>(op));
+}
+
+} // namespace dsc::cpu
