@@ -29,7 +29,7 @@ struct VerifyStaticPass
     module.walk([&](Operation *op) {
       if (isa<ModuleOp, func::FuncOp, func::ReturnOp>(op))
         return;
-      if (op->getDialect() && op->getDialect()->getNamespace() != "dsc") {
+      if (!isa_and_nonnull<dsc::DscDialect>(op->getDialect())) {
         op->emitError("op outside the dsc dialect in a dsc module: ")
             << op->getName();
         ok = false;
@@ -44,7 +44,7 @@ struct VerifyStaticPass
     // 2. Every argument says what it is; @forward returns a scalar loss.
     for (auto func : module.getOps<func::FuncOp>()) {
       for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-        if (!isStaticTensor(func.getArgument(i).getType())) {
+        if (!isStaticTensor(func.getArgumentTypes()[i])) {
           func.emitError("argument #") << i << " is not a static tensor";
           ok = false;
         }

@@ -11,13 +11,15 @@
 #include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace dsc;
 
 using Shape = SmallVector<int64_t>;
 
-FailureOr<Shape> dsc::broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+FailureOr<Shape> dsc::broadcastShapes(ArrayRef<int64_t> a,
+                                      ArrayRef<int64_t> b) {
   size_t rank = std::max(a.size(), b.size());
   Shape out(rank, 1);
   for (size_t i = 0; i < rank; ++i) {
@@ -54,8 +56,7 @@ LogicalResult fail(std::optional<Location> loc, const Twine &msg) {
 }
 
 LogicalResult inferBroadcast(std::optional<Location> loc, ValueRange operands,
-                             Type elementType,
-                             SmallVectorImpl<Type> &results) {
+                             Type elementType, SmallVectorImpl<Type> &results) {
   Shape shape;
   for (Value v : operands) {
     auto t = rankedType(v);
@@ -172,14 +173,39 @@ LogicalResult inferClassLoss(std::optional<Location> loc, Value scores,
 
 } // namespace
 
+/// Fills in default-valued attributes and checks that required ones are
+/// present and of the right kind before inference reads them: the parser
+/// infers result types before any verifier runs, so a missing attribute must
+/// be an error here, not a null dereference.
+template <typename OpTy>
+static LogicalResult completeAttrs(MLIRContext *ctx,
+                                   std::optional<Location> loc,
+                                   typename OpTy::Adaptor &a) {
+  NamedAttrList attrs(a.getAttributes());
+  if (auto name =
+          RegisteredOperationName::lookup(OpTy::getOperationName(), ctx))
+    name->populateDefaultAttrs(attrs);
+  typename OpTy::Adaptor full(a.getOperands(), attrs.getDictionary(ctx),
+                              OpaqueProperties(nullptr), RegionRange());
+  std::optional<ScopedDiagnosticHandler> silence;
+  if (!loc)
+    silence.emplace(ctx, [](Diagnostic &) { return success(); });
+  if (failed(full.verify(loc.value_or(UnknownLoc::get(ctx)))))
+    return failure();
+  a = full;
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Constants and elementwise
 //===----------------------------------------------------------------------===//
 
-LogicalResult ConstantOp::inferReturnTypes(MLIRContext *,
+LogicalResult ConstantOp::inferReturnTypes(MLIRContext *ctx,
                                            std::optional<Location> loc,
                                            Adaptor a,
                                            SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<ConstantOp>(ctx, loc, a)))
+    return failure();
   auto value = a.getValueAttr();
   if (!value)
     return fail(loc, "missing value");
@@ -187,9 +213,11 @@ LogicalResult ConstantOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult CastOp::inferReturnTypes(MLIRContext *,
+LogicalResult CastOp::inferReturnTypes(MLIRContext *ctx,
                                        std::optional<Location> loc, Adaptor a,
                                        SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<CastOp>(ctx, loc, a)))
+    return failure();
   auto t = rankedType(a.getInput());
   if (!t)
     return fail(loc, "input must be a ranked tensor");
@@ -198,10 +226,12 @@ LogicalResult CastOp::inferReturnTypes(MLIRContext *,
 }
 
 #define DSC_SAME_AS_INPUT(OP)                                                  \
-  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location>,   \
-                                     Adaptor a,                               \
-                                     SmallVectorImpl<Type> &results) {        \
-    return inferSameAsInput(a.getInput(), results);                           \
+  LogicalResult OP::inferReturnTypes(MLIRContext *ctx,                         \
+                                     std::optional<Location> loc, Adaptor a,   \
+                                     SmallVectorImpl<Type> &results) {         \
+    if (failed(completeAttrs<OP>(ctx, loc, a)))                                \
+      return failure();                                                        \
+    return inferSameAsInput(a.getInput(), results);                            \
   }
 DSC_SAME_AS_INPUT(NegOp)
 DSC_SAME_AS_INPUT(AbsOp)
@@ -226,14 +256,16 @@ DSC_SAME_AS_INPUT(ClipOp)
 
 #define DSC_BINARY(OP, RESULT_ELEMENT)                                         \
   LogicalResult OP::inferReturnTypes(MLIRContext *ctx,                         \
-                                     std::optional<Location> loc, Adaptor a,  \
-                                     SmallVectorImpl<Type> &results) {        \
-    if (failed(sameElementTypes(loc, a.getLhs(), a.getRhs())))                \
-      return failure();                                                       \
-    Type element = getElementTypeOrSelf(a.getLhs().getType());                \
-    (void)element;                                                            \
-    return inferBroadcast(loc, {a.getLhs(), a.getRhs()}, RESULT_ELEMENT,      \
-                          results);                                           \
+                                     std::optional<Location> loc, Adaptor a,   \
+                                     SmallVectorImpl<Type> &results) {         \
+    if (failed(completeAttrs<OP>(ctx, loc, a)))                                \
+      return failure();                                                        \
+    if (failed(sameElementTypes(loc, a.getLhs(), a.getRhs())))                 \
+      return failure();                                                        \
+    Type element = getElementTypeOrSelf(a.getLhs().getType());                 \
+    (void)element;                                                             \
+    return inferBroadcast(loc, {a.getLhs(), a.getRhs()}, RESULT_ELEMENT,       \
+                          results);                                            \
   }
 DSC_BINARY(AddOp, element)
 DSC_BINARY(SubOp, element)
@@ -252,9 +284,11 @@ DSC_BINARY(GreaterOp, IntegerType::get(ctx, 1))
 DSC_BINARY(GreaterEqualOp, IntegerType::get(ctx, 1))
 #undef DSC_BINARY
 
-LogicalResult WhereOp::inferReturnTypes(MLIRContext *,
+LogicalResult WhereOp::inferReturnTypes(MLIRContext *ctx,
                                         std::optional<Location> loc, Adaptor a,
                                         SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<WhereOp>(ctx, loc, a)))
+    return failure();
   if (failed(sameElementTypes(loc, a.getX(), a.getY())))
     return failure();
   return inferBroadcast(loc, {a.getCond(), a.getX(), a.getY()},
@@ -265,10 +299,11 @@ LogicalResult WhereOp::inferReturnTypes(MLIRContext *,
 // Linear algebra, convolution and pooling
 //===----------------------------------------------------------------------===//
 
-LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor a,
+LogicalResult MatMulOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc, Adaptor a,
                                          SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<MatMulOp>(ctx, loc, a)))
+    return failure();
   auto l = rankedType(a.getLhs()), r = rankedType(a.getRhs());
   if (!l || !r || l.getRank() == 0 || r.getRank() == 0)
     return fail(loc, "matmul operands must have rank >= 1");
@@ -299,9 +334,11 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
+LogicalResult GemmOp::inferReturnTypes(MLIRContext *ctx,
                                        std::optional<Location> loc, Adaptor a,
                                        SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<GemmOp>(ctx, loc, a)))
+    return failure();
   auto at = rankedType(a.getA()), bt = rankedType(a.getB());
   if (!at || !bt || at.getRank() != 2 || bt.getRank() != 2)
     return fail(loc, "gemm operands A and B must be 2-D");
@@ -327,9 +364,11 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult ConvOp::inferReturnTypes(MLIRContext *,
+LogicalResult ConvOp::inferReturnTypes(MLIRContext *ctx,
                                        std::optional<Location> loc, Adaptor a,
                                        SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<ConvOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput()), w = rankedType(a.getWeight());
   if (!x || !w || x.getRank() < 3 || w.getRank() != x.getRank())
     return fail(loc, "conv expects input [N, C, spatial...] and weight "
@@ -355,8 +394,8 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *,
                           a.getStrides()[i], a.getPads()[i],
                           a.getPads()[i + spatial], a.getDilations()[i], false);
     if (failed(o))
-      return fail(loc, "kernel larger than padded input in spatial dim " +
-                           Twine(i));
+      return fail(loc,
+                  "kernel larger than padded input in spatial dim " + Twine(i));
     out.push_back(*o);
   }
   results.push_back(RankedTensorType::get(out, x.getElementType()));
@@ -382,25 +421,29 @@ static LogicalResult inferPool(std::optional<Location> loc, Adaptor a,
                           a.getPads()[i + spatial], a.getDilations()[i],
                           a.getCeilMode());
     if (failed(o))
-      return fail(loc, "window larger than padded input in spatial dim " +
-                           Twine(i));
+      return fail(loc,
+                  "window larger than padded input in spatial dim " + Twine(i));
     out.push_back(*o);
   }
   results.push_back(RankedTensorType::get(out, x.getElementType()));
   return success();
 }
 
-LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *,
+LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *ctx,
                                           std::optional<Location> loc,
                                           Adaptor a,
                                           SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<MaxPoolOp>(ctx, loc, a)))
+    return failure();
   return inferPool(loc, a, results);
 }
 
-LogicalResult AvgPoolOp::inferReturnTypes(MLIRContext *,
+LogicalResult AvgPoolOp::inferReturnTypes(MLIRContext *ctx,
                                           std::optional<Location> loc,
                                           Adaptor a,
                                           SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<AvgPoolOp>(ctx, loc, a)))
+    return failure();
   return inferPool(loc, a, results);
 }
 
@@ -416,15 +459,19 @@ static LogicalResult inferGlobalPool(std::optional<Location> loc, Value input,
   return success();
 }
 
-LogicalResult GlobalAvgPoolOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+GlobalAvgPoolOp::inferReturnTypes(MLIRContext *ctx, std::optional<Location> loc,
+                                  Adaptor a, SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<GlobalAvgPoolOp>(ctx, loc, a)))
+    return failure();
   return inferGlobalPool(loc, a.getInput(), results);
 }
 
-LogicalResult GlobalMaxPoolOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+GlobalMaxPoolOp::inferReturnTypes(MLIRContext *ctx, std::optional<Location> loc,
+                                  Adaptor a, SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<GlobalMaxPoolOp>(ctx, loc, a)))
+    return failure();
   return inferGlobalPool(loc, a.getInput(), results);
 }
 
@@ -447,12 +494,15 @@ static LogicalResult checkChannelParams(std::optional<Location> loc,
   return success();
 }
 
-LogicalResult BatchNormTrainOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
-  if (failed(checkChannelParams(loc, a.getInput(),
-                                {a.getScale(), a.getBias(), a.getRunningMean(),
-                                 a.getRunningVar()})))
+LogicalResult
+BatchNormTrainOp::inferReturnTypes(MLIRContext *ctx,
+                                   std::optional<Location> loc, Adaptor a,
+                                   SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<BatchNormTrainOp>(ctx, loc, a)))
+    return failure();
+  if (failed(checkChannelParams(
+          loc, a.getInput(),
+          {a.getScale(), a.getBias(), a.getRunningMean(), a.getRunningVar()})))
     return failure();
   results.push_back(a.getInput().getType());
   results.push_back(a.getRunningMean().getType());
@@ -460,21 +510,26 @@ LogicalResult BatchNormTrainOp::inferReturnTypes(
   return success();
 }
 
-LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
+LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *ctx,
                                             std::optional<Location> loc,
                                             Adaptor a,
                                             SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<BatchNormOp>(ctx, loc, a)))
+    return failure();
   if (failed(checkChannelParams(
-          loc, a.getInput(), {a.getScale(), a.getBias(), a.getMean(), a.getVar()})))
+          loc, a.getInput(),
+          {a.getScale(), a.getBias(), a.getMean(), a.getVar()})))
     return failure();
   results.push_back(a.getInput().getType());
   return success();
 }
 
-LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *ctx,
                                             std::optional<Location> loc,
                                             Adaptor a,
                                             SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<LayerNormOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   if (!x)
     return fail(loc, "input must be a ranked tensor");
@@ -497,10 +552,12 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *,
+LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *ctx,
                                           std::optional<Location> loc,
                                           Adaptor a,
                                           SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<SoftmaxOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   if (!x || failed(normalizeAxis((int64_t)a.getAxis(), x.getRank())))
     return fail(loc, "softmax axis out of range");
@@ -508,10 +565,12 @@ LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *,
+LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *ctx,
                                              std::optional<Location> loc,
                                              Adaptor a,
                                              SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<LogSoftmaxOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   if (!x || failed(normalizeAxis((int64_t)a.getAxis(), x.getRank())))
     return fail(loc, "log_softmax axis out of range");
@@ -519,17 +578,22 @@ LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+SoftmaxCrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
+                                        std::optional<Location> loc, Adaptor a,
+                                        SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<SoftmaxCrossEntropyOp>(ctx, loc, a)))
+    return failure();
   return inferClassLoss(loc, a.getScores(), a.getLabels(), a.getWeights(),
                         a.getReduction(), results);
 }
 
-LogicalResult NllLossOp::inferReturnTypes(MLIRContext *,
+LogicalResult NllLossOp::inferReturnTypes(MLIRContext *ctx,
                                           std::optional<Location> loc,
                                           Adaptor a,
                                           SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<NllLossOp>(ctx, loc, a)))
+    return failure();
   return inferClassLoss(loc, a.getInput(), a.getLabels(), a.getWeights(),
                         a.getReduction(), results);
 }
@@ -538,12 +602,16 @@ LogicalResult DropoutOp::inferReturnTypes(MLIRContext *ctx,
                                           std::optional<Location> loc,
                                           Adaptor a,
                                           SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<DropoutOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   double ratio = a.getRatio().convertToDouble();
   if (!x)
     return fail(loc, "input must be a ranked tensor");
   if (!(ratio >= 0.0 && ratio < 1.0))
-    return fail(loc, llvm::formatv("dropout ratio must be in [0, 1), got {0}", ratio).str());
+    return fail(
+        loc,
+        llvm::formatv("dropout ratio must be in [0, 1), got {0}", ratio).str());
   results.push_back(x);
   results.push_back(x.clone(IntegerType::get(ctx, 1)));
   return success();
@@ -554,11 +622,13 @@ LogicalResult DropoutOp::inferReturnTypes(MLIRContext *ctx,
 //===----------------------------------------------------------------------===//
 
 #define DSC_REDUCE(OP)                                                         \
-  LogicalResult OP::inferReturnTypes(MLIRContext *,                            \
-                                     std::optional<Location> loc, Adaptor a,  \
-                                     SmallVectorImpl<Type> &results) {        \
-    return inferReduce(loc, a.getInput(), a.getAxes(), a.getKeepdims(),       \
-                       results);                                              \
+  LogicalResult OP::inferReturnTypes(MLIRContext *ctx,                         \
+                                     std::optional<Location> loc, Adaptor a,   \
+                                     SmallVectorImpl<Type> &results) {         \
+    if (failed(completeAttrs<OP>(ctx, loc, a)))                                \
+      return failure();                                                        \
+    return inferReduce(loc, a.getInput(), a.getAxes(), a.getKeepdims(),        \
+                       results);                                               \
   }
 DSC_REDUCE(ReduceSumOp)
 DSC_REDUCE(ReduceMeanOp)
@@ -571,10 +641,12 @@ DSC_REDUCE(ReduceProdOp)
 // Data movement
 //===----------------------------------------------------------------------===//
 
-LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *,
+LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *ctx,
                                           std::optional<Location> loc,
                                           Adaptor a,
                                           SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<ReshapeOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   if (!x)
     return fail(loc, "input must be a ranked tensor");
@@ -583,7 +655,9 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *,
     if (d < 0)
       return fail(loc, "reshape target " + shapeStr(a.getShape()) +
                            " must be fully resolved (no -1)");
-    n *= d;
+    if (llvm::MulOverflow(n, d, n))
+      return fail(loc, "reshape target " + shapeStr(a.getShape()) +
+                           " has too many elements");
   }
   if (n != x.getNumElements())
     return fail(loc, "reshape of " + shapeStr(x.getShape()) + " to " +
@@ -593,10 +667,12 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *ctx,
                                             std::optional<Location> loc,
                                             Adaptor a,
                                             SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<TransposeOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   ArrayRef<int64_t> perm = a.getPerm();
   if (!x || (int64_t)perm.size() != x.getRank())
@@ -613,10 +689,11 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult ExpandOp::inferReturnTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor a,
+LogicalResult ExpandOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc, Adaptor a,
                                          SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<ExpandOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   if (!x)
     return fail(loc, "input must be a ranked tensor");
@@ -628,9 +705,11 @@ LogicalResult ExpandOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *ctx,
                                         std::optional<Location> loc, Adaptor a,
                                         SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<SliceOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   ArrayRef<int64_t> off = a.getOffsets(), size = a.getSizes(),
                     stride = a.getStrides();
@@ -643,8 +722,10 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
       return fail(loc, "bad slice size or zero stride in dim " + Twine(d));
     if (size[d] == 0)
       continue;
-    int64_t last = off[d] + (size[d] - 1) * stride[d];
-    if (off[d] < 0 || off[d] >= x.getDimSize(d) || last < 0 ||
+    int64_t last;
+    bool overflow = llvm::MulOverflow(size[d] - 1, stride[d], last) ||
+                    llvm::AddOverflow(last, off[d], last);
+    if (overflow || off[d] < 0 || off[d] >= x.getDimSize(d) || last < 0 ||
         last >= x.getDimSize(d))
       return fail(loc, "slice reads outside dim " + Twine(d) + " of size " +
                            Twine(x.getDimSize(d)));
@@ -653,10 +734,11 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor a,
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc, Adaptor a,
                                          SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<ConcatOp>(ctx, loc, a)))
+    return failure();
   if (a.getInputs().empty())
     return fail(loc, "concat needs at least one input");
   auto first = rankedType(a.getInputs()[0]);
@@ -683,9 +765,11 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult SplitOp::inferReturnTypes(MLIRContext *,
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *ctx,
                                         std::optional<Location> loc, Adaptor a,
                                         SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<SplitOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   if (!x)
     return fail(loc, "input must be a ranked tensor");
@@ -703,15 +787,15 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *,
   }
   if (total != x.getDimSize(*axis))
     return fail(loc, "split sizes " + shapeStr(a.getSizes()) +
-                         " do not add up to dim " +
-                         Twine(x.getDimSize(*axis)));
+                         " do not add up to dim " + Twine(x.getDimSize(*axis)));
   return success();
 }
 
-LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor a,
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc, Adaptor a,
                                          SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<GatherOp>(ctx, loc, a)))
+    return failure();
   auto d = rankedType(a.getData()), i = rankedType(a.getIndices());
   if (!d || !i || d.getRank() == 0)
     return fail(loc, "gather expects ranked data of rank >= 1 and indices");
@@ -725,9 +809,11 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult PadOp::inferReturnTypes(MLIRContext *,
+LogicalResult PadOp::inferReturnTypes(MLIRContext *ctx,
                                       std::optional<Location> loc, Adaptor a,
                                       SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<PadOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   ArrayRef<int64_t> pads = a.getPads();
   if (!x || (int64_t)pads.size() != 2 * x.getRank())
@@ -743,9 +829,11 @@ LogicalResult PadOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult TriluOp::inferReturnTypes(MLIRContext *,
+LogicalResult TriluOp::inferReturnTypes(MLIRContext *ctx,
                                         std::optional<Location> loc, Adaptor a,
                                         SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<TriluOp>(ctx, loc, a)))
+    return failure();
   auto x = rankedType(a.getInput());
   if (!x || x.getRank() < 2)
     return fail(loc, "trilu expects rank >= 2");
@@ -770,64 +858,86 @@ static LogicalResult inferShaped(std::optional<Location> loc, Value like,
   return success();
 }
 
-LogicalResult ConvBackwardInputOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+ConvBackwardInputOp::inferReturnTypes(MLIRContext *ctx,
+                                      std::optional<Location> loc, Adaptor a,
+                                      SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<ConvBackwardInputOp>(ctx, loc, a)))
+    return failure();
   return inferShaped(loc, a.getGrad(), a.getInputShape(), results);
 }
 
-LogicalResult ConvBackwardWeightOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+ConvBackwardWeightOp::inferReturnTypes(MLIRContext *ctx,
+                                       std::optional<Location> loc, Adaptor a,
+                                       SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<ConvBackwardWeightOp>(ctx, loc, a)))
+    return failure();
   return inferShaped(loc, a.getGrad(), a.getWeightShape(), results);
 }
 
-LogicalResult PoolBackwardOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult PoolBackwardOp::inferReturnTypes(MLIRContext *ctx,
+                                               std::optional<Location> loc,
+                                               Adaptor a,
+                                               SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<PoolBackwardOp>(ctx, loc, a)))
+    return failure();
   if (a.getKind() != "max" && a.getKind() != "avg")
     return fail(loc, "pool kind must be 'max' or 'avg'");
   return inferSameAsInput(a.getInput(), results);
 }
 
 LogicalResult BatchNormTrainBackwardOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor a,
     SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<BatchNormTrainBackwardOp>(ctx, loc, a)))
+    return failure();
   if (a.getGrad().getType() != a.getInput().getType())
     return fail(loc, "grad and input types differ");
-  results.append({a.getInput().getType(), a.getScale().getType(),
-                  a.getScale().getType()});
+  results.append(
+      {a.getInput().getType(), a.getScale().getType(), a.getScale().getType()});
   return success();
 }
 
-LogicalResult LayerNormBackwardOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+LayerNormBackwardOp::inferReturnTypes(MLIRContext *ctx,
+                                      std::optional<Location> loc, Adaptor a,
+                                      SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<LayerNormBackwardOp>(ctx, loc, a)))
+    return failure();
   if (a.getGrad().getType() != a.getInput().getType())
     return fail(loc, "grad and input types differ");
-  results.append({a.getInput().getType(), a.getScale().getType(),
-                  a.getScale().getType()});
+  results.append(
+      {a.getInput().getType(), a.getScale().getType(), a.getScale().getType()});
   return success();
 }
 
-LogicalResult ClassLossBackwardOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+ClassLossBackwardOp::inferReturnTypes(MLIRContext *ctx,
+                                      std::optional<Location> loc, Adaptor a,
+                                      SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<ClassLossBackwardOp>(ctx, loc, a)))
+    return failure();
   if (a.getKind() != "softmax_cross_entropy" && a.getKind() != "nll")
     return fail(loc, "kind must be 'softmax_cross_entropy' or 'nll'");
   return inferSameAsInput(a.getInput(), results);
 }
 
-LogicalResult ScatterAddOp::inferReturnTypes(MLIRContext *,
+LogicalResult ScatterAddOp::inferReturnTypes(MLIRContext *ctx,
                                              std::optional<Location> loc,
                                              Adaptor a,
                                              SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<ScatterAddOp>(ctx, loc, a)))
+    return failure();
   return inferShaped(loc, a.getGrad(), a.getShape(), results);
 }
 
-LogicalResult InsertSliceOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult InsertSliceOp::inferReturnTypes(MLIRContext *ctx,
+                                              std::optional<Location> loc,
+                                              Adaptor a,
+                                              SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<InsertSliceOp>(ctx, loc, a)))
+    return failure();
   return inferShaped(loc, a.getGrad(), a.getShape(), results);
 }
 
@@ -854,9 +964,11 @@ static LogicalResult checkLike(std::optional<Location> loc, Value param,
   return success();
 }
 
-LogicalResult AdamWOp::inferReturnTypes(MLIRContext *,
+LogicalResult AdamWOp::inferReturnTypes(MLIRContext *ctx,
                                         std::optional<Location> loc, Adaptor a,
                                         SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<AdamWOp>(ctx, loc, a)))
+    return failure();
   if (failed(checkLike(loc, a.getParam(),
                        {a.getGrad(), a.getExpAvg(), a.getExpAvgSq()})) ||
       failed(checkScalars(loc, {a.getLr(), a.getBeta1(), a.getBeta2(),
@@ -866,12 +978,15 @@ LogicalResult AdamWOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult SgdOp::inferReturnTypes(MLIRContext *,
+LogicalResult SgdOp::inferReturnTypes(MLIRContext *ctx,
                                       std::optional<Location> loc, Adaptor a,
                                       SmallVectorImpl<Type> &results) {
-  if (failed(checkLike(loc, a.getParam(), {a.getGrad(), a.getMomentumBuffer()})) ||
-      failed(checkScalars(loc, {a.getLr(), a.getMomentum(),
-                                a.getWeightDecay(), a.getStep()})))
+  if (failed(completeAttrs<SgdOp>(ctx, loc, a)))
+    return failure();
+  if (failed(
+          checkLike(loc, a.getParam(), {a.getGrad(), a.getMomentumBuffer()})) ||
+      failed(checkScalars(
+          loc, {a.getLr(), a.getMomentum(), a.getWeightDecay(), a.getStep()})))
     return failure();
   results.append(2, a.getParam().getType());
   return success();
@@ -881,13 +996,16 @@ LogicalResult LrScheduleOp::inferReturnTypes(MLIRContext *ctx,
                                              std::optional<Location> loc,
                                              Adaptor a,
                                              SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<LrScheduleOp>(ctx, loc, a)))
+    return failure();
   if (failed(checkScalars(loc, {a.getStep(), a.getBaseLr()})))
     return failure();
   StringRef kind = a.getKind();
   if (kind != "constant" && kind != "warmup_cosine" && kind != "warmup_linear")
     return fail(loc, "schedule kind must be constant, warmup_cosine or "
                      "warmup_linear");
-  if (kind != "constant" && (int64_t)a.getTotalSteps() <= (int64_t)a.getWarmupSteps())
+  if (kind != "constant" &&
+      (int64_t)a.getTotalSteps() <= (int64_t)a.getWarmupSteps())
     return fail(loc, "total_steps must exceed warmup_steps");
   results.push_back(RankedTensorType::get({}, Float32Type::get(ctx)));
   return success();

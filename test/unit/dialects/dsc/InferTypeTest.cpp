@@ -505,7 +505,7 @@ TEST_F(InferTypeTest, UnrankedOperandsAreErrors) {
 }
 
 //===----------------------------------------------------------------------===//
-// Known dialect bugs: enable these once fixed
+// Attributes checked before inference (formerly crashes)
 //===----------------------------------------------------------------------===//
 
 // The importer, the custom parsers and the attribute-form builders infer
@@ -514,11 +514,11 @@ TEST_F(InferTypeTest, UnrankedOperandsAreErrors) {
 // attributes in the dictionary (usePropertiesForAttributes = 0) the adaptor's
 // getters neither check presence nor apply defaults, so today both cases
 // dereference a null attribute (dsc-opt crashes on `dsc.softmax %x : ...`).
-TEST_F(InferTypeTest, DISABLED_MissingRequiredAttributeIsAnError) {
+TEST_F(InferTypeTest, MissingRequiredAttributeIsAnError) {
   expectError<SoftmaxOp>({arg({2, 3})}, {}, "requires attribute 'axis'");
 }
 
-TEST_F(InferTypeTest, DISABLED_MissingDefaultValuedAttributeTakesItsDefault) {
+TEST_F(InferTypeTest, MissingDefaultValuedAttributeTakesItsDefault) {
   // No `group`: DefaultValuedAttr<I64Attr, "1">.
   Inference r =
       infer<ConvOp>({arg({1, 2, 5, 5}), arg({4, 2, 3, 3})},
