@@ -63,6 +63,24 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
       module.emitError("dsc-optimizer: accum-steps must be at least 1");
       return signalPassFailure();
     }
+    if (schedule != "constant" && schedule != "warmup_cosine" &&
+        schedule != "warmup_linear") {
+      module.emitError("dsc-optimizer: schedule must be constant, "
+                       "warmup_cosine or warmup_linear, not '")
+          << schedule << "'";
+      return signalPassFailure();
+    }
+    if (schedule != "constant" && totalSteps <= warmupSteps) {
+      module.emitError("dsc-optimizer: total_steps must exceed warmup_steps "
+                       "for schedule ")
+          << schedule << " (got " << totalSteps << " and " << warmupSteps
+          << ")";
+      return signalPassFailure();
+    }
+    if (warmupSteps < 0) {
+      module.emitError("dsc-optimizer: warmup-steps must not be negative");
+      return signalPassFailure();
+    }
     llvm::Regex noDecayRe(noDecay);
     std::string reError;
     if (!noDecay.empty() && !noDecayRe.isValid(reError)) {

@@ -1,0 +1,88 @@
+// RUN: dsc-opt %s --split-input-file --dsc-autodiff -verify-diagnostics | FileCheck %s
+
+// A weight used twice gets the sum of both uses; the input gets none.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK-SAME: (%[[W:.*]]: tensor<3xf32> {dsc.param = "w"}, %[[X:.*]]: tensor<3xf32> {dsc.input = "x"})
+// CHECK-SAME: -> (tensor<f32> {dsc.output = "loss"}, tensor<3xf32> {dsc.grad = "w"})
+// CHECK: %[[A:.*]] = dsc.mul %[[W]], %[[X]]
+// CHECK: %[[B:.*]] = dsc.mul %[[A]], %[[W]]
+// CHECK: %[[L:.*]] = dsc.reduce_sum %[[B]]
+// CHECK: %[[ONE:.*]] = dsc.constant dense<1.000000e+00> : tensor<f32>
+// CHECK: %[[G0:.*]] = dsc.reshape %[[ONE]] {shape = array<i64: 1>}
+// CHECK: %[[GB:.*]] = dsc.expand %[[G0]] {shape = array<i64: 3>}
+// CHECK-DAG: %[[GA:.*]] = dsc.mul %[[GB]], %[[W]]
+// CHECK-DAG: %[[GW2:.*]] = dsc.mul %[[GB]], %[[A]]
+// CHECK: %[[GW1:.*]] = dsc.mul %[[GA]], %[[X]]
+// CHECK: %[[SUM:.*]] = dsc.add %[[GW2]], %[[GW1]]
+// CHECK: return %[[L]], %[[SUM]]
+func.func @forward(%w: tensor<3xf32> {dsc.param = "w"},
+                   %x: tensor<3xf32> {dsc.input = "x"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %0 = dsc.mul %w, %x : tensor<3xf32>, tensor<3xf32> -> tensor<3xf32>
+  %1 = dsc.mul %0, %w : tensor<3xf32>, tensor<3xf32> -> tensor<3xf32>
+  %2 = dsc.reduce_sum %1 {axes = array<i64: 0>, keepdims = false}
+      : tensor<3xf32> -> tensor<f32>
+  return %2 : tensor<f32>
+}
+
+// -----
+
+// Broadcast operands get their gradient summed back to their shape; a
+// parameter off the loss's path gets zeros.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: dsc.reduce_sum %{{.*}} {axes = array<i64: 0>} : tensor<4x3xf32> -> tensor<1x3xf32>
+// CHECK: dsc.reshape %{{.*}} {shape = array<i64: 3>} : tensor<1x3xf32> -> tensor<3xf32>
+// CHECK: %[[Z:.*]] = dsc.constant dense<0.000000e+00> : tensor<2xf32>
+// CHECK: return %{{.*}}, %{{.*}}, %[[Z]]
+func.func @forward(%b: tensor<3xf32> {dsc.param = "b"},
+                   %unused: tensor<2xf32> {dsc.param = "unused"},
+                   %x: tensor<4x3xf32> {dsc.input = "x"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %0 = dsc.add %x, %b : tensor<4x3xf32>, tensor<3xf32> -> tensor<4x3xf32>
+  %1 = dsc.reduce_mean %0 {axes = array<i64: 0, 1>, keepdims = false}
+      : tensor<4x3xf32> -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// Losses, gathers and convolutions use the gradient ops.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: dsc.class_loss_backward %{{.*}} {ignore_index = -1 : i64, kind = "softmax_cross_entropy", reduction = "mean"}
+// CHECK: dsc.scatter_add %{{.*}} {axis = 0 : i64, shape = array<i64: 10, 4>}
+func.func @forward(%emb: tensor<10x4xf32> {dsc.param = "emb"},
+                   %ids: tensor<2xi64> {dsc.input = "ids"},
+                   %y: tensor<2xi64> {dsc.input = "y"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %0 = dsc.gather %emb, %ids {axis = 0 : i64}
+      : tensor<10x4xf32>, tensor<2xi64> -> tensor<2x4xf32>
+  %1 = dsc.softmax_cross_entropy %0, %y {ignore_index = -1 : i64, reduction = "mean"}
+      : tensor<2x4xf32>, tensor<2xi64> -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// An op on the gradient path without a VJP is an error at its location.
+func.func @forward(%w: tensor<3xf32> {dsc.param = "w"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  // expected-error @+1 {{cannot differentiate 'dsc.floor'}}
+  %0 = dsc.floor %w : tensor<3xf32>
+  %1 = dsc.reduce_sum %0 {axes = array<i64: 0>, keepdims = false}
+      : tensor<3xf32> -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{dsc-autodiff: no function @forward with a body}}
+module {
+  func.func private @other(tensor<3xf32>) -> tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{must return a scalar float loss first}}
+func.func @forward(%w: tensor<3xf32> {dsc.param = "w"}) -> tensor<3xf32> {
+  return %w : tensor<3xf32>
+}
