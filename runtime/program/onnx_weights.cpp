@@ -198,11 +198,6 @@ std::string parentDir(const std::string &path) {
   return path.substr(0, slash);
 }
 
-std::string baseName(const std::string &path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 /// Writes element `i` of `dst` from one value of type `from`.
 void putOne(const Tensor &dst, size_t i, const void *value, DType from) {
   size_t es = dtypeSize(dst.dtype);
@@ -555,6 +550,7 @@ Status OnnxWeights::read(const std::string &name, const Tensor &dst) const {
                                   static_cast<char *>(dst.data) +
                                       count * dtypeSize(dst.dtype),
                                   dst.dtype, 1)) {
+        ++count;
         return false;
       }
     }

@@ -1,0 +1,1102 @@
+//===- program.cpp - runProgram: the shell around a compiled step ---------===//
+//
+// What a user of a compiled program touches: options, initial weights,
+// batches, the step loop with its progress line, metrics and dumps.
+//
+//   1. check the spec (a malformed one is a code-generation bug, reported
+//      as an error, never a crash), parse argv
+//   2. allocate every argument and result; Param, OptState and Buffer
+//      results are double-buffered with their argument (swapped after a
+//      step, never copied)
+//   3. initialize parameters and buffers (--init), set hyperparameters
+//   4. open the data (--batch or --data)
+//   5. run the steps: sample, set Step/Seed, call the step, report
+//   6. dump what was asked for
+//
+// Every failure is one `error: ...` line on stderr and exit code 1.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsc/program.h"
+#include "io/safetensors.h"
+#include "program/convert.h"
+#include "program/data.h"
+#include "program/onnx_weights.h"
+#include "program/rng.h"
+#include "program/run.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdarg>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+#include <set>
+#include <unistd.h>
+
+namespace dsc {
+
+int runProgram(const ProgramSpec &spec, int argc, char **argv) {
+  return program::run(spec, argc, argv, stdout, stderr);
+}
+
+namespace program {
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Small helpers
+//===----------------------------------------------------------------------===//
+
+Status fail(const std::string &message) {
+  return Status::error(StatusCode::InvalidArgument, message);
+}
+
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string lower(std::string s) {
+  for (char &c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string baseName(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string format(const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+std::string humanBytes(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4)
+    bytes /= 1024, ++u;
+  return u == 0 ? format("%.0f B", bytes) : format("%.1f %s", bytes, units[u]);
+}
+
+std::string humanCount(double n) {
+  if (n >= 1e9)
+    return format("%.2fB", n / 1e9);
+  if (n >= 1e6)
+    return format("%.2fM", n / 1e6);
+  if (n >= 1e3)
+    return format("%.1fK", n / 1e3);
+  return format("%.0f", n);
+}
+
+/// A JSON number, or null for inf/nan (JSON has neither).
+std::string jsonNumber(double v) {
+  return std::isfinite(v) ? format("%.9g", v) : "null";
+}
+
+std::string optionName(const std::string &hyper) {
+  std::string s = hyper;
+  std::replace(s.begin(), s.end(), '_', '-');
+  return "--" + s;
+}
+
+int64_t numelOf(const TensorSpec &t) {
+  int64_t n = 1;
+  for (int i = 0; i < t.rank; ++i)
+    n *= t.shape[i];
+  return n;
+}
+
+std::string describeSpec(const TensorSpec &t) {
+  return describeType(t.dtype, t.shape, t.rank);
+}
+
+const char *argRoleName(ArgRole r) {
+  switch (r) {
+  case ArgRole::Param:
+    return "parameter";
+  case ArgRole::OptState:
+    return "optimizer state";
+  case ArgRole::Buffer:
+    return "buffer";
+  case ArgRole::Input:
+    return "input";
+  case ArgRole::Hyper:
+    return "hyperparameter";
+  case ArgRole::Step:
+    return "step";
+  case ArgRole::Seed:
+    return "seed";
+  }
+  return "argument";
+}
+
+const char *resultRoleName(ResultRole r) {
+  switch (r) {
+  case ResultRole::Loss:
+    return "loss";
+  case ResultRole::Param:
+    return "parameter";
+  case ResultRole::OptState:
+    return "optimizer state";
+  case ResultRole::BufferUpdate:
+    return "buffer update";
+  case ResultRole::Grad:
+    return "gradient";
+  case ResultRole::GradNorm:
+    return "gradient norm";
+  case ResultRole::Lr:
+    return "learning rate";
+  }
+  return "result";
+}
+
+bool sameType(const TensorSpec &a, const TensorSpec &b) {
+  if (a.dtype != b.dtype || a.rank != b.rank)
+    return false;
+  for (int i = 0; i < a.rank; ++i)
+    if (a.shape[i] != b.shape[i])
+      return false;
+  return true;
+}
+
+/// Storage for one tensor: 64-byte aligned, zero-filled, never empty (a
+/// zero-element tensor still gets a non-null pointer).
+struct FreeDeleter {
+  void operator()(void *p) const { std::free(p); }
+};
+using Memory = std::unique_ptr<void, FreeDeleter>;
+
+Status allocateTensor(const TensorSpec &type, const std::string &what,
+                      Memory &mem, Tensor &out) {
+  size_t bytes = static_cast<size_t>(numelOf(type)) * dtypeSize(type.dtype);
+  size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void *p = std::aligned_alloc(64, rounded);
+  if (!p)
+    return Status::error(StatusCode::OutOfMemory,
+                         "cannot allocate " + humanBytes(double(rounded)) +
+                             " for " + what + " " + describeSpec(type));
+  std::memset(p, 0, rounded);
+  mem.reset(p);
+  out = Tensor::of(p, type.dtype, I64s(type.shape, size_t(type.rank)));
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// 1. The spec
+//===----------------------------------------------------------------------===//
+
+/// The indices the loop needs, found once.
+struct Layout {
+  int loss = -1, gradNorm = -1, lr = -1;
+  std::vector<std::pair<int, int>> updates; // (result, arg) double-buffered
+  std::vector<int> grads;                   // Grad results
+  std::vector<int> inputs, params, buffers, optStates; // args
+};
+
+Status checkSpec(const ProgramSpec &spec, Layout &layout) {
+  auto bug = [](const std::string &why) {
+    return fail("program spec: " + why +
+                " (the generated code is inconsistent; please report it as "
+                "a dsc bug)");
+  };
+  if (!spec.trainStep)
+    return bug("no train step function");
+  if (spec.numArgs < 0 || (spec.numArgs > 0 && !spec.args) ||
+      spec.numResults < 0 || (spec.numResults > 0 && !spec.results) ||
+      spec.numHypers < 0 || (spec.numHypers > 0 && !spec.hypers))
+    return bug("argument, result or hyperparameter lists are missing");
+  if (spec.microBatch < 1 || spec.accumSteps < 1 || spec.tokensPerExample < 1)
+    return bug("microBatch, accumSteps and tokensPerExample must be >= 1");
+  if (!spec.optimizer)
+    return bug("no optimizer name");
+  auto checkType = [&](const TensorSpec &t, const std::string &what) {
+    if (t.rank < 0 || t.rank > kMaxRank)
+      return bug(what + " has rank " + std::to_string(t.rank));
+    int64_t n = 1;
+    for (int i = 0; i < t.rank; ++i) {
+      if (t.shape[i] < 0)
+        return bug(what + " has a negative dim");
+      if (t.shape[i] && n > (int64_t(1) << 50) / t.shape[i])
+        return bug(what + " is too large");
+      n *= t.shape[i];
+    }
+    return Status();
+  };
+  std::map<std::pair<int, std::string>, int> argIndex; // (role, name)
+  std::set<std::string> onnxNames;                      // params/buffers/inputs
+  for (int i = 0; i < spec.numArgs; ++i) {
+    const ArgSpec &a = spec.args[i];
+    if (!a.name)
+      return bug("argument " + std::to_string(i) + " has no name");
+    std::string what = std::string(argRoleName(a.role)) + " '" + a.name + "'";
+    if (Status s = checkType(a.type, what); !s.ok())
+      return s;
+    if (!argIndex.emplace(std::make_pair(int(a.role), a.name), i).second)
+      return bug(what + " appears twice");
+    switch (a.role) {
+    case ArgRole::Param:
+    case ArgRole::Buffer:
+    case ArgRole::Input:
+      if (!onnxNames.insert(a.name).second)
+        return bug("the name '" + std::string(a.name) +
+                   "' is given to two arguments");
+      (a.role == ArgRole::Param    ? layout.params
+       : a.role == ArgRole::Buffer ? layout.buffers
+                                   : layout.inputs)
+          .push_back(i);
+      break;
+    case ArgRole::OptState:
+      layout.optStates.push_back(i);
+      break;
+    case ArgRole::Hyper:
+    case ArgRole::Step:
+    case ArgRole::Seed:
+      if (numelOf(a.type) != 1)
+        return bug(what + " must be a scalar, not " + describeSpec(a.type));
+      if (a.role == ArgRole::Hyper && !isFloat(a.type.dtype))
+        return bug(what + " must be a float, not " + describeSpec(a.type));
+      if (a.role != ArgRole::Hyper &&
+          (isFloat(a.type.dtype) || a.type.dtype == DType::Bool))
+        return bug(what + " must be an integer, not " + describeSpec(a.type));
+      break;
+    }
+  }
+  for (int i = 0; i < spec.numArgs; ++i) {
+    const ArgSpec &a = spec.args[i];
+    if (a.role != ArgRole::Hyper)
+      continue;
+    bool found = false;
+    for (int h = 0; h < spec.numHypers; ++h)
+      found = found || (spec.hypers[h].name &&
+                        std::strcmp(spec.hypers[h].name, a.name) == 0);
+    if (!found)
+      return bug("hyperparameter '" + std::string(a.name) +
+                 "' has no default");
+  }
+  for (int h = 0; h < spec.numHypers; ++h)
+    if (!spec.hypers[h].name || !*spec.hypers[h].name)
+      return bug("hyperparameter default " + std::to_string(h) +
+                 " has no name");
+  for (int i = 0; i < spec.numResults; ++i) {
+    const ResultSpec &r = spec.results[i];
+    if (!r.name)
+      return bug("result " + std::to_string(i) + " has no name");
+    std::string what =
+        std::string(resultRoleName(r.role)) + " result '" + r.name + "'";
+    if (Status s = checkType(r.type, what); !s.ok())
+      return s;
+    auto scalar = [&](int &slot) {
+      if (slot >= 0)
+        return bug("two " + std::string(resultRoleName(r.role)) + " results");
+      if (numelOf(r.type) != 1 || !isFloat(r.type.dtype))
+        return bug(what + " must be a float scalar, not " +
+                   describeSpec(r.type));
+      slot = i;
+      return Status();
+    };
+    auto argOf = [&](ArgRole role) -> int {
+      auto it = argIndex.find({int(role), r.name});
+      return it == argIndex.end() ? -1 : it->second;
+    };
+    Status s;
+    int arg = -1;
+    switch (r.role) {
+    case ResultRole::Loss:
+      s = scalar(layout.loss);
+      break;
+    case ResultRole::GradNorm:
+      s = scalar(layout.gradNorm);
+      break;
+    case ResultRole::Lr:
+      s = scalar(layout.lr);
+      break;
+    case ResultRole::Grad:
+      if (argOf(ArgRole::Param) < 0)
+        return bug(what + " has no parameter of that name");
+      layout.grads.push_back(i);
+      break;
+    case ResultRole::Param:
+    case ResultRole::OptState:
+    case ResultRole::BufferUpdate:
+      arg = argOf(r.role == ResultRole::Param      ? ArgRole::Param
+                  : r.role == ResultRole::OptState ? ArgRole::OptState
+                                                   : ArgRole::Buffer);
+      if (arg < 0)
+        return bug(what + " has no argument of that name");
+      if (!sameType(r.type, spec.args[arg].type))
+        return bug(what + " is " + describeSpec(r.type) +
+                   " but its argument is " +
+                   describeSpec(spec.args[arg].type));
+      for (auto &u : layout.updates)
+        if (u.second == arg)
+          return bug(what + " is returned twice");
+      layout.updates.push_back({i, arg});
+      break;
+    }
+    if (!s.ok())
+      return s;
+  }
+  if (layout.loss < 0)
+    return bug("no loss result");
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// 2. Options
+//===----------------------------------------------------------------------===//
+
+struct Options {
+  int64_t steps = 10;
+  uint64_t seed = 0;
+  std::string batch, data, init, dumpGrads, dumpParams, log;
+  TokenType dataType = TokenType::U16;
+  bool dataTypeGiven = false;
+  bool help = false, quiet = false;
+  std::map<std::string, double> hypers; // spec name -> value
+};
+
+const char *hyperHelp(const std::string &name) {
+  static const std::map<std::string, const char *> help = {
+      {"lr", "learning rate"},
+      {"weight_decay", "weight decay"},
+      {"beta1", "Adam: decay of the first moment"},
+      {"beta2", "Adam: decay of the second moment"},
+      {"eps", "Adam: epsilon added to the denominator"},
+      {"momentum", "SGD momentum"},
+      {"clip", "clip the global gradient norm to this value"},
+  };
+  auto it = help.find(name);
+  return it == help.end() ? "hyperparameter" : it->second;
+}
+
+Status checkHyper(const std::string &name, double v) {
+  std::string opt = optionName(name);
+  if (!std::isfinite(v))
+    return fail(opt + " must be a finite number");
+  if ((name == "beta1" || name == "beta2") && !(v >= 0 && v < 1))
+    return fail(opt + " must be in [0, 1), not " + format("%g", v));
+  if (name == "eps" && !(v > 0))
+    return fail(opt + " must be > 0, not " + format("%g", v));
+  if ((name == "lr" || name == "weight_decay" || name == "momentum" ||
+       name == "clip") &&
+      v < 0)
+    return fail(opt + " must be >= 0, not " + format("%g", v));
+  return Status();
+}
+
+bool parseInt(const std::string &text, int64_t &out) {
+  if (text.empty())
+    return false;
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (*end || errno)
+    return false;
+  out = v;
+  return true;
+}
+
+bool parseU64(const std::string &text, uint64_t &out) {
+  if (text.empty() || text[0] == '-')
+    return false;
+  char *end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (*end || errno)
+    return false;
+  out = v;
+  return true;
+}
+
+/// The folder `path` would be written into exists and is writable; checked
+/// before training so a long run never ends on a bad output path.
+Status checkWritable(const std::string &option, const std::string &path) {
+  if (path.empty())
+    return fail(option + " needs a file name");
+  size_t slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "."
+                    : slash == 0               ? "/"
+                                               : path.substr(0, slash);
+  if (::access(dir.c_str(), W_OK) != 0)
+    return fail(option + " " + path + ": cannot write into '" + dir +
+                "': " + std::strerror(errno));
+  return Status();
+}
+
+Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
+                    char **argv, Options &o) {
+  std::map<std::string, std::string> hyperOptions; // --weight-decay -> name
+  for (int h = 0; h < spec.numHypers; ++h) {
+    o.hypers[spec.hypers[h].name] = spec.hypers[h].value;
+    hyperOptions[optionName(spec.hypers[h].name)] = spec.hypers[h].name;
+  }
+  static const std::set<std::string> valued = {
+      "--steps", "--seed",  "--batch",      "--data",        "--data-dtype",
+      "--init",  "--log",   "--dump-grads", "--dump-params"};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i] ? argv[i] : "";
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+      continue;
+    }
+    if (arg == "--quiet" || arg == "-q") {
+      o.quiet = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0)
+      return fail("unexpected argument '" + arg + "' (options start with --; "
+                  "see --help)");
+    std::string name = arg, value;
+    bool hasValue = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      hasValue = true;
+    }
+    bool isHyper = hyperOptions.count(name) != 0;
+    if (!valued.count(name) && !isHyper) {
+      if (name == "--help" || name == "--quiet")
+        return fail(name + " takes no value");
+      std::string hint;
+      static const char *known[] = {"--lr",   "--weight-decay", "--beta1",
+                                    "--beta2", "--eps",         "--momentum",
+                                    "--clip"};
+      for (const char *k : known)
+        if (name == k)
+          hint = " (this program's optimizer, " + std::string(spec.optimizer) +
+                 ", was compiled without it)";
+      return fail("unknown option '" + name + "'" + hint + "; see --help");
+    }
+    if (!hasValue) {
+      if (i + 1 >= argc || !argv[i + 1])
+        return fail(name + " needs a value");
+      value = argv[++i];
+    }
+    if (isHyper) {
+      char *end = nullptr;
+      errno = 0;
+      double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end || errno)
+        return fail(name + " expects a number, not '" + value + "'");
+      o.hypers[hyperOptions[name]] = v;
+    } else if (name == "--steps") {
+      if (!parseInt(value, o.steps) || o.steps < 0)
+        return fail("--steps expects a count >= 0, not '" + value + "'");
+    } else if (name == "--seed") {
+      if (!parseU64(value, o.seed))
+        return fail("--seed expects an integer >= 0, not '" + value + "'");
+    } else if (name == "--batch") {
+      o.batch = value;
+    } else if (name == "--data") {
+      o.data = value;
+    } else if (name == "--data-dtype") {
+      if (!parseTokenType(value, o.dataType))
+        return fail("--data-dtype expects uint16 or int32, not '" + value +
+                    "'");
+      o.dataTypeGiven = true;
+    } else if (name == "--init") {
+      o.init = value;
+    } else if (name == "--log") {
+      o.log = value;
+    } else if (name == "--dump-grads") {
+      o.dumpGrads = value;
+    } else if (name == "--dump-params") {
+      o.dumpParams = value;
+    }
+    if (value.empty())
+      return fail(name + " needs a value");
+  }
+  if (o.help)
+    return Status();
+  for (const auto &[name, v] : o.hypers)
+    if (Status s = checkHyper(name, v); !s.ok())
+      return s;
+  if (!o.batch.empty() && !o.data.empty())
+    return fail("--batch and --data exclude each other; give one");
+  if (o.dataTypeGiven && o.data.empty())
+    return fail("--data-dtype applies to --data, which is not given");
+  if (!o.dumpGrads.empty()) {
+    if (layout.grads.empty())
+      return fail("--dump-grads: this program returns no gradients");
+    if (o.steps < 1)
+      return fail("--dump-grads needs at least one step");
+    if (Status s = checkWritable("--dump-grads", o.dumpGrads); !s.ok())
+      return s;
+  }
+  if (!o.dumpParams.empty())
+    if (Status s = checkWritable("--dump-params", o.dumpParams); !s.ok())
+      return s;
+  if (!layout.inputs.empty() && o.batch.empty() && o.data.empty()) {
+    std::string names;
+    for (int i : layout.inputs)
+      names += (names.empty() ? "" : ", ") + std::string(spec.args[i].name);
+    return fail("the step needs a batch of its inputs (" + names +
+                "): give --batch FILE.safetensors or --data FILE (token "
+                "file); see --help");
+  }
+  if (layout.inputs.empty() && (!o.batch.empty() || !o.data.empty()))
+    return fail(std::string(o.batch.empty() ? "--data" : "--batch") +
+                ": the step takes no inputs");
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// --help
+//===----------------------------------------------------------------------===//
+
+void printHelp(const ProgramSpec &spec, const Layout &layout,
+               const std::string &program, std::FILE *out) {
+  int64_t global = spec.microBatch * spec.accumSteps;
+  std::string model = spec.modelPath ? spec.modelPath : "(unknown)";
+  std::fprintf(out, "usage: %s [options]\n\n", program.c_str());
+  std::fprintf(out,
+               "Trains %s with %s, compiled by dsc. One step takes a global "
+               "batch of %" PRId64 " examples\n(micro-batch %" PRId64
+               " x %" PRId64 " accumulation steps)",
+               baseName(model).c_str(), spec.optimizer, global,
+               spec.microBatch, spec.accumSteps);
+  if (spec.tokensPerExample > 1)
+    std::fprintf(out, " of %" PRId64 " tokens each", spec.tokensPerExample);
+  std::fprintf(out, ".\n\n");
+
+  auto opt = [&](const char *name, const std::string &text) {
+    std::fprintf(out, "  %-28s %s\n", name, text.c_str());
+  };
+  std::fprintf(out, "Data (one of the two when the step has inputs):\n");
+  opt("--batch FILE.safetensors",
+      "one fixed global batch, used at every step: a tensor per input below,");
+  opt("", "same name and shape (dim 0 = global batch); i32/i64 convert");
+  opt("--data FILE", "a flat token file (e.g. nanoGPT's train.bin); each row "
+                     "takes a random window:");
+  opt("", "the first input gets x[i:i+T], the second (targets) x[i+1:i+T+1]");
+  opt("--data-dtype TYPE", "token type of --data: uint16 (default) or int32");
+  std::fprintf(out, "\nRun:\n");
+  opt("--steps N", "optimizer steps to run (default 10)");
+  opt("--seed S", "seed of dropout, --data windows and --init random "
+                  "(default 0)");
+  opt("--init SOURCE", "initial parameters and buffers (default: the model):");
+  opt("", "FILE.onnx      initializers of an ONNX model");
+  opt("", "FILE.safetensors  e.g. from --dump-params; missing buffers come "
+          "from the model");
+  opt("", "random[:SEED]  normal(0, 0.02) for matrices, zeros for biases,");
+  opt("", "               ones for norm weights (see runtime/program/README.md)");
+  opt("", "model: " + model);
+  std::fprintf(out, "\nOutput:\n");
+  opt("--dump-grads FILE", layout.grads.empty()
+                               ? "(this program returns no gradients)"
+                               : "gradients of the first step, before "
+                                 "clipping (safetensors)");
+  opt("--dump-params FILE",
+      "parameters and buffers after the last step (safetensors)");
+  opt("--log FILE.jsonl", "one JSON object per step (step, loss, lr, "
+                          "grad_norm, step_time_s, ...)");
+  opt("--quiet", "no banner and progress lines (errors and warnings still "
+                 "print)");
+  opt("--help", "this text");
+  if (spec.numHypers) {
+    std::fprintf(out, "\nHyperparameters (%s; defaults compiled in):\n",
+                 spec.optimizer);
+    for (int h = 0; h < spec.numHypers; ++h) {
+      std::string name = optionName(spec.hypers[h].name) + " X";
+      opt(name.c_str(), format("%s (default %g)",
+                               hyperHelp(spec.hypers[h].name),
+                               spec.hypers[h].value));
+    }
+  }
+
+  std::fprintf(out, "\nTensors:\n");
+  auto group = [&](const char *title, const std::vector<int> &idx,
+                   bool list) {
+    if (idx.empty())
+      return;
+    double elems = 0, bytes = 0;
+    for (int i : idx) {
+      double n = double(numelOf(spec.args[i].type));
+      elems += n;
+      bytes += n * double(dtypeSize(spec.args[i].type.dtype));
+    }
+    std::fprintf(out, "  %s: %zu tensors, %s elements, %s\n", title,
+                 idx.size(), humanCount(elems).c_str(),
+                 humanBytes(bytes).c_str());
+    if (list)
+      for (int i : idx)
+        std::fprintf(out, "    %-44s %s\n", spec.args[i].name,
+                     describeSpec(spec.args[i].type).c_str());
+  };
+  group("inputs", layout.inputs, true);
+  group("parameters", layout.params, true);
+  group("buffers", layout.buffers, true);
+  group("optimizer state", layout.optStates, false);
+  std::fprintf(out, "  step scratch arena: %s\n",
+               humanBytes(double(spec.arenaBytes)).c_str());
+}
+
+//===----------------------------------------------------------------------===//
+// 3. Initial parameters and buffers
+//===----------------------------------------------------------------------===//
+
+struct Args {
+  std::vector<Tensor> tensors; // in spec order
+  std::vector<Memory> memory;
+};
+
+Status initWeights(const ProgramSpec &spec, const Layout &layout,
+                   const Options &o, const Args &args, std::string &what,
+                   std::FILE *err) {
+  std::string source = o.init.empty() ? (spec.modelPath ? spec.modelPath : "")
+                                      : o.init;
+  std::vector<int> targets = layout.params;
+  targets.insert(targets.end(), layout.buffers.begin(), layout.buffers.end());
+  std::sort(targets.begin(), targets.end());
+  if (targets.empty()) {
+    what = "none needed";
+    return Status();
+  }
+
+  // The model, opened when first needed (default init, or buffers that
+  // another source does not hold).
+  std::unique_ptr<OnnxWeights> model;
+  auto fromModel = [&](int i, const std::string &path,
+                       const std::string &why) -> Status {
+    if (!model) {
+      model = std::make_unique<OnnxWeights>();
+      if (Status s = model->open(path); !s.ok())
+        return Status::error(
+            s.code(), s.message() + why +
+                          "; give --init FILE.onnx, --init "
+                          "FILE.safetensors or --init random");
+    }
+    const ArgSpec &a = spec.args[i];
+    if (!model->find(a.name))
+      return fail(path + " has no initializer for " + argRoleName(a.role) +
+                  " '" + a.name + "' " + describeSpec(a.type) + why);
+    return model->read(a.name, args.tensors[i]);
+  };
+  std::string modelPath = spec.modelPath ? spec.modelPath : "";
+
+  // random[:SEED]
+  if (source == "random" || source.rfind("random:", 0) == 0) {
+    uint64_t seed = o.seed;
+    if (source.size() > 6 && !parseU64(source.substr(7), seed))
+      return fail("--init random:SEED expects an integer seed, not '" +
+                  source.substr(7) + "'");
+    Rng rng(seed, /*stream=*/1);
+    int fromModelCount = 0;
+    for (int i : targets) {
+      const ArgSpec &a = spec.args[i];
+      const Tensor &t = args.tensors[i];
+      switch (randomInitRule(a.role, a.name, a.type)) {
+      case RandomInit::Normal: {
+        size_t n = size_t(t.numel());
+        std::vector<double> v(std::min<size_t>(n, 1 << 16));
+        for (size_t done = 0; done < n;) {
+          size_t k = std::min(v.size(), n - done);
+          for (size_t j = 0; j < k; ++j)
+            v[j] = 0.02 * rng.normal();
+          convertElements(v.data(), DType::F64,
+                          static_cast<char *>(t.data) +
+                              done * dtypeSize(t.dtype),
+                          t.dtype, k);
+          done += k;
+        }
+        break;
+      }
+      case RandomInit::Zeros:
+        std::memset(t.data, 0, t.nbytes());
+        break;
+      case RandomInit::Ones:
+        fillValue(t, 1.0);
+        break;
+      case RandomInit::FromModel:
+        if (Status s = fromModel(i, modelPath,
+                                 " (--init random reads constant buffers "
+                                 "such as masks from the model)");
+            !s.ok())
+          return s;
+        ++fromModelCount;
+        break;
+      }
+    }
+    what = format("random (seed %" PRIu64 ")", seed);
+    if (fromModelCount)
+      what += format(", %d constant buffers from the model", fromModelCount);
+    return Status();
+  }
+
+  // FILE.safetensors
+  if (endsWith(lower(source), ".safetensors")) {
+    io::SafetensorsFile file;
+    if (Status s = file.read(source); !s.ok())
+      return Status::error(s.code(), "--init: " + s.message());
+    std::vector<std::string> missing;
+    for (int i : layout.params)
+      if (!file.contains(spec.args[i].name))
+        missing.push_back(spec.args[i].name);
+    if (!missing.empty()) {
+      std::string list;
+      for (size_t k = 0; k < missing.size() && k < 5; ++k)
+        list += (k ? ", '" : "'") + missing[k] + "'";
+      if (missing.size() > 5)
+        list += format(" and %zu more", missing.size() - 5);
+      return fail("--init " + source + " has no tensor for parameter " + list);
+    }
+    int fromModelCount = 0;
+    for (int i : targets) {
+      const ArgSpec &a = spec.args[i];
+      if (!file.contains(a.name)) { // a buffer
+        if (Status s = fromModel(i, modelPath,
+                                 " (buffer '" + std::string(a.name) +
+                                     "' is not in " + source + ")");
+            !s.ok())
+          return s;
+        ++fromModelCount;
+        continue;
+      }
+      Tensor src;
+      if (Status s = file.get(a.name, src); !s.ok())
+        return s;
+      if (Status s = copyInto(src, args.tensors[i],
+                              "--init " + source + ": " + argRoleName(a.role) +
+                                  " '" + a.name + "'");
+          !s.ok())
+        return s;
+    }
+    what = source;
+    if (fromModelCount)
+      what += format(" (%d buffers from the model)", fromModelCount);
+    return Status();
+  }
+
+  // FILE.onnx (the default: the model compiled from)
+  if (source.empty())
+    return fail("the program does not know its model; give --init FILE.onnx, "
+                "--init FILE.safetensors or --init random");
+  std::string why = o.init.empty() ? " (the model the program was compiled "
+                                     "from; its initializers are the initial "
+                                     "weights)"
+                                   : "";
+  for (int i : targets)
+    if (Status s = fromModel(i, source, why); !s.ok())
+      return s;
+  what = source;
+  (void)err;
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// The run
+//===----------------------------------------------------------------------===//
+
+int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
+            std::FILE *err) {
+  auto error = [&](const Status &s) {
+    std::fprintf(err, "error: %s\n", s.message().c_str());
+    std::fflush(err);
+    return 1;
+  };
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  };
+  Clock::time_point start = Clock::now();
+
+  // 1. Spec and options.
+  Layout layout;
+  if (Status s = checkSpec(spec, layout); !s.ok())
+    return error(s);
+  Options o;
+  if (Status s = parseOptions(spec, layout, argc, argv, o); !s.ok())
+    return error(s);
+  std::string program = argc > 0 && argv[0] ? baseName(argv[0]) : "program";
+  if (o.help) {
+    printHelp(spec, layout, program, out);
+    std::fflush(out);
+    return 0;
+  }
+
+  // 2. Storage: every argument and result; updates are double-buffered.
+  Args args;
+  args.tensors.resize(size_t(spec.numArgs));
+  args.memory.resize(size_t(spec.numArgs));
+  for (int i = 0; i < spec.numArgs; ++i)
+    if (Status s = allocateTensor(spec.args[i].type,
+                                  std::string(argRoleName(spec.args[i].role)) +
+                                      " '" + spec.args[i].name + "'",
+                                  args.memory[i], args.tensors[i]);
+        !s.ok())
+      return error(s);
+  std::vector<Tensor> results(size_t(spec.numResults));
+  std::vector<Memory> resultMemory(size_t(spec.numResults));
+  for (int i = 0; i < spec.numResults; ++i)
+    if (Status s = allocateTensor(
+            spec.results[i].type,
+            std::string(resultRoleName(spec.results[i].role)) + " result '" +
+                spec.results[i].name + "'",
+            resultMemory[i], results[i]);
+        !s.ok())
+      return error(s);
+  HostArena arena;
+  if (Status s = arena.init(spec.arenaBytes); !s.ok())
+    return error(s);
+
+  // 3. Weights and hyperparameters.
+  std::string initWhat;
+  if (Status s = initWeights(spec, layout, o, args, initWhat, err); !s.ok())
+    return error(s);
+  double lrHyper = NAN;
+  for (int i = 0; i < spec.numArgs; ++i) {
+    const ArgSpec &a = spec.args[i];
+    if (a.role == ArgRole::Hyper)
+      fillValue(args.tensors[i], o.hypers[a.name]);
+    else if (a.role == ArgRole::Seed)
+      setIntScalar(args.tensors[i], static_cast<int64_t>(o.seed));
+  }
+  if (o.hypers.count("lr"))
+    lrHyper = o.hypers["lr"];
+
+  // 4. Data.
+  std::vector<InputSlot> slots;
+  for (int i : layout.inputs)
+    slots.push_back({spec.args[i].name, args.tensors[i]});
+  BatchShape batch{spec.microBatch, spec.accumSteps};
+  TokenData tokens;
+  std::string dataWhat = "none needed";
+  if (!o.batch.empty()) {
+    std::vector<std::string> unused;
+    if (Status s = loadBatchFile(o.batch, slots, batch, &unused); !s.ok())
+      return error(s);
+    dataWhat = "fixed batch " + o.batch;
+    if (!unused.empty()) {
+      std::string list;
+      for (const auto &u : unused)
+        list += (list.empty() ? "'" : ", '") + u + "'";
+      std::fprintf(err, "warning: --batch %s: tensors the step does not take "
+                        "are ignored: %s\n",
+                   o.batch.c_str(), list.c_str());
+    }
+  } else if (!o.data.empty()) {
+    if (Status s = tokens.open(o.data, o.dataType, slots, batch); !s.ok())
+      return error(s);
+    dataWhat = format("%s (%s, %s tokens)", o.data.c_str(),
+                      tokenTypeName(o.dataType),
+                      humanCount(double(tokens.numTokens())).c_str());
+  }
+  Rng dataRng(o.seed, /*stream=*/2);
+
+  std::FILE *log = nullptr;
+  if (!o.log.empty()) {
+    log = std::fopen(o.log.c_str(), "w");
+    if (!log)
+      return error(fail("--log " + o.log + ": cannot create: " +
+                        std::strerror(errno)));
+  }
+  struct Closer {
+    std::FILE *f;
+    ~Closer() {
+      if (f)
+        std::fclose(f);
+    }
+  } closeLog{log};
+
+  int64_t global = batch.global();
+  bool tokenUnits = spec.tokensPerExample > 1;
+  double perStep = double(global * spec.tokensPerExample);
+  if (!o.quiet) {
+    double paramElems = 0, paramBytes = 0;
+    for (int i : layout.params) {
+      paramElems += double(args.tensors[i].numel());
+      paramBytes += double(args.tensors[i].nbytes());
+    }
+    std::fprintf(out,
+                 "%s: %s | %s | %s parameters (%s) | global batch %" PRId64
+                 " = %" PRId64 " x %" PRId64,
+                 program.c_str(),
+                 baseName(spec.modelPath ? spec.modelPath : "?").c_str(),
+                 spec.optimizer, humanCount(paramElems).c_str(),
+                 humanBytes(paramBytes).c_str(), global, spec.microBatch,
+                 spec.accumSteps);
+    if (tokenUnits)
+      std::fprintf(out, " x %" PRId64 " tokens", spec.tokensPerExample);
+    std::fprintf(out, " | arena %s\n",
+                 humanBytes(double(spec.arenaBytes)).c_str());
+    std::fprintf(out, "init: %s | data: %s | %" PRId64 " steps, seed %" PRIu64
+                      "\n",
+                 initWhat.c_str(), dataWhat.c_str(), o.steps, o.seed);
+    std::fflush(out);
+  }
+
+  // 5. The steps.
+  int64_t nonFinite = 0;
+  double lastLoss = NAN, trainSeconds = 0;
+  for (int64_t step = 1; step <= o.steps; ++step) {
+    Clock::time_point t0 = Clock::now();
+    if (!o.data.empty())
+      if (Status s = tokens.sample(dataRng, slots); !s.ok())
+        return error(s);
+    for (int i = 0; i < spec.numArgs; ++i)
+      if (spec.args[i].role == ArgRole::Step)
+        setIntScalar(args.tensors[i], step);
+    arena.reset();
+    Status s = spec.trainStep(arena, args.tensors.data(), results.data());
+    if (!s.ok())
+      return error(Status::error(
+          s.code(), format("step %" PRId64 ": ", step) + s.message()));
+    double dt = seconds(Clock::now() - t0);
+    trainSeconds += dt;
+
+    double loss = scalarValue(results[layout.loss]);
+    double lr = layout.lr >= 0 ? scalarValue(results[layout.lr]) : lrHyper;
+    double gradNorm =
+        layout.gradNorm >= 0 ? scalarValue(results[layout.gradNorm]) : NAN;
+    lastLoss = loss;
+    if (step == 1 && !o.dumpGrads.empty()) {
+      std::vector<io::NamedTensor> grads;
+      for (int r : layout.grads)
+        grads.push_back({spec.results[r].name, results[r]});
+      if (Status w = io::writeSafetensors(o.dumpGrads, grads,
+                                          {{"format", "pt"},
+                                           {"content", "gradients of step 1"}});
+          !w.ok())
+        return error(Status::error(w.code(), "--dump-grads: " + w.message()));
+    }
+    for (const auto &[r, a] : layout.updates)
+      std::swap(args.tensors[a].data, results[r].data);
+
+    if (!std::isfinite(loss)) {
+      if (nonFinite++ == 0) {
+        std::string hint = o.hypers.count("lr") ? "lower --lr" : "";
+        if (o.hypers.count("clip"))
+          hint += std::string(hint.empty() ? "" : " or ") + "set --clip";
+        std::fprintf(err,
+                     "warning: step %" PRId64 ": the loss is %s; training "
+                     "goes on, but the parameters are probably ruined%s%s "
+                     "(further non-finite losses are counted, not "
+                     "reported)\n",
+                     step, std::isnan(loss) ? "nan" : "infinite",
+                     hint.empty() ? "" : "; ", hint.c_str());
+        std::fflush(err);
+      }
+    }
+    double rate = dt > 0 ? perStep / dt : 0;
+    if (!o.quiet) {
+      std::string line = format("step %" PRId64 "/%" PRId64 " | loss %.4f",
+                                step, o.steps, loss);
+      if (std::isfinite(lr) || layout.lr >= 0)
+        line += format(" | lr %.2e", lr);
+      if (layout.gradNorm >= 0)
+        line += format(" | grad norm %.3f", gradNorm);
+      line += format(" | %.0f %s", rate, tokenUnits ? "tok/s" : "samples/s");
+      std::fprintf(out, "%s\n", line.c_str());
+      std::fflush(out);
+    }
+    if (log) {
+      std::string json = format("{\"step\":%" PRId64, step) +
+                         ",\"loss\":" + jsonNumber(loss);
+      if (std::isfinite(lr) || layout.lr >= 0)
+        json += ",\"lr\":" + jsonNumber(lr);
+      if (layout.gradNorm >= 0)
+        json += ",\"grad_norm\":" + jsonNumber(gradNorm);
+      json += ",\"step_time_s\":" + jsonNumber(dt);
+      json += std::string(tokenUnits ? ",\"tokens_per_s\":"
+                                     : ",\"samples_per_s\":") +
+              jsonNumber(rate);
+      json += ",\"elapsed_s\":" + jsonNumber(seconds(Clock::now() - start));
+      json += "}\n";
+      if (std::fputs(json.c_str(), log) < 0 || std::fflush(log) != 0)
+        return error(fail("--log " + o.log + ": write failed: " +
+                          std::strerror(errno)));
+    }
+  }
+
+  // 6. Summary and dumps.
+  if (nonFinite > 1)
+    std::fprintf(err, "warning: %" PRId64 " of %" PRId64
+                      " steps had a non-finite loss\n",
+                 nonFinite, o.steps);
+  if (!o.quiet && o.steps > 0) {
+    std::fprintf(out,
+                 "done: %" PRId64 " steps in %.3f s (%.4f s/step) | final "
+                 "loss %.4f | %.0f %s | arena peak %s\n",
+                 o.steps, trainSeconds, trainSeconds / double(o.steps),
+                 lastLoss,
+                 trainSeconds > 0 ? perStep * double(o.steps) / trainSeconds
+                                  : 0.0,
+                 tokenUnits ? "tok/s" : "samples/s",
+                 humanBytes(double(arena.peak())).c_str());
+    std::fflush(out);
+  }
+  if (!o.dumpParams.empty()) {
+    std::vector<io::NamedTensor> tensors;
+    for (int i : layout.params)
+      tensors.push_back({spec.args[i].name, args.tensors[i]});
+    for (int i : layout.buffers)
+      tensors.push_back({spec.args[i].name, args.tensors[i]});
+    if (Status w = io::writeSafetensors(
+            o.dumpParams, tensors,
+            {{"format", "pt"},
+             {"content", format("parameters and buffers after %" PRId64
+                                " steps",
+                                o.steps)}});
+        !w.ok())
+      return error(Status::error(w.code(), "--dump-params: " + w.message()));
+    if (!o.quiet)
+      std::fprintf(out, "wrote %s (%zu tensors)\n", o.dumpParams.c_str(),
+                   tensors.size());
+  }
+  return 0;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Public entry points of run.h
+//===----------------------------------------------------------------------===//
+
+RandomInit randomInitRule(ArgRole role, const std::string &name,
+                          const TensorSpec &type) {
+  std::string n = lower(name);
+  if (role == ArgRole::Buffer) {
+    if (endsWith(n, "running_var"))
+      return RandomInit::Ones;
+    if (endsWith(n, "running_mean") || endsWith(n, "num_batches_tracked"))
+      return RandomInit::Zeros;
+    return RandomInit::FromModel;
+  }
+  if (!isFloat(type.dtype))
+    return RandomInit::Zeros;
+  if (type.rank >= 2)
+    return RandomInit::Normal;
+  if (endsWith(n, "bias") || endsWith(n, "beta"))
+    return RandomInit::Zeros;
+  if (endsWith(n, "weight") || endsWith(n, "scale") || endsWith(n, "gamma"))
+    return RandomInit::Ones;
+  return RandomInit::Zeros;
+}
+
+int run(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
+        std::FILE *err) {
+  try {
+    return runImpl(spec, argc, argv, out, err);
+  } catch (const std::bad_alloc &) {
+    std::fprintf(err, "error: out of host memory\n");
+  } catch (const std::exception &e) {
+    std::fprintf(err, "error: %s\n", e.what());
+  }
+  std::fflush(err);
+  return 1;
+}
+
+} // namespace program
+} // namespace dsc
