@@ -1,0 +1,144 @@
+//===- Common.cpp - pieces every dsc subcommand shares --------------------===//
+#include "tools/dsc/Common.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Location.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Process.h"
+
+using namespace mlir;
+
+namespace dsc {
+
+// Prints "error: <file>: <message>"; the importer puts the node in the
+// message, so the location only contributes the file.
+void installDiagnosticPrinter(MLIRContext &ctx) {
+  ctx.getDiagEngine().registerHandler([](Diagnostic &diag) {
+    auto &os = llvm::errs();
+    const char *severity = diag.getSeverity() == DiagnosticSeverity::Error
+                               ? "error"
+                           : diag.getSeverity() == DiagnosticSeverity::Warning
+                               ? "warning"
+                               : "note";
+    std::string file;
+    diag.getLocation()->walk([&](Location loc) {
+      if (auto f = dyn_cast<FileLineColLoc>(loc)) {
+        file = f.getFilename().str();
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    std::string node;
+    if (auto name = dyn_cast<NameLoc>(diag.getLocation()))
+      node = name.getName().str();
+    std::string msg = diag.str();
+    os << severity << ": " << (file.empty() ? "" : file + ": ");
+    // Messages from the verifier do not name the node; add it.
+    if (!node.empty() && !llvm::StringRef(msg).starts_with("node '"))
+      os << "node '" << node << "': ";
+    os << msg << "\n";
+    for (auto &note : diag.getNotes())
+      os << "note: " << note.str() << "\n";
+    return success();
+  });
+}
+
+int usageError(const std::string &msg, const char *usage) {
+  llvm::errs() << "error: " << msg << "\n\n" << usage;
+  return 1;
+}
+
+/// Writes via a temporary file and a rename, so a reader never sees half.
+bool writeAtomically(const std::string &path,
+                     const std::function<void(llvm::raw_ostream &)> &write) {
+  std::string tmp = path + ".tmp." + std::to_string(llvm::sys::Process::getProcessId());
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(tmp, ec);
+    if (ec) {
+      llvm::errs() << "error: cannot write '" << tmp << "': " << ec.message()
+                   << "\n";
+      return false;
+    }
+    write(os);
+    os.close();
+    if (os.has_error()) {
+      llvm::errs() << "error: writing '" << tmp << "' failed\n";
+      llvm::sys::fs::remove(tmp);
+      return false;
+    }
+  }
+  if (auto ec = llvm::sys::fs::rename(tmp, path)) {
+    llvm::errs() << "error: cannot rename '" << tmp << "' to '" << path
+                 << "': " << ec.message() << "\n";
+    llvm::sys::fs::remove(tmp);
+    return false;
+  }
+  return true;
+}
+
+bool parseShape(llvm::StringRef text, std::vector<int64_t> &shape) {
+  llvm::SmallVector<llvm::StringRef> parts;
+  text.split(parts, 'x');
+  for (llvm::StringRef p : parts) {
+    int64_t d;
+    if (p.getAsInteger(10, d) || d < 0)
+      return false;
+    shape.push_back(d);
+  }
+  return !shape.empty() || text.empty();
+}
+
+std::optional<std::string> ArgCursor::take(llvm::StringRef flag) {
+  llvm::StringRef a = current();
+  if (a.consume_front(flag)) {
+    if (a.consume_front("=")) {
+      next();
+      return a.str();
+    }
+    if (a.empty()) {
+      if (i_ + 1 >= args_.size()) {
+        error = flag.str() + " needs a value";
+        next();
+        return std::nullopt;
+      }
+      next();
+      std::string v = current();
+      next();
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+bool parseImportOption(ArgCursor &c, ImportOptions &opts) {
+  if (auto v = c.take("--micro-batch")) {
+    int64_t n;
+    if (llvm::StringRef(*v).getAsInteger(10, n) || n <= 0)
+      c.error = "--micro-batch needs a positive integer";
+    else
+      opts.microBatch = n;
+    return true;
+  }
+  if (auto v = c.take("--input-shape")) {
+    auto [name, dims] = llvm::StringRef(*v).rsplit('=');
+    std::vector<int64_t> shape;
+    if (name.empty() || dims.empty() || !parseShape(dims, shape))
+      c.error = "--input-shape '" + *v +
+                "' is not NAME=AxBx... with non-negative dims";
+    else
+      opts.inputShapes[name.str()] = shape;
+    return true;
+  }
+  if (!c.error.empty())
+    return true;
+  if (c.is("--no-loss")) {
+    opts.requireLoss = false;
+    c.next();
+    return true;
+  }
+  return false;
+}
+
+} // namespace dsc

@@ -1,0 +1,51 @@
+//===- Common.h - pieces every dsc subcommand shares ------------*- C++ -*-===//
+#ifndef DSC_TOOLS_DSC_COMMON_H
+#define DSC_TOOLS_DSC_COMMON_H
+
+#include "compiler/import/OnnxImporter.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsc {
+
+/// Prints diagnostics as "error: <file>: <message>", naming the ONNX node.
+void installDiagnosticPrinter(mlir::MLIRContext &ctx);
+/// "error: <msg>", the usage text, and exit status 1.
+int usageError(const std::string &msg, const char *usage);
+/// Writes via a temporary file and a rename, so a reader never sees half.
+bool writeAtomically(const std::string &path,
+                     const std::function<void(llvm::raw_ostream &)> &write);
+/// Parses "4x64" into {4, 64}.
+bool parseShape(llvm::StringRef text, std::vector<int64_t> &shape);
+
+/// Walks argv-style options: `take("--lr")` accepts "--lr X" and "--lr=X".
+class ArgCursor {
+public:
+  explicit ArgCursor(std::vector<std::string> args) : args_(std::move(args)) {}
+  bool done() const { return i_ >= args_.size(); }
+  const std::string &current() const { return args_[i_]; }
+  void next() { ++i_; }
+  /// If the current option is `flag` (with a value), returns the value and
+  /// advances; an error is recorded when the value is missing.
+  std::optional<std::string> take(llvm::StringRef flag);
+  bool is(llvm::StringRef flag) const { return current() == flag; }
+  std::string error;
+
+private:
+  std::vector<std::string> args_;
+  size_t i_ = 0;
+};
+
+/// Handles --micro-batch and --input-shape; returns true if it consumed the
+/// current option (check `cursor.error`).
+bool parseImportOption(ArgCursor &cursor, ImportOptions &opts);
+
+} // namespace dsc
+
+#endif // DSC_TOOLS_DSC_COMMON_H

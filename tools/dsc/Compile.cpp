@@ -1,0 +1,289 @@
+//===- Compile.cpp - `dsc compile`: ONNX to a training program ------------===//
+//
+//   import -> dsc-autodiff -> dsc-optimizer -> cse -> C++ -> c++ -> program
+//
+//===----------------------------------------------------------------------===//
+#include "tools/dsc/Compile.h"
+#include "tools/dsc/Common.h"
+
+#include "compiler/import/OnnxImporter.h"
+#include "dialects/dsc/IR/DscOps.h"
+#include "passes/Passes.h"
+#ifdef DSC_HAVE_CODEGEN
+#include "compiler/codegen/EmitCpp.h"
+#endif
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+const char *kCompileUsage = R"(usage: dsc compile [options] MODEL.onnx -o PROGRAM
+
+Compiles the training step of MODEL.onnx (model + scalar loss) into a native
+program: reverse-mode gradients, the optimizer update, the learning-rate
+schedule, clipping and gradient accumulation, lowered to C++ against the dsc
+runtime and built with the system C++ compiler. Weights are not compiled in:
+the program reads them from MODEL.onnx (or --init) when it starts.
+
+target and output:
+  --target cpu               the CPU backend (default; cuda comes with the
+                             CUDA backend)
+  -o FILE                    the program (or the file --emit writes)
+  --emit=exe|cpp|mlir        what to write: the program (default), its C++
+                             source, or the dsc IR after all passes
+  --print-ir-after-all       print the IR after every pass to stderr
+  --cxx PATH                 C++ compiler (default: $CXX, else c++)
+
+model (as for `dsc import`):
+  --micro-batch N            examples per micro-batch (sets dim 0 of inputs)
+  --input-shape NAME=AxB..   the whole shape of one input
+
+optimizer (defaults baked into the program; it can override the starred):
+  --optimizer adamw|sgd      (default adamw)
+  --lr X *                   base learning rate (1e-3)
+  --beta1 X * --beta2 X *    AdamW betas (0.9, 0.999)
+  --eps X *                  AdamW epsilon (1e-8)
+  --weight-decay X *         decoupled for AdamW, L2 for SGD (0.01)
+  --momentum X *             SGD momentum (0.9)
+  --nesterov                 SGD with Nesterov momentum
+  --no-decay REGEX           parameters whose name matches get no weight
+                             decay, e.g. 'bias|norm|ln_'
+  --schedule KIND            constant | warmup_cosine | warmup_linear
+                             (DeepSpeed's WarmupCosineLR / WarmupDecayLR,
+                             linear warm-up)
+  --warmup-steps N --total-steps N --warmup-min-ratio R --min-ratio R
+  --clip X *                 global gradient-norm clipping (0 = off)
+  --accum-steps K            micro-batches per optimizer step (1); the
+                             program's batch is micro-batch x K
+)";
+
+struct CompileOptions {
+  ImportOptions import;
+  std::string model, output, emit = "exe", target = "cpu", cxx;
+  bool printIRAfterAll = false;
+  std::string optimizerPipeline; // dsc-optimizer options
+};
+
+int parse(std::vector<std::string> args, CompileOptions &o) {
+  ArgCursor c(std::move(args));
+  std::vector<std::string> optimizerOptions;
+  // Options passed through to dsc-optimizer, with the value checked here.
+  const std::pair<const char *, const char *> numeric[] = {
+      {"--lr", "lr"},
+      {"--beta1", "beta1"},
+      {"--beta2", "beta2"},
+      {"--eps", "eps"},
+      {"--weight-decay", "weight-decay"},
+      {"--momentum", "momentum"},
+      {"--dampening", "dampening"},
+      {"--warmup-steps", "warmup-steps"},
+      {"--total-steps", "total-steps"},
+      {"--warmup-min-ratio", "warmup-min-ratio"},
+      {"--min-ratio", "min-ratio"},
+      {"--clip", "clip"},
+      {"--accum-steps", "accum-steps"}};
+  while (!c.done()) {
+    if (c.is("-h") || c.is("--help")) {
+      llvm::outs() << kCompileUsage;
+      return 0;
+    }
+    if (parseImportOption(c, o.import)) {
+      if (!c.error.empty())
+        return usageError(c.error, kCompileUsage);
+      continue;
+    }
+    bool matched = false;
+    for (auto [flag, name] : numeric) {
+      if (auto v = c.take(flag)) {
+        double d;
+        if (llvm::StringRef(*v).getAsDouble(d))
+          return usageError(std::string(flag) + " needs a number, not '" +
+                                *v + "'",
+                            kCompileUsage);
+        optimizerOptions.push_back(std::string(name) + "=" + *v);
+        matched = true;
+        break;
+      }
+    }
+    if (matched)
+      continue;
+    if (auto v = c.take("--optimizer")) {
+      optimizerOptions.push_back("optimizer=" + *v);
+      continue;
+    }
+    if (auto v = c.take("--schedule")) {
+      optimizerOptions.push_back("schedule=" + *v);
+      continue;
+    }
+    if (auto v = c.take("--no-decay")) {
+      optimizerOptions.push_back("no-decay={" + *v + "}");
+      continue;
+    }
+    if (auto v = c.take("--target")) {
+      o.target = *v;
+      continue;
+    }
+    if (auto v = c.take("--emit")) {
+      o.emit = *v;
+      continue;
+    }
+    if (auto v = c.take("--cxx")) {
+      o.cxx = *v;
+      continue;
+    }
+    if (auto v = c.take("-o")) {
+      o.output = *v;
+      continue;
+    }
+    if (!c.error.empty())
+      return usageError(c.error, kCompileUsage);
+    llvm::StringRef a = c.current();
+    if (a == "--nesterov")
+      optimizerOptions.push_back("nesterov=true");
+    else if (a == "--print-ir-after-all")
+      o.printIRAfterAll = true;
+    else if (a.starts_with("-"))
+      return usageError("unknown option '" + a.str() + "'", kCompileUsage);
+    else if (o.model.empty())
+      o.model = a.str();
+    else
+      return usageError("more than one model given", kCompileUsage);
+    c.next();
+  }
+  if (o.model.empty())
+    return usageError("no model given", kCompileUsage);
+  if (o.emit != "exe" && o.emit != "cpp" && o.emit != "mlir")
+    return usageError("--emit must be exe, cpp or mlir", kCompileUsage);
+  if (o.target != "cpu") {
+    llvm::errs() << "error: --target " << o.target
+                 << " is not available in this build; use --target cpu\n";
+    return 1;
+  }
+  if (o.output.empty() && o.emit == "exe")
+    return usageError("-o PROGRAM is required", kCompileUsage);
+  for (const auto &opt : optimizerOptions)
+    o.optimizerPipeline += (o.optimizerPipeline.empty() ? "" : " ") + opt;
+  return -1; // go on
+}
+
+int build(const CompileOptions &o, const std::string &cppPath) {
+  std::string cxx = o.cxx;
+  if (cxx.empty())
+    if (const char *env = std::getenv("CXX"))
+      cxx = env;
+  if (cxx.empty())
+    cxx = "c++";
+  auto found = llvm::sys::findProgramByName(cxx);
+  if (!found) {
+    llvm::errs() << "error: C++ compiler '" << cxx
+                 << "' not found; install g++ or pass --cxx\n";
+    return 1;
+  }
+  std::vector<std::string> argv = {*found,
+                                    "-std=c++17",
+                                    "-O2",
+                                    "-I" DSC_RUNTIME_INCLUDE_DIR,
+                                    "-I" DSC_RUNTIME_SOURCE_DIR,
+                                    cppPath,
+                                    DSC_RUNTIME_LIBRARY,
+                                    "-lpthread",
+                                    "-o",
+                                    o.output};
+  std::vector<llvm::StringRef> refs(argv.begin(), argv.end());
+  std::string err;
+  int rc = llvm::sys::ExecuteAndWait(*found, refs, std::nullopt, {}, 0, 0,
+                                     &err);
+  if (rc != 0) {
+    llvm::errs() << "error: building the program failed (" << cxx
+                 << " exited with " << rc << (err.empty() ? "" : ": ") << err
+                 << "); the generated source is kept at " << cppPath << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+} // namespace
+
+int runCompile(std::vector<std::string> args) {
+  CompileOptions o;
+  int rc = parse(std::move(args), o);
+  if (rc >= 0)
+    return rc;
+
+  registerDscPasses();
+  MLIRContext ctx;
+  installDiagnosticPrinter(ctx);
+  auto module = importOnnxFile(ctx, o.model, o.import);
+  if (!module)
+    return 1;
+  llvm::SmallString<256> abs(o.model);
+  llvm::sys::fs::make_absolute(abs);
+  (*module)->setAttr("dsc.model_path", StringAttr::get(&ctx, abs));
+
+  PassManager pm(&ctx);
+  if (o.printIRAfterAll) {
+    ctx.disableMultithreading();
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
+        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+  }
+  pm.addPass(createDscAutodiff());
+  std::string pipeline = "dsc-optimizer{" + o.optimizerPipeline + "}";
+  if (failed(parsePassPipeline(pipeline, pm, llvm::errs()))) {
+    llvm::errs() << "error: bad optimizer options: " << o.optimizerPipeline
+                 << "\n";
+    return 1;
+  }
+  pm.addPass(createCSEPass());
+  if (failed(pm.run(*module)))
+    return 1;
+
+  if (o.emit == "mlir") {
+    auto write = [&](llvm::raw_ostream &os) { module->print(os); };
+    if (o.output.empty()) {
+      write(llvm::outs());
+      return 0;
+    }
+    return writeAtomically(o.output, write) ? 0 : 1;
+  }
+#ifdef DSC_HAVE_CODEGEN
+  std::string source;
+  {
+    llvm::raw_string_ostream os(source);
+    if (failed(emitCpp(*module, os, EmitCppOptions())))
+      return 1;
+  }
+  auto writeSource = [&](llvm::raw_ostream &os) { os << source; };
+  if (o.emit == "cpp") {
+    if (o.output.empty()) {
+      llvm::outs() << source;
+      return 0;
+    }
+    return writeAtomically(o.output, writeSource) ? 0 : 1;
+  }
+  std::string cppPath = o.output + ".cpp";
+  if (!writeAtomically(cppPath, writeSource))
+    return 1;
+  if (build(o, cppPath) != 0)
+    return 1;
+  llvm::sys::fs::remove(cppPath);
+  return 0;
+#else
+  (void)build;
+  llvm::errs() << "error: this dsc was built without the code generator; "
+                  "only --emit=mlir is available\n";
+  return 1;
+#endif
+}
+
+} // namespace dsc
