@@ -10,8 +10,7 @@ namespace dsc::program {
 namespace {
 
 bool isInt(DType d) {
-  return d == DType::I64 || d == DType::I32 || d == DType::I8 ||
-         d == DType::U8;
+  return d == DType::I64 || d == DType::I32 || d == DType::I8 || d == DType::U8;
 }
 
 double loadFloat(const void *p, DType d, size_t i) {

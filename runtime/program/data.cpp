@@ -65,8 +65,8 @@ Status loadBatchFile(const std::string &path,
     if (Status s = file.get(slot.name, src); !s.ok())
       return s;
     const Tensor &dst = slot.tensor;
-    bool onlyDim0 = src.rank == dst.rank && dst.rank > 0 &&
-                    src.shape[0] != dst.shape[0];
+    bool onlyDim0 =
+        src.rank == dst.rank && dst.rank > 0 && src.shape[0] != dst.shape[0];
     for (int i = 1; onlyDim0 && i < dst.rank; ++i)
       onlyDim0 = src.shape[i] == dst.shape[i];
     if (onlyDim0)
@@ -129,8 +129,8 @@ Status TokenData::open(const std::string &path, TokenType type,
                        const std::vector<InputSlot> &slots,
                        const BatchShape &batch) {
   auto fail = [&](const std::string &why) {
-    return Status::error(StatusCode::InvalidArgument, "--data " + path + ": " +
-                                                          why);
+    return Status::error(StatusCode::InvalidArgument,
+                         "--data " + path + ": " + why);
   };
   // 1. The inputs must be token ids: one or two integer [N, T].
   if (slots.empty())
@@ -180,8 +180,8 @@ Status TokenData::open(const std::string &path, TokenType type,
   int64_t T = slots[0].tensor.shape[1];
   if (numTokens_ < static_cast<size_t>(T) + 1) {
     ::close(fd);
-    return fail("holds " + std::to_string(numTokens_) +
-                " tokens; windows of " + std::to_string(T) +
+    return fail("holds " + std::to_string(numTokens_) + " tokens; windows of " +
+                std::to_string(T) +
                 " tokens and their next-token targets need at least " +
                 std::to_string(T + 1));
   }
@@ -213,11 +213,11 @@ Status TokenData::sample(Rng &rng, const std::vector<InputSlot> &slots) const {
                              static_cast<char *>(t.data) +
                                  (r * T + j) * dtypeSize(t.dtype),
                              t.dtype, 1))
-          return Status::error(StatusCode::OutOfRange,
-                               "--data " + path_ + ": token " +
-                                   std::to_string(at) + " (" +
-                                   std::to_string(v) + ") does not fit input '" +
-                                   slots[k].name + "' " + describe(t));
+          return Status::error(
+              StatusCode::OutOfRange,
+              "--data " + path_ + ": token " + std::to_string(at) + " (" +
+                  std::to_string(v) + ") does not fit input '" + slots[k].name +
+                  "' " + describe(t));
       }
     }
   }

@@ -81,11 +81,12 @@ bool dtypeFromOnnx(int32_t onnxType, DType &out) {
 
 std::string onnxDataTypeName(int32_t onnxType) {
   static const char *names[] = {
-      "UNDEFINED", "FLOAT",     "UINT8",     "INT8",   "UINT16", "INT16",
-      "INT32",     "INT64",     "STRING",    "BOOL",   "FLOAT16", "DOUBLE",
-      "UINT32",    "UINT64",    "COMPLEX64", "COMPLEX128", "BFLOAT16",
-      "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ",
-      "UINT4",     "INT4",      "FLOAT4E2M1"};
+      "UNDEFINED",      "FLOAT",        "UINT8",          "INT8",
+      "UINT16",         "INT16",        "INT32",          "INT64",
+      "STRING",         "BOOL",         "FLOAT16",        "DOUBLE",
+      "UINT32",         "UINT64",       "COMPLEX64",      "COMPLEX128",
+      "BFLOAT16",       "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+      "FLOAT8E5M2FNUZ", "UINT4",        "INT4",           "FLOAT4E2M1"};
   if (onnxType >= 0 &&
       onnxType < static_cast<int32_t>(sizeof(names) / sizeof(names[0])))
     return names[onnxType];
@@ -101,8 +102,8 @@ int64_t OnnxInitializer::numel() const {
 
 std::string OnnxInitializer::describe() const {
   DType t;
-  std::string s = dtypeFromOnnx(dataType, t) ? dtypeName(t)
-                                              : onnxDataTypeName(dataType);
+  std::string s =
+      dtypeFromOnnx(dataType, t) ? dtypeName(t) : onnxDataTypeName(dataType);
   return s + dsc::describe(I64s(dims));
 }
 
@@ -244,8 +245,8 @@ Status resolveExternalLocation(const std::string &modelDir,
                                const std::string &location,
                                std::string *fullPath) {
   auto fail = [&](const std::string &why) {
-    return Status::error(StatusCode::IoError, "external data of initializer '" +
-                                                  name + "' " + why);
+    return Status::error(StatusCode::IoError,
+                         "external data of initializer '" + name + "' " + why);
   };
   if (location.empty())
     return fail("has no 'location'");
@@ -268,8 +269,9 @@ Status resolveExternalLocation(const std::string &modelDir,
   struct stat st;
   if (::stat(full.c_str(), &st) != 0) {
     if (errno == ENOENT)
-      return fail("is missing: file '" + location + "' not found (looked for '" +
-                  full + "'); copy it next to the model");
+      return fail("is missing: file '" + location +
+                  "' not found (looked for '" + full +
+                  "'); copy it next to the model");
     return fail("cannot be accessed: '" + full + "': " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode))
@@ -583,7 +585,7 @@ Status OnnxWeights::read(const std::string &name, const Tensor &dst) const {
       Wire packed(d, dn, dAt);
       while (!packed.done()) {
         uint64_t v = 0;
-        bool ok = fixed32 ? packed.fixed(&v, 4)
+        bool ok = fixed32   ? packed.fixed(&v, 4)
                   : fixed64 ? packed.fixed(&v, 8)
                             : packed.varint(v);
         if (!ok)
@@ -592,10 +594,10 @@ Status OnnxWeights::read(const std::string &name, const Tensor &dst) const {
       }
     } else {
       uint64_t v = 0;
-      bool ok = (fixed32 && wt == kFixed32)   ? tensor.fixed(&v, 4)
-                : (fixed64 && wt == kFixed64) ? tensor.fixed(&v, 8)
+      bool ok = (fixed32 && wt == kFixed32)               ? tensor.fixed(&v, 4)
+                : (fixed64 && wt == kFixed64)             ? tensor.fixed(&v, 8)
                 : (!fixed32 && !fixed64 && wt == kVarint) ? tensor.varint(v)
-                                                           : false;
+                                                          : false;
       if (!ok)
         return malformed();
       rangeOk = putTyped(v) && rangeOk;
@@ -635,8 +637,7 @@ Status OnnxWeights::readExternal(const OnnxInitializer &init, DType type,
                      init.location + "'";
   if (length < need)
     return error(what + " has length " + std::to_string(length) + " but " +
-                 init.describe() + " needs " + std::to_string(need) +
-                 " bytes");
+                 init.describe() + " needs " + std::to_string(need) + " bytes");
   int fd = ::open(full.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return error("cannot open " + what + ": " + std::strerror(errno));
@@ -670,8 +671,8 @@ Status OnnxWeights::readExternal(const OnnxInitializer &init, DType type,
       want = static_cast<size_t>(std::min<uint64_t>(need - done, kChunk));
       want -= want % es;
     }
-    ssize_t got = ::pread(fd, into, want,
-                          static_cast<off_t>(init.offset + done));
+    ssize_t got =
+        ::pread(fd, into, want, static_cast<off_t>(init.offset + done));
     if (got < 0 && errno == EINTR)
       continue;
     if (got <= 0) {

@@ -1,4 +1,5 @@
-//===- onnx_weights.h - Initializers of an ONNX model, no protobuf -*- C++ -*-===//
+//===- onnx_weights.h - Initializers of an ONNX model, no protobuf -*- C++
+//-*-===//
 //
 // A compiled program starts from the weights of the model it was compiled
 // from, but links no protobuf. This reads the few fields it needs straight

@@ -235,7 +235,7 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     return Status();
   };
   std::map<std::pair<int, std::string>, int> argIndex; // (role, name)
-  std::set<std::string> onnxNames;                      // params/buffers/inputs
+  std::set<std::string> onnxNames;                     // params/buffers/inputs
   for (int i = 0; i < spec.numArgs; ++i) {
     const ArgSpec &a = spec.args[i];
     if (!a.name)
@@ -282,8 +282,7 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
       found = found || (spec.hypers[h].name &&
                         std::strcmp(spec.hypers[h].name, a.name) == 0);
     if (!found)
-      return bug("hyperparameter '" + std::string(a.name) +
-                 "' has no default");
+      return bug("hyperparameter '" + std::string(a.name) + "' has no default");
   }
   for (int h = 0; h < spec.numHypers; ++h)
     if (!spec.hypers[h].name || !*spec.hypers[h].name)
@@ -314,7 +313,9 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     int arg = -1;
     switch (r.role) {
     case ResultRole::Loss:
-      s = scalar(layout.loss);
+      // The first is the loss; further graph outputs are not reported.
+      if (layout.loss < 0)
+        s = scalar(layout.loss);
       break;
     case ResultRole::GradNorm:
       s = scalar(layout.gradNorm);
@@ -337,8 +338,7 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
         return bug(what + " has no argument of that name");
       if (!sameType(r.type, spec.args[arg].type))
         return bug(what + " is " + describeSpec(r.type) +
-                   " but its argument is " +
-                   describeSpec(spec.args[arg].type));
+                   " but its argument is " + describeSpec(spec.args[arg].type));
       for (auto &u : layout.updates)
         if (u.second == arg)
           return bug(what + " is returned twice");
@@ -375,7 +375,7 @@ const char *hyperHelp(const std::string &name) {
       {"beta2", "Adam: decay of the second moment"},
       {"eps", "Adam: epsilon added to the denominator"},
       {"momentum", "SGD momentum"},
-      {"clip", "clip the global gradient norm to this value"},
+      {"clip", "clip the global gradient norm"},
   };
   auto it = help.find(name);
   return it == help.end() ? "hyperparameter" : it->second;
@@ -443,8 +443,8 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
     hyperOptions[optionName(spec.hypers[h].name)] = spec.hypers[h].name;
   }
   static const std::set<std::string> valued = {
-      "--steps", "--seed",  "--batch",      "--data",        "--data-dtype",
-      "--init",  "--log",   "--dump-grads", "--dump-params"};
+      "--steps", "--seed", "--batch",      "--data",       "--data-dtype",
+      "--init",  "--log",  "--dump-grads", "--dump-params"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i] ? argv[i] : "";
     if (arg == "--help" || arg == "-h") {
@@ -456,7 +456,8 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
       continue;
     }
     if (arg.rfind("--", 0) != 0)
-      return fail("unexpected argument '" + arg + "' (options start with --; "
+      return fail("unexpected argument '" + arg +
+                  "' (options start with --; "
                   "see --help)");
     std::string name = arg, value;
     bool hasValue = false;
@@ -470,8 +471,8 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
       if (name == "--help" || name == "--quiet")
         return fail(name + " takes no value");
       std::string hint;
-      static const char *known[] = {"--lr",   "--weight-decay", "--beta1",
-                                    "--beta2", "--eps",         "--momentum",
+      static const char *known[] = {"--lr",    "--weight-decay", "--beta1",
+                                    "--beta2", "--eps",          "--momentum",
                                     "--clip"};
       for (const char *k : known)
         if (name == k)
@@ -562,63 +563,60 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   std::string model = spec.modelPath ? spec.modelPath : "(unknown)";
   std::fprintf(out, "usage: %s [options]\n\n", program.c_str());
   std::fprintf(out,
-               "Trains %s with %s, compiled by dsc. One step takes a global "
-               "batch of %" PRId64 " examples\n(micro-batch %" PRId64
-               " x %" PRId64 " accumulation steps)",
-               baseName(model).c_str(), spec.optimizer, global,
-               spec.microBatch, spec.accumSteps);
+               "Trains %s with %s (compiled by dsc).\nOne step takes a "
+               "global batch of %" PRId64 " examples = micro-batch %" PRId64
+               " x %" PRId64 " accumulation steps",
+               baseName(model).c_str(), spec.optimizer, global, spec.microBatch,
+               spec.accumSteps);
   if (spec.tokensPerExample > 1)
-    std::fprintf(out, " of %" PRId64 " tokens each", spec.tokensPerExample);
+    std::fprintf(out, ", of %" PRId64 " tokens each", spec.tokensPerExample);
   std::fprintf(out, ".\n\n");
 
   auto opt = [&](const char *name, const std::string &text) {
-    std::fprintf(out, "  %-28s %s\n", name, text.c_str());
+    std::fprintf(out, "  %-24s %s\n", name, text.c_str());
   };
   std::fprintf(out, "Data (one of the two when the step has inputs):\n");
-  opt("--batch FILE.safetensors",
-      "one fixed global batch, used at every step: a tensor per input below,");
-  opt("", "same name and shape (dim 0 = global batch); i32/i64 convert");
-  opt("--data FILE", "a flat token file (e.g. nanoGPT's train.bin); each row "
-                     "takes a random window:");
-  opt("", "the first input gets x[i:i+T], the second (targets) x[i+1:i+T+1]");
+  opt("--batch FILE", "one fixed global batch for every step (safetensors):");
+  opt("", "a tensor per input below, same name and shape");
+  opt("--data FILE", "a flat token file (nanoGPT's train.bin); each row is");
+  opt("", "a random window x[i:i+T], and a second input (the");
+  opt("", "targets) gets x[i+1:i+T+1]");
   opt("--data-dtype TYPE", "token type of --data: uint16 (default) or int32");
   std::fprintf(out, "\nRun:\n");
   opt("--steps N", "optimizer steps to run (default 10)");
-  opt("--seed S", "seed of dropout, --data windows and --init random "
-                  "(default 0)");
-  opt("--init SOURCE", "initial parameters and buffers (default: the model):");
-  opt("", "FILE.onnx      initializers of an ONNX model");
-  opt("", "FILE.safetensors  e.g. from --dump-params; missing buffers come "
-          "from the model");
-  opt("", "random[:SEED]  normal(0, 0.02) for matrices, zeros for biases,");
-  opt("", "               ones for norm weights (see runtime/program/README.md)");
-  opt("", "model: " + model);
+  opt("--seed S", "seed of dropout, --data windows, --init random");
+  opt("", "(default 0)");
+  opt("--init SOURCE", "initial parameters and buffers, from");
+  opt("", "FILE.onnx: the initializers of an ONNX model (the");
+  opt("", "  default is the model compiled from, see below)");
+  opt("", "FILE.safetensors: e.g. a --dump-params file");
+  opt("", "random[:SEED]: normal(0, 0.02) for matrices, zeros");
+  opt("", "  for biases, ones for norm weights");
   std::fprintf(out, "\nOutput:\n");
   opt("--dump-grads FILE", layout.grads.empty()
                                ? "(this program returns no gradients)"
                                : "gradients of the first step, before "
-                                 "clipping (safetensors)");
-  opt("--dump-params FILE",
-      "parameters and buffers after the last step (safetensors)");
-  opt("--log FILE.jsonl", "one JSON object per step (step, loss, lr, "
-                          "grad_norm, step_time_s, ...)");
-  opt("--quiet", "no banner and progress lines (errors and warnings still "
-                 "print)");
+                                 "clipping");
+  opt("--dump-params FILE", "parameters and buffers after the last step");
+  opt("--log FILE.jsonl", "one JSON object per step");
+  opt("--quiet", "no progress lines (errors and warnings print)");
   opt("--help", "this text");
   if (spec.numHypers) {
-    std::fprintf(out, "\nHyperparameters (%s; defaults compiled in):\n",
+    std::fprintf(out, "\nHyperparameters of %s (defaults compiled in):\n",
                  spec.optimizer);
     for (int h = 0; h < spec.numHypers; ++h) {
       std::string name = optionName(spec.hypers[h].name) + " X";
-      opt(name.c_str(), format("%s (default %g)",
-                               hyperHelp(spec.hypers[h].name),
-                               spec.hypers[h].value));
+      std::string text = hyperHelp(spec.hypers[h].name);
+      if (std::strcmp(spec.hypers[h].name, "clip") == 0)
+        text += " (0 = off)";
+      opt(name.c_str(),
+          format("%s; default %g", text.c_str(), spec.hypers[h].value));
     }
   }
-
+  std::fprintf(out, "\nDumps are safetensors files keyed by ONNX names.\n");
+  std::fprintf(out, "Model: %s\n", model.c_str());
   std::fprintf(out, "\nTensors:\n");
-  auto group = [&](const char *title, const std::vector<int> &idx,
-                   bool list) {
+  auto group = [&](const char *title, const std::vector<int> &idx, bool list) {
     if (idx.empty())
       return;
     double elems = 0, bytes = 0;
@@ -627,9 +625,8 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
       elems += n;
       bytes += n * double(dtypeSize(spec.args[i].type.dtype));
     }
-    std::fprintf(out, "  %s: %zu tensors, %s elements, %s\n", title,
-                 idx.size(), humanCount(elems).c_str(),
-                 humanBytes(bytes).c_str());
+    std::fprintf(out, "  %s: %zu tensors, %s elements, %s\n", title, idx.size(),
+                 humanCount(elems).c_str(), humanBytes(bytes).c_str());
     if (list)
       for (int i : idx)
         std::fprintf(out, "    %-44s %s\n", spec.args[i].name,
@@ -653,10 +650,9 @@ struct Args {
 };
 
 Status initWeights(const ProgramSpec &spec, const Layout &layout,
-                   const Options &o, const Args &args, std::string &what,
-                   std::FILE *err) {
-  std::string source = o.init.empty() ? (spec.modelPath ? spec.modelPath : "")
-                                      : o.init;
+                   const Options &o, const Args &args, std::string &what) {
+  std::string source =
+      o.init.empty() ? (spec.modelPath ? spec.modelPath : "") : o.init;
   std::vector<int> targets = layout.params;
   targets.insert(targets.end(), layout.buffers.begin(), layout.buffers.end());
   std::sort(targets.begin(), targets.end());
@@ -673,10 +669,9 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
     if (!model) {
       model = std::make_unique<OnnxWeights>();
       if (Status s = model->open(path); !s.ok())
-        return Status::error(
-            s.code(), s.message() + why +
-                          "; give --init FILE.onnx, --init "
-                          "FILE.safetensors or --init random");
+        return Status::error(s.code(), s.message() + why +
+                                           "; give --init FILE.onnx, --init "
+                                           "FILE.safetensors or --init random");
     }
     const ArgSpec &a = spec.args[i];
     if (!model->find(a.name))
@@ -791,7 +786,6 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
     if (Status s = fromModel(i, source, why); !s.ok())
       return s;
   what = source;
-  (void)err;
   return Status();
 }
 
@@ -840,11 +834,11 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   std::vector<Tensor> results(size_t(spec.numResults));
   std::vector<Memory> resultMemory(size_t(spec.numResults));
   for (int i = 0; i < spec.numResults; ++i)
-    if (Status s = allocateTensor(
-            spec.results[i].type,
-            std::string(resultRoleName(spec.results[i].role)) + " result '" +
-                spec.results[i].name + "'",
-            resultMemory[i], results[i]);
+    if (Status s =
+            allocateTensor(spec.results[i].type,
+                           std::string(resultRoleName(spec.results[i].role)) +
+                               " result '" + spec.results[i].name + "'",
+                           resultMemory[i], results[i]);
         !s.ok())
       return error(s);
   HostArena arena;
@@ -853,7 +847,7 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
 
   // 3. Weights and hyperparameters.
   std::string initWhat;
-  if (Status s = initWeights(spec, layout, o, args, initWhat, err); !s.ok())
+  if (Status s = initWeights(spec, layout, o, args, initWhat); !s.ok())
     return error(s);
   double lrHyper = NAN;
   for (int i = 0; i < spec.numArgs; ++i) {
@@ -882,16 +876,17 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       std::string list;
       for (const auto &u : unused)
         list += (list.empty() ? "'" : ", '") + u + "'";
-      std::fprintf(err, "warning: --batch %s: tensors the step does not take "
-                        "are ignored: %s\n",
+      std::fprintf(err,
+                   "warning: --batch %s: tensors the step does not take "
+                   "are ignored: %s\n",
                    o.batch.c_str(), list.c_str());
     }
   } else if (!o.data.empty()) {
     if (Status s = tokens.open(o.data, o.dataType, slots, batch); !s.ok())
       return error(s);
-    dataWhat = format("%s (%s, %s tokens)", o.data.c_str(),
-                      tokenTypeName(o.dataType),
-                      humanCount(double(tokens.numTokens())).c_str());
+    dataWhat =
+        format("%s (%s, %s tokens)", o.data.c_str(), tokenTypeName(o.dataType),
+               humanCount(double(tokens.numTokens())).c_str());
   }
   Rng dataRng(o.seed, /*stream=*/2);
 
@@ -899,8 +894,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   if (!o.log.empty()) {
     log = std::fopen(o.log.c_str(), "w");
     if (!log)
-      return error(fail("--log " + o.log + ": cannot create: " +
-                        std::strerror(errno)));
+      return error(
+          fail("--log " + o.log + ": cannot create: " + std::strerror(errno)));
   }
   struct Closer {
     std::FILE *f;
@@ -931,8 +926,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       std::fprintf(out, " x %" PRId64 " tokens", spec.tokensPerExample);
     std::fprintf(out, " | arena %s\n",
                  humanBytes(double(spec.arenaBytes)).c_str());
-    std::fprintf(out, "init: %s | data: %s | %" PRId64 " steps, seed %" PRIu64
-                      "\n",
+    std::fprintf(out,
+                 "init: %s | data: %s | %" PRId64 " steps, seed %" PRIu64 "\n",
                  initWhat.c_str(), dataWhat.c_str(), o.steps, o.seed);
     std::fflush(out);
   }
@@ -951,8 +946,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     arena.reset();
     Status s = spec.trainStep(arena, args.tensors.data(), results.data());
     if (!s.ok())
-      return error(Status::error(
-          s.code(), format("step %" PRId64 ": ", step) + s.message()));
+      return error(Status::error(s.code(), format("step %" PRId64 ": ", step) +
+                                               s.message()));
     double dt = seconds(Clock::now() - t0);
     trainSeconds += dt;
 
@@ -965,9 +960,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       std::vector<io::NamedTensor> grads;
       for (int r : layout.grads)
         grads.push_back({spec.results[r].name, results[r]});
-      if (Status w = io::writeSafetensors(o.dumpGrads, grads,
-                                          {{"format", "pt"},
-                                           {"content", "gradients of step 1"}});
+      if (Status w = io::writeSafetensors(
+              o.dumpGrads, grads,
+              {{"format", "pt"}, {"content", "gradients of step 1"}});
           !w.ok())
         return error(Status::error(w.code(), "--dump-grads: " + w.message()));
     }
@@ -1002,8 +997,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       std::fflush(out);
     }
     if (log) {
-      std::string json = format("{\"step\":%" PRId64, step) +
-                         ",\"loss\":" + jsonNumber(loss);
+      std::string json =
+          format("{\"step\":%" PRId64, step) + ",\"loss\":" + jsonNumber(loss);
       if (std::isfinite(lr) || layout.lr >= 0)
         json += ",\"lr\":" + jsonNumber(lr);
       if (layout.gradNorm >= 0)
@@ -1015,26 +1010,26 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       json += ",\"elapsed_s\":" + jsonNumber(seconds(Clock::now() - start));
       json += "}\n";
       if (std::fputs(json.c_str(), log) < 0 || std::fflush(log) != 0)
-        return error(fail("--log " + o.log + ": write failed: " +
-                          std::strerror(errno)));
+        return error(
+            fail("--log " + o.log + ": write failed: " + std::strerror(errno)));
     }
   }
 
   // 6. Summary and dumps.
   if (nonFinite > 1)
-    std::fprintf(err, "warning: %" PRId64 " of %" PRId64
-                      " steps had a non-finite loss\n",
+    std::fprintf(err,
+                 "warning: %" PRId64 " of %" PRId64
+                 " steps had a non-finite loss\n",
                  nonFinite, o.steps);
   if (!o.quiet && o.steps > 0) {
-    std::fprintf(out,
-                 "done: %" PRId64 " steps in %.3f s (%.4f s/step) | final "
-                 "loss %.4f | %.0f %s | arena peak %s\n",
-                 o.steps, trainSeconds, trainSeconds / double(o.steps),
-                 lastLoss,
-                 trainSeconds > 0 ? perStep * double(o.steps) / trainSeconds
-                                  : 0.0,
-                 tokenUnits ? "tok/s" : "samples/s",
-                 humanBytes(double(arena.peak())).c_str());
+    std::fprintf(
+        out,
+        "done: %" PRId64 " steps in %.3f s (%.4f s/step) | final "
+        "loss %.4f | %.0f %s | arena peak %s\n",
+        o.steps, trainSeconds, trainSeconds / double(o.steps), lastLoss,
+        trainSeconds > 0 ? perStep * double(o.steps) / trainSeconds : 0.0,
+        tokenUnits ? "tok/s" : "samples/s",
+        humanBytes(double(arena.peak())).c_str());
     std::fflush(out);
   }
   if (!o.dumpParams.empty()) {
@@ -1046,9 +1041,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     if (Status w = io::writeSafetensors(
             o.dumpParams, tensors,
             {{"format", "pt"},
-             {"content", format("parameters and buffers after %" PRId64
-                                " steps",
-                                o.steps)}});
+             {"content",
+              format("parameters and buffers after %" PRId64 " steps",
+                     o.steps)}});
         !w.ok())
       return error(Status::error(w.code(), "--dump-params: " + w.message()));
     if (!o.quiet)

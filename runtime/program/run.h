@@ -23,7 +23,7 @@ int run(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
 
 /// What --init random puts in an argument (see README.md).
 enum class RandomInit {
-  Normal,    // normal(0, 0.02)
+  Normal, // normal(0, 0.02)
   Zeros,
   Ones,
   FromModel, // read from the ONNX model (constants such as masks)

@@ -1,7 +1,7 @@
 //===- DataTest.cpp - --batch checks and --data windows -------------------===//
 
-#include "TestUtil.h"
 #include "program/data.h"
+#include "TestUtil.h"
 
 #include <set>
 
@@ -43,10 +43,9 @@ TEST_F(BatchFixture, LoadsAndConvertsIntegers) {
     fx[i] = 0.5f * i;
   std::vector<int32_t> iy = {0, 1, 2, 3, 4, 5, 6, 7};
   std::vector<uint8_t> extra(2);
-  std::string path =
-      write({{"y", viewOf(iy, DType::I32, {8})},
-             {"x", viewOf(fx, DType::F32, {8, 3})},
-             {"mask", viewOf(extra, DType::U8, {2})}});
+  std::string path = write({{"y", viewOf(iy, DType::I32, {8})},
+                            {"x", viewOf(fx, DType::F32, {8, 3})},
+                            {"mask", viewOf(extra, DType::U8, {2})}});
   std::vector<std::string> unused;
   Status s = loadBatchFile(path, slots, batch, &unused);
   ASSERT_TRUE(s.ok()) << s.message();
@@ -92,8 +91,7 @@ TEST_F(BatchFixture, WrongShapeOrDtypeIsAnError) {
   path = write({{"x", viewOf(fx, DType::F32, {8, 1, 3})},
                 {"y", viewOf(y, DType::I64, {8})}});
   s = loadBatchFile(path, slots, batch);
-  EXPECT_TRUE(contains(s.message(), "'x' has shape f32[8,1,3]"))
-      << s.message();
+  EXPECT_TRUE(contains(s.message(), "'x' has shape f32[8,1,3]")) << s.message();
 }
 
 TEST_F(BatchFixture, NarrowingOutOfRangeIsAnError) {
@@ -141,9 +139,9 @@ TEST(TokenData, WindowsAndShiftedTargets) {
   TempDir dir;
   std::string path = tokenFile(dir, 1000, TokenType::U16);
   std::vector<int64_t> idx(4 * 8), targets(4 * 8);
-  std::vector<InputSlot> slots = {{"idx", viewOf(idx, DType::I64, {4, 8})},
-                                  {"targets",
-                                   viewOf(targets, DType::I64, {4, 8})}};
+  std::vector<InputSlot> slots = {
+      {"idx", viewOf(idx, DType::I64, {4, 8})},
+      {"targets", viewOf(targets, DType::I64, {4, 8})}};
   TokenData data;
   Status s = data.open(path, TokenType::U16, slots, {2, 2});
   ASSERT_TRUE(s.ok()) << s.message();
@@ -230,8 +228,8 @@ TEST(TokenData, FilesThatCannotFeedAreErrors) {
   std::vector<int64_t> i(4 * 8);
   std::vector<InputSlot> slots = {{"idx", viewOf(i, DType::I64, {4, 8})}};
   TokenData a;
-  Status s = a.open(tokenFile(dir, 8, TokenType::U16), TokenType::U16, slots,
-                    {4, 1});
+  Status s =
+      a.open(tokenFile(dir, 8, TokenType::U16), TokenType::U16, slots, {4, 1});
   EXPECT_TRUE(contains(s.message(), "holds 8 tokens")) << s.message();
   EXPECT_TRUE(contains(s.message(), "need at least 9")) << s.message();
   writeFile(dir / "odd.bin", "abc");

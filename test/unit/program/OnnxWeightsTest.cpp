@@ -127,10 +127,9 @@ TEST(OnnxWeights, CnnMatchesReference) {
 TEST(OnnxWeights, CnnRunningStatsMatchTheOnnxPackage) {
   // BatchNorm buffers; the reference was read by the onnx package
   // (data/make_onnx_buffers.py).
-  expectMatchesReference(fixture("models/cnn_opset17.onnx"),
-                         DSC_PROGRAM_TEST_DATA
-                         "/cnn_opset17_buffers.safetensors",
-                         4);
+  expectMatchesReference(
+      fixture("models/cnn_opset17.onnx"),
+      DSC_PROGRAM_TEST_DATA "/cnn_opset17_buffers.safetensors", 4);
 }
 
 TEST(OnnxWeights, NanoGptMatchesReference) {
@@ -172,7 +171,8 @@ TEST(OnnxWeights, ConvertsToTheProgramsDtype) {
   std::vector<float> f(128);
   ASSERT_TRUE(w.read("net.0.bias", viewOf(f, {128})).ok());
   std::vector<double> d(128);
-  ASSERT_TRUE(w.read("net.0.bias", Tensor::of(d.data(), DType::F64, {128})).ok());
+  ASSERT_TRUE(
+      w.read("net.0.bias", Tensor::of(d.data(), DType::F64, {128})).ok());
   std::vector<uint16_t> h(128);
   ASSERT_TRUE(
       w.read("net.0.bias", Tensor::of(h.data(), DType::BF16, {128})).ok());
@@ -209,8 +209,12 @@ TEST(OnnxWeights, TypedFieldsPackedAndUnpacked) {
   TempDir dir;
   std::vector<std::string> inits;
   // float_data packed, dims unpacked
-  inits.push_back(Pb().num(1, 2).num(1, 3).num(2, 1).bytes(8, "fp")
-                      .bytes(4, rawOf<float>({1, 2, 3, 4, 5, 6})).b);
+  inits.push_back(Pb().num(1, 2)
+                      .num(1, 3)
+                      .num(2, 1)
+                      .bytes(8, "fp")
+                      .bytes(4, rawOf<float>({1, 2, 3, 4, 5, 6}))
+                      .b);
   // float_data unpacked (fixed32 each), dims packed
   Pb fu;
   fu.bytes(1, packedVarints({3})).num(2, 1).bytes(8, "fu");
@@ -218,26 +222,45 @@ TEST(OnnxWeights, TypedFieldsPackedAndUnpacked) {
     fu.fixed32(4, v);
   inits.push_back(fu.b);
   // int64_data packed with negatives; name before data_type
-  inits.push_back(Pb().bytes(8, "i64").bytes(1, packedVarints({3})).num(2, 7)
-                      .bytes(7, packedVarints({-5, 0, 1LL << 40})).b);
+  inits.push_back(Pb().bytes(8, "i64")
+                      .bytes(1, packedVarints({3}))
+                      .num(2, 7)
+                      .bytes(7, packedVarints({-5, 0, 1LL << 40}))
+                      .b);
   // int64_data unpacked
-  inits.push_back(Pb().bytes(8, "i64u").num(1, 2).num(2, 7)
-                      .num(7, static_cast<uint64_t>(-9)).num(7, 9).b);
+  inits.push_back(Pb().bytes(8, "i64u")
+                      .num(1, 2)
+                      .num(2, 7)
+                      .num(7, static_cast<uint64_t>(-9))
+                      .num(7, 9)
+                      .b);
   // int32_data for INT32 (negative: 10-byte varint)
-  inits.push_back(Pb().bytes(8, "i32").num(1, 2).num(2, 6)
-                      .bytes(5, packedVarints({-7, 123456})).b);
+  inits.push_back(Pb().bytes(8, "i32")
+                      .num(1, 2)
+                      .num(2, 6)
+                      .bytes(5, packedVarints({-7, 123456}))
+                      .b);
   // int32_data holding FLOAT16 bits: 1.0, -2.0
-  inits.push_back(Pb().bytes(8, "f16").num(1, 2).num(2, 10)
-                      .bytes(5, packedVarints({0x3c00, 0xc000})).b);
+  inits.push_back(Pb().bytes(8, "f16")
+                      .num(1, 2)
+                      .num(2, 10)
+                      .bytes(5, packedVarints({0x3c00, 0xc000}))
+                      .b);
   // double_data packed
-  inits.push_back(Pb().bytes(8, "f64").num(1, 2).num(2, 11)
-                      .bytes(10, rawOf<double>({0.5, -3.25})).b);
+  inits.push_back(Pb().bytes(8, "f64")
+                      .num(1, 2)
+                      .num(2, 11)
+                      .bytes(10, rawOf<double>({0.5, -3.25}))
+                      .b);
   // BOOL in int32_data
-  inits.push_back(Pb().bytes(8, "bool").num(1, 3).num(2, 9)
-                      .bytes(5, packedVarints({1, 0, 1})).b);
+  inits.push_back(Pb().bytes(8, "bool")
+                      .num(1, 3)
+                      .num(2, 9)
+                      .bytes(5, packedVarints({1, 0, 1}))
+                      .b);
   // a scalar in raw_data
-  inits.push_back(Pb().bytes(8, "scalar").num(2, 1)
-                      .bytes(9, rawOf<float>({42.0f})).b);
+  inits.push_back(
+      Pb().bytes(8, "scalar").num(2, 1).bytes(9, rawOf<float>({42.0f})).b);
   // unknown fields (doc_string 12, a fixed64 field 99) are skipped
   Pb odd;
   odd.bytes(12, "doc").tag(99, 1);
@@ -289,16 +312,22 @@ TEST(OnnxWeights, TypedFieldsPackedAndUnpacked) {
 TEST(OnnxWeights, DataThatDoesNotMatchTheShapeIsAnError) {
   TempDir dir;
   std::vector<std::string> inits;
-  inits.push_back(Pb().bytes(8, "short").num(1, 4).num(2, 1)
-                      .bytes(4, rawOf<float>({1, 2, 3})).b);
-  inits.push_back(Pb().bytes(8, "long").num(1, 2).num(2, 1)
-                      .bytes(4, rawOf<float>({1, 2, 3})).b);
-  inits.push_back(Pb().bytes(8, "raw").num(1, 2).num(2, 1)
-                      .bytes(9, rawOf<float>({1})).b);
+  inits.push_back(Pb().bytes(8, "short")
+                      .num(1, 4)
+                      .num(2, 1)
+                      .bytes(4, rawOf<float>({1, 2, 3}))
+                      .b);
+  inits.push_back(Pb().bytes(8, "long")
+                      .num(1, 2)
+                      .num(2, 1)
+                      .bytes(4, rawOf<float>({1, 2, 3}))
+                      .b);
+  inits.push_back(
+      Pb().bytes(8, "raw").num(1, 2).num(2, 1).bytes(9, rawOf<float>({1})).b);
   inits.push_back(Pb().bytes(8, "empty").num(1, 2).num(2, 1).b);
   inits.push_back(Pb().bytes(8, "str").num(1, 1).num(2, 8).bytes(6, "x").b);
-  inits.push_back(Pb().bytes(8, "i8").num(1, 1).num(2, 3)
-                      .bytes(5, packedVarints({300})).b);
+  inits.push_back(
+      Pb().bytes(8, "i8").num(1, 1).num(2, 3).bytes(5, packedVarints({300})).b);
   writeFile(dir / "m.onnx", modelOf(inits));
   OnnxWeights w;
   ASSERT_TRUE(w.open(dir / "m.onnx").ok());
@@ -320,10 +349,16 @@ TEST(OnnxWeights, DataThatDoesNotMatchTheShapeIsAnError) {
 
 TEST(OnnxWeights, TruncatedOrForeignFilesAreErrorsNotCrashes) {
   TempDir dir;
-  std::string good = modelOf(
-      {Pb().bytes(8, "a").num(1, 3).num(2, 1)
-           .bytes(4, rawOf<float>({1, 2, 3})).b,
-       Pb().bytes(8, "b").num(1, 2).num(2, 7).bytes(7, packedVarints({1, 2})).b});
+  std::string good = modelOf({Pb().bytes(8, "a")
+                                  .num(1, 3)
+                                  .num(2, 1)
+                                  .bytes(4, rawOf<float>({1, 2, 3}))
+                                  .b,
+                              Pb().bytes(8, "b")
+                                  .num(1, 2)
+                                  .num(2, 7)
+                                  .bytes(7, packedVarints({1, 2}))
+                                  .b});
   int opened = 0, failed = 0;
   for (size_t n = 0; n < good.size(); ++n) {
     writeFile(dir / "t.onnx", good.substr(0, n));
@@ -404,16 +439,16 @@ TEST(OnnxWeights, ExternalDataIsConfinedToTheModelsFolder) {
   ASSERT_EQ(::symlink((dir / "outside.bin").c_str(),
                       (dir / "model/link.bin").c_str()),
             0);
-  writeFile(dir / "model/m.onnx",
-            modelOf({externalInit("abs", dir / "outside.bin"),
-                     externalInit("up", "../outside.bin"),
-                     externalInit("deep", "x/../../outside.bin"),
-                     externalInit("link", "link.bin"),
-                     externalInit("missing", "weights.bin"),
-                     externalInit("noloc", ""),
-                     externalInit("past", "inside.bin", 8),
-                     externalInit("shortlen", "inside.bin", 0, 8),
-                     externalInit("ok", "inside.bin")}));
+  writeFile(
+      dir / "model/m.onnx",
+      modelOf({externalInit("abs", dir / "outside.bin"),
+               externalInit("up", "../outside.bin"),
+               externalInit("deep", "x/../../outside.bin"),
+               externalInit("link", "link.bin"),
+               externalInit("missing", "weights.bin"),
+               externalInit("noloc", ""), externalInit("past", "inside.bin", 8),
+               externalInit("shortlen", "inside.bin", 0, 8),
+               externalInit("ok", "inside.bin")}));
   OnnxWeights w;
   ASSERT_TRUE(w.open(dir / "model/m.onnx").ok());
   std::vector<float> f(3);

@@ -141,12 +141,11 @@ struct LinearFixture : ::testing::Test {
 };
 
 TEST_F(LinearFixture, TrainsLogsAndDumps) {
-  RunResult r = runWith(
-      linearSpec(),
-      {"--steps", "60", "--lr", "0.005", "--momentum=0.5", "--seed", "7",
-       "--batch", batch, "--init", "random", "--dump-grads",
-       dir / "g.safetensors", "--dump-params", dir / "p.safetensors", "--log",
-       dir / "log.jsonl"});
+  RunResult r = runWith(linearSpec(),
+                        {"--steps", "60", "--lr", "0.005", "--momentum=0.5",
+                         "--seed", "7", "--batch", batch, "--init", "random",
+                         "--dump-grads", dir / "g.safetensors", "--dump-params",
+                         dir / "p.safetensors", "--log", dir / "log.jsonl"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.err, "");
 
@@ -216,15 +215,15 @@ TEST_F(LinearFixture, InitFromSafetensorsAndResumeFromDump) {
   std::vector<float> w1 = {1.0f};
   int64_t count = 5;
   std::string init = dir / "init.safetensors";
-  ASSERT_TRUE(io::writeSafetensors(
-                  init, {{"w", Tensor::of(w1.data(), DType::F32, {1})},
-                         {"bn.num_batches_tracked",
-                          Tensor::of(&count, DType::I64, {})}})
-                  .ok());
-  RunResult r = runWith(linearSpec(), {"--batch", batch, "--init", init,
-                                       "--steps", "1", "--dump-grads",
-                                       dir / "g.safetensors", "--dump-params",
-                                       dir / "p.safetensors", "--quiet"});
+  ASSERT_TRUE(
+      io::writeSafetensors(init, {{"w", Tensor::of(w1.data(), DType::F32, {1})},
+                                  {"bn.num_batches_tracked",
+                                   Tensor::of(&count, DType::I64, {})}})
+          .ok());
+  RunResult r = runWith(linearSpec(),
+                        {"--batch", batch, "--init", init, "--steps", "1",
+                         "--dump-grads", dir / "g.safetensors", "--dump-params",
+                         dir / "p.safetensors", "--quiet"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, ""); // --quiet
   io::SafetensorsFile g, p;
@@ -238,9 +237,9 @@ TEST_F(LinearFixture, InitFromSafetensorsAndResumeFromDump) {
   EXPECT_EQ(*c.as<int64_t>(), 6);
 
   // --dump-params feeds --init.
-  r = runWith(linearSpec(), {"--batch", batch, "--init", dir / "p.safetensors",
-                             "--steps", "0", "--dump-params",
-                             dir / "q.safetensors", "--quiet"});
+  r = runWith(linearSpec(),
+              {"--batch", batch, "--init", dir / "p.safetensors", "--steps",
+               "0", "--dump-params", dir / "q.safetensors", "--quiet"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(readFile(dir / "p.safetensors").size(),
             readFile(dir / "q.safetensors").size());
@@ -280,15 +279,30 @@ TEST_F(LinearFixture, DefaultInitNeedsTheModel) {
 TEST_F(LinearFixture, HelpExplainsOptionsAndTensors) {
   RunResult r = runWith(linearSpec(), {"--help"});
   ASSERT_EQ(r.rc, 0) << r.err;
-  for (const char *part :
-       {"usage: train [options]", "--steps N", "--seed S", "--batch FILE",
-        "--data FILE", "--data-dtype", "--init SOURCE", "random[:SEED]",
-        "--dump-grads", "--dump-params", "--log FILE.jsonl", "--quiet",
-        "--lr X", "learning rate (default 0.01)", "--momentum X",
-        "SGD momentum (default 0.9)", "inputs: 2 tensors",
-        "parameters: 1 tensors", "buffers: 1 tensors",
-        "bn.num_batches_tracked", "i64[]", "f32[8]", "global batch of 8",
-        "(micro-batch 4 x 2 accumulation steps)"})
+  for (const char *part : {"usage: train [options]",
+                           "--steps N",
+                           "--seed S",
+                           "--batch FILE",
+                           "--data FILE",
+                           "--data-dtype",
+                           "--init SOURCE",
+                           "random[:SEED]",
+                           "--dump-grads",
+                           "--dump-params",
+                           "--log FILE.jsonl",
+                           "--quiet",
+                           "--lr X",
+                           "learning rate; default 0.01",
+                           "--momentum X",
+                           "SGD momentum; default 0.9",
+                           "inputs: 2 tensors",
+                           "parameters: 1 tensors",
+                           "buffers: 1 tensors",
+                           "bn.num_batches_tracked",
+                           "i64[]",
+                           "f32[8]",
+                           "global batch of 8 examples = micro-batch 4 x 2",
+                           "Model: /nonexistent/linear.onnx"})
     EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
   EXPECT_FALSE(contains(r.out, "--weight-decay")) << r.out;
   EXPECT_TRUE(gSeen.steps.empty());
@@ -322,16 +336,15 @@ TEST_F(LinearFixture, BadOptionsAreOneErrorLine) {
       runWith(spec, {"--batch", batch, "--init", "random", "--dump-params",
                      dir / "no/such/dir/p.safetensors"}),
       "cannot write into");
-  expectOneErrorLine(
-      runWith(spec, {"--batch", batch, "--init", "random:x"}),
-      "random:SEED expects an integer");
+  expectOneErrorLine(runWith(spec, {"--batch", batch, "--init", "random:x"}),
+                     "random:SEED expects an integer");
   expectOneErrorLine(
       runWith(spec, {"--batch", batch, "--init", dir / "none.safetensors"}),
       "--init");
-  expectOneErrorLine(runWith(spec, {"--batch", batch, "--init", "random",
-                                    "--steps", "0", "--dump-grads",
-                                    dir / "g.safetensors"}),
-                     "--dump-grads needs at least one step");
+  expectOneErrorLine(
+      runWith(spec, {"--batch", batch, "--init", "random", "--steps", "0",
+                     "--dump-grads", dir / "g.safetensors"}),
+      "--dump-grads needs at least one step");
   expectOneErrorLine(runWith(spec, {"--batch", dir / "absent.safetensors",
                                     "--init", "random"}),
                      "--batch");
@@ -375,6 +388,19 @@ TEST_F(LinearFixture, AnInconsistentSpecIsAnErrorNotACrash) {
   spec = linearSpec();
   spec.trainStep = nullptr;
   expectOneErrorLine(runWith(spec, {}), "no train step");
+}
+
+TEST_F(LinearFixture, OnlyTheFirstOutputIsTheLoss) {
+  ResultSpec more[8];
+  std::copy(std::begin(kLinResults), std::end(kLinResults), more);
+  more[7] = {ResultRole::Loss, "logits", {DType::F32, 1, {8}}};
+  ProgramSpec spec = linearSpec();
+  spec.numResults = 8;
+  spec.results = more;
+  RunResult r =
+      runWith(spec, {"--batch", batch, "--init", "random", "--steps", "1"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "step 1/1 | loss 229.5000")) << r.out;
 }
 
 //===----------------------------------------------------------------------===//
@@ -426,10 +452,9 @@ ProgramSpec mlpSpec() {
 
 TEST(ProgramInit, DefaultIsTheModelsInitializers) {
   TempDir dir;
-  RunResult r = runWith(mlpSpec(),
-                        {"--batch", fixture("ref/mlp/batch.safetensors"),
-                         "--steps", "3", "--dump-params",
-                         dir / "p.safetensors"});
+  RunResult r = runWith(
+      mlpSpec(), {"--batch", fixture("ref/mlp/batch.safetensors"), "--steps",
+                  "3", "--dump-params", dir / "p.safetensors"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "init: " + kMlpPath)) << r.out;
   io::SafetensorsFile got, ref;
@@ -449,10 +474,10 @@ TEST(ProgramInit, RandomFollowsTheDocumentedScheme) {
   TempDir dir;
   auto runRandom = [&](const std::string &init, const std::string &seed,
                        const std::string &out) {
-    RunResult r = runWith(mlpSpec(),
-                          {"--batch", fixture("ref/mlp/batch.safetensors"),
-                           "--init", init, "--seed", seed, "--steps", "0",
-                           "--dump-params", dir / out, "--quiet"});
+    RunResult r =
+        runWith(mlpSpec(), {"--batch", fixture("ref/mlp/batch.safetensors"),
+                            "--init", init, "--seed", seed, "--steps", "0",
+                            "--dump-params", dir / out, "--quiet"});
     EXPECT_EQ(r.rc, 0) << r.err;
     return readFile(dir / out);
   };
@@ -504,9 +529,9 @@ TEST(ProgramInit, RandomRule) {
             RandomInit::Ones);
   EXPECT_EQ(randomInitRule(ArgRole::Buffer, "net.1.running_mean", vec),
             RandomInit::Zeros);
-  EXPECT_EQ(randomInitRule(ArgRole::Buffer, "net.1.num_batches_tracked",
-                           scalar),
-            RandomInit::Zeros);
+  EXPECT_EQ(
+      randomInitRule(ArgRole::Buffer, "net.1.num_batches_tracked", scalar),
+      RandomInit::Zeros);
   EXPECT_EQ(randomInitRule(ArgRole::Buffer, "h.0.attn.bias", mat),
             RandomInit::FromModel); // a causal mask is a constant
 }
@@ -553,9 +578,9 @@ TEST(ProgramData, TokenFileFeedsWindowsAndTargets) {
   for (int32_t k = 0; k < 300; ++k)
     tokens.append(reinterpret_cast<const char *>(&k), 4);
   writeFile(dir / "train.bin", tokens);
-  RunResult r = runWith(tokenSpec(), {"--data", dir / "train.bin",
-                                      "--data-dtype", "int32", "--steps", "4",
-                                      "--log", dir / "log.jsonl"});
+  RunResult r = runWith(tokenSpec(),
+                        {"--data", dir / "train.bin", "--data-dtype", "int32",
+                         "--steps", "4", "--log", dir / "log.jsonl"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "global batch 4 = 2 x 2 x 8 tokens")) << r.out;
   EXPECT_TRUE(contains(r.out, "int32, 300 tokens")) << r.out;
@@ -570,9 +595,9 @@ TEST(ProgramData, TokenFileFeedsWindowsAndTargets) {
   EXPECT_TRUE(contains(readFile(dir / "log.jsonl"), "\"tokens_per_s\":"));
 
   // The same seed gives the same windows (the loss is the first token).
-  RunResult again = runWith(tokenSpec(), {"--data", dir / "train.bin",
-                                          "--data-dtype", "int32", "--steps",
-                                          "4"});
+  RunResult again =
+      runWith(tokenSpec(), {"--data", dir / "train.bin", "--data-dtype",
+                            "int32", "--steps", "4"});
   auto losses = [](const std::string &out) {
     std::string s;
     for (const std::string &l : lines(out))
@@ -581,9 +606,9 @@ TEST(ProgramData, TokenFileFeedsWindowsAndTargets) {
     return s;
   };
   EXPECT_EQ(losses(r.out), losses(again.out));
-  RunResult other = runWith(tokenSpec(), {"--data", dir / "train.bin",
-                                          "--data-dtype", "int32", "--steps",
-                                          "4", "--seed", "9"});
+  RunResult other =
+      runWith(tokenSpec(), {"--data", dir / "train.bin", "--data-dtype",
+                            "int32", "--steps", "4", "--seed", "9"});
   EXPECT_NE(losses(r.out), losses(other.out));
 }
 

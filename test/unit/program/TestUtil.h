@@ -1,4 +1,5 @@
-//===- TestUtil.h - Temp folders, files and runs for program tests -*- C++ -*-===//
+//===- TestUtil.h - Temp folders, files and runs for program tests -*- C++
+//-*-===//
 
 #ifndef DSC_TEST_UNIT_PROGRAM_TESTUTIL_H
 #define DSC_TEST_UNIT_PROGRAM_TESTUTIL_H
