@@ -94,9 +94,10 @@ std::string onnxDataTypeName(int32_t onnxType) {
 }
 
 int64_t OnnxInitializer::numel() const {
-  int64_t n = 1;
+  int64_t n = 1; // saturates instead of overflowing on absurd dims
   for (int64_t d : dims)
-    n *= d;
+    if (__builtin_mul_overflow(n, d, &n))
+      return INT64_MAX;
   return n;
 }
 
