@@ -1,4 +1,4 @@
-//===- step_kernels.cpp - Optimizer, conv-gradient and fill CPU kernels ----===//
+//===- step_kernels.cpp - Optimizer, conv-gradient and fill kernels -------===//
 //
 // Reference implementations of step_kernels.h. Scalars of the optimizer math
 // (bias corrections, step sizes) are computed in double, elements in their
@@ -45,7 +45,8 @@ Status checkStep(const Call &call, const Tensor &step, int64_t &t) {
 /// Every tensor present, of `like`'s float dtype and shape.
 Status checkLike(const Call &call, const Tensor &like,
                  std::initializer_list<const Tensor *> ts) {
-  if (!validRank(like) || (like.dtype != DType::F32 && like.dtype != DType::F64))
+  if (!validRank(like) ||
+      (like.dtype != DType::F32 && like.dtype != DType::F64))
     return call.fail("expects f32 or f64 tensors", StatusCode::Unimplemented);
   for (const Tensor *t : ts)
     if (!t->present() || !validRank(*t) || t->dtype != like.dtype ||
@@ -119,13 +120,12 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
       .arg("exp_avg", expAvg)
       .arg("exp_avg_sq", expAvgSq)
       .arg("step", step);
-  if (Status st = checkLike(call, param,
-                            {&grad, &expAvg, &expAvgSq, &newParam, &newExpAvg,
-                             &newExpAvgSq});
+  if (Status st = checkLike(
+          call, param,
+          {&grad, &expAvg, &expAvgSq, &newParam, &newExpAvg, &newExpAvgSq});
       !st.ok())
     return st;
-  if (Status st =
-          checkScalars(call, {&lr, &beta1, &beta2, &eps, &weightDecay});
+  if (Status st = checkScalars(call, {&lr, &beta1, &beta2, &eps, &weightDecay});
       !st.ok())
     return st;
   int64_t t = 0;
@@ -140,7 +140,8 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
     using T = decltype(tag);
     const T *p = param.as<T>(), *g = grad.as<T>(), *m = expAvg.as<T>(),
             *v = expAvgSq.as<T>();
-    T *np = newParam.as<T>(), *nm = newExpAvg.as<T>(), *nv = newExpAvgSq.as<T>();
+    T *np = newParam.as<T>(), *nm = newExpAvg.as<T>(),
+      *nv = newExpAvgSq.as<T>();
     const T tB1 = T(b1), tB2 = T(b2), tDecay = T(decay), tStep = T(stepSize),
             tBc2 = T(bc2Sqrt), tEps = T(epsV);
     // Element i reads all its operands before writing, so results may be
@@ -167,13 +168,11 @@ Status sgd(const Tensor &param, const Tensor &grad,
       .arg("grad", grad)
       .arg("momentum_buffer", momentumBuffer)
       .arg("step", step);
-  if (Status st = checkLike(call, param,
-                            {&grad, &momentumBuffer, &newParam,
-                             &newMomentumBuffer});
+  if (Status st = checkLike(
+          call, param, {&grad, &momentumBuffer, &newParam, &newMomentumBuffer});
       !st.ok())
     return st;
-  if (Status st = checkScalars(call, {&lr, &momentum, &weightDecay});
-      !st.ok())
+  if (Status st = checkScalars(call, {&lr, &momentum, &weightDecay}); !st.ok())
     return st;
   int64_t t = 0;
   if (Status st = checkStep(call, step, t); !st.ok())
@@ -246,8 +245,7 @@ Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
   return Status();
 }
 
-uint64_t dropoutSeed(uint64_t runSeed, int64_t step, int64_t call,
-                     int64_t op) {
+uint64_t dropoutSeed(uint64_t runSeed, int64_t step, int64_t call, int64_t op) {
   uint64_t h = splitmix64(runSeed);
   h = splitmix64(h ^ static_cast<uint64_t>(step));
   h = splitmix64(h ^ static_cast<uint64_t>(call));

@@ -1,4 +1,4 @@
-//===- step_kernels.h - CPU kernels for the rest of a training step -*- C++ -*-===//
+//===- step_kernels.h - CPU kernels for the rest of a step ------*- C++ -*-===//
 //
 // The kernels generated train steps need beyond kernels.h: the optimizer ops
 // (adamw, sgd, lr_schedule), the two halves of the conv gradient as
@@ -78,8 +78,7 @@ Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
 /// The seed of one dropout: a splitmix64 hash of the run's seed, the
 /// optimizer step, the call (micro-batch) that runs the op and the op's
 /// index in its function, so no two dropouts of a run share a mask.
-uint64_t dropoutSeed(uint64_t runSeed, int64_t step, int64_t call,
-                     int64_t op);
+uint64_t dropoutSeed(uint64_t runSeed, int64_t step, int64_t call, int64_t op);
 
 } // namespace dsc::cpu
 

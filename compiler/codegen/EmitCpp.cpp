@@ -1,0 +1,1030 @@
+//===- EmitCpp.cpp - dsc IR to one C++ source calling the CPU runtime -----===//
+//
+// Walks the module in four steps:
+//   1. order the functions so that callees come first (no recursion);
+//   2. per function, plan the storage of every value (MemoryPlan.h) and
+//      emit its body: one checked runtime call per op, the call named by
+//      the op-family lowerings (Lower*.cpp), constants collected as static
+//      arrays;
+//   3. fill the ProgramSpec from the entry function's attributes;
+//   4. print header, prelude, constants, functions, spec, entry and main.
+// Nothing reaches the output stream unless every step succeeded.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/codegen/EmitCpp.h"
+
+#include "compiler/codegen/Lowering.h"
+#include "compiler/codegen/MemoryPlan.h"
+
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Location.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstdio>
+#include <limits>
+
+using namespace mlir;
+
+namespace dsc {
+
+namespace {
+
+using codegen::cppDouble;
+using codegen::cppFloat;
+using codegen::cppInt;
+using codegen::cppInts;
+using codegen::cppString;
+using codegen::FramePlan;
+using codegen::LowerContext;
+using codegen::LoweredCall;
+using codegen::Storage;
+
+constexpr int kMaxRank = 8;         // dsc::kMaxRank of the runtime
+constexpr int64_t kSmallSplat = 16; // splats up to this size stay arrays
+constexpr uint64_t kAlignment = 64; // of arena ranges and constant arrays
+
+//===----------------------------------------------------------------------===//
+// Element types
+//===----------------------------------------------------------------------===//
+
+enum class LiteralKind { F32, F64, Bits16, Signed, Unsigned, Bool };
+
+struct ElementInfo {
+  const char *dtype; // the runtime's DType enumerator
+  const char *cType; // the C++ type of a constant array
+  const char *name;  // for comments: "f32"
+  unsigned bytes;
+  LiteralKind literal;
+};
+
+std::optional<ElementInfo> elementInfo(Type type, bool promote) {
+  if (type.isF32())
+    return promote
+               ? ElementInfo{"DType::F64", "double", "f64", 8, LiteralKind::F64}
+               : ElementInfo{"DType::F32", "float", "f32", 4, LiteralKind::F32};
+  if (type.isF64())
+    return ElementInfo{"DType::F64", "double", "f64", 8, LiteralKind::F64};
+  if (type.isF16())
+    return ElementInfo{"DType::F16", "uint16_t", "f16", 2, LiteralKind::Bits16};
+  if (type.isBF16())
+    return ElementInfo{"DType::BF16", "uint16_t", "bf16", 2,
+                       LiteralKind::Bits16};
+  if (type.isInteger(1))
+    return ElementInfo{"DType::Bool", "bool", "bool", 1, LiteralKind::Bool};
+  if (auto it = dyn_cast<IntegerType>(type)) {
+    bool isUnsigned = it.isUnsigned();
+    switch (it.getWidth()) {
+    case 64:
+      if (!isUnsigned)
+        return ElementInfo{"DType::I64", "int64_t", "i64", 8,
+                           LiteralKind::Signed};
+      break;
+    case 32:
+      if (!isUnsigned)
+        return ElementInfo{"DType::I32", "int32_t", "i32", 4,
+                           LiteralKind::Signed};
+      break;
+    case 8:
+      return isUnsigned ? ElementInfo{"DType::U8", "uint8_t", "u8", 1,
+                                      LiteralKind::Unsigned}
+                        : ElementInfo{"DType::I8", "int8_t", "i8", 1,
+                                      LiteralKind::Signed};
+    default:
+      break;
+    }
+  }
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// Names and locations
+//===----------------------------------------------------------------------===//
+
+void collectNodeNames(Location loc, std::vector<std::string> &names) {
+  if (auto name = dyn_cast<NameLoc>(loc)) {
+    if (!llvm::is_contained(names, name.getName().strref()))
+      names.push_back(name.getName().str());
+  } else if (auto fused = dyn_cast<FusedLoc>(loc)) {
+    for (Location inner : fused.getLocations())
+      collectNodeNames(inner, names);
+  } else if (auto site = dyn_cast<CallSiteLoc>(loc)) {
+    collectNodeNames(site.getCallee(), names);
+  }
+}
+
+/// The ONNX node(s) an op came from: the names of its NameLocs.
+std::string nodeName(Location loc) {
+  std::vector<std::string> names;
+  collectNodeNames(loc, names);
+  return llvm::join(names, ", ");
+}
+
+/// Text safe inside a // comment.
+std::string commentText(StringRef text) {
+  std::string s;
+  for (char c : text)
+    s += (c == '\n' || c == '\r') ? ' ' : c;
+  return s;
+}
+
+/// A C++ identifier from an MLIR name ("%5" -> "v5", "%arg0" -> "v_arg0",
+/// "%2#1" -> "v2_1").
+std::string identifier(StringRef ssaName) {
+  ssaName.consume_front("%");
+  std::string s;
+  for (char c : ssaName) {
+    char d = llvm::isAlnum(c) ? c : '_';
+    if (d == '_' && !s.empty() && s.back() == '_')
+      continue; // no reserved "__"
+    s += d;
+  }
+  if (s.empty() || !llvm::isDigit(s.front()))
+    return "v_" + s;
+  return "v" + s;
+}
+
+std::string functionIdentifier(StringRef symbol) {
+  std::string s = "fn_";
+  for (char c : symbol)
+    s += (llvm::isAlnum(c) ? c : '_');
+  return s;
+}
+
+std::string shapeText(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string bytesText(uint64_t bytes) {
+  if (bytes >= (uint64_t(1) << 20))
+    return llvm::formatv("{0:f1} MiB", bytes / double(1 << 20)).str();
+  if (bytes >= 1024)
+    return llvm::formatv("{0:f1} KiB", bytes / 1024.0).str();
+  return std::to_string(bytes) + " B";
+}
+
+//===----------------------------------------------------------------------===//
+// The prelude of every generated file
+//===----------------------------------------------------------------------===//
+
+constexpr const char *kPrelude = R"cpp(#include "cpu/kernels.h"
+#include "cpu/step_kernels.h"
+#include "dsc/program.h"
+#include "dsc/runtime.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace {
+
+using dsc::DType;
+using dsc::Status;
+using dsc::Tensor;
+namespace cpu = dsc::cpu;
+
+/// What every generated function receives besides its tensors.
+struct Context {
+  uint64_t seed;  // the run's seed (dsc.seed)
+  int64_t step;   // the optimizer step (dsc.step)
+  int64_t call;   // which call of the step this is: micro-batches differ
+  int64_t *calls; // calls made so far in this step
+  char *frame;    // this call's range of the arena
+
+  /// The context of a call made from here, its frame at `offset`.
+  Context callee(size_t offset) const {
+    return {seed, step, ++*calls, calls, frame + offset};
+  }
+};
+
+/// A view of planned or static storage (kernels never write their inputs).
+Tensor view(const void *data, DType dtype, dsc::I64s shape) {
+  return Tensor::of(const_cast<void *>(data), dtype, shape);
+}
+
+/// A failed call's status, prefixed with the function, op and ONNX node.
+Status failed(const Status &status, const char *function, const char *op,
+              const char *node) {
+  std::string where = std::string(function) + ": " + op;
+  if (*node)
+    where += std::string(" (ONNX node \"") + node + "\")";
+  return Status::error(status.code(), where + ": " + status.message());
+}
+
+std::string describeSpec(const dsc::TensorSpec &spec) {
+  return std::string(dsc::dtypeName(spec.dtype)) +
+         dsc::describe(dsc::I64s(spec.shape, spec.rank));
+}
+
+/// The tensors handed to the step must match the spec.
+template <typename Spec>
+Status checkTensors(const char *what, const Spec *specs, int count,
+                    const Tensor *tensors) {
+  for (int i = 0; i < count; ++i) {
+    const dsc::TensorSpec &want = specs[i].type;
+    const Tensor &got = tensors[i];
+    bool ok = (got.present() || got.numel() == 0) &&
+              got.dtype == want.dtype && got.rank == want.rank;
+    for (int d = 0; ok && d < want.rank; ++d)
+      ok = got.shape[d] == want.shape[d];
+    if (!ok)
+      return Status::error(dsc::StatusCode::InvalidArgument,
+                           std::string("train_step: ") + what + " " +
+                               std::to_string(i) + " (" + specs[i].name +
+                               ") must be " + describeSpec(want) + ", got " +
+                               dsc::describe(got));
+  }
+  return Status();
+}
+
+/// Results are written while arguments are still read, so no result may
+/// share memory with an argument or another result.
+Status checkDisjoint(const dsc::ArgSpec *argSpecs, const Tensor *args,
+                     int numArgs, const dsc::ResultSpec *resultSpecs,
+                     const Tensor *results, int numResults) {
+  for (int r = 0; r < numResults; ++r) {
+    const char *rb = results[r].as<char>(), *re = rb + results[r].nbytes();
+    auto clash = [&](const Tensor &t) {
+      const char *b = t.as<char>(), *e = b + t.nbytes();
+      return rb != re && b != e && b < re && rb < e;
+    };
+    for (int a = 0; a < numArgs; ++a)
+      if (clash(args[a]))
+        return Status::error(dsc::StatusCode::InvalidArgument,
+                             std::string("train_step: result ") +
+                                 resultSpecs[r].name +
+                                 " shares memory with argument " +
+                                 argSpecs[a].name);
+    for (int o = 0; o < r; ++o)
+      if (clash(results[o]))
+        return Status::error(dsc::StatusCode::InvalidArgument,
+                             std::string("train_step: results ") +
+                                 resultSpecs[o].name + " and " +
+                                 resultSpecs[r].name + " share memory");
+  }
+  return Status();
+}
+)cpp";
+
+//===----------------------------------------------------------------------===//
+// The emitter
+//===----------------------------------------------------------------------===//
+
+class Emitter {
+public:
+  Emitter(ModuleOp module, const EmitCppOptions &options)
+      : module_(module), options_(options), asmState_(module) {}
+
+  LogicalResult run(raw_ostream &os, EmitCppStats *stats);
+
+private:
+  // Step 1.
+  LogicalResult orderFunctions();
+  // Step 2.
+  LogicalResult emitFunction(func::FuncOp func);
+  LogicalResult emitOp(Operation *op, size_t index, const FramePlan &plan,
+                       StringRef function, raw_ostream &os);
+  LogicalResult emitReturn(Operation *op, const FramePlan &plan,
+                           StringRef function, raw_ostream &os);
+  FailureOr<std::string> constantArray(ConstantOp op);
+  bool isStaticConstant(Operation *op);
+  // Step 3.
+  LogicalResult emitSpec(func::FuncOp entry, raw_ostream &os);
+
+  FailureOr<ElementInfo> element(Value v, Operation *at);
+  /// The type of a value as a checked static tensor.
+  FailureOr<RankedTensorType> tensorType(Value v, Operation *at);
+  std::string typeText(Value v);
+  std::string ssaName(Value v);
+  std::string viewDecl(Value v, const Storage &s, const std::string &name,
+                       const std::string &sourceName);
+
+  ModuleOp module_;
+  const EmitCppOptions &options_;
+  AsmState asmState_;
+
+  llvm::SmallVector<func::FuncOp> order_; // callees first
+  llvm::DenseSet<Operation *> reachable_; // from the entry
+  llvm::DenseMap<Operation *, uint64_t> totalBytes_;
+  llvm::DenseMap<Value, std::string> names_;
+  llvm::DenseMap<Attribute, std::string> constants_;
+  std::string constantsText_, functionsText_;
+  uint64_t constantBytes_ = 0;
+  std::vector<std::pair<std::string, uint64_t>> frames_;
+};
+
+FailureOr<RankedTensorType> Emitter::tensorType(Value v, Operation *at) {
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || !type.hasStaticShape()) {
+    at->emitError("codegen needs tensors of static shape, got ") << v.getType();
+    return failure();
+  }
+  if (type.getRank() > kMaxRank) {
+    at->emitError("codegen supports tensors of rank up to ")
+        << kMaxRank << ", got " << v.getType();
+    return failure();
+  }
+  return type;
+}
+
+FailureOr<ElementInfo> Emitter::element(Value v, Operation *at) {
+  FailureOr<RankedTensorType> type = tensorType(v, at);
+  if (failed(type))
+    return failure();
+  std::optional<ElementInfo> info =
+      elementInfo(type->getElementType(), options_.promoteF32ToF64);
+  if (!info) {
+    at->emitError("codegen has no runtime dtype for element type ")
+        << type->getElementType()
+        << " (supported: f32, f64, f16, bf16, i64, i32, i8, ui8, i1)";
+    return failure();
+  }
+  return *info;
+}
+
+std::string Emitter::typeText(Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  auto info = elementInfo(type.getElementType(), options_.promoteF32ToF64);
+  return std::string(info ? info->name : "?") + shapeText(type.getShape());
+}
+
+std::string Emitter::ssaName(Value v) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  v.printAsOperand(os, asmState_);
+  return s;
+}
+
+LogicalResult Emitter::orderFunctions() {
+  SymbolTable symbols(module_);
+  auto entry = symbols.lookup<func::FuncOp>(options_.entry);
+  if (!entry) {
+    module_.emitError("codegen: no function @")
+        << options_.entry << " to emit as the training step";
+    return failure();
+  }
+  // Depth-first, post-order; a function on the stack seen again is a cycle.
+  llvm::DenseMap<Operation *, int> state; // 1: on the stack, 2: done
+  std::function<LogicalResult(func::FuncOp)> visit =
+      [&](func::FuncOp f) -> LogicalResult {
+    int &s = state[f];
+    if (s == 2)
+      return success();
+    if (s == 1)
+      return f.emitError("codegen: recursive call of @") << f.getSymName();
+    s = 1;
+    if (f.isExternal())
+      return f.emitError("codegen: @")
+             << f.getSymName() << " has no body to emit";
+    if (!f.getBody().hasOneBlock())
+      return f.emitError("codegen: @")
+             << f.getSymName() << " must be a single block";
+    WalkResult walk = f.walk([&](func::CallOp call) {
+      auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
+      if (!callee) {
+        call.emitError("codegen: call of unknown function @")
+            << call.getCallee();
+        return WalkResult::interrupt();
+      }
+      return failed(visit(callee)) ? WalkResult::interrupt()
+                                   : WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+    state[f] = 2;
+    order_.push_back(f);
+    return success();
+  };
+  if (failed(visit(entry)))
+    return failure();
+  for (func::FuncOp f : order_)
+    reachable_.insert(f);
+  // Every other function too (e.g. @forward), so the file shows them all.
+  for (auto f : module_.getOps<func::FuncOp>())
+    if (failed(visit(f)))
+      return failure();
+  return success();
+}
+
+bool Emitter::isStaticConstant(Operation *op) {
+  auto attr = dyn_cast<DenseElementsAttr>(cast<ConstantOp>(op).getValue());
+  if (!attr || !attr.isSplat() || attr.getNumElements() <= kSmallSplat)
+    return true;
+  // A fill goes through a double: integers beyond 2^53 stay arrays.
+  if (auto it = dyn_cast<IntegerType>(attr.getElementType());
+      it && it.getWidth() > 32) {
+    APInt v = attr.getSplatValue<APInt>();
+    return it.isUnsigned() ? v.getActiveBits() > 53
+                           : v.getSignificantBits() > 54;
+  }
+  return false;
+}
+
+/// Double value of a splat constant (for cpu::fill).
+double splatValue(DenseElementsAttr attr) {
+  Type et = attr.getElementType();
+  if (isa<FloatType>(et))
+    return attr.getSplatValue<APFloat>().convertToDouble();
+  APInt v = attr.getSplatValue<APInt>();
+  if (et.isInteger(1) || cast<IntegerType>(et).isUnsigned())
+    return static_cast<double>(v.getZExtValue());
+  return static_cast<double>(v.getSExtValue());
+}
+
+FailureOr<std::string> Emitter::constantArray(ConstantOp op) {
+  auto attr = dyn_cast<DenseElementsAttr>(op.getValue());
+  if (!attr) {
+    op.emitError("codegen supports dense constants only, got ")
+        << op.getValue();
+    return failure();
+  }
+  if (auto it = constants_.find(attr); it != constants_.end())
+    return it->second;
+  FailureOr<ElementInfo> info = element(op.getResult(), op);
+  if (failed(info))
+    return failure();
+  std::string name = "kConst" + std::to_string(constants_.size());
+  int64_t n = attr.getNumElements();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "// " << typeText(op.getResult());
+  if (std::string node = nodeName(op.getLoc()); !node.empty())
+    os << ", ONNX node " << commentText(node);
+  os << "\nalignas(" << kAlignment << ") const " << info->cType << " " << name
+     << "[" << std::max<int64_t>(n, 1) << "] = {";
+  std::vector<std::string> items;
+  items.reserve(n);
+  if (isa<FloatType>(attr.getElementType())) {
+    for (const APFloat &v : attr.getValues<APFloat>()) {
+      switch (info->literal) {
+      case LiteralKind::F32:
+        items.push_back(cppFloat(v.convertToFloat()));
+        break;
+      case LiteralKind::F64: {
+        APFloat d = v;
+        bool lost = false;
+        d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
+        items.push_back(cppDouble(d.convertToDouble()));
+        break;
+      }
+      default:
+        char bits[16];
+        std::snprintf(bits, sizeof bits, "0x%04x",
+                      static_cast<unsigned>(v.bitcastToAPInt().getZExtValue()));
+        items.push_back(bits);
+      }
+    }
+  } else {
+    for (const APInt &v : attr.getValues<APInt>()) {
+      switch (info->literal) {
+      case LiteralKind::Bool:
+        items.push_back(v.isZero() ? "false" : "true");
+        break;
+      case LiteralKind::Unsigned:
+        items.push_back(std::to_string(v.getZExtValue()));
+        break;
+      default:
+        items.push_back(cppInt(v.getSExtValue()));
+      }
+    }
+  }
+  const size_t perLine = info->literal == LiteralKind::Bool ? 16 : 8;
+  for (size_t i = 0; i < items.size(); ++i)
+    os << (i % perLine ? " " : "\n    ") << items[i] << ",";
+  os << "\n};\n\n";
+  constantsText_ += text;
+  constantBytes_ += static_cast<uint64_t>(n) * info->bytes;
+  constants_[attr] = name;
+  return name;
+}
+
+std::string Emitter::viewDecl(Value v, const Storage &s,
+                              const std::string &name,
+                              const std::string &sourceName) {
+  auto type = cast<RankedTensorType>(v.getType());
+  auto info = *elementInfo(type.getElementType(), options_.promoteF32ToF64);
+  std::string shape = cppInts(type.getShape());
+  switch (s.kind) {
+  case Storage::Kind::Argument:
+    return "const Tensor &" + name + " = args[" + std::to_string(s.index) +
+           "];";
+  case Storage::Kind::Result: {
+    std::string result = "results[" + std::to_string(s.index) + "]";
+    auto func = cast<func::FuncOp>(v.getParentBlock()->getParentOp());
+    if (func.getResultTypes()[s.index] == v.getType())
+      return "const Tensor &" + name + " = " + result + ";";
+    // The source of a returned reshape: the result's bytes, its own shape.
+    return "const Tensor " + name + " = view(" + result + ".data, " +
+           info.dtype + ", " + shape + ");";
+  }
+  case Storage::Kind::Constant:
+    return "const Tensor " + name + " = view(" + sourceName + ", " +
+           info.dtype + ", " + shape + ");";
+  case Storage::Kind::Alias:
+    return "const Tensor " + name + " = view(" + sourceName + ".data, " +
+           info.dtype + ", " + shape + ");";
+  case Storage::Kind::Arena:
+    return "const Tensor " + name + " = view(ctx.frame + " +
+           std::to_string(s.offset) + ", " + info.dtype + ", " + shape + ");";
+  }
+  llvm_unreachable("unknown storage kind");
+}
+
+LogicalResult Emitter::emitFunction(func::FuncOp func) {
+  StringRef fname = func.getSymName();
+  std::string label = ("@" + fname).str();
+
+  // Every value must be a static tensor of a supported dtype.
+  Block &body = func.getBody().front();
+  for (BlockArgument arg : body.getArguments())
+    if (failed(element(arg, func)))
+      return failure();
+  for (Operation &op : body)
+    for (Value r : op.getResults())
+      if (failed(element(r, &op)))
+        return failure();
+
+  codegen::PlanOptions planOptions;
+  planOptions.reuse = options_.reuseMemory;
+  planOptions.aliasReshapes = options_.aliasReshapes;
+  planOptions.alignment = kAlignment;
+  planOptions.bytes = [&](Value v) -> uint64_t {
+    auto type = cast<RankedTensorType>(v.getType());
+    auto info = *elementInfo(type.getElementType(), options_.promoteF32ToF64);
+    return static_cast<uint64_t>(type.getNumElements()) * info.bytes;
+  };
+  planOptions.isStaticConstant = [&](Operation *op) {
+    return isStaticConstant(op);
+  };
+  planOptions.calleeBytes = [&](func::CallOp call) -> uint64_t {
+    auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+        call, call.getCalleeAttr());
+    return totalBytes_.lookup(callee);
+  };
+  FramePlan plan = codegen::planFrame(func, planOptions);
+  totalBytes_[func] = plan.totalBytes;
+  frames_.emplace_back(fname.str(), plan.totalBytes);
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto count = [](size_t n, const char *noun) {
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+  };
+  os << "// " << label << ": " << count(func.getNumArguments(), "argument")
+     << ", " << count(func.getNumResults(), "result") << "; arena frame "
+     << bytesText(plan.totalBytes) << " (its own values "
+     << bytesText(plan.ownBytes) << ")\n";
+  if (!reachable_.contains(func))
+    os << "[[maybe_unused]] ";
+  os << "Status " << functionIdentifier(fname)
+     << "([[maybe_unused]] const Context &ctx,\n"
+     << "    [[maybe_unused]] const Tensor *args,\n"
+     << "    [[maybe_unused]] const Tensor *results) {\n";
+
+  for (BlockArgument arg : body.getArguments()) {
+    std::string name = identifier(ssaName(arg));
+    names_[arg] = name;
+    bool used = llvm::any_of(arg.getUsers(), [&](Operation *user) {
+      return !plan.dead.contains(user);
+    });
+    if (!used)
+      continue;
+    os << "  " << viewDecl(arg, plan.storage.lookup(arg), name, "") << " // "
+       << typeText(arg);
+    if (DictionaryAttr attrs = func.getArgAttrDict(arg.getArgNumber()))
+      for (NamedAttribute a : attrs)
+        if (a.getName().strref().starts_with("dsc.")) {
+          os << " " << a.getName().strref();
+          if (auto s = dyn_cast<StringAttr>(a.getValue()))
+            os << " \"" << commentText(s.getValue()) << "\"";
+        }
+    os << "\n";
+  }
+
+  for (auto [i, op] : llvm::enumerate(body)) {
+    if (op.hasTrait<OpTrait::IsTerminator>()) {
+      if (failed(emitReturn(&op, plan, label, os)))
+        return failure();
+      continue;
+    }
+    if (plan.dead.contains(&op))
+      continue;
+    if (failed(emitOp(&op, i, plan, label, os)))
+      return failure();
+  }
+  os << "  return Status();\n}\n\n";
+  functionsText_ += text;
+  return success();
+}
+
+LogicalResult Emitter::emitOp(Operation *op, size_t index,
+                              const FramePlan &plan, StringRef function,
+                              raw_ostream &os) {
+  if (op->getNumRegions() != 0)
+    return op->emitError("codegen cannot lower op with regions: ")
+           << op->getName();
+  std::string node = nodeName(op->getLoc());
+
+  // The comment: the op as in the IR, its result types and its node.
+  os << "\n  // ";
+  for (auto [i, r] : llvm::enumerate(op->getResults()))
+    os << (i ? ", " : "") << ssaName(r);
+  if (op->getNumResults())
+    os << " = ";
+  os << op->getName();
+  if (auto call = dyn_cast<func::CallOp>(op))
+    os << " @" << call.getCallee();
+  os << "(";
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    os << (i ? ", " : "") << ssaName(v);
+  os << ")";
+  if (op->getNumResults()) {
+    os << " -> ";
+    for (auto [i, r] : llvm::enumerate(op->getResults()))
+      os << (i ? ", " : "") << typeText(r);
+  }
+  if (!node.empty())
+    os << "  [" << commentText(node) << "]";
+  os << "\n";
+
+  // The result views.
+  for (Value r : op->getResults()) {
+    std::string name = identifier(ssaName(r));
+    names_[r] = name;
+    const Storage &s = plan.storage.lookup(r);
+    std::string source;
+    if (s.kind == Storage::Kind::Constant) {
+      FailureOr<std::string> array = constantArray(cast<ConstantOp>(op));
+      if (failed(array))
+        return failure();
+      source = *array;
+    } else if (s.kind == Storage::Kind::Alias) {
+      // A reshape returned where its source was computed: nothing to do.
+      const Storage &root = plan.storage.lookup(s.source);
+      if (r.hasOneUse() && isa<func::ReturnOp>(*r.user_begin()) &&
+          root.kind == Storage::Kind::Result &&
+          r.use_begin()->getOperandNumber() == root.index) {
+        os << "  // (results[" << root.index << "] already holds it)\n";
+        continue;
+      }
+      // The reshape's own operand (same data as s.source), so that every
+      // view of a chain is used.
+      source = names_.lookup(op->getOperand(0));
+    }
+    os << "  " << viewDecl(r, s, name, source) << "\n";
+  }
+
+  // The call that computes them.
+  LoweredCall lowered;
+  LowerContext ctx;
+  ctx.view = [&](Value v) { return names_.lookup(v); };
+  ctx.opIndex = static_cast<int64_t>(index);
+  if (auto constant = dyn_cast<ConstantOp>(op)) {
+    if (plan.storage.lookup(constant.getResult()).kind ==
+        Storage::Kind::Constant)
+      return success();
+    auto attr = cast<DenseElementsAttr>(constant.getValue());
+    lowered.call =
+        codegen::cppCall("cpu::fill", {names_.lookup(constant.getResult()),
+                                       cppDouble(splatValue(attr))});
+  } else if (auto reshape = dyn_cast<ReshapeOp>(op);
+             reshape && plan.storage.lookup(reshape.getResult()).kind ==
+                            Storage::Kind::Alias) {
+    return success();
+  } else if (auto call = dyn_cast<func::CallOp>(op)) {
+    std::string base = "call" + std::to_string(index);
+    auto list = [&](ValueRange values) {
+      std::string s = "{";
+      for (auto [i, v] : llvm::enumerate(values))
+        s += (i ? ", " : "") + names_.lookup(v);
+      return s + "}";
+    };
+    std::string argsName = "nullptr", resultsName = "nullptr";
+    if (call.getNumOperands()) {
+      argsName = base + "_args";
+      lowered.setup += "const Tensor " + argsName +
+                       "[] = " + list(call.getOperands()) + ";\n";
+    }
+    if (call.getNumResults()) {
+      resultsName = base + "_results";
+      lowered.setup += "const Tensor " + resultsName +
+                       "[] = " + list(call.getResults()) + ";\n";
+    }
+    lowered.call = functionIdentifier(call.getCallee()) + "(ctx.callee(" +
+                   std::to_string(plan.calleeOffset.lookup(op)) + "), " +
+                   argsName + ", " + resultsName + ")";
+  } else {
+    using LowerFn = codegen::LowerResult (*)(Operation *, const LowerContext &);
+    static const LowerFn families[] = {
+        codegen::lowerElementwise, codegen::lowerLinalg, codegen::lowerNormLoss,
+        codegen::lowerDataMovement, codegen::lowerOptimizer};
+    bool handled = false;
+    for (LowerFn lower : families) {
+      codegen::LowerResult result = lower(op, ctx);
+      if (failed(result))
+        return failure();
+      if (*result) {
+        lowered = **result;
+        handled = true;
+        break;
+      }
+    }
+    if (!handled)
+      return op->emitError("codegen has no runtime lowering for ")
+             << op->getName();
+  }
+
+  std::string opName = op->getName().getStringRef().str();
+  if (auto call = dyn_cast<func::CallOp>(op))
+    opName = ("call @" + call.getCallee()).str();
+  for (StringRef line : llvm::split(StringRef(lowered.setup).rtrim('\n'), '\n'))
+    if (!line.empty())
+      os << "  " << line << "\n";
+  os << "  if (Status s = " << lowered.call << "; !s.ok())\n"
+     << "    return failed(s, " << cppString(function) << ", "
+     << cppString(opName) << ", " << cppString(node) << ");\n";
+  return success();
+}
+
+LogicalResult Emitter::emitReturn(Operation *op, const FramePlan &plan,
+                                  StringRef function, raw_ostream &os) {
+  if (!isa<func::ReturnOp>(op))
+    return op->emitError("codegen cannot lower terminator ") << op->getName();
+  bool first = true;
+  for (auto [k, v] : llvm::enumerate(op->getOperands())) {
+    const Storage &s = plan.storage.lookup(v);
+    if (s.kind == Storage::Kind::Result && s.index == k)
+      continue;
+    if (s.kind == Storage::Kind::Alias) {
+      const Storage &source = plan.storage.lookup(s.source);
+      if (source.kind == Storage::Kind::Result && source.index == k)
+        continue; // the reshape of a value computed into this result
+    }
+    if (first)
+      os << "\n  // Results not computed in place: copied.\n";
+    first = false;
+    os << "  if (Status s = cpu::reshape(" << names_.lookup(v) << ", results["
+       << k << "]); !s.ok())\n"
+       << "    return failed(s, " << cppString(function) << ", "
+       << cppString("return " + ssaName(v)) << ", \"\");\n";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Step 3: the ProgramSpec
+//===----------------------------------------------------------------------===//
+
+struct Role {
+  const char *role;
+  std::string name;
+};
+
+std::optional<Role> argRole(DictionaryAttr attrs) {
+  if (!attrs)
+    return std::nullopt;
+  static const std::pair<const char *, const char *> named[] = {
+      {"dsc.param", "Param"},
+      {"dsc.opt_state", "OptState"},
+      {"dsc.buffer", "Buffer"},
+      {"dsc.input", "Input"},
+      {"dsc.hyper", "Hyper"}};
+  for (auto [attr, role] : named)
+    if (auto s = attrs.getAs<StringAttr>(attr))
+      return Role{role, s.getValue().str()};
+  if (attrs.get("dsc.step"))
+    return Role{"Step", "step"};
+  if (attrs.get("dsc.seed"))
+    return Role{"Seed", "seed"};
+  return std::nullopt;
+}
+
+std::optional<Role> resultRole(DictionaryAttr attrs) {
+  if (!attrs)
+    return std::nullopt;
+  static const std::pair<const char *, const char *> named[] = {
+      {"dsc.output", "Loss"},
+      {"dsc.param_update", "Param"},
+      {"dsc.opt_state_update", "OptState"},
+      {"dsc.buffer_update", "BufferUpdate"},
+      {"dsc.grad", "Grad"}};
+  for (auto [attr, role] : named)
+    if (auto s = attrs.getAs<StringAttr>(attr))
+      return Role{role, s.getValue().str()};
+  if (attrs.get("dsc.grad_norm"))
+    return Role{"GradNorm", "grad_norm"};
+  if (attrs.get("dsc.lr"))
+    return Role{"Lr", "lr"};
+  return std::nullopt;
+}
+
+LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
+  auto tensorSpec = [&](Type type) {
+    auto t = cast<RankedTensorType>(type);
+    auto info = *elementInfo(t.getElementType(), options_.promoteF32ToF64);
+    return std::string("{") + info.dtype + ", " + std::to_string(t.getRank()) +
+           ", " + cppInts(t.getShape()) + "}";
+  };
+  auto isScalarI64 = [](Type type) {
+    auto t = cast<RankedTensorType>(type);
+    return t.getNumElements() == 1 && t.getElementType().isSignlessInteger(64);
+  };
+
+  int stepArg = -1, seedArg = -1;
+  int64_t firstInputDim0 = 0;
+  std::string argsText, resultsText;
+  for (unsigned i = 0; i < entry.getNumArguments(); ++i) {
+    std::optional<Role> role = argRole(entry.getArgAttrDict(i));
+    if (!role)
+      return entry.emitError("codegen: argument ")
+             << i << " of @" << entry.getSymName()
+             << " has no role (dsc.param, dsc.opt_state, dsc.buffer, "
+                "dsc.input, dsc.hyper, dsc.step or dsc.seed)";
+    Type type = entry.getArgumentTypes()[i];
+    if (StringRef(role->role) == "Step" || StringRef(role->role) == "Seed") {
+      if (!isScalarI64(type))
+        return entry.emitError("codegen: the ")
+               << role->name << " argument must be tensor<i64>, got " << type;
+      (StringRef(role->role) == "Step" ? stepArg : seedArg) = i;
+    }
+    if (StringRef(role->role) == "Input" && !firstInputDim0) {
+      auto t = cast<RankedTensorType>(type);
+      firstInputDim0 = t.getRank() ? t.getDimSize(0) : 1;
+    }
+    argsText += "    {dsc::ArgRole::" + std::string(role->role) + ", " +
+                cppString(role->name) + ", " + tensorSpec(type) + "},\n";
+  }
+  for (unsigned i = 0; i < entry.getNumResults(); ++i) {
+    std::optional<Role> role = resultRole(entry.getResultAttrDict(i));
+    if (!role)
+      return entry.emitError("codegen: result ")
+             << i << " of @" << entry.getSymName()
+             << " has no role (dsc.output, dsc.param_update, "
+                "dsc.opt_state_update, dsc.buffer_update, dsc.grad, "
+                "dsc.grad_norm or dsc.lr)";
+    resultsText += "    {dsc::ResultRole::" + std::string(role->role) + ", " +
+                   cppString(role->name) + ", " +
+                   tensorSpec(entry.getResultTypes()[i]) + "},\n";
+  }
+
+  // Module attributes, with defaults for a module dsc-optimizer has not seen.
+  auto intAttr = [&](StringRef name, int64_t fallback) {
+    if (auto a = module_->getAttrOfType<IntegerAttr>(name))
+      return a.getInt();
+    return fallback;
+  };
+  std::string optimizer = "none";
+  if (auto a = module_->getAttrOfType<StringAttr>("dsc.optimizer"))
+    optimizer = a.getValue().str();
+  std::string modelPath = options_.modelPath;
+  if (auto a = module_->getAttrOfType<StringAttr>("dsc.model_path"))
+    modelPath = a.getValue().str();
+  else if (auto a = module_->getAttrOfType<StringAttr>("dsc.source");
+           a && modelPath.empty())
+    modelPath = a.getValue().str();
+  std::string hypersText;
+  int numHypers = 0;
+  if (auto hypers = module_->getAttrOfType<DictionaryAttr>("dsc.hypers")) {
+    for (NamedAttribute h : hypers) {
+      auto value = dyn_cast<FloatAttr>(h.getValue());
+      if (!value)
+        return module_.emitError("codegen: dsc.hypers entry ")
+               << h.getName() << " must be a float, got " << h.getValue();
+      hypersText += "    {" + cppString(h.getName().strref()) + ", " +
+                    cppDouble(value.getValueAsDouble()) + "},\n";
+      ++numHypers;
+    }
+  }
+
+  uint64_t arenaBytes = totalBytes_.lookup(entry);
+  os << "//===- The program spec and its TrainStepFn "
+        "------------------------------===//\n\n";
+  if (entry.getNumArguments())
+    os << "const dsc::ArgSpec kArgs[] = {\n" << argsText << "};\n";
+  else
+    os << "const dsc::ArgSpec *const kArgs = nullptr;\n";
+  if (entry.getNumResults())
+    os << "const dsc::ResultSpec kResults[] = {\n" << resultsText << "};\n";
+  else
+    os << "const dsc::ResultSpec *const kResults = nullptr;\n";
+  if (numHypers)
+    os << "const dsc::HyperDefault kHypers[] = {\n" << hypersText << "};\n";
+  else
+    os << "const dsc::HyperDefault *const kHypers = nullptr;\n";
+  os << "constexpr int kNumArgs = " << entry.getNumArguments() << ";\n"
+     << "constexpr int kNumResults = " << entry.getNumResults() << ";\n"
+     << "constexpr size_t kArenaBytes = " << arenaBytes << "; // "
+     << bytesText(arenaBytes) << "\n\n";
+
+  os << "/// Checks what it is handed, then runs @" << entry.getSymName()
+     << " at the start of the arena.\n"
+     << "Status trainStep(dsc::HostArena &arena, const Tensor *args,\n"
+     << "                 const Tensor *results) {\n"
+     << "  if (Status s = checkTensors(\"argument\", kArgs, kNumArgs, args);"
+        " !s.ok())\n    return s;\n"
+     << "  if (Status s = checkTensors(\"result\", kResults, kNumResults, "
+        "results);\n      !s.ok())\n    return s;\n"
+     << "  if (Status s = checkDisjoint(kArgs, args, kNumArgs, kResults, "
+        "results,\n                              kNumResults);\n"
+     << "      !s.ok())\n    return s;\n"
+     << "  void *frame = nullptr;\n"
+     << "  if (Status s = arena.at(0, kArenaBytes, &frame); !s.ok())\n"
+     << "    return s;\n"
+     << "  int64_t calls = 0;\n"
+     << "  const Context ctx{"
+     << (seedArg >= 0 ? "static_cast<uint64_t>(*args[" +
+                            std::to_string(seedArg) + "].as<int64_t>())"
+                      : std::string("0"))
+     << ", "
+     << (stepArg >= 0 ? "*args[" + std::to_string(stepArg) + "].as<int64_t>()"
+                      : std::string("0"))
+     << ", 0, &calls,\n                    static_cast<char *>(frame)};\n"
+     << "  return " << functionIdentifier(entry.getSymName())
+     << "(ctx, args, results);\n}\n\n"
+     << "} // namespace\n\n";
+
+  os << "extern const dsc::ProgramSpec " << options_.specName << ";\n"
+     << "const dsc::ProgramSpec " << options_.specName << " = {\n"
+     << "    /*modelPath=*/" << cppString(modelPath) << ",\n"
+     << "    /*optimizer=*/" << cppString(optimizer) << ",\n"
+     << "    /*microBatch=*/"
+     << intAttr("dsc.micro_batch", firstInputDim0 ? firstInputDim0 : 1) << ",\n"
+     << "    /*accumSteps=*/" << intAttr("dsc.accum_steps", 1) << ",\n"
+     << "    /*tokensPerExample=*/" << intAttr("dsc.tokens_per_example", 1)
+     << ",\n"
+     << "    kNumArgs,\n    kArgs,\n    kNumResults,\n    kResults,\n"
+     << "    /*numHypers=*/" << numHypers << ",\n    kHypers,\n"
+     << "    kArenaBytes,\n    trainStep,\n};\n";
+  return success();
+}
+
+LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
+  if (failed(orderFunctions()))
+    return failure();
+  for (func::FuncOp f : order_)
+    if (failed(emitFunction(f)))
+      return failure();
+  auto entry = SymbolTable(module_).lookup<func::FuncOp>(options_.entry);
+  std::string specText;
+  llvm::raw_string_ostream spec(specText);
+  if (failed(emitSpec(entry, spec)))
+    return failure();
+
+  std::string source = "?";
+  if (auto a = module_->getAttrOfType<StringAttr>("dsc.source"))
+    source = a.getValue().str();
+  uint64_t arenaBytes = totalBytes_.lookup(entry);
+  out << "//===- Generated by dsc from " << commentText(source)
+      << ": do not edit ---===//\n"
+      << "//\n"
+      << "// @" << entry.getSymName()
+      << " as calls to the dsc CPU runtime. Every value lives at a\n"
+      << "// static offset of one arena of " << arenaBytes << " bytes ("
+      << bytesText(arenaBytes) << "); constants take "
+      << bytesText(constantBytes_) << ".\n"
+      << (options_.promoteF32ToF64
+              ? "// Computes in float64 where the model says float32.\n"
+              : "")
+      << "//\n"
+      << "//===------------------------------------------------------------"
+         "----------===//\n\n"
+      << kPrelude << "\n";
+  if (!constantsText_.empty())
+    out << "//===- Constants "
+           "----------------------------------------------------------===//"
+           "\n\n"
+        << constantsText_;
+  out << "//===- Functions, callees first "
+         "-------------------------------------------===//\n\n"
+      << functionsText_ << specText;
+  if (options_.emitMain)
+    out << "\nint main(int argc, char **argv) {\n"
+        << "  return dsc::runProgram(" << options_.specName
+        << ", argc, argv);\n}\n";
+
+  if (stats) {
+    stats->arenaBytes = arenaBytes;
+    stats->frameBytes = frames_;
+    stats->constantBytes = constantBytes_;
+  }
+  return success();
+}
+
+} // namespace
+
+LogicalResult emitCpp(ModuleOp module, raw_ostream &os,
+                      const EmitCppOptions &options, EmitCppStats *stats) {
+  return Emitter(module, options).run(os, stats);
+}
+
+} // namespace dsc

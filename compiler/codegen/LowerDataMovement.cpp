@@ -1,0 +1,123 @@
+//===- LowerDataMovement.cpp - Reductions, data movement to kernels -------===//
+//
+// reduce_*, reshape (when it is not an alias, see EmitCpp.cpp), transpose,
+// expand, slice, concat, split, gather, pad, trilu, and the gradient ops
+// scatter_add (cpu::gatherBackward) and insert_slice (cpu::sliceBackward).
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/codegen/Lowering.h"
+
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+
+namespace dsc::codegen {
+
+namespace {
+
+template <typename ReduceOpT>
+LoweredCall reduce(const LowerContext &ctx, ReduceOpT op, const char *kind) {
+  // dsc reduces nothing for empty axes (cpu::reduce would reduce every
+  // dim): the result is the input.
+  if (op.getAxes().empty())
+    return {"", cppCall("cpu::reshape",
+                        {ctx.view(op.getInput()), ctx.view(op.getResult())})};
+  return {"", cppCall("cpu::reduce",
+                      {std::string("cpu::ReduceOp::") + kind,
+                       ctx.view(op.getInput()), cppInts(op.getAxes()),
+                       cppBool(op.getKeepdims()), ctx.view(op.getResult())})};
+}
+
+/// "{a, b, c}" of the views of `values`.
+std::string viewList(const LowerContext &ctx, ValueRange values) {
+  std::string s = "{";
+  for (auto [i, v] : llvm::enumerate(values))
+    s += (i ? ", " : "") + ctx.view(v);
+  return s + "}";
+}
+
+} // namespace
+
+LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
+  using R = std::optional<LoweredCall>;
+  auto call = [](std::string callee, std::vector<std::string> args) -> R {
+    return LoweredCall{"", cppCall(callee, args)};
+  };
+  return llvm::TypeSwitch<Operation *, LowerResult>(op)
+      .Case([&](ReduceSumOp o) -> R { return reduce(ctx, o, "Sum"); })
+      .Case([&](ReduceMeanOp o) -> R { return reduce(ctx, o, "Mean"); })
+      .Case([&](ReduceMaxOp o) -> R { return reduce(ctx, o, "Max"); })
+      .Case([&](ReduceMinOp o) -> R { return reduce(ctx, o, "Min"); })
+      .Case([&](ReduceProdOp o) -> R { return reduce(ctx, o, "Prod"); })
+      .Case([&](ReshapeOp o) {
+        return call("cpu::reshape",
+                    {ctx.view(o.getInput()), ctx.view(o.getResult())});
+      })
+      .Case([&](TransposeOp o) {
+        return call("cpu::transpose",
+                    {ctx.view(o.getInput()), cppInts(o.getPerm()),
+                     ctx.view(o.getResult())});
+      })
+      .Case([&](ExpandOp o) {
+        return call("cpu::expand",
+                    {ctx.view(o.getInput()), ctx.view(o.getResult())});
+      })
+      .Case([&](SliceOp o) {
+        return call("cpu::slice",
+                    {ctx.view(o.getInput()), cppInts(o.getOffsets()),
+                     cppInts(o.getStrides()), ctx.view(o.getResult())});
+      })
+      .Case([&](InsertSliceOp o) {
+        return call("cpu::sliceBackward",
+                    {ctx.view(o.getGrad()), cppInts(o.getOffsets()),
+                     cppInts(o.getStrides()), ctx.view(o.getResult())});
+      })
+      .Case([&](ConcatOp o) -> R {
+        std::string list = "concat" + std::to_string(ctx.opIndex);
+        return LoweredCall{
+            "const Tensor " + list + "[] = " + viewList(ctx, o.getInputs()) +
+                ";\n",
+            cppCall("cpu::concat", {list, std::to_string(o.getInputs().size()),
+                                    cppInt(static_cast<int64_t>(o.getAxis())),
+                                    ctx.view(o.getResult())})};
+      })
+      .Case([&](SplitOp o) -> R {
+        std::string list = "split" + std::to_string(ctx.opIndex);
+        return LoweredCall{
+            "const Tensor " + list + "[] = " + viewList(ctx, o.getResults()) +
+                ";\n",
+            cppCall("cpu::split",
+                    {ctx.view(o.getInput()),
+                     cppInt(static_cast<int64_t>(o.getAxis())), list,
+                     std::to_string(o.getResults().size())})};
+      })
+      .Case([&](GatherOp o) {
+        return call("cpu::gather",
+                    {ctx.view(o.getData()), ctx.view(o.getIndices()),
+                     cppInt(static_cast<int64_t>(o.getAxis())),
+                     ctx.view(o.getResult())});
+      })
+      .Case([&](ScatterAddOp o) {
+        return call("cpu::gatherBackward",
+                    {ctx.view(o.getGrad()), ctx.view(o.getIndices()),
+                     cppInt(static_cast<int64_t>(o.getAxis())),
+                     ctx.view(o.getResult())});
+      })
+      .Case([&](PadOp o) {
+        return call("cpu::pad", {ctx.view(o.getInput()), cppInts(o.getPads()),
+                                 cppDouble(o.getValue().convertToDouble()),
+                                 ctx.view(o.getResult())});
+      })
+      .Case([&](TriluOp o) {
+        return call("cpu::trilu",
+                    {ctx.view(o.getInput()), cppBool(o.getUpper()),
+                     cppInt(static_cast<int64_t>(o.getK())),
+                     ctx.view(o.getResult())});
+      })
+      .Default([](Operation *) { return R(); });
+}
+
+} // namespace dsc::codegen

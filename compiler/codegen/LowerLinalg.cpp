@@ -1,0 +1,114 @@
+//===- LowerLinalg.cpp - matmul, gemm, conv, pooling to kernel calls ------===//
+//
+// Forward ops map one to one onto cpu::matmul, gemm, conv, maxPool, ...;
+// the gradient ops onto cpu::convBackwardInput / convBackwardWeight
+// (step_kernels.h) and cpu::maxPoolBackward / avgPoolBackward.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/codegen/Lowering.h"
+
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+
+namespace dsc::codegen {
+
+namespace {
+
+/// The view of an optional operand, or an absent view.
+std::string optionalView(const LowerContext &ctx, Value v) {
+  return v ? ctx.view(v) : std::string("Tensor()");
+}
+
+std::string poolAttrs(ArrayRef<int64_t> kernel, ArrayRef<int64_t> strides,
+                      ArrayRef<int64_t> pads, ArrayRef<int64_t> dilations,
+                      bool ceilMode, bool countIncludePad) {
+  return "cpu::PoolAttrs{" + cppInts(kernel) + ", " + cppInts(strides) + ", " +
+         cppInts(pads) + ", " + cppInts(dilations) + ", " + cppBool(ceilMode) +
+         ", " + cppBool(countIncludePad) + "}";
+}
+
+template <typename PoolOp> std::string poolAttrsOf(PoolOp op) {
+  return poolAttrs(op.getKernelShape(), op.getStrides(), op.getPads(),
+                   op.getDilations(), op.getCeilMode(),
+                   op.getCountIncludePad());
+}
+
+} // namespace
+
+LowerResult lowerLinalg(Operation *op, const LowerContext &ctx) {
+  using R = std::optional<LoweredCall>;
+  auto call = [](std::string callee, std::vector<std::string> args) -> R {
+    return LoweredCall{"", cppCall(callee, args)};
+  };
+  return llvm::TypeSwitch<Operation *, LowerResult>(op)
+      .Case([&](MatMulOp o) {
+        return call("cpu::matmul", {ctx.view(o.getLhs()), ctx.view(o.getRhs()),
+                                    ctx.view(o.getResult())});
+      })
+      .Case([&](GemmOp o) {
+        std::string attrs =
+            "cpu::GemmAttrs{" + cppDouble(o.getAlpha().convertToDouble()) +
+            ", " + cppDouble(o.getBeta().convertToDouble()) + ", " +
+            cppBool(o.getTransA()) + ", " + cppBool(o.getTransB()) + "}";
+        return call("cpu::gemm", {ctx.view(o.getA()), ctx.view(o.getB()),
+                                  optionalView(ctx, o.getC()), attrs,
+                                  ctx.view(o.getResult())});
+      })
+      .Case([&](ConvOp o) {
+        return call("cpu::conv",
+                    {ctx.view(o.getInput()), ctx.view(o.getWeight()),
+                     optionalView(ctx, o.getBias()),
+                     cppConvAttrs(o.getStrides(), o.getPads(), o.getDilations(),
+                                  static_cast<int64_t>(o.getGroup())),
+                     ctx.view(o.getResult())});
+      })
+      .Case([&](ConvBackwardInputOp o) {
+        return call("cpu::convBackwardInput",
+                    {ctx.view(o.getGrad()), ctx.view(o.getWeight()),
+                     cppConvAttrs(o.getStrides(), o.getPads(), o.getDilations(),
+                                  static_cast<int64_t>(o.getGroup())),
+                     ctx.view(o.getResult())});
+      })
+      .Case([&](ConvBackwardWeightOp o) {
+        return call("cpu::convBackwardWeight",
+                    {ctx.view(o.getGrad()), ctx.view(o.getInput()),
+                     cppConvAttrs(o.getStrides(), o.getPads(), o.getDilations(),
+                                  static_cast<int64_t>(o.getGroup())),
+                     ctx.view(o.getResult())});
+      })
+      .Case([&](MaxPoolOp o) {
+        return call("cpu::maxPool", {ctx.view(o.getInput()), poolAttrsOf(o),
+                                     ctx.view(o.getResult())});
+      })
+      .Case([&](AvgPoolOp o) {
+        return call("cpu::avgPool", {ctx.view(o.getInput()), poolAttrsOf(o),
+                                     ctx.view(o.getResult())});
+      })
+      .Case([&](GlobalAvgPoolOp o) {
+        return call("cpu::globalAvgPool",
+                    {ctx.view(o.getInput()), ctx.view(o.getResult())});
+      })
+      .Case([&](GlobalMaxPoolOp o) {
+        return call("cpu::globalMaxPool",
+                    {ctx.view(o.getInput()), ctx.view(o.getResult())});
+      })
+      .Case([&](PoolBackwardOp o) -> LowerResult {
+        const char *callee = o.getKind() == "max"   ? "cpu::maxPoolBackward"
+                             : o.getKind() == "avg" ? "cpu::avgPoolBackward"
+                                                    : nullptr;
+        if (!callee) {
+          o.emitOpError("kind must be \"max\" or \"avg\", got \"")
+              << o.getKind() << "\"";
+          return failure();
+        }
+        return call(callee, {ctx.view(o.getInput()), poolAttrsOf(o),
+                             ctx.view(o.getGrad()), ctx.view(o.getResult())});
+      })
+      .Default([](Operation *) { return R(); });
+}
+
+} // namespace dsc::codegen

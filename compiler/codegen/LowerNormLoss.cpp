@@ -1,0 +1,153 @@
+//===- LowerNormLoss.cpp - Norms, softmax, losses, dropout to kernel calls ===//
+//
+// Each op and its gradient op map onto the matching cpu:: kernel pair. Loss
+// reductions and class_loss_backward's kind are resolved here, at compile
+// time. Dropout's seed is derived at run time from the step context (run
+// seed, step, call) and the op's position, so every dropout of every
+// micro-batch draws its own mask, reproducibly.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/codegen/Lowering.h"
+
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+
+namespace dsc::codegen {
+
+namespace {
+
+std::string optionalView(const LowerContext &ctx, Value v) {
+  return v ? ctx.view(v) : std::string("Tensor()");
+}
+
+/// "cpu::Reduction::Mean" for "mean", ...; failure on anything else.
+FailureOr<std::string> reduction(Operation *op, StringRef name) {
+  if (name == "none")
+    return std::string("cpu::Reduction::None");
+  if (name == "sum")
+    return std::string("cpu::Reduction::Sum");
+  if (name == "mean")
+    return std::string("cpu::Reduction::Mean");
+  op->emitOpError("reduction must be \"none\", \"sum\" or \"mean\", got \"")
+      << name << "\"";
+  return failure();
+}
+
+std::string ignoreIndex(std::optional<uint64_t> value) {
+  if (!value)
+    return "std::nullopt";
+  return "std::optional<int64_t>(" + cppInt(static_cast<int64_t>(*value)) + ")";
+}
+
+double toDouble(const APFloat &value) { return value.convertToDouble(); }
+
+} // namespace
+
+LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
+  using R = std::optional<LoweredCall>;
+  auto call = [](std::string callee, std::vector<std::string> args) -> R {
+    return LoweredCall{"", cppCall(callee, args)};
+  };
+  return llvm::TypeSwitch<Operation *, LowerResult>(op)
+      .Case([&](BatchNormTrainOp o) {
+        return call(
+            "cpu::batchNormTrain",
+            {ctx.view(o.getInput()), ctx.view(o.getScale()),
+             ctx.view(o.getBias()), ctx.view(o.getRunningMean()),
+             ctx.view(o.getRunningVar()), cppDouble(toDouble(o.getEpsilon())),
+             cppDouble(toDouble(o.getMomentum())), ctx.view(o.getResult()),
+             ctx.view(o.getNewRunningMean()), ctx.view(o.getNewRunningVar())});
+      })
+      .Case([&](BatchNormOp o) {
+        return call("cpu::batchNorm",
+                    {ctx.view(o.getInput()), ctx.view(o.getScale()),
+                     ctx.view(o.getBias()), ctx.view(o.getMean()),
+                     ctx.view(o.getVar()), cppDouble(toDouble(o.getEpsilon())),
+                     ctx.view(o.getResult())});
+      })
+      .Case([&](BatchNormTrainBackwardOp o) {
+        return call("cpu::batchNormTrainBackward",
+                    {ctx.view(o.getInput()), ctx.view(o.getScale()),
+                     cppDouble(toDouble(o.getEpsilon())), ctx.view(o.getGrad()),
+                     ctx.view(o.getGradInput()), ctx.view(o.getGradScale()),
+                     ctx.view(o.getGradBias())});
+      })
+      .Case([&](LayerNormOp o) {
+        return call("cpu::layerNorm",
+                    {ctx.view(o.getInput()), ctx.view(o.getScale()),
+                     optionalView(ctx, o.getBias()),
+                     cppInt(static_cast<int64_t>(o.getAxis())),
+                     cppDouble(toDouble(o.getEpsilon())),
+                     ctx.view(o.getResult())});
+      })
+      .Case([&](LayerNormBackwardOp o) {
+        return call("cpu::layerNormBackward",
+                    {ctx.view(o.getInput()), ctx.view(o.getScale()),
+                     cppInt(static_cast<int64_t>(o.getAxis())),
+                     cppDouble(toDouble(o.getEpsilon())), ctx.view(o.getGrad()),
+                     ctx.view(o.getGradInput()), ctx.view(o.getGradScale()),
+                     ctx.view(o.getGradBias())});
+      })
+      .Case([&](SoftmaxOp o) {
+        return call("cpu::softmax", {ctx.view(o.getInput()),
+                                     cppInt(static_cast<int64_t>(o.getAxis())),
+                                     ctx.view(o.getResult())});
+      })
+      .Case([&](LogSoftmaxOp o) {
+        return call("cpu::logSoftmax",
+                    {ctx.view(o.getInput()),
+                     cppInt(static_cast<int64_t>(o.getAxis())),
+                     ctx.view(o.getResult())});
+      })
+      .Case([&](SoftmaxCrossEntropyOp o) -> LowerResult {
+        FailureOr<std::string> red = reduction(o, o.getReduction());
+        if (failed(red))
+          return failure();
+        return call("cpu::softmaxCrossEntropy",
+                    {ctx.view(o.getScores()), ctx.view(o.getLabels()),
+                     optionalView(ctx, o.getWeights()), *red,
+                     ignoreIndex(o.getIgnoreIndex()), ctx.view(o.getLoss())});
+      })
+      .Case([&](NllLossOp o) -> LowerResult {
+        FailureOr<std::string> red = reduction(o, o.getReduction());
+        if (failed(red))
+          return failure();
+        return call("cpu::nllLoss",
+                    {ctx.view(o.getInput()), ctx.view(o.getLabels()),
+                     optionalView(ctx, o.getWeights()), *red,
+                     ignoreIndex(o.getIgnoreIndex()), ctx.view(o.getLoss())});
+      })
+      .Case([&](ClassLossBackwardOp o) -> LowerResult {
+        FailureOr<std::string> red = reduction(o, o.getReduction());
+        if (failed(red))
+          return failure();
+        const char *callee = o.getKind() == "softmax_cross_entropy"
+                                 ? "cpu::softmaxCrossEntropyBackward"
+                             : o.getKind() == "nll" ? "cpu::nllLossBackward"
+                                                    : nullptr;
+        if (!callee) {
+          o.emitOpError("kind must be \"softmax_cross_entropy\" or \"nll\", "
+                        "got \"")
+              << o.getKind() << "\"";
+          return failure();
+        }
+        return call(callee, {ctx.view(o.getInput()), ctx.view(o.getLabels()),
+                             optionalView(ctx, o.getWeights()), *red,
+                             ignoreIndex(o.getIgnoreIndex()),
+                             ctx.view(o.getGrad()), ctx.view(o.getResult())});
+      })
+      .Case([&](DropoutOp o) {
+        std::string seed = "cpu::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +
+                           std::to_string(ctx.opIndex) + ")";
+        return call("cpu::dropout",
+                    {ctx.view(o.getInput()), cppDouble(toDouble(o.getRatio())),
+                     seed, ctx.view(o.getResult()), ctx.view(o.getMask())});
+      })
+      .Default([](Operation *) { return R(); });
+}
+
+} // namespace dsc::codegen

@@ -1,0 +1,171 @@
+//===- MemoryPlan.cpp - Liveness and first-fit offsets for one function ---===//
+
+#include "compiler/codegen/MemoryPlan.h"
+
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include <algorithm>
+#include <vector>
+
+using namespace mlir;
+
+namespace dsc::codegen {
+
+namespace {
+
+uint64_t alignUp(uint64_t n, uint64_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
+}
+
+/// Live ranges of the frame, kept sorted by offset.
+class FreeList {
+public:
+  /// The lowest offset where `bytes` fit between live ranges.
+  uint64_t allocate(Value v, uint64_t bytes) {
+    uint64_t at = 0;
+    auto it = live_.begin();
+    for (; it != live_.end(); ++it) {
+      if (it->offset >= at + bytes)
+        break;
+      at = std::max(at, it->offset + it->bytes);
+    }
+    live_.insert(it, {at, bytes, v});
+    return at;
+  }
+  void release(Value v) {
+    llvm::erase_if(live_, [&](const Range &r) { return r.value == v; });
+  }
+  /// The end of the highest live range.
+  uint64_t top() const {
+    uint64_t end = 0;
+    for (const Range &r : live_)
+      end = std::max(end, r.offset + r.bytes);
+    return end;
+  }
+
+private:
+  struct Range {
+    uint64_t offset, bytes;
+    Value value;
+  };
+  std::vector<Range> live_;
+};
+
+} // namespace
+
+FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
+  FramePlan plan;
+  Block &body = func.getBody().front();
+  std::vector<Operation *> ops;
+  for (Operation &op : body)
+    ops.push_back(&op);
+
+  // 1. Dead ops: side-effect free, every result unused or used only by dead
+  //    ops. A reverse walk sees users before their producers.
+  for (Operation *op : llvm::reverse(ops)) {
+    if (op->hasTrait<OpTrait::IsTerminator>() || !isMemoryEffectFree(op))
+      continue;
+    bool used = llvm::any_of(op->getUsers(), [&](Operation *user) {
+      return !plan.dead.contains(user);
+    });
+    if (!used)
+      plan.dead.insert(op);
+  }
+
+  // 2. Last uses, by op position.
+  llvm::DenseMap<Value, size_t> lastUse;
+  for (auto [i, op] : llvm::enumerate(ops)) {
+    if (plan.dead.contains(op))
+      continue;
+    for (Value v : op->getOperands())
+      lastUse[v] = i;
+  }
+
+  // 3. Storage kinds. A value the function returns is computed into the
+  //    caller's storage (at its first return position; later positions and
+  //    values that are arguments, constants or aliases are copied there).
+  for (auto [i, arg] : llvm::enumerate(body.getArguments()))
+    plan.storage[arg] = {Storage::Kind::Argument, static_cast<unsigned>(i)};
+  llvm::DenseMap<Value, unsigned> returnSlot;
+  for (auto [k, v] : llvm::enumerate(body.getTerminator()->getOperands()))
+    returnSlot.try_emplace(v, static_cast<unsigned>(k));
+
+  llvm::DenseMap<size_t, std::vector<Value>> freeAt;
+  for (auto [i, op] : llvm::enumerate(ops)) {
+    if (plan.dead.contains(op))
+      continue;
+    for (Value r : op->getResults()) {
+      Storage s;
+      if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
+        s.kind = Storage::Kind::Constant;
+      } else if (isa<dsc::ReshapeOp>(op) && options.aliasReshapes) {
+        Value in = op->getOperand(0);
+        const Storage &src = plan.storage[in];
+        s.kind = Storage::Kind::Alias;
+        s.source = src.kind == Storage::Kind::Alias ? src.source : in;
+        // The source lives as long as its alias is used.
+        size_t &sourceEnd = lastUse[s.source];
+        sourceEnd = std::max(sourceEnd, lastUse.lookup(r));
+        // A returned reshape of a frame value: compute that value straight
+        // into the result's storage (same bytes), so nothing is copied.
+        Storage &root = plan.storage[s.source];
+        if (auto slot = returnSlot.find(r);
+            slot != returnSlot.end() && root.kind == Storage::Kind::Arena) {
+          root.kind = Storage::Kind::Result;
+          root.index = slot->second;
+        }
+      } else if (auto slot = returnSlot.find(r); slot != returnSlot.end()) {
+        s.kind = Storage::Kind::Result;
+        s.index = slot->second;
+      } else {
+        s.kind = Storage::Kind::Arena;
+        s.bytes =
+            alignUp(std::max<uint64_t>(options.bytes(r), 1), options.alignment);
+      }
+      plan.storage[r] = s;
+    }
+  }
+  for (auto [i, op] : llvm::enumerate(ops)) {
+    if (plan.dead.contains(op))
+      continue;
+    for (Value r : op->getResults())
+      if (plan.storage[r].kind == Storage::Kind::Arena)
+        freeAt[lastUse.lookup(r) > i ? lastUse.lookup(r) : i].push_back(r);
+  }
+
+  // 4. Offsets, in op order: an op's results are placed while its operands
+  //    are still live, then whatever dies at the op is released.
+  FreeList frame;
+  uint64_t bump = 0;
+  for (auto [i, op] : llvm::enumerate(ops)) {
+    if (plan.dead.contains(op))
+      continue;
+    for (Value r : op->getResults()) {
+      Storage &s = plan.storage[r];
+      if (s.kind != Storage::Kind::Arena)
+        continue;
+      if (options.reuse) {
+        s.offset = frame.allocate(r, s.bytes);
+      } else {
+        s.offset = bump;
+        bump += s.bytes;
+      }
+      plan.ownBytes = std::max(plan.ownBytes, s.offset + s.bytes);
+    }
+    if (auto call = dyn_cast<func::CallOp>(op)) {
+      uint64_t base = options.reuse ? frame.top() : bump;
+      plan.calleeOffset[op] = base;
+      plan.totalBytes =
+          std::max(plan.totalBytes, base + options.calleeBytes(call));
+    }
+    if (options.reuse)
+      for (Value v : freeAt.lookup(i))
+        frame.release(v);
+  }
+  plan.totalBytes = std::max(plan.totalBytes, plan.ownBytes);
+  return plan;
+}
+
+} // namespace dsc::codegen

@@ -1,0 +1,77 @@
+//===- MemoryPlan.h - Static storage of a function's values -----*- C++ -*-===//
+//
+// Internal to compiler/codegen. Gives each SSA value of a func.func its
+// storage for the generated C++: an argument view, the caller's result
+// storage (a value the function returns is computed straight into it), a
+// static constant array, an alias of another value (a reshape that moves
+// no data), or a byte range of the function's arena frame. Frame ranges are
+// reused after a value's last use (first fit), never while an operand of
+// the same op still needs them. A func.call's callee frame starts above
+// everything live at the call, so nested frames stack without overlap.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_COMPILER_CODEGEN_MEMORYPLAN_H
+#define DSC_COMPILER_CODEGEN_MEMORYPLAN_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <cstdint>
+#include <functional>
+
+namespace dsc::codegen {
+
+struct Storage {
+  enum class Kind {
+    Argument, // args[index]
+    Result,   // results[index], the caller's storage
+    Constant, // a static array (see EmitCpp.cpp)
+    Alias,    // the storage of `source` (which is never itself an Alias);
+              // a returned alias's source may be computed into its result
+    Arena,    // [offset, offset + bytes) of the function's frame
+  };
+  Kind kind = Kind::Arena;
+  unsigned index = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  mlir::Value source;
+};
+
+struct PlanOptions {
+  /// Reuse the range of a value after its last use; off, every value keeps
+  /// its own range (for debugging a suspected planning bug).
+  bool reuse = true;
+  /// Let dsc.reshape results share their input's storage.
+  bool aliasReshapes = true;
+  /// Every range starts at a multiple of this.
+  uint64_t alignment = 64;
+  /// Bytes of a value's elements.
+  std::function<uint64_t(mlir::Value)> bytes;
+  /// Whether a dsc.constant becomes a static array (else it is filled into
+  /// the frame where it is defined).
+  std::function<bool(mlir::Operation *)> isStaticConstant;
+  /// Arena bytes a call needs for its callee: its frame and its own calls'.
+  std::function<uint64_t(mlir::func::CallOp)> calleeBytes;
+};
+
+struct FramePlan {
+  llvm::DenseMap<mlir::Value, Storage> storage;
+  /// Ops whose results are never used (directly or through other such
+  /// ops); they are not computed.
+  llvm::DenseSet<mlir::Operation *> dead;
+  /// Where each func.call's callee frame starts, relative to this frame.
+  llvm::DenseMap<mlir::Operation *, uint64_t> calleeOffset;
+  /// High-water mark of this function's own values.
+  uint64_t ownBytes = 0;
+  /// With the frames of the calls it makes.
+  uint64_t totalBytes = 0;
+};
+
+/// Plans `func`, whose body is one block of ops without regions.
+FramePlan planFrame(mlir::func::FuncOp func, const PlanOptions &options);
+
+} // namespace dsc::codegen
+
+#endif // DSC_COMPILER_CODEGEN_MEMORYPLAN_H
