@@ -1,0 +1,315 @@
+//===- StepKernelsTest.cpp - step_kernels.h against references ------------===//
+//
+// AdamW against PyTorch's float64 step on the MLP fixture and against a
+// scalar loop over several steps; SGD and the LR schedules against their
+// formulas; the conv-gradient halves against convBackward and finite
+// differences; fill; dropout seeds.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cpu/step_kernels.h"
+#include "io/safetensors.h"
+
+#include "GradCheck.h"
+
+#include <cmath>
+#include <set>
+
+namespace dsc::test {
+namespace {
+
+D scalarD(double v) { return D({}, DType::F64, {v}); }
+
+Buf<int64_t> stepTensor(int64_t t) { return Buf<int64_t>({}, DType::I64, {t}); }
+
+//===----------------------------------------------------------------------===//
+// fill
+//===----------------------------------------------------------------------===//
+
+TEST(StepKernels, FillAnyDtype) {
+  F f({2, 3}, DType::F32);
+  DSC_ASSERT_OK(cpu::fill(f.t(), 0.25));
+  for (float v : f.v)
+    EXPECT_EQ(v, 0.25f);
+  Buf<int64_t> i({4}, DType::I64);
+  DSC_ASSERT_OK(cpu::fill(i.t(), -3));
+  for (int64_t v : i.v)
+    EXPECT_EQ(v, -3);
+  Buf<uint8_t> b({3}, DType::Bool);
+  DSC_ASSERT_OK(cpu::fill(b.t(), 1));
+  for (uint8_t v : b.v)
+    EXPECT_EQ(v, 1);
+}
+
+//===----------------------------------------------------------------------===//
+// conv_backward_input / conv_backward_weight
+//===----------------------------------------------------------------------===//
+
+cpu::ConvAttrs convAttrs() { return {{2, 1}, {1, 0, 1, 1}, {1, 2}, 2}; }
+
+TEST(StepKernels, ConvBackwardHalvesMatchConvBackward) {
+  std::mt19937_64 rng(3);
+  D x = randD({2, 4, 7, 6}, rng), w = randD({6, 2, 3, 2}, rng);
+  cpu::ConvAttrs attrs = convAttrs();
+  // Output spatial dims: (7 + 2 - 3) / 2 + 1 = 4, (6 + 1 - 3) / 1 + 1 = 5.
+  D g = randD({2, 6, 4, 5}, rng);
+  D gx = zerosD({2, 4, 7, 6}), gw = zerosD({6, 2, 3, 2});
+  D gxRef = zerosD({2, 4, 7, 6}), gwRef = zerosD({6, 2, 3, 2});
+  DSC_ASSERT_OK(cpu::convBackward(x.t(), w.t(), attrs, g.t(), gxRef.t(),
+                                  gwRef.t(), Tensor()));
+  DSC_ASSERT_OK(cpu::convBackwardInput(g.t(), w.t(), attrs, gx.t()));
+  DSC_ASSERT_OK(cpu::convBackwardWeight(g.t(), x.t(), attrs, gw.t()));
+  EXPECT_EQ(gx.v, gxRef.v);
+  EXPECT_EQ(gw.v, gwRef.v);
+}
+
+TEST(StepKernels, ConvBackwardHalvesFiniteDifferences) {
+  std::mt19937_64 rng(5);
+  std::vector<D> in = {randD({2, 4, 7, 6}, rng), randD({6, 2, 3, 2}, rng)};
+  cpu::ConvAttrs attrs = convAttrs();
+  double err = gradCheck(
+      in, {2, 6, 4, 5},
+      [&](std::vector<Tensor> &ts, const Tensor &out) {
+        return cpu::conv(ts[0], ts[1], Tensor(), attrs, out);
+      },
+      [&](std::vector<Tensor> &ts, const Tensor &g,
+          std::vector<Tensor> &grads) {
+        if (grads[0].present())
+          if (Status st = cpu::convBackwardInput(g, ts[1], attrs, grads[0]);
+              !st.ok())
+            return st;
+        if (grads[1].present())
+          return cpu::convBackwardWeight(g, ts[0], attrs, grads[1]);
+        return Status();
+      },
+      {0, 1});
+  EXPECT_LT(err, 1e-8);
+}
+
+TEST(StepKernels, ConvBackwardHalvesCheckShapes) {
+  D g = zerosD({1, 2, 3, 3}), w = zerosD({2, 1, 2, 2}), bad = zerosD({1, 1});
+  Status st = cpu::convBackwardInput(g.t(), w.t(), {}, bad.t());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("conv_backward"), std::string::npos);
+  st = cpu::convBackwardWeight(g.t(), w.t(), {}, Tensor());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("conv_backward_weight"), std::string::npos);
+}
+
+//===----------------------------------------------------------------------===//
+// adamw
+//===----------------------------------------------------------------------===//
+
+/// The dsc.adamw description, one element at a time, in double.
+void adamwReference(std::vector<double> &p, const std::vector<double> &g,
+                    std::vector<double> &m, std::vector<double> &v, double lr,
+                    double b1, double b2, double eps, double wd, int64_t t) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    p[i] -= lr * wd * p[i];
+    m[i] = b1 * m[i] + (1 - b1) * g[i];
+    v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+    p[i] -= lr / (1 - std::pow(b1, double(t))) * m[i] /
+            (std::sqrt(v[i] / (1 - std::pow(b2, double(t)))) + eps);
+  }
+}
+
+TEST(StepKernels, AdamWMatchesPyTorchFixture) {
+  // test/fixtures/ref/mlp: one torch.optim.AdamW step in float64 from the
+  // fixture's parameters and float64 gradients (adamw.json).
+  std::string ref = std::string(DSC_SOURCE_DIR) + "/test/fixtures/ref/mlp/";
+  io::SafetensorsFile params, grads, want;
+  DSC_ASSERT_OK(params.read(ref + "params.safetensors"));
+  DSC_ASSERT_OK(grads.read(ref + "grads_f64.safetensors"));
+  DSC_ASSERT_OK(want.read(ref + "adamw_step1_f64.safetensors"));
+  D lr = scalarD(1e-3), b1 = scalarD(0.9), b2 = scalarD(0.999),
+    eps = scalarD(1e-8), wd = scalarD(0.01);
+  auto step = stepTensor(1);
+  ASSERT_FALSE(params.names().empty());
+  for (const std::string &name : params.names()) {
+    Tensor p32, g, w;
+    DSC_ASSERT_OK(params.get(name, p32));
+    DSC_ASSERT_OK(grads.get(name, g));
+    DSC_ASSERT_OK(want.get(name, w));
+    D p(p32.dims(), DType::F64), m(p32.dims(), DType::F64),
+        v(p32.dims(), DType::F64), np(p32.dims(), DType::F64),
+        nm(p32.dims(), DType::F64), nv(p32.dims(), DType::F64);
+    DSC_ASSERT_OK(cpu::cast(p32, p.t()));
+    DSC_ASSERT_OK(cpu::adamw(p.t(), g, m.t(), v.t(), lr.t(), b1.t(), b2.t(),
+                             eps.t(), wd.t(), step.t(), np.t(), nm.t(),
+                             nv.t()));
+    double maxDiff = 0, maxUpdate = 0;
+    for (size_t i = 0; i < np.v.size(); ++i) {
+      maxDiff = std::max(maxDiff, std::abs(np.v[i] - w.as<double>()[i]));
+      maxUpdate = std::max(maxUpdate, std::abs(w.as<double>()[i] - p.v[i]));
+    }
+    EXPECT_LT(maxDiff / maxUpdate, 1e-12) << name;
+  }
+}
+
+TEST(StepKernels, AdamWMatchesReferenceOverSteps) {
+  std::mt19937_64 rng(11);
+  const double lr = 3e-3, b1 = 0.8, b2 = 0.95, eps = 1e-6, wd = 0.1;
+  D p = randD({5, 7}, rng), m = zerosD({5, 7}), v = zerosD({5, 7});
+  std::vector<double> rp = p.v, rm = m.v, rv = v.v;
+  // float32 copies updated alongside.
+  F p32({5, 7}, DType::F32), m32({5, 7}, DType::F32), v32({5, 7}, DType::F32);
+  for (size_t i = 0; i < p.v.size(); ++i)
+    p32.v[i] = float(p.v[i]);
+  F lrF({}, DType::F32, {float(lr)});
+  D lrD = scalarD(lr), b1D = scalarD(b1), b2D = scalarD(b2),
+    epsD = scalarD(eps), wdD = scalarD(wd);
+  for (int64_t t = 1; t <= 4; ++t) {
+    D g = randD({5, 7}, rng);
+    F g32({5, 7}, DType::F32);
+    for (size_t i = 0; i < g.v.size(); ++i)
+      g32.v[i] = float(g.v[i]);
+    auto step = stepTensor(t);
+    adamwReference(rp, g.v, rm, rv, lr, b1, b2, eps, wd, t);
+    // In place: results are the operands' own storage.
+    DSC_ASSERT_OK(cpu::adamw(p.t(), g.t(), m.t(), v.t(), lrD.t(), b1D.t(),
+                             b2D.t(), epsD.t(), wdD.t(), step.t(), p.t(), m.t(),
+                             v.t()));
+    // Mixed: f32 tensors, an f32 lr scalar and f64 other scalars.
+    DSC_ASSERT_OK(cpu::adamw(p32.t(), g32.t(), m32.t(), v32.t(), lrF.t(),
+                             b1D.t(), b2D.t(), epsD.t(), wdD.t(), step.t(),
+                             p32.t(), m32.t(), v32.t()));
+  }
+  for (size_t i = 0; i < rp.size(); ++i) {
+    EXPECT_NEAR(p.v[i], rp[i], 1e-14);
+    EXPECT_NEAR(m.v[i], rm[i], 1e-14);
+    EXPECT_NEAR(v.v[i], rv[i], 1e-14);
+    EXPECT_NEAR(p32.v[i], rp[i], 2e-6);
+  }
+}
+
+TEST(StepKernels, AdamWChecksOperands) {
+  D p = zerosD({3}), g = zerosD({4}), s = scalarD(0.1);
+  auto step = stepTensor(1);
+  Status st = cpu::adamw(p.t(), g.t(), p.t(), p.t(), s.t(), s.t(), s.t(), s.t(),
+                         s.t(), step.t(), p.t(), p.t(), p.t());
+  EXPECT_EQ(st.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(st.message().find("adamw("), std::string::npos);
+  auto zero = stepTensor(0);
+  st = cpu::adamw(p.t(), p.t(), p.t(), p.t(), s.t(), s.t(), s.t(), s.t(), s.t(),
+                  zero.t(), p.t(), p.t(), p.t());
+  EXPECT_EQ(st.code(), StatusCode::OutOfRange);
+  D notScalar = zerosD({2});
+  st = cpu::adamw(p.t(), p.t(), p.t(), p.t(), notScalar.t(), s.t(), s.t(),
+                  s.t(), s.t(), step.t(), p.t(), p.t(), p.t());
+  EXPECT_FALSE(st.ok());
+}
+
+//===----------------------------------------------------------------------===//
+// sgd
+//===----------------------------------------------------------------------===//
+
+struct SgdCase {
+  double momentum, dampening;
+  bool nesterov;
+};
+
+class SgdTest : public ::testing::TestWithParam<SgdCase> {};
+
+TEST_P(SgdTest, MatchesPyTorchFormula) {
+  const SgdCase c = GetParam();
+  const double lr = 0.05, wd = 0.01;
+  std::mt19937_64 rng(17);
+  D p = randD({11}, rng), buf = zerosD({11});
+  std::vector<double> rp = p.v, rb = buf.v;
+  D lrD = scalarD(lr), momD = scalarD(c.momentum), wdD = scalarD(wd);
+  for (int64_t t = 1; t <= 3; ++t) {
+    D g = randD({11}, rng);
+    for (size_t i = 0; i < rp.size(); ++i) {
+      double gi = g.v[i] + wd * rp[i];
+      if (c.momentum != 0) {
+        rb[i] = t == 1 ? gi : c.momentum * rb[i] + (1 - c.dampening) * gi;
+        gi = c.nesterov ? gi + c.momentum * rb[i] : rb[i];
+      }
+      rp[i] -= lr * gi;
+    }
+    auto step = stepTensor(t);
+    D np = zerosD({11}), nb = zerosD({11});
+    DSC_ASSERT_OK(cpu::sgd(p.t(), g.t(), buf.t(), lrD.t(), momD.t(), wdD.t(),
+                           step.t(), c.dampening, c.nesterov, np.t(), nb.t()));
+    p = np, buf = nb;
+  }
+  for (size_t i = 0; i < rp.size(); ++i) {
+    EXPECT_NEAR(p.v[i], rp[i], 1e-15);
+    EXPECT_NEAR(buf.v[i], rb[i], 1e-15);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StepKernels, SgdTest,
+                         ::testing::Values(SgdCase{0.9, 0.0, false},
+                                           SgdCase{0.9, 0.1, false},
+                                           SgdCase{0.9, 0.0, true},
+                                           SgdCase{0.0, 0.0, false}));
+
+//===----------------------------------------------------------------------===//
+// lr_schedule
+//===----------------------------------------------------------------------===//
+
+double scheduled(cpu::LrSchedule kind, int64_t t, int64_t w, int64_t total,
+                 double wmr, double minRatio) {
+  auto step = stepTensor(t);
+  D base = scalarD(0.5), lr = scalarD(0);
+  Status st = cpu::lrSchedule(step.t(), base.t(), kind, w, total, wmr, minRatio,
+                              lr.t());
+  EXPECT_TRUE(st.ok()) << st.message();
+  return lr.v[0] / 0.5;
+}
+
+TEST(StepKernels, LrSchedules) {
+  using K = cpu::LrSchedule;
+  const double pi = std::acos(-1.0);
+  // Warm-up from warmup_min_ratio, linear in t.
+  EXPECT_DOUBLE_EQ(scheduled(K::WarmupCosine, 1, 4, 12, 0.2, 0.1),
+                   0.2 + 0.8 * 0.25);
+  EXPECT_DOUBLE_EQ(scheduled(K::Constant, 4, 4, 12, 0.2, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(scheduled(K::Constant, 100, 4, 12, 0.2, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(scheduled(K::Constant, 1, 0, 0, 0, 0), 1.0);
+  // Cosine decay to min_ratio at T, and held there after.
+  EXPECT_DOUBLE_EQ(scheduled(K::WarmupCosine, 6, 4, 12, 0.2, 0.1),
+                   0.1 + 0.9 * 0.5 * (1 + std::cos(pi * 2 / 8)));
+  EXPECT_NEAR(scheduled(K::WarmupCosine, 12, 4, 12, 0.2, 0.1), 0.1, 1e-15);
+  EXPECT_NEAR(scheduled(K::WarmupCosine, 30, 4, 12, 0.2, 0.1), 0.1, 1e-15);
+  // Linear decay.
+  EXPECT_DOUBLE_EQ(scheduled(K::WarmupLinear, 9, 4, 12, 0.0, 0.0),
+                   (12.0 - 9) / 8);
+  EXPECT_DOUBLE_EQ(scheduled(K::WarmupLinear, 13, 4, 12, 0.0, 0.25), 0.25);
+  // No decay span (T <= w): min_ratio after the warm-up.
+  EXPECT_DOUBLE_EQ(scheduled(K::WarmupLinear, 5, 4, 4, 0.0, 0.3), 0.3);
+
+  // An f32 lr from an f32 base.
+  auto step = stepTensor(2);
+  F base({}, DType::F32, {1e-3f}), lr({}, DType::F32, {0});
+  DSC_ASSERT_OK(
+      cpu::lrSchedule(step.t(), base.t(), K::WarmupLinear, 4, 8, 0, 0, lr.t()));
+  EXPECT_FLOAT_EQ(lr.v[0], 0.5e-3f);
+
+  auto zero = stepTensor(0);
+  Status st =
+      cpu::lrSchedule(zero.t(), base.t(), K::Constant, 0, 0, 0, 0, lr.t());
+  EXPECT_EQ(st.code(), StatusCode::OutOfRange);
+  cpu::LrSchedule kind;
+  DSC_EXPECT_OK(cpu::parseLrSchedule("warmup_cosine", kind));
+  EXPECT_EQ(kind, K::WarmupCosine);
+  EXPECT_FALSE(cpu::parseLrSchedule("cosine", kind).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// dropout seeds
+//===----------------------------------------------------------------------===//
+
+TEST(StepKernels, DropoutSeedsDifferPerStepCallAndOp) {
+  std::set<uint64_t> seen;
+  for (int64_t step = 1; step <= 3; ++step)
+    for (int64_t call = 0; call < 4; ++call)
+      for (int64_t op = 0; op < 5; ++op)
+        EXPECT_TRUE(seen.insert(cpu::dropoutSeed(42, step, call, op)).second);
+  EXPECT_EQ(cpu::dropoutSeed(42, 1, 2, 3), cpu::dropoutSeed(42, 1, 2, 3));
+  EXPECT_NE(cpu::dropoutSeed(42, 1, 2, 3), cpu::dropoutSeed(43, 1, 2, 3));
+}
+
+} // namespace
+} // namespace dsc::test
