@@ -365,6 +365,8 @@ struct Options {
   bool dataTypeGiven = false;
   bool help = false, quiet = false;
   std::map<std::string, double> hypers; // spec name -> value
+  int64_t gradcheck = 0;     // elements per parameter; 0 = off
+  double gradcheckTol = -1;  // < 0: by dtype
 };
 
 const char *hyperHelp(const std::string &name) {
@@ -444,7 +446,8 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
   }
   static const std::set<std::string> valued = {
       "--steps", "--seed", "--batch",      "--data",       "--data-dtype",
-      "--init",  "--log",  "--dump-grads", "--dump-params"};
+      "--init",  "--log",  "--dump-grads", "--dump-params",
+      "--gradcheck", "--gradcheck-tol"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i] ? argv[i] : "";
     if (arg == "--help" || arg == "-h") {
@@ -515,6 +518,15 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
       o.dumpGrads = value;
     } else if (name == "--dump-params") {
       o.dumpParams = value;
+    } else if (name == "--gradcheck") {
+      if (!parseInt(value, o.gradcheck) || o.gradcheck < 1)
+        return fail("--gradcheck expects a count >= 1, not '" + value + "'");
+    } else if (name == "--gradcheck-tol") {
+      char *end = nullptr;
+      o.gradcheckTol = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end || !(o.gradcheckTol > 0))
+        return fail("--gradcheck-tol expects a positive number, not '" +
+                    value + "'");
     }
     if (value.empty())
       return fail(name + " needs a value");
@@ -600,6 +612,11 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   opt("--dump-params FILE", "parameters and buffers after the last step");
   opt("--log FILE.jsonl", "one JSON object per step");
   opt("--quiet", "no progress lines (errors and warnings print)");
+  opt("--gradcheck N", "instead of training: compare the gradients of step 1");
+  opt("", "  with central finite differences of the loss at N");
+  opt("", "  elements of every parameter; exit 1 if one is off");
+  opt("--gradcheck-tol X", "bound on the relative error (default 1e-6 for");
+  opt("", "  float64 parameters, 2e-2 for float32)");
   opt("--help", "this text");
   if (spec.numHypers) {
     std::fprintf(out, "\nHyperparameters of %s (defaults compiled in):\n",
@@ -930,6 +947,89 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
                  "init: %s | data: %s | %" PRId64 " steps, seed %" PRIu64 "\n",
                  initWhat.c_str(), dataWhat.c_str(), o.steps, o.seed);
     std::fflush(out);
+  }
+
+  // Finite differences of the loss against the compiled gradients
+  // (--gradcheck N): every call is step 1 with the same seed, so dropout
+  // masks repeat and the loss is a smooth function of each parameter.
+  if (o.gradcheck > 0) {
+    for (int i = 0; i < spec.numArgs; ++i)
+      if (spec.args[i].role == ArgRole::Step)
+        setIntScalar(args.tensors[i], 1);
+    auto lossAt = [&](double &loss) -> Status {
+      arena.reset();
+      Status s = spec.trainStep(arena, args.tensors.data(), results.data());
+      if (s.ok())
+        loss = scalarValue(results[layout.loss]);
+      return s;
+    };
+    auto get = [](const Tensor &t, int64_t i) {
+      return t.dtype == DType::F64 ? t.as<double>()[i]
+                                   : double(t.as<float>()[i]);
+    };
+    auto set = [](const Tensor &t, int64_t i, double v) {
+      if (t.dtype == DType::F64)
+        t.as<double>()[i] = v;
+      else
+        t.as<float>()[i] = float(v);
+    };
+    double base = 0;
+    if (Status s = lossAt(base); !s.ok())
+      return error(s);
+    std::vector<std::vector<double>> analytic;
+    for (int r : layout.grads) {
+      const Tensor &g = results[r];
+      if (g.dtype != DType::F64 && g.dtype != DType::F32)
+        return error(Status::error(StatusCode::Unimplemented,
+                                   "--gradcheck supports float32 and float64 "
+                                   "parameters only"));
+      analytic.emplace_back(g.numel());
+      for (int64_t i = 0; i < g.numel(); ++i)
+        analytic.back()[i] = get(g, i);
+    }
+    double worst = 0, tolUsed = 0;
+    for (size_t k = 0; k < layout.grads.size(); ++k) {
+      const char *name = spec.results[layout.grads[k]].name;
+      int a = -1;
+      for (int i : layout.params)
+        if (std::string(spec.args[i].name) == name)
+          a = i;
+      if (a < 0)
+        continue;
+      const Tensor &p = args.tensors[a];
+      bool f64 = p.dtype == DType::F64;
+      double h = f64 ? 1e-5 : 1e-2;
+      double tol = o.gradcheckTol > 0 ? o.gradcheckTol : (f64 ? 1e-6 : 2e-2);
+      tolUsed = std::max(tolUsed, tol);
+      int64_t n = p.numel(), count = std::min<int64_t>(n, o.gradcheck);
+      double maxErr = 0;
+      for (int64_t j = 0; j < count; ++j) {
+        int64_t idx = count == n ? j : j * (n - 1) / std::max<int64_t>(count - 1, 1);
+        double orig = get(p, idx), lp = 0, lm = 0;
+        set(p, idx, orig + h);
+        Status sp = lossAt(lp);
+        set(p, idx, orig - h);
+        Status sm = lossAt(lm);
+        set(p, idx, orig);
+        if (!sp.ok())
+          return error(sp);
+        if (!sm.ok())
+          return error(sm);
+        double fd = (lp - lm) / (2 * h), an = analytic[k][idx];
+        double err = std::fabs(fd - an) /
+                     std::max({std::fabs(fd), std::fabs(an), 1e-3});
+        maxErr = std::max(maxErr, err);
+      }
+      worst = std::max(worst, maxErr / tol);
+      std::fprintf(out, "gradcheck %-40s %6" PRId64 " of %8" PRId64
+                        " elements | max rel error %.2e%s\n",
+                   name, count, n, maxErr, maxErr > tol ? "  <-- FAIL" : "");
+    }
+    bool ok = worst <= 1.0;
+    std::fprintf(out, "gradcheck: loss %.10g | %s (bound %.0e)\n", base,
+                 ok ? "OK" : "FAILED", tolUsed);
+    std::fflush(out);
+    return ok ? 0 : 1;
   }
 
   // 5. The steps.

@@ -8,10 +8,12 @@ test/fixtures/ref/<model>/ (made by scripts/export_torch_models.py).
 
 Per parameter: relative error ||ours - ref|| / ||ref|| of the gradient
 (against float64 torch) and, with --params, of the parameter after one AdamW
-step. A parameter whose reference gradient is exactly zero (a conv bias
-followed by BatchNorm) is compared with an absolute bound instead: float32
-leaves a rounding-level gradient there, which AdamW's normalisation turns into
-an update of at most lr. Exits 1 on any violation."""
+step. A parameter whose reference gradient is zero up to float64 rounding
+(a conv bias followed by BatchNorm: mathematically zero) is compared with
+absolute bounds instead: its float32 gradient must stay at rounding level
+(1e-5 of the largest reference gradient element) and, since AdamW normalises
+that noise, its step may differ from the reference by at most lr. Exits 1 on
+any violation."""
 import argparse
 import json
 import math
@@ -46,6 +48,7 @@ def main():
     g = load_file(a.grads)
     p = load_file(a.params) if a.params else None
 
+    scale = max(np.abs(v).max() for v in ref_g.values())
     failures = 0
     worst_g = worst_p = 0.0
     print(f"{'parameter':48} {'grad rel':>10} {'step rel':>10}")
@@ -62,10 +65,10 @@ def main():
             failures += 1
             continue
         ref_norm = np.linalg.norm(rg)
-        zero_ref = ref_norm == 0.0
+        zero_ref = ref_norm <= 1e-12 * scale
         if zero_ref:
             err_g = np.abs(og).max()
-            ok_g = err_g <= 1e-6
+            ok_g = err_g <= 1e-5 * scale
             gtxt = f"abs {err_g:.1e}"
         else:
             err_g = np.linalg.norm(og - rg) / ref_norm
