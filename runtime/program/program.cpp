@@ -365,6 +365,7 @@ struct Options {
   bool dataTypeGiven = false;
   bool help = false, quiet = false;
   std::map<std::string, double> hypers; // spec name -> value
+  int64_t printEvery = 1;    // progress line every N steps
   int64_t gradcheck = 0;     // elements per parameter; 0 = off
   double gradcheckTol = -1;  // < 0: by dtype
 };
@@ -447,7 +448,7 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
   static const std::set<std::string> valued = {
       "--steps", "--seed", "--batch",      "--data",       "--data-dtype",
       "--init",  "--log",  "--dump-grads", "--dump-params",
-      "--gradcheck", "--gradcheck-tol"};
+      "--gradcheck", "--gradcheck-tol", "--print-every"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i] ? argv[i] : "";
     if (arg == "--help" || arg == "-h") {
@@ -518,6 +519,10 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
       o.dumpGrads = value;
     } else if (name == "--dump-params") {
       o.dumpParams = value;
+    } else if (name == "--print-every") {
+      if (!parseInt(value, o.printEvery) || o.printEvery < 1)
+        return fail("--print-every expects a count >= 1, not '" + value +
+                    "'");
     } else if (name == "--gradcheck") {
       if (!parseInt(value, o.gradcheck) || o.gradcheck < 1)
         return fail("--gradcheck expects a count >= 1, not '" + value + "'");
@@ -612,6 +617,8 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   opt("--dump-params FILE", "parameters and buffers after the last step");
   opt("--log FILE.jsonl", "one JSON object per step");
   opt("--quiet", "no progress lines (errors and warnings print)");
+  opt("--print-every N", "a progress line every N steps (and the first and");
+  opt("", "  last); --log still gets every step");
   opt("--gradcheck N", "instead of training: compare the gradients of step 1");
   opt("", "  with central finite differences of the loss at N");
   opt("", "  elements of every parameter; exit 1 if one is off");
@@ -1085,7 +1092,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       }
     }
     double rate = dt > 0 ? perStep / dt : 0;
-    if (!o.quiet) {
+    if (!o.quiet && (step == 1 || step == o.steps ||
+                     step % o.printEvery == 0)) {
       std::string line = format("step %" PRId64 "/%" PRId64 " | loss %.4f",
                                 step, o.steps, loss);
       if (std::isfinite(lr) || layout.lr >= 0)

@@ -4,7 +4,14 @@ test/fixtures/ref/<model>/ (made by scripts/export_torch_models.py).
 
   check_against_torch.py --ref DIR --exporter opset17|opset18
       --grads G.safetensors [--params P.safetensors]
-      [--grad-tol 1e-4] [--param-tol 1e-5]
+      [--grad-tol 1e-4] [--param-tol 1e-5] [--buffers]
+  check_against_torch.py --ref DIR --write-init OUT.safetensors
+
+--write-init writes the reference's starting point (its parameters, and the
+buffers before the step where the reference has them) for the program's
+--init: torch's exporter runs the model once, so the running statistics it
+stores in the ONNX file are already one step ahead of the reference.
+--buffers also compares the buffers after the step (batch-norm statistics).
 
 Per parameter: relative error ||ours - ref|| / ||ref|| of the gradient
 (against float64 torch) and, with --params, of the parameter after one AdamW
@@ -31,12 +38,24 @@ def pairs(v):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ref", required=True)
-    ap.add_argument("--exporter", required=True, choices=["opset17", "opset18"])
-    ap.add_argument("--grads", required=True)
+    ap.add_argument("--exporter", choices=["opset17", "opset18"])
+    ap.add_argument("--grads")
+    ap.add_argument("--write-init")
+    ap.add_argument("--buffers", action="store_true")
     ap.add_argument("--params")
     ap.add_argument("--grad-tol", type=float, default=1e-4)
     ap.add_argument("--param-tol", type=float, default=1e-5)
     a = ap.parse_args()
+    if a.write_init:
+        from safetensors.numpy import save_file
+        init = dict(load_file(os.path.join(a.ref, "params.safetensors")))
+        before = os.path.join(a.ref, "buffers_before.safetensors")
+        if os.path.exists(before):
+            init.update(load_file(before))
+        save_file(init, a.write_init)
+        return
+    if not a.exporter or not a.grads:
+        ap.error("--exporter and --grads are required")
 
     names = json.load(open(os.path.join(a.ref, "names.json")))
     per = pairs(names["param_torch_to_onnx_per_exporter"])
@@ -92,6 +111,16 @@ def main():
         flag = "" if ok_g and ok_p else "  <-- FAIL"
         failures += (not ok_g) + (not ok_p)
         print(f"{name:48} {gtxt:>10} {ptxt:>10}{flag}")
+    if a.buffers:
+        ref_b = load_file(os.path.join(a.ref, "buffers_after_f64.safetensors"))
+        for key, rb in ref_b.items():
+            if not key.endswith(("running_mean", "running_var")):
+                continue
+            ob = p[key].astype(np.float64)
+            err = np.linalg.norm(ob - rb) / np.linalg.norm(rb)
+            ok = err <= a.param_tol
+            failures += not ok
+            print(f"{key:48} {'':>10} {err:10.2e}{'' if ok else '  <-- FAIL'}")
     print(f"worst gradient rel error {worst_g:.2e} (bound {a.grad_tol:g}); "
           f"worst parameter rel error {worst_p:.2e} (bound {a.param_tol:g})")
     if failures:
