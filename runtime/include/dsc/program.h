@@ -13,6 +13,7 @@
 #ifndef DSC_PROGRAM_H
 #define DSC_PROGRAM_H
 
+#include "dsc/comm.h"
 #include "dsc/runtime.h"
 
 namespace dsc {
@@ -51,12 +52,35 @@ struct ArgSpec {
   ArgRole role;
   const char *name;
   TensorSpec type;
+  /// >= 0: this argument is the rank's shard of flat bucket `bucket`
+  /// (spec.buckets): a Param of stage 3, or an OptState of stage 1-3
+  /// ("<bucket name>/exp_avg"). Its type is [paddedNumel / groupSize].
+  int bucket = -1;
 };
 
 struct ResultSpec {
   ResultRole role;
   const char *name;
   TensorSpec type;
+  int bucket = -1; // as in ArgSpec
+};
+
+/// Where a parameter sits in a flat bucket (elements, row-major).
+struct BucketEntry {
+  const char *param; // ONNX initializer name
+  int64_t offset;
+  int64_t numel;
+};
+
+/// A flat bucket of parameters (and of their gradients and optimizer state),
+/// padded with zeros to a multiple of the group size so it shards evenly.
+/// Padding never reaches the user: dumps and checkpoints are per parameter.
+struct BucketSpec {
+  const char *name; // "bucket0"
+  DType dtype;
+  int64_t paddedNumel;
+  int numEntries;
+  const BucketEntry *entries;
 };
 
 /// Default of a hyperparameter, baked in at compile time; the program's
@@ -71,7 +95,14 @@ struct ProgramSpec;
 /// The generated step: reads `args` (in spec order), writes `results` (in
 /// spec order, storage provided by the caller). Scratch memory comes from
 /// `arena`, sized by the compiler (spec.arenaBytes).
-using TrainStepFn = Status (*)(HostArena &arena, const Tensor *args,
+/// What one rank's step runs with. `comm` is null for a program compiled
+/// for one rank.
+struct RankContext {
+  HostArena *arena;
+  Communicator *comm;
+};
+
+using TrainStepFn = Status (*)(const RankContext &ctx, const Tensor *args,
                                const Tensor *results);
 
 struct ProgramSpec {
@@ -88,6 +119,14 @@ struct ProgramSpec {
   const HyperDefault *hypers;
   size_t arenaBytes;
   TrainStepFn trainStep;
+  // Sharding (dsc-zero-partition); a program for one rank leaves these 0.
+  int64_t worldSize;        // ranks the step was compiled for (0 = 1)
+  int64_t groupSize;        // ranks that shard state (hybrid); else worldSize
+  int stage;                // ZeRO stage 0..3
+  int numBuckets;
+  const BucketSpec *buckets;
+  int numCollectives;       // the manifest, in the order every rank issues
+  const CollectiveSpec *collectives;
 };
 
 /// The whole program: parses argv, runs the steps, returns the exit code.
