@@ -75,10 +75,13 @@ struct AutodiffPass : public dsc::impl::DscAutodiffBase<AutodiffPass> {
     OpBuilder b(ret);
     llvm::DenseMap<Value, Value> grads;
     auto lossType = cast<RankedTensorType>(loss.getType());
-    grads[loss] = dsc::ConstantOp::create(
+    auto seed = dsc::ConstantOp::create(
         b, loss.getLoc(),
         SplatElementsAttr::get(lossType,
                                FloatAttr::get(lossType.getElementType(), 1.0)));
+    // Later passes (stage-3 re-gathering) tell forward from backward by it.
+    seed->setAttr("dsc.backward_begin", b.getUnitAttr());
+    grads[loss] = seed;
     for (Operation *op : llvm::reverse(ops)) {
       SmallVector<Value> resultGrads;
       bool any = false;

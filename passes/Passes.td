@@ -148,4 +148,64 @@ def DscOptimizer : Pass<"dsc-optimizer", "mlir::ModuleOp"> {
   ];
 }
 
+def DscZeroPartition : Pass<"dsc-zero-partition", "mlir::ModuleOp"> {
+  let summary = "Shard parameters, gradients and optimizer state (ZeRO 0-3, "
+                "hybrid) and insert the collectives";
+  let description = [{
+    Rewrites `@train_step` (dsc-optimizer's output) into the step one rank
+    of `world-size` runs, SPMD, on its contiguous slice of the global batch.
+    Ranks form the grid `shard.grid @dsc_ranks(shape = R x G)`: state is
+    sharded inside groups of G = `hybrid-group` ranks (axis 1) and
+    replicated across the R = world-size / G groups (axis 0).
+
+    Parameters are packed, in argument order, into flat buckets (one per
+    weight-decay group, split at `reduce-bucket-size` elements) padded with
+    zeros to a multiple of G. Then, by stage:
+
+    | stage | gradients | optimizer state | parameters |
+    |---|---|---|---|
+    | 0 | all-reduce | replicated | replicated |
+    | 1 | all-reduce | shard of each bucket | updated shard all-gathered |
+    | 2 | reduce-scatter (+ all-reduce across groups) | shard | updated shard all-gathered |
+    | 3 | reduce-scatter (+ all-reduce across groups) | shard | shard only: gathered in `@forward_backward` before the first forward use, again before the first backward use |
+
+    Gradients are reduced once per optimizer step, after accumulation, and
+    divided by world-size (each rank's loss is a mean over its slice). The
+    global gradient norm is one scalar all-reduce of the shards' squared
+    sums. The loss returned is the mean over ranks. Parameters smaller than
+    `stage3-param-persistence-threshold` elements stay replicated at stage 3
+    (handled as stage 2). Sharded arguments and results carry
+    `dsc.bucket = i`; the module's `dsc.buckets` says where each parameter
+    lies in its bucket, so that dumps and checkpoints are never padded.
+
+    ```mlir
+    // stage 2, world-size 2: one bucket of 9610 elements
+    %flat = dsc.concat ...  : ... -> tensor<9610xf32>
+    %gs = shard.reduce_scatter %flat on @dsc_ranks grid_axes = [1]
+        scatter_axis = 0 : tensor<9610xf32> -> tensor<4805xf32>
+    %p:3 = dsc.adamw %pshard, %gs, %m, %v, ... : tensor<4805xf32>, ...
+    %full = shard.all_gather %p#0 on @dsc_ranks grid_axes = [1]
+        gather_axis = 0 : tensor<4805xf32> -> tensor<9610xf32>
+    ```
+  }];
+  let dependentDialects = ["mlir::shard::ShardDialect"];
+  let options = [
+    Option<"stage", "stage", "int64_t", /*default=*/"0", "ZeRO stage 0..3">,
+    Option<"worldSize", "world-size", "int64_t", /*default=*/"1",
+           "Number of ranks">,
+    Option<"hybridGroup", "hybrid-group", "int64_t", /*default=*/"0",
+           "Shard inside groups of this many ranks, replicate across "
+           "groups (HYBRID_SHARD); 0 = world-size">,
+    Option<"reduceBucketSize", "reduce-bucket-size", "int64_t",
+           /*default=*/"500000000",
+           "Elements per gradient bucket (DeepSpeed reduce_bucket_size)">,
+    Option<"persistenceThreshold", "stage3-param-persistence-threshold",
+           "int64_t", /*default=*/"0",
+           "Stage 3: parameters with fewer elements stay replicated">,
+    Option<"keepGathered", "keep-gathered", "bool", /*default=*/"false",
+           "Stage 3: keep parameters gathered from forward to backward "
+           "(FSDP reshard_after_forward=False)">
+  ];
+}
+
 #endif // DSC_PASSES_TD

@@ -7,7 +7,7 @@
 // CHECK: %[[A:.*]] = dsc.mul %[[W]], %[[X]]
 // CHECK: %[[B:.*]] = dsc.mul %[[A]], %[[W]]
 // CHECK: %[[L:.*]] = dsc.reduce_sum %[[B]]
-// CHECK: %[[ONE:.*]] = dsc.constant dense<1.000000e+00> : tensor<f32>
+// CHECK: %[[ONE:.*]] = dsc.constant {dsc.backward_begin} dense<1.000000e+00> : tensor<f32>
 // CHECK: %[[G0:.*]] = dsc.reshape %[[ONE]] {shape = array<i64: 1>}
 // CHECK: %[[GB:.*]] = dsc.expand %[[G0]] {shape = array<i64: 3>}
 // CHECK-DAG: %[[GA:.*]] = dsc.mul %[[GB]], %[[W]]

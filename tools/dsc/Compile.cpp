@@ -5,6 +5,9 @@
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/Compile.h"
 #include "tools/dsc/Common.h"
+#include "tools/dsc/MemoryReport.h"
+
+#include <map>
 
 #include "compiler/import/OnnxImporter.h"
 #include "dialects/dsc/IR/DscOps.h"
@@ -64,13 +67,32 @@ optimizer (defaults baked into the program; it can override the starred):
   --clip X *                 global gradient-norm clipping (0 = off)
   --accum-steps K            micro-batches per optimizer step (1); the
                              program's batch is micro-batch x K
+
+sharding (ZeRO; the program runs world-size ranks, see README):
+  --world-size N             ranks (default 1); --micro-batch is per rank
+  --stage 0|1|2|3            ZeRO stage: 0 replicate all, 1 shard optimizer
+                             state, 2 and gradients, 3 and parameters
+  --sharding NAME            FSDP names: NO_SHARD (stage 0), SHARD_GRAD_OP
+                             (2), FULL_SHARD (3), HYBRID_SHARD (3 inside
+                             groups of --hybrid-group ranks)
+  --hybrid-group G           shard inside groups of G ranks, replicate
+                             across groups
+  --reduce-bucket-size N     elements per gradient bucket (DeepSpeed's
+                             reduce_bucket_size, default 5e8)
+  --stage3-param-persistence-threshold N
+                             stage 3: smaller parameters stay replicated
+  --keep-gathered            stage 3: gather parameters once per step
+                             (FSDP reshard_after_forward=False)
+  --report                   print the per-rank memory of every stage
 )";
 
 struct CompileOptions {
   ImportOptions import;
   std::string model, output, emit = "exe", target = "cpu", cxx;
-  bool printIRAfterAll = false;
+  bool printIRAfterAll = false, report = false;
   std::string optimizerPipeline; // dsc-optimizer options
+  std::string partitionPipeline; // dsc-zero-partition options
+  bool partition = false, hybridRequested = false;
 };
 
 int parse(std::vector<std::string> args, CompileOptions &o) {
@@ -116,6 +138,45 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     }
     if (matched)
       continue;
+    bool sharded = false;
+    for (const char *flag :
+         {"--stage", "--world-size", "--hybrid-group", "--reduce-bucket-size",
+          "--stage3-param-persistence-threshold"}) {
+      if (auto v = c.take(flag)) {
+        int64_t n;
+        if (llvm::StringRef(*v).getAsInteger(10, n) || n < 0)
+          return usageError(std::string(flag) + " needs a count, not '" + *v +
+                                "'",
+                            kCompileUsage);
+        o.partitionPipeline += std::string(o.partitionPipeline.empty()
+                                               ? ""
+                                               : " ") +
+                               (flag + 2) + "=" + *v;
+        o.partition = sharded = true;
+        break;
+      }
+    }
+    if (sharded)
+      continue;
+    if (auto v = c.take("--sharding")) {
+      static const std::map<std::string, std::string> fsdp = {
+          {"NO_SHARD", "stage=0"},
+          {"SHARD_GRAD_OP", "stage=2"},
+          {"FULL_SHARD", "stage=3"},
+          {"HYBRID_SHARD", "stage=3"}};
+      auto it = fsdp.find(*v);
+      if (it == fsdp.end())
+        return usageError("--sharding must be NO_SHARD, SHARD_GRAD_OP, "
+                          "FULL_SHARD or HYBRID_SHARD, not '" +
+                              *v + "'",
+                          kCompileUsage);
+      if (*v == "HYBRID_SHARD")
+        o.hybridRequested = true;
+      o.partitionPipeline +=
+          (o.partitionPipeline.empty() ? "" : " ") + it->second;
+      o.partition = true;
+      continue;
+    }
     if (auto v = c.take("--optimizer")) {
       optimizerOptions.push_back("optimizer=" + *v);
       continue;
@@ -151,6 +212,14 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       optimizerOptions.push_back("nesterov=true");
     else if (a == "--print-ir-after-all")
       o.printIRAfterAll = true;
+    else if (a == "--report")
+      o.report = true;
+    else if (a == "--keep-gathered") {
+      o.partitionPipeline +=
+          std::string(o.partitionPipeline.empty() ? "" : " ") +
+          "keep-gathered=true";
+      o.partition = true;
+    }
     else if (a.starts_with("-"))
       return usageError("unknown option '" + a.str() + "'", kCompileUsage);
     else if (o.model.empty())
@@ -168,6 +237,10 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
                  << " is not available in this build; use --target cpu\n";
     return 1;
   }
+  if (o.hybridRequested &&
+      o.partitionPipeline.find("hybrid-group=") == std::string::npos)
+    return usageError("--sharding HYBRID_SHARD needs --hybrid-group G",
+                      kCompileUsage);
   if (o.output.empty() && o.emit == "exe")
     return usageError("-o PROGRAM is required", kCompileUsage);
   for (const auto &opt : optimizerOptions)
@@ -244,9 +317,19 @@ int runCompile(std::vector<std::string> args) {
                  << "\n";
     return 1;
   }
+  if (o.partition) {
+    std::string zp = "dsc-zero-partition{" + o.partitionPipeline + "}";
+    if (failed(parsePassPipeline(zp, pm, llvm::errs()))) {
+      llvm::errs() << "error: bad sharding options: " << o.partitionPipeline
+                   << "\n";
+      return 1;
+    }
+  }
   pm.addPass(createCSEPass());
   if (failed(pm.run(*module)))
     return 1;
+  if (o.report)
+    printMemoryReport(*module, llvm::outs());
 
   if (o.emit == "mlir") {
     auto write = [&](llvm::raw_ostream &os) { module->print(os); };

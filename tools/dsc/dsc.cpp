@@ -9,6 +9,7 @@
 #include "dialects/dsc/IR/DscOps.h"
 #include "tools/dsc/Common.h"
 #include "tools/dsc/Compile.h"
+#include "tools/dsc/MemoryReport.h"
 #include "tools/dsc/Summary.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -42,7 +43,8 @@ commands:
              in the dsc dialect, with static shapes and shape arithmetic
              folded away, or a summary of its parameters and ops
   compile    compile the whole training step (gradients, optimizer,
-             schedule) into a native program that trains the model
+             schedule, ZeRO sharding) into a native program
+  estimate   memory per GPU/rank of every ZeRO stage, before any run
   ops        list the ONNX operators (default domain) dsc can import
   help       this text; `dsc help import` for the options of a command
   version    print the version
@@ -139,6 +141,76 @@ int runImport(std::vector<std::string> args) {
   return writeAtomically(output, write) ? 0 : 1;
 }
 
+const char *kEstimateUsage = R"(usage: dsc estimate [options] MODEL.onnx
+
+Prints the model-state memory per rank (parameters, gradients, optimizer
+state, collective buffers) of ZeRO stages 0-3 side by side, from the model's
+shapes alone (no weights are read).
+
+options:
+  --world-size N             ranks (default 8)
+  --hybrid-group G           shard inside groups of G ranks
+  --optimizer adamw|sgd      (default adamw)
+  --micro-batch N, --input-shape NAME=AxB   as for `dsc import`
+)";
+
+int runEstimate(std::vector<std::string> args) {
+  dsc::ImportOptions opts;
+  std::string model, optimizer = "adamw";
+  int64_t world = 8, group = 0;
+  dsc::ArgCursor c(std::move(args));
+  while (!c.done()) {
+    if (c.is("-h") || c.is("--help")) {
+      llvm::outs() << kEstimateUsage;
+      return 0;
+    }
+    if (dsc::parseImportOption(c, opts)) {
+      if (!c.error.empty())
+        return usageError(c.error, kEstimateUsage);
+      continue;
+    }
+    if (auto v = c.take("--world-size")) {
+      if (llvm::StringRef(*v).getAsInteger(10, world) || world < 1)
+        return usageError("--world-size needs a positive count",
+                          kEstimateUsage);
+      continue;
+    }
+    if (auto v = c.take("--hybrid-group")) {
+      if (llvm::StringRef(*v).getAsInteger(10, group) || group < 1)
+        return usageError("--hybrid-group needs a positive count",
+                          kEstimateUsage);
+      continue;
+    }
+    if (auto v = c.take("--optimizer")) {
+      if (*v != "adamw" && *v != "sgd")
+        return usageError("--optimizer must be adamw or sgd", kEstimateUsage);
+      optimizer = *v;
+      continue;
+    }
+    if (!c.error.empty())
+      return usageError(c.error, kEstimateUsage);
+    if (llvm::StringRef(c.current()).starts_with("-"))
+      return usageError("unknown option '" + c.current() + "'",
+                        kEstimateUsage);
+    model = c.current();
+    c.next();
+  }
+  if (model.empty())
+    return usageError("no model given", kEstimateUsage);
+  if (group == 0)
+    group = world;
+  if (world % group)
+    return usageError("--hybrid-group must divide --world-size",
+                      kEstimateUsage);
+  MLIRContext ctx;
+  dsc::installDiagnosticPrinter(ctx);
+  auto module = dsc::importOnnxFile(ctx, model, opts);
+  if (!module)
+    return 1;
+  dsc::printMemoryEstimate(*module, world, group, optimizer, llvm::outs());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -160,6 +232,8 @@ int main(int argc, char **argv) {
     return runImport(args);
   if (command == "compile")
     return dsc::runCompile(args);
+  if (command == "estimate")
+    return runEstimate(args);
   if (command == "ops") {
     for (const auto &op : dsc::supportedOnnxOps())
       llvm::outs() << op << "\n";

@@ -1,0 +1,691 @@
+//===- ZeroPartition.cpp - ZeRO stages 0-3 and hybrid sharding ------------===//
+//
+// Analyse, then rewrite:
+//   1. find @train_step's parameters, gradients, optimizer updates and
+//      hyperparameters (the shape dsc-optimizer gives it);
+//   2. pack parameters into flat buckets per weight-decay group;
+//   3. rebuild the tail of @train_step for the stage: reduce gradients,
+//      global norm and clipping on what each rank holds, the optimizer
+//      update on shards, parameters re-assembled;
+//   4. stage 3: parameters enter as shards; @forward_backward gathers each
+//      bucket before its first forward use and again before its first
+//      backward use;
+//   5. record the grid, the buckets and the stage on the module.
+//
+//===----------------------------------------------------------------------===//
+#include "dialects/dsc/IR/DscOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace dsc {
+#define GEN_PASS_DEF_DSCZEROPARTITION
+#include "passes/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace {
+
+constexpr const char *kGrid = "dsc_ranks";
+
+struct ParamInfo {
+  unsigned arg;                  // @train_step argument
+  std::string name;
+  RankedTensorType type;
+  Operation *update = nullptr;   // dsc.adamw / dsc.sgd
+  SmallVector<unsigned> stateArgs;
+  Value grad;                    // averaged local gradient
+  Value weightDecay;             // operand of the update
+  int bucket = -1;
+  int64_t offset = 0;
+};
+
+struct Bucket {
+  std::string name;
+  SmallVector<unsigned> params; // indices into params
+  int64_t numel = 0, padded = 0;
+  Type element;
+  Value weightDecay;
+  bool sharded = true; // stage 3 and not persistent: params are shards
+};
+
+struct ZeroPartitionPass
+    : public dsc::impl::DscZeroPartitionBase<ZeroPartitionPass> {
+  using Base::Base;
+
+  OpBuilder *b = nullptr;
+  LocationAttr loc;
+  int64_t groupSize = 1;
+
+  RankedTensorType vec(int64_t n, Type e) {
+    return RankedTensorType::get({n}, e);
+  }
+  Value scalarLike(Type element, double v) {
+    auto t = RankedTensorType::get({}, element);
+    return dsc::ConstantOp::create(
+        *b, loc, SplatElementsAttr::get(t, FloatAttr::get(element, v)));
+  }
+  Value reshape(Value v, ArrayRef<int64_t> shape) {
+    if (cast<RankedTensorType>(v.getType()).getShape() == shape)
+      return v;
+    return dsc::ReshapeOp::create(*b, loc, v, b->getDenseI64ArrayAttr(shape));
+  }
+  /// Concatenates values flattened, padded with zeros to `padded`.
+  Value flatten(ArrayRef<Value> values, int64_t padded) {
+    SmallVector<Value> flat;
+    int64_t n = 0;
+    for (Value v : values) {
+      auto t = cast<RankedTensorType>(v.getType());
+      flat.push_back(reshape(v, {t.getNumElements()}));
+      n += t.getNumElements();
+    }
+    Value r = flat.size() == 1
+                  ? flat[0]
+                  : dsc::ConcatOp::create(*b, loc, flat,
+                                          b->getI64IntegerAttr(0))
+                        .getResult();
+    if (padded > n)
+      r = dsc::PadOp::create(*b, loc, r,
+                             b->getDenseI64ArrayAttr({0, padded - n}),
+                             b->getF64FloatAttr(0.0));
+    return r;
+  }
+  Value unflatten(Value flat, int64_t offset, RankedTensorType type) {
+    Value s = dsc::SliceOp::create(
+        *b, loc, flat, b->getDenseI64ArrayAttr({offset}),
+        b->getDenseI64ArrayAttr({type.getNumElements()}),
+        b->getDenseI64ArrayAttr({1}));
+    return reshape(s, type.getShape());
+  }
+  NamedAttribute gridAttrs(SmallVectorImpl<NamedAttribute> &attrs,
+                           ArrayRef<int16_t> axes) {
+    attrs.push_back(b->getNamedAttr(
+        "grid", FlatSymbolRefAttr::get(b->getContext(), kGrid)));
+    attrs.push_back(
+        b->getNamedAttr("grid_axes", b->getDenseI16ArrayAttr(axes)));
+    return attrs.back();
+  }
+  Value allReduce(Value v, ArrayRef<int16_t> axes) {
+    SmallVector<NamedAttribute> attrs;
+    gridAttrs(attrs, axes);
+    attrs.push_back(b->getNamedAttr(
+        "reduction", shard::ReductionKindAttr::get(b->getContext(),
+                                                   shard::ReductionKind::Sum)));
+    return shard::AllReduceOp::create(*b, loc, TypeRange{v.getType()},
+                                      ValueRange{v}, attrs)
+        .getResult();
+  }
+  Value allGather(Value v, ArrayRef<int16_t> axes, int64_t n) {
+    SmallVector<NamedAttribute> attrs;
+    gridAttrs(attrs, axes);
+    attrs.push_back(
+        b->getNamedAttr("gather_axis", b->getIndexAttr(0)));
+    auto t = cast<RankedTensorType>(v.getType());
+    return shard::AllGatherOp::create(*b, loc,
+                                      TypeRange{vec(n, t.getElementType())},
+                                      ValueRange{v}, attrs)
+        .getResult();
+  }
+  Value reduceScatter(Value v, ArrayRef<int16_t> axes, int64_t n) {
+    SmallVector<NamedAttribute> attrs;
+    gridAttrs(attrs, axes);
+    attrs.push_back(b->getNamedAttr(
+        "reduction", shard::ReductionKindAttr::get(b->getContext(),
+                                                   shard::ReductionKind::Sum)));
+    attrs.push_back(b->getNamedAttr("scatter_axis", b->getIndexAttr(0)));
+    auto t = cast<RankedTensorType>(v.getType());
+    return shard::ReduceScatterOp::create(
+               *b, loc, TypeRange{vec(n, t.getElementType())}, ValueRange{v},
+               attrs)
+        .getResult();
+  }
+  Value allSlice(Value v, ArrayRef<int16_t> axes, int64_t n) {
+    SmallVector<NamedAttribute> attrs;
+    gridAttrs(attrs, axes);
+    attrs.push_back(b->getNamedAttr("slice_axis", b->getIndexAttr(0)));
+    auto t = cast<RankedTensorType>(v.getType());
+    return shard::AllSliceOp::create(*b, loc,
+                                     TypeRange{vec(n, t.getElementType())},
+                                     ValueRange{v}, attrs)
+        .getResult();
+  }
+  /// Sum of squares of a tensor, as tensor<f32>.
+  Value sumSquares(Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> axes;
+    for (int64_t d = 0; d < t.getRank(); ++d)
+      axes.push_back(d);
+    Value sq = dsc::MulOp::create(*b, loc, v, v);
+    Value s = axes.empty() ? sq
+                           : dsc::ReduceSumOp::create(
+                                 *b, loc, sq, b->getDenseI64ArrayAttr(axes),
+                                 b->getBoolAttr(false))
+                                 .getResult();
+    if (t.getElementType() != b->getF32Type())
+      s = dsc::CastOp::create(*b, loc, s, TypeAttr::get(b->getF32Type()));
+    return s;
+  }
+
+  void runOnOperation() override;
+};
+
+void ZeroPartitionPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = &getContext();
+  auto fail = [&](const Twine &msg) {
+    module.emitError("dsc-zero-partition: ") << msg;
+    signalPassFailure();
+  };
+  if (stage < 0 || stage > 3)
+    return fail("stage must be 0, 1, 2 or 3, not " + Twine(stage));
+  if (worldSize < 1)
+    return fail("world-size must be at least 1");
+  groupSize = hybridGroup > 0 ? hybridGroup : worldSize;
+  if (worldSize % groupSize)
+    return fail("hybrid-group " + Twine(groupSize) +
+                " does not divide world-size " + Twine(worldSize));
+  if (reduceBucketSize < 1)
+    return fail("reduce-bucket-size must be positive");
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  auto fb = module.lookupSymbol<func::FuncOp>("forward_backward");
+  if (!step || !fb)
+    return fail("needs @train_step and @forward_backward; run dsc-autodiff "
+                "and dsc-optimizer first");
+  Block &body = step.front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder builder(ctx);
+  b = &builder;
+  loc = step.getLoc();
+
+  // 1. Analyse @train_step.
+  SmallVector<ParamInfo> params;
+  llvm::StringMap<unsigned> paramIndex;
+  Value lossValue;
+  int lossResult = -1, normResult = -1, lrResult = -1;
+  llvm::StringMap<unsigned> gradResult, paramResult, stateResult;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    if (auto n = step.getArgAttrOfType<StringAttr>(i, "dsc.param")) {
+      paramIndex[n] = params.size();
+      params.push_back({i, n.str(),
+                        cast<RankedTensorType>(step.getArgument(i).getType())});
+    }
+  for (unsigned i = 0; i < step.getNumResults(); ++i) {
+    if (step.getResultAttr(i, "dsc.output") && lossResult < 0)
+      lossResult = i;
+    else if (step.getResultAttr(i, "dsc.grad_norm"))
+      normResult = i;
+    else if (step.getResultAttr(i, "dsc.lr"))
+      lrResult = i;
+    else if (auto n = step.getResultAttrOfType<StringAttr>(i, "dsc.grad"))
+      gradResult[n] = i;
+    else if (auto n =
+                 step.getResultAttrOfType<StringAttr>(i, "dsc.param_update"))
+      paramResult[n] = i;
+    else if (auto n = step.getResultAttrOfType<StringAttr>(
+                 i, "dsc.opt_state_update"))
+      stateResult[n] = i;
+  }
+  if (lossResult < 0 || normResult < 0 || lrResult < 0)
+    return fail("@train_step lacks its loss, grad_norm or lr result");
+  lossValue = ret.getOperand(lossResult);
+  Value lr;
+  Value clipArg, stepArg;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    if (auto h = step.getArgAttrOfType<StringAttr>(i, "dsc.hyper"))
+      if (h.getValue() == "clip")
+        clipArg = step.getArgument(i);
+    if (step.getArgAttr(i, "dsc.step"))
+      stepArg = step.getArgument(i);
+  }
+  for (ParamInfo &p : params) {
+    auto g = gradResult.find(p.name);
+    if (g == gradResult.end())
+      return fail("no gradient result for parameter '" + p.name + "'");
+    p.grad = ret.getOperand(g->second);
+    for (Operation *user : step.getArgument(p.arg).getUsers())
+      if (isa<dsc::AdamWOp, dsc::SgdOp>(user) && user->getOperand(0) ==
+                                                     step.getArgument(p.arg))
+        p.update = user;
+    if (!p.update)
+      return fail("no optimizer update for parameter '" + p.name + "'");
+    if (auto a = dyn_cast<dsc::AdamWOp>(p.update)) {
+      p.weightDecay = a.getWeightDecay();
+      lr = a.getLr();
+      for (Value s : {a.getExpAvg(), a.getExpAvgSq()})
+        p.stateArgs.push_back(cast<BlockArgument>(s).getArgNumber());
+    } else {
+      auto s = cast<dsc::SgdOp>(p.update);
+      p.weightDecay = s.getWeightDecay();
+      lr = s.getLr();
+      p.stateArgs.push_back(
+          cast<BlockArgument>(s.getMomentumBuffer()).getArgNumber());
+    }
+  }
+  if (params.empty())
+    return fail("the model has no trainable parameters");
+  bool isAdam = isa<dsc::AdamWOp>(params.front().update);
+
+  // 2. Buckets: consecutive parameters of one weight-decay value and element
+  // type, up to reduce-bucket-size elements.
+  SmallVector<Bucket> buckets;
+  for (unsigned i = 0; i < params.size(); ++i) {
+    ParamInfo &p = params[i];
+    bool persistent =
+        stage == 3 && p.type.getNumElements() < persistenceThreshold;
+    Bucket *last = buckets.empty() ? nullptr : &buckets.back();
+    if (!last || last->weightDecay != p.weightDecay ||
+        last->element != p.type.getElementType() ||
+        last->numel + p.type.getNumElements() > reduceBucketSize ||
+        last->sharded != (stage == 3 && !persistent)) {
+      buckets.push_back({});
+      last = &buckets.back();
+      last->name = "bucket" + std::to_string(buckets.size() - 1);
+      last->element = p.type.getElementType();
+      last->weightDecay = p.weightDecay;
+      last->sharded = stage == 3 && !persistent;
+    }
+    p.bucket = buckets.size() - 1;
+    p.offset = last->numel;
+    last->params.push_back(i);
+    last->numel += p.type.getNumElements();
+  }
+  for (Bucket &bk : buckets)
+    bk.padded = (bk.numel + groupSize - 1) / groupSize * groupSize;
+
+  // 3. The new tail, built before the return.
+  builder.setInsertionPoint(ret);
+  SmallVector<int16_t> all = {0, 1}, group = {1}, replicas = {0};
+  double invWorld = 1.0 / worldSize;
+  SmallVector<Value> newResults(ret.getOperands());
+  // Extra results / args, appended at the end and filled later.
+  struct NewArg {
+    std::string role, name;
+    Type type;
+    int bucket;
+  };
+  SmallVector<NewArg> newArgs;
+  struct NewResult {
+    Value value;
+    std::string role, name;
+    int bucket;
+  };
+  SmallVector<NewResult> extraResults;
+
+  // Loss: the mean over ranks.
+  if (worldSize > 1) {
+    Type e = cast<RankedTensorType>(lossValue.getType()).getElementType();
+    Value l = allReduce(reshape(lossValue, {1}), all);
+    l = dsc::MulOp::create(builder, loc, reshape(l, {}),
+                           scalarLike(e, invWorld));
+    newResults[lossResult] = l;
+  }
+
+  // Gradients reduced per bucket: full (stage 0/1) or a shard (2/3).
+  SmallVector<Value> reduced(buckets.size());
+  bool shardGrads = stage >= 2;
+  for (auto [bi, bk] : llvm::enumerate(buckets)) {
+    SmallVector<Value> grads;
+    for (unsigned pi : bk.params)
+      grads.push_back(params[pi].grad);
+    Value flat = flatten(grads, bk.padded);
+    Value r;
+    if (worldSize == 1)
+      r = shardGrads ? allSlice(flat, group, bk.padded / groupSize) : flat;
+    else if (shardGrads) {
+      r = reduceScatter(flat, group, bk.padded / groupSize);
+      if (worldSize > groupSize)
+        r = allReduce(r, replicas);
+    } else {
+      r = allReduce(flat, all);
+    }
+    if (worldSize > 1)
+      r = dsc::MulOp::create(builder, loc, r,
+                             scalarLike(bk.element, invWorld));
+    reduced[bi] = r;
+  }
+  // Global norm: what each rank holds, summed within its group if sharded.
+  Value sumSq;
+  for (Value r : reduced) {
+    Value s = sumSquares(r);
+    sumSq = sumSq ? dsc::AddOp::create(builder, loc, sumSq, s).getResult() : s;
+  }
+  if (shardGrads && groupSize > 1)
+    sumSq = reshape(allReduce(reshape(sumSq, {1}), group), {});
+  Value norm = dsc::SqrtOp::create(builder, loc, sumSq);
+  newResults[normResult] = norm;
+  Value f32 = scalarLike(builder.getF32Type(), 1.0);
+  Value coef = dsc::MinOp::create(
+      builder, loc, f32,
+      dsc::DivOp::create(builder, loc, clipArg,
+                         dsc::AddOp::create(
+                             builder, loc, norm,
+                             scalarLike(builder.getF32Type(), 1e-6))));
+  coef = dsc::WhereOp::create(
+      builder, loc,
+      dsc::GreaterOp::create(builder, loc, clipArg,
+                             scalarLike(builder.getF32Type(), 0.0)),
+      coef, f32);
+
+  // Updates.
+  auto castTo = [&](Value scalar, Type element) -> Value {
+    if (element == builder.getF32Type())
+      return scalar;
+    return dsc::CastOp::create(builder, loc, scalar, TypeAttr::get(element));
+  };
+  SmallVector<StringRef> slots =
+      isAdam ? SmallVector<StringRef>{"exp_avg", "exp_avg_sq"}
+             : SmallVector<StringRef>{"momentum_buffer"};
+  // Stage-3 parameter shards: new arguments replacing the parameters.
+  for (auto [bi, bk] : llvm::enumerate(buckets)) {
+    Type shardType = vec(bk.padded / groupSize, bk.element);
+    Value g = reduced[bi];
+    if (!shardGrads && stage == 0) {
+      // Stage 0: per-parameter updates on full, reduced gradients.
+      for (unsigned pi : bk.params) {
+        ParamInfo &p = params[pi];
+        Value gp = unflatten(g, p.offset, p.type);
+        Value clipped =
+            dsc::MulOp::create(builder, loc, gp, castTo(coef, bk.element));
+        p.update->setOperand(1, clipped);
+        p.update->moveBefore(ret);
+        newResults[gradResult[p.name]] = gp;
+      }
+      continue;
+    }
+    // Stages 1-3: the update runs on this rank's shard of the bucket.
+    if (bk.sharded)
+      newArgs.push_back({"dsc.param", bk.name, shardType, (int)bi});
+    for (StringRef slot : slots)
+      newArgs.push_back(
+          {"dsc.opt_state", bk.name + "/" + slot.str(), shardType, (int)bi});
+  }
+  // Add the new arguments now, so shards can be used.
+  unsigned base = step.getNumArguments();
+  for (NewArg &a : newArgs) {
+    if (failed(step.insertArgument(step.getNumArguments(), a.type,
+                        builder.getDictionaryAttr(
+                            {builder.getNamedAttr(a.role,
+                                                  builder.getStringAttr(a.name)),
+                             builder.getNamedAttr(
+                                 "dsc.bucket",
+                                 builder.getI64IntegerAttr(a.bucket))}),
+                        loc)))
+      return fail("internal error: cannot add an argument");
+  }
+  unsigned next = 0;
+  for (auto [bi, bk] : llvm::enumerate(buckets)) {
+    if (!shardGrads && stage == 0)
+      continue;
+    Value g = reduced[bi];
+    Value gShard = shardGrads ? g : Value();
+    int64_t shardN = bk.padded / groupSize;
+    builder.setInsertionPoint(ret);
+    if (!gShard)
+      gShard = allSlice(g, group, shardN);
+    Value pShard;
+    if (bk.sharded)
+      pShard = step.getArgument(base + next++);
+    else {
+      SmallVector<Value> ps;
+      for (unsigned pi : bk.params)
+        ps.push_back(step.getArgument(params[pi].arg));
+      pShard = allSlice(flatten(ps, bk.padded), group, shardN);
+    }
+    SmallVector<Value> state;
+    for (size_t s = 0; s < slots.size(); ++s)
+      state.push_back(step.getArgument(base + next++));
+    Value clipped =
+        dsc::MulOp::create(builder, loc, gShard, castTo(coef, bk.element));
+    Operation *proto = params[bk.params.front()].update;
+    SmallVector<Value> newP, newState;
+    if (auto a = dyn_cast<dsc::AdamWOp>(proto)) {
+      auto op = dsc::AdamWOp::create(builder, loc, pShard, clipped, state[0],
+                                     state[1], a.getLr(), a.getBeta1(),
+                                     a.getBeta2(), a.getEps(),
+                                     a.getWeightDecay(), a.getStep());
+      newP.push_back(op.getNewParam());
+      newState = {op.getNewExpAvg(), op.getNewExpAvgSq()};
+    } else {
+      auto s = cast<dsc::SgdOp>(proto);
+      auto op = dsc::SgdOp::create(builder, loc, pShard, clipped, state[0],
+                                   s.getLr(), s.getMomentum(),
+                                   s.getWeightDecay(), s.getStep(),
+                                   s.getDampeningAttr(), s.getNesterovAttr());
+      newP.push_back(op.getNewParam());
+      newState = {op.getNewMomentumBuffer()};
+    }
+    for (auto [slot, v] : llvm::zip(slots, newState))
+      extraResults.push_back(
+          {v, "dsc.opt_state_update", bk.name + "/" + slot.str(), (int)bi});
+    if (bk.sharded) {
+      extraResults.push_back({newP[0], "dsc.param_update", bk.name, (int)bi});
+    } else {
+      Value full = groupSize > 1 ? allGather(newP[0], group, bk.padded)
+                                 : newP[0];
+      for (unsigned pi : bk.params)
+        newResults[paramResult[params[pi].name]] =
+            unflatten(full, params[pi].offset, params[pi].type);
+    }
+    extraResults.push_back({gShard, "dsc.grad", bk.name, (int)bi});
+  }
+
+  // 4. Stage 3: parameters are shards; gather them for @forward_backward.
+  // (Done at the call sites in @train_step and, for the backward, inside
+  // @forward_backward, see below.)
+  bool anySharded = llvm::any_of(buckets, [](const Bucket &bk) {
+    return bk.sharded;
+  });
+  if (anySharded) {
+    // In @forward_backward: params of sharded buckets become bucket-shard
+    // arguments; a gather before the first forward use, and (unless
+    // keep-gathered) another before the first backward use.
+    Block &fbody = fb.front();
+    Operation *backwardBegin = nullptr;
+    for (Operation &op : fbody)
+      if (op.hasAttr("dsc.backward_begin")) {
+        backwardBegin = &op;
+        break;
+      }
+    llvm::DenseMap<Operation *, unsigned> position;
+    unsigned pos = 0;
+    for (Operation &op : fbody)
+      position[&op] = pos++;
+    unsigned bwdPos = backwardBegin ? position[backwardBegin] : pos;
+    llvm::StringMap<unsigned> fbParam;
+    for (unsigned i = 0; i < fb.getNumArguments(); ++i)
+      if (auto n = fb.getArgAttrOfType<StringAttr>(i, "dsc.param"))
+        fbParam[n] = i;
+    SmallVector<unsigned> eraseArgs;
+    for (auto [bi, bk] : llvm::enumerate(buckets)) {
+      if (!bk.sharded)
+        continue;
+      Type shardType = vec(bk.padded / groupSize, bk.element);
+      unsigned shardIndex = fb.getNumArguments();
+      if (failed(fb.insertArgument(
+              shardIndex, shardType,
+              builder.getDictionaryAttr(
+                  {builder.getNamedAttr("dsc.param_shard",
+                                        builder.getStringAttr(bk.name)),
+                   builder.getNamedAttr("dsc.bucket",
+                                        builder.getI64IntegerAttr(bi))}),
+              loc)))
+        return fail("internal error: cannot add a shard argument");
+      BlockArgument shardArg = fbody.getArgument(shardIndex);
+      // Uses of each parameter, split into forward and backward.
+      SmallVector<OpOperand *> fwdUses, bwdUses;
+      Operation *firstFwd = nullptr, *firstBwd = nullptr;
+      for (unsigned pi : bk.params) {
+        BlockArgument a = fbody.getArgument(fbParam[params[pi].name]);
+        for (OpOperand &u : a.getUses()) {
+          Operation *user = u.getOwner();
+          bool bwd = position.lookup(user) > bwdPos ||
+                     isa<func::ReturnOp>(user);
+          if (bwd && !keepGathered) {
+            bwdUses.push_back(&u);
+            if (!firstBwd || position[user] < position[firstBwd])
+              firstBwd = user;
+          } else {
+            fwdUses.push_back(&u);
+            if (!firstFwd || position[user] < position[firstFwd])
+              firstFwd = user;
+          }
+        }
+      }
+      auto gatherBefore = [&](Operation *where,
+                              SmallVectorImpl<OpOperand *> &uses) {
+        if (!where)
+          return;
+        builder.setInsertionPoint(where);
+        Value full = groupSize > 1 ? allGather(shardArg, group, bk.padded)
+                                   : Value(shardArg);
+        llvm::DenseMap<unsigned, Value> pieces;
+        for (OpOperand *u : uses) {
+          unsigned argNo = cast<BlockArgument>(u->get()).getArgNumber();
+          Value &piece = pieces[argNo];
+          if (!piece) {
+            for (unsigned pi : bk.params)
+              if (fbParam[params[pi].name] == argNo)
+                piece = unflatten(full, params[pi].offset, params[pi].type);
+          }
+          u->set(piece);
+        }
+      };
+      gatherBefore(firstFwd, fwdUses);
+      gatherBefore(firstBwd, bwdUses);
+      for (unsigned pi : bk.params)
+        eraseArgs.push_back(fbParam[params[pi].name]);
+    }
+    // Call sites pass the shards instead of the parameters.
+    SmallVector<func::CallOp> calls;
+    step.walk([&](func::CallOp c) {
+      if (c.getCallee() == "forward_backward")
+        calls.push_back(c);
+    });
+    unsigned shardArgIndex = base;
+    SmallVector<Value> shardArgs;
+    for (auto [bi, bk] : llvm::enumerate(buckets)) {
+      if (!bk.sharded)
+        continue;
+      shardArgs.push_back(step.getArgument(shardArgIndex));
+      shardArgIndex += 1 + slots.size();
+    }
+    // Remove the replaced parameter arguments from @forward_backward and
+    // rebuild the calls.
+    llvm::BitVector erase(fbody.getNumArguments());
+    for (unsigned a : eraseArgs)
+      erase.set(a);
+    for (func::CallOp c : calls) {
+      SmallVector<Value> operands;
+      for (unsigned i = 0; i < c.getNumOperands(); ++i)
+        if (!erase.test(i))
+          operands.push_back(c.getOperand(i));
+      llvm::append_range(operands, shardArgs);
+      builder.setInsertionPoint(c);
+      auto nc = func::CallOp::create(builder, c.getLoc(), fb.getSymName(),
+                                     c.getResultTypes(), operands);
+      c.replaceAllUsesWith(nc.getResults());
+      c.erase();
+    }
+    if (failed(fb.eraseArguments(erase)))
+      return fail("internal error: cannot drop gathered parameters");
+  }
+
+  // 5. Return: drop per-parameter state results that moved into buckets,
+  // and per-parameter param/grad results of sharded buckets.
+  llvm::BitVector dropResult(newResults.size());
+  if (stage >= 1)
+    for (ParamInfo &p : params) {
+      for (StringRef slot : slots)
+        dropResult.set(stateResult[p.name + "/" + slot.str()]);
+      if (buckets[p.bucket].sharded)
+        dropResult.set(paramResult[p.name]);
+      dropResult.set(gradResult[p.name]);
+    }
+  SmallVector<Value> finalResults;
+  SmallVector<DictionaryAttr> finalAttrs;
+  for (unsigned i = 0; i < newResults.size(); ++i)
+    if (!dropResult.test(i)) {
+      finalResults.push_back(newResults[i]);
+      finalAttrs.push_back(step.getResultAttrDict(i)
+                               ? step.getResultAttrDict(i)
+                               : builder.getDictionaryAttr({}));
+    }
+  for (NewResult &r : extraResults) {
+    finalResults.push_back(r.value);
+    finalAttrs.push_back(builder.getDictionaryAttr(
+        {builder.getNamedAttr(r.role, builder.getStringAttr(r.name)),
+         builder.getNamedAttr("dsc.bucket",
+                              builder.getI64IntegerAttr(r.bucket))}));
+  }
+  builder.setInsertionPoint(ret);
+  func::ReturnOp::create(builder, ret.getLoc(), finalResults);
+  ret.erase();
+  step.setType(FunctionType::get(ctx, body.getArgumentTypes(),
+                                 TypeRange(ValueRange(finalResults))));
+  step.setAllResultAttrs(SmallVector<Attribute>(finalAttrs.begin(),
+                                                finalAttrs.end()));
+  // Old per-parameter updates of stages 1-3, and their inputs, die here.
+  if (stage >= 1)
+    for (ParamInfo &p : params)
+      if (p.update->use_empty())
+        p.update->erase();
+  SmallVector<Operation *> order;
+  for (Operation &op : body.without_terminator())
+    order.push_back(&op);
+  for (Operation *op : llvm::reverse(order))
+    if (op->use_empty() && isPure(op))
+      op->erase();
+  // Drop arguments nobody reads any more: per-parameter optimizer state of
+  // stages 1-3 and the parameters of sharded buckets.
+  llvm::BitVector eraseArgs(step.getNumArguments());
+  for (ParamInfo &p : params) {
+    if (stage >= 1)
+      for (unsigned s : p.stateArgs)
+        eraseArgs.set(s);
+    if (buckets[p.bucket].sharded)
+      eraseArgs.set(p.arg);
+  }
+  for (unsigned i = 0; i < eraseArgs.size(); ++i)
+    if (eraseArgs.test(i) && !step.getArgument(i).use_empty())
+      return fail("internal error: argument #" + Twine(i) + " still used");
+  if (failed(step.eraseArguments(eraseArgs)))
+    return fail("internal error: cannot erase arguments");
+
+  // 6. What the program and later passes need to know.
+  if (!module.lookupSymbol(kGrid)) {
+    builder.setInsertionPointToStart(module.getBody());
+    shard::GridOp::create(builder, loc, kGrid,
+                          {worldSize / groupSize, groupSize});
+  }
+  SmallVector<Attribute> bucketAttrs;
+  for (Bucket &bk : buckets) {
+    SmallVector<Attribute> entries;
+    for (unsigned pi : bk.params)
+      entries.push_back(builder.getArrayAttr(
+          {builder.getStringAttr(params[pi].name),
+           builder.getI64IntegerAttr(params[pi].offset),
+           builder.getI64IntegerAttr(params[pi].type.getNumElements())}));
+    std::string dtype;
+    llvm::raw_string_ostream os(dtype);
+    bk.element.print(os);
+    bucketAttrs.push_back(builder.getDictionaryAttr(
+        {builder.getNamedAttr("name", builder.getStringAttr(bk.name)),
+         builder.getNamedAttr("dtype", builder.getStringAttr(dtype)),
+         builder.getNamedAttr("padded", builder.getI64IntegerAttr(bk.padded)),
+         builder.getNamedAttr("sharded", builder.getBoolAttr(bk.sharded)),
+         builder.getNamedAttr("entries", builder.getArrayAttr(entries))}));
+  }
+  module->setAttr("dsc.buckets", builder.getArrayAttr(bucketAttrs));
+  module->setAttr("dsc.world_size", builder.getI64IntegerAttr(worldSize));
+  module->setAttr("dsc.group_size", builder.getI64IntegerAttr(groupSize));
+  module->setAttr("dsc.stage", builder.getI64IntegerAttr(stage));
+  (void)lr;
+  (void)stepArg;
+  (void)lrResult;
+}
+
+} // namespace

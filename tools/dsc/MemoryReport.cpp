@@ -1,0 +1,156 @@
+//===- MemoryReport.cpp - per-rank memory of every ZeRO stage -------------===//
+//
+// Per parameter, with s bytes per element and k optimizer slots of s bytes
+// (AdamW 2, SGD-momentum 1), in groups of G ranks sharing state, and Psi'
+// the parameter count padded per bucket to a multiple of G:
+//   stage 0: params s*Psi   grads s*Psi    state k*s*Psi
+//   stage 1: params s*Psi   grads s*Psi    state k*s*Psi'/G
+//   stage 2: params s*Psi   grads s*Psi'/G state k*s*Psi'/G
+//   stage 3: params s*Psi'/G grads s*Psi'/G state k*s*Psi'/G
+// which for fp32 AdamW (s = 4, k = 2) are ZeRO's 16 Psi, 8 Psi + 8 Psi/N,
+// 4 Psi + 12 Psi/N and 16 Psi/N.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/dsc/MemoryReport.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace dsc {
+namespace {
+
+struct StageBytes {
+  double params = 0, grads = 0, state = 0, buffers = 0;
+  double total() const { return params + grads + state + buffers; }
+};
+
+std::string human(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return llvm::formatv(u ? "{0:f2} {1}" : "{0:f0} {1}", bytes, units[u]).str();
+}
+
+int64_t bytesOf(Type t) {
+  auto r = cast<RankedTensorType>(t);
+  return r.getNumElements() *
+         std::max<int64_t>(1, r.getElementType().getIntOrFloatBitWidth() / 8);
+}
+
+StageBytes formula(int stage, double psi, double padded, double g, double s,
+                   double k, double largestBucket) {
+  StageBytes b;
+  b.params = stage == 3 ? s * padded / g : s * psi;
+  b.grads = stage >= 2 ? s * padded / g : s * psi;
+  b.state = stage >= 1 ? k * s * padded / g : k * s * psi;
+  // The flat bucket a collective works on (and its shard) at a time.
+  b.buffers = g > 1 ? s * largestBucket * (stage >= 2 ? 1 + 1 / g : 1) : 0;
+  return b;
+}
+
+void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
+                int64_t g, double s, double k, double largestBucket,
+                int chosen, const StageBytes *measured) {
+  os << llvm::formatv("{0,-6} {1,12} {2,12} {3,14} {4,12} {5,12}\n", "stage",
+                      "params", "grads", "optimizer", "buffers", "total");
+  for (int st = 0; st <= 3; ++st) {
+    StageBytes f = formula(st, psi, padded, g, s, k, largestBucket);
+    os << llvm::formatv("{0,-6} {1,12} {2,12} {3,14} {4,12} {5,12}{6}\n",
+                        std::to_string(st) + (st == chosen ? " *" : ""),
+                        human(f.params), human(f.grads), human(f.state),
+                        human(f.buffers), human(f.total()),
+                        st == chosen && measured
+                            ? llvm::formatv("   (compiled: params {0}, "
+                                            "optimizer {1}{2})",
+                                            human(measured->params),
+                                            human(measured->state),
+                                            measured->params == f.params &&
+                                                    measured->state == f.state
+                                                ? ", = formula"
+                                                : ", DIFFERS from formula")
+                                  .str()
+                            : std::string());
+  }
+  os << llvm::formatv("per rank, {0} rank(s){1}; model states only: "
+                      "activations and temporaries are the program's arena\n",
+                      n, g != n ? llvm::formatv(" in groups of {0}", g).str()
+                                : std::string());
+}
+
+} // namespace
+
+void printMemoryReport(ModuleOp module, llvm::raw_ostream &os) {
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  auto fwd = module.lookupSymbol<func::FuncOp>("forward_backward");
+  if (!step || !fwd)
+    return;
+  auto i64 = [&](StringRef name, int64_t dflt) {
+    auto a = module->getAttrOfType<IntegerAttr>(name);
+    return a ? a.getInt() : dflt;
+  };
+  int64_t n = i64("dsc.world_size", 1), g = i64("dsc.group_size", n);
+  int stage = (int)i64("dsc.stage", 0);
+  auto opt = module->getAttrOfType<StringAttr>("dsc.optimizer");
+  double k = opt && opt.getValue() == "sgd" ? 1 : 2;
+  double psi = 0, s = 4;
+  StageBytes measured;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    Type t = step.getArgument(i).getType();
+    if (step.getArgAttr(i, "dsc.param"))
+      measured.params += bytesOf(t);
+    if (step.getArgAttr(i, "dsc.opt_state"))
+      measured.state += bytesOf(t);
+  }
+  for (unsigned i = 0; i < fwd.getNumArguments(); ++i)
+    if (fwd.getArgAttr(i, "dsc.param")) {
+      auto t = cast<RankedTensorType>(fwd.getArgument(i).getType());
+      psi += t.getNumElements();
+      s = std::max<int64_t>(1, t.getElementType().getIntOrFloatBitWidth() / 8);
+    }
+  double padded = 0, largest = 0;
+  if (auto buckets = module->getAttrOfType<ArrayAttr>("dsc.buckets")) {
+    for (Attribute a : buckets) {
+      auto d = cast<DictionaryAttr>(a);
+      auto p = cast<IntegerAttr>(d.get("padded")).getInt();
+      padded += p;
+      largest = std::max<double>(largest, p);
+    }
+  } else {
+    padded = psi;
+    largest = psi;
+  }
+  // Stage 3 keeps the parameters of sharded buckets only as shards.
+  os << llvm::formatv("memory per rank: {0} parameters of {1} bytes, {2} "
+                      "optimizer state slot(s) each\n",
+                      (int64_t)psi, (int64_t)s, (int64_t)k);
+  printTable(os, psi, padded, n, g, s, k, largest, stage, &measured);
+}
+
+void printMemoryEstimate(ModuleOp module, int64_t worldSize, int64_t groupSize,
+                         StringRef optimizer, llvm::raw_ostream &os) {
+  auto fwd = module.lookupSymbol<func::FuncOp>("forward");
+  if (!fwd)
+    return;
+  double psi = 0, s = 4;
+  for (unsigned i = 0; i < fwd.getNumArguments(); ++i)
+    if (fwd.getArgAttr(i, "dsc.param")) {
+      auto t = cast<RankedTensorType>(fwd.getArgument(i).getType());
+      psi += t.getNumElements();
+      s = std::max<int64_t>(1, t.getElementType().getIntOrFloatBitWidth() / 8);
+    }
+  double padded = std::ceil(psi / groupSize) * groupSize;
+  double k = optimizer == "sgd" ? 1 : 2;
+  os << llvm::formatv("memory per rank: {0} parameters of {1} bytes, {2} "
+                      "optimizer state slot(s) each ({3})\n",
+                      (int64_t)psi, (int64_t)s, (int64_t)k, optimizer);
+  printTable(os, psi, padded, worldSize, groupSize, s, k, padded, -1, nullptr);
+}
+
+} // namespace dsc

@@ -1,0 +1,25 @@
+//===- MemoryReport.h - per-rank memory of every ZeRO stage -----*- C++ -*-===//
+#ifndef DSC_TOOLS_DSC_MEMORYREPORT_H
+#define DSC_TOOLS_DSC_MEMORYREPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+
+namespace dsc {
+
+/// Model-state bytes per rank of a compiled module (after dsc-optimizer and,
+/// if it ran, dsc-zero-partition), measured from @train_step's arguments,
+/// next to the ZeRO formula of every stage for the same model.
+void printMemoryReport(mlir::ModuleOp module, llvm::raw_ostream &os);
+
+/// The table for an imported model (@forward only): every stage's ZeRO
+/// figures for `worldSize` ranks sharding in groups of `groupSize`.
+void printMemoryEstimate(mlir::ModuleOp module, int64_t worldSize,
+                         int64_t groupSize, llvm::StringRef optimizer,
+                         llvm::raw_ostream &os);
+
+} // namespace dsc
+
+#endif // DSC_TOOLS_DSC_MEMORYREPORT_H
