@@ -1,0 +1,104 @@
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="no-decay=bias" --dsc-zero-partition="stage=0 world-size=4" | FileCheck %s --check-prefix=S0
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=1 world-size=4" | FileCheck %s --check-prefix=S1
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=4" | FileCheck %s --check-prefix=S2
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4" | FileCheck %s --check-prefix=S3
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 keep-gathered=true" | FileCheck %s --check-prefix=KEEP
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 hybrid-group=2" | FileCheck %s --check-prefix=HYB
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=4 reduce-bucket-size=12" | FileCheck %s --check-prefix=SMALL
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 stage3-param-persistence-threshold=5" | FileCheck %s --check-prefix=PERSIST
+// RUN: not dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=4" 2>&1 | FileCheck %s --check-prefix=BADSTAGE
+// RUN: not dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 hybrid-group=3" 2>&1 | FileCheck %s --check-prefix=BADGROUP
+// RUN: not dsc-opt %s --dsc-zero-partition="stage=1 world-size=2" 2>&1 | FileCheck %s --check-prefix=ORDER
+
+// hidden.weight (8), fc.weight (12) and fc.bias (3): one bucket of 23,
+// padded to 24 for 4 ranks (6 elements a shard).
+func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
+                   %w: tensor<3x4xf32> {dsc.param = "fc.weight"},
+                   %b: tensor<3xf32> {dsc.param = "fc.bias"},
+                   %x: tensor<4x2xf32> {dsc.input = "x"},
+                   %y: tensor<4xi64> {dsc.input = "y"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %h = dsc.gemm %x, %w1 {trans_b = true}
+      : tensor<4x2xf32>, tensor<4x2xf32> -> tensor<4x4xf32>
+  %r = dsc.relu %h : tensor<4x4xf32>
+  %0 = dsc.gemm %r, %w, %b {trans_b = true}
+      : tensor<4x4xf32>, tensor<3x4xf32>, tensor<3xf32> -> tensor<4x3xf32>
+  %1 = dsc.softmax_cross_entropy %0, %y {reduction = "mean"}
+      : tensor<4x3xf32>, tensor<4xi64> -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// Stage 0: gradients all-reduced over every rank (one bucket per
+// weight-decay group), replicated state; the loss is the mean over ranks.
+// S0: dsc.buckets = [{dtype = "f32", entries = {{\[\[}}"hidden.weight", 0, 8], ["fc.weight", 8, 12]], name = "bucket0", padded = 20 : i64, sharded = false}, {dtype = "f32", entries = {{\[\[}}"fc.bias", 0, 3]], name = "bucket1", padded = 4 : i64, sharded = false}]
+// S0-SAME: dsc.stage = 0 : i64
+// S0: shard.grid @dsc_ranks(shape = 1x4)
+// S0-LABEL: func.func @train_step
+// S0-SAME: {dsc.opt_state = "fc.weight/exp_avg"}
+// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<1xf32> -> tensor<1xf32>
+// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<20xf32> -> tensor<20xf32>
+// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<4xf32> -> tensor<4xf32>
+// S0-NOT: shard.reduce_scatter
+// S0: dsc.adamw {{.*}} : tensor<4x2xf32>
+
+// Stage 1: all-reduce, then each rank updates its shard and all-gathers.
+// S1-LABEL: func.func @train_step
+// S1-SAME: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.opt_state = "bucket0/exp_avg"}
+// S1-SAME: {dsc.param_update = "fc.weight"}
+// S1: shard.all_reduce %{{.*}} grid_axes = [0, 1] : tensor<24xf32>
+// S1: shard.all_slice %{{.*}} on @dsc_ranks grid_axes = [1] slice_axis = 0 : tensor<24xf32> -> tensor<6xf32>
+// S1: dsc.adamw {{.*}} : tensor<6xf32>
+// S1: shard.all_gather %{{.*}} on @dsc_ranks grid_axes = [1] gather_axis = 0 : tensor<6xf32> -> tensor<24xf32>
+
+// Stage 2: reduce-scatter, a sharded norm (one scalar all-reduce).
+// S2-LABEL: func.func @train_step
+// S2: shard.reduce_scatter %{{.*}} on @dsc_ranks grid_axes = [1] scatter_axis = 0 : tensor<24xf32> -> tensor<6xf32>
+// S2: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [1] : tensor<1xf32> -> tensor<1xf32>
+// S2: dsc.sqrt
+// S2: dsc.adamw {{.*}} : tensor<6xf32>
+// S2: shard.all_gather
+
+// Stage 3: parameters are shards; forward_backward gathers before the first
+// forward use and again before the first backward use.
+// S3-LABEL: func.func @forward_backward
+// S3-SAME: (%{{.*}}: tensor<4x2xf32> {dsc.input = "x"}, %{{.*}}: tensor<4xi64> {dsc.input = "y"}, %[[SH:.*]]: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.param_shard = "bucket0"})
+// S3: %[[G1:.*]] = shard.all_gather %[[SH]] on @dsc_ranks grid_axes = [1] gather_axis = 0 : tensor<6xf32> -> tensor<24xf32>
+// S3: dsc.gemm
+// S3: dsc.gemm
+// S3: dsc.softmax_cross_entropy
+// S3: dsc.class_loss_backward
+// S3: %[[G2:.*]] = shard.all_gather %[[SH]]
+// S3: dsc.matmul
+// S3-LABEL: func.func @train_step
+// S3-SAME: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.param = "bucket0"}
+// S3-SAME: {dsc.bucket = 0 : i64, dsc.param_update = "bucket0"}
+// S3-NOT: shard.all_gather
+// S3: shard.reduce_scatter
+// S3-NOT: shard.all_gather
+// S3: return
+
+// keep-gathered: one gather, kept from forward to backward.
+// KEEP-LABEL: func.func @forward_backward
+// KEEP-COUNT-1: shard.all_gather
+// KEEP-NOT: shard.all_gather
+// KEEP-LABEL: func.func @train_step
+
+// Hybrid: shard within groups of 2, replicate across 2 groups: the
+// reduce-scatter inside the group, an all-reduce across groups.
+// HYB: shard.grid @dsc_ranks(shape = 2x2)
+// HYB-LABEL: func.func @train_step
+// HYB: shard.reduce_scatter %{{.*}} grid_axes = [1] scatter_axis = 0 : tensor<24xf32> -> tensor<12xf32>
+// HYB: shard.all_reduce %{{.*}} grid_axes = [0] : tensor<12xf32> -> tensor<12xf32>
+
+// Buckets of at most 12 elements: each parameter in its own bucket.
+// SMALL: name = "bucket0", padded = 8
+// SMALL: name = "bucket1", padded = 12
+// SMALL: name = "bucket2", padded = 4
+
+// Parameters below the persistence threshold stay replicated at stage 3.
+// PERSIST: name = "bucket0", padded = 20 : i64, sharded = true
+// PERSIST: name = "bucket1", padded = 4 : i64, sharded = false
+
+// BADSTAGE: error: dsc-zero-partition: stage must be 0, 1, 2 or 3, not 4
+// BADGROUP: error: dsc-zero-partition: hybrid-group 3 does not divide world-size 4
+// ORDER: error: dsc-zero-partition: needs @train_step and @forward_backward
