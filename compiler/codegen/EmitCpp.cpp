@@ -20,15 +20,19 @@
 #include "dialects/dsc/IR/DscOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Location.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 
 #include <cstdio>
 #include <limits>
+#include <map>
 
 using namespace mlir;
 
@@ -101,6 +105,18 @@ std::optional<ElementInfo> elementInfo(Type type, bool promote) {
     }
   }
   return std::nullopt;
+}
+
+/// The runtime's DType enumerator of an element name ("f32").
+const char *dtypeEnumerator(StringRef name) {
+  static const std::pair<const char *, const char *> table[] = {
+      {"f32", "DType::F32"},   {"f64", "DType::F64"}, {"f16", "DType::F16"},
+      {"bf16", "DType::BF16"}, {"bool", "DType::Bool"}, {"i64", "DType::I64"},
+      {"i32", "DType::I32"},   {"i8", "DType::I8"},   {"u8", "DType::U8"}};
+  for (auto [n, e] : table)
+    if (name == n)
+      return e;
+  llvm_unreachable("no DType for an element name");
 }
 
 //===----------------------------------------------------------------------===//
@@ -200,10 +216,11 @@ struct Context {
   int64_t call;   // which call of the step this is: micro-batches differ
   int64_t *calls; // calls made so far in this step
   char *frame;    // this call's range of the arena
+  dsc::Communicator *comm; // the other ranks; null on one rank
 
   /// The context of a call made from here, its frame at `offset`.
   Context callee(size_t offset) const {
-    return {seed, step, ++*calls, calls, frame + offset};
+    return {seed, step, ++*calls, calls, frame + offset, comm};
   }
 };
 
@@ -276,6 +293,51 @@ Status checkDisjoint(const dsc::ArgSpec *argSpecs, const Tensor *args,
 }
 )cpp";
 
+/// The prelude's part for a module with a rank grid (collectives).
+constexpr const char *kCommPrelude = R"cpp(
+/// A collective reached without a Communicator (run on one rank).
+[[maybe_unused]] Status noCommunicator(const char *op, const char *what) {
+  return Status::error(dsc::StatusCode::InvalidArgument,
+                       std::string(op) + " \"" + what +
+                           "\": this program was compiled for " +
+                           std::to_string(kWorldSize) +
+                           " ranks and runs without a communicator");
+}
+
+/// shard.all_slice: this rank's slice of dim 0 among the group along `axes`
+/// (a local copy, no communication).
+[[maybe_unused]] Status allSlice(const Context &ctx, const Tensor &in,
+                                 const Tensor &out, dsc::GridAxes axes,
+                                 const char *what) {
+  if (!ctx.comm)
+    return noCommunicator("shard.all_slice", what);
+  const int64_t n = ctx.comm->groupSize(axes);
+  if (in.rank < 1 || out.rank != in.rank || in.shape[0] != out.shape[0] * n)
+    return Status::error(dsc::StatusCode::InvalidArgument,
+                         std::string("shard.all_slice \"") + what + "\": " +
+                             dsc::describe(in) + " -> " + dsc::describe(out) +
+                             " over a group of " + std::to_string(n));
+  int64_t offsets[dsc::kMaxRank] = {}, strides[dsc::kMaxRank] = {};
+  offsets[0] = ctx.comm->groupRank(axes) * out.shape[0];
+  for (int d = 0; d < in.rank; ++d)
+    strides[d] = 1;
+  return cpu::slice(in, dsc::I64s(offsets, in.rank),
+                    dsc::I64s(strides, in.rank), out);
+}
+)cpp";
+
+/// The entry's check of a Communicator against the grid compiled for.
+constexpr const char *kCheckCommunicator = R"cpp(  if (rank.comm && (rank.comm->size() != kWorldSize ||
+                    rank.comm->groupSize(dsc::GridAxes{2u}) != kGroupSize))
+    return Status::error(
+        dsc::StatusCode::InvalidArgument,
+        "train_step: compiled for " + std::to_string(kWorldSize) +
+            " ranks in groups of " + std::to_string(kGroupSize) +
+            ", but the communicator has " +
+            std::to_string(rank.comm->size()) + " in groups of " +
+            std::to_string(rank.comm->groupSize(dsc::GridAxes{2u})));
+)cpp";
+
 //===----------------------------------------------------------------------===//
 // The emitter
 //===----------------------------------------------------------------------===//
@@ -288,6 +350,8 @@ public:
   LogicalResult run(raw_ostream &os, EmitCppStats *stats);
 
 private:
+  // Step 0: the rank grid and the sharding attributes.
+  LogicalResult checkGrid();
   // Step 1.
   LogicalResult orderFunctions();
   // Step 2.
@@ -300,6 +364,7 @@ private:
   bool isStaticConstant(Operation *op);
   // Step 3.
   LogicalResult emitSpec(func::FuncOp entry, raw_ostream &os);
+  FailureOr<std::string> emitBuckets(func::FuncOp entry, int &numBuckets);
 
   FailureOr<ElementInfo> element(Value v, Operation *at);
   /// The type of a value as a checked static tensor.
@@ -321,7 +386,71 @@ private:
   std::string constantsText_, functionsText_;
   uint64_t constantBytes_ = 0;
   std::vector<std::pair<std::string, uint64_t>> frames_;
+
+  // Sharding: the grid (empty name: none) and the module's attributes.
+  std::string gridName_;
+  llvm::SmallVector<int64_t, 2> gridShape_;
+  int64_t worldSize_ = 1, groupSize_ = 1, stage_ = 0;
+  // The collectives each emitted function issues, its calls' expanded.
+  llvm::DenseMap<Operation *, std::vector<CollectiveEntry>> manifests_;
+  std::vector<CollectiveEntry> current_; // of the function being emitted
+  std::vector<int64_t> bucketPadded_;     // paddedNumel of each bucket
 };
+
+LogicalResult Emitter::checkGrid() {
+  shard::GridOp grid;
+  for (auto g : module_.getOps<shard::GridOp>()) {
+    if (grid)
+      return g.emitError("codegen: a second rank grid @")
+             << g.getSymName() << "; a module has one (@"
+             << grid.getSymName() << ")";
+    grid = g;
+  }
+  auto optionalInt = [&](StringRef name) -> FailureOr<std::optional<int64_t>> {
+    Attribute a = module_->getAttr(name);
+    if (!a)
+      return std::optional<int64_t>();
+    auto i = dyn_cast<IntegerAttr>(a);
+    if (!i)
+      return module_.emitError("codegen: ")
+             << name << " must be an integer, got " << a;
+    return std::optional<int64_t>(i.getInt());
+  };
+  auto world = optionalInt("dsc.world_size");
+  auto group = optionalInt("dsc.group_size");
+  auto stage = optionalInt("dsc.stage");
+  if (failed(world) || failed(group) || failed(stage))
+    return failure();
+  if (grid) {
+    ArrayRef<int64_t> shape = grid.getShape();
+    if (shape.size() != 2 || shape[0] <= 0 || shape[1] <= 0)
+      return grid.emitError("codegen: the rank grid must be 2-D and static "
+                            "(replicas x group), got shape [")
+             << llvm::make_range(shape.begin(), shape.end()) << "]";
+    gridName_ = grid.getSymName().str();
+    gridShape_.assign(shape.begin(), shape.end());
+    worldSize_ = shape[0] * shape[1];
+    groupSize_ = shape[1];
+    if (*world && **world != worldSize_)
+      return grid.emitError("codegen: dsc.world_size = ")
+             << **world << ", but the grid has " << shape[0] << " x "
+             << shape[1] << " ranks";
+    if (*group && **group != groupSize_)
+      return grid.emitError("codegen: dsc.group_size = ")
+             << **group << ", but the grid's group axis has " << shape[1]
+             << " ranks";
+  } else {
+    if ((*world && **world > 1) || (*group && **group > 1))
+      return module_.emitError("codegen: dsc.world_size/dsc.group_size say "
+                               "several ranks, but the module has no rank "
+                               "grid (shard.grid)");
+  }
+  stage_ = stage->value_or(0);
+  if (stage_ < 0 || stage_ > 3)
+    return module_.emitError("codegen: dsc.stage must be 0..3, got ")
+           << stage_;
+  return success();
+}
 
 FailureOr<RankedTensorType> Emitter::tensorType(Value v, Operation *at) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
@@ -572,6 +701,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
     return totalBytes_.lookup(callee);
   };
   FramePlan plan = codegen::planFrame(func, planOptions);
+  current_.clear();
   totalBytes_[func] = plan.totalBytes;
   frames_.emplace_back(fname.str(), plan.totalBytes);
 
@@ -624,6 +754,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   }
   os << "  return Status();\n}\n\n";
   functionsText_ += text;
+  manifests_[func] = std::move(current_);
   return success();
 }
 
@@ -633,7 +764,11 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
   if (op->getNumRegions() != 0)
     return op->emitError("codegen cannot lower op with regions: ")
            << op->getName();
-  std::string node = nodeName(op->getLoc());
+  // The ONNX node(s) an op came from; a collective's NameLoc is its label
+  // instead, which the Communicator's messages carry.
+  std::string node = isa_and_nonnull<shard::ShardDialect>(op->getDialect())
+                         ? std::string()
+                         : nodeName(op->getLoc());
 
   // The comment: the op as in the IR, its result types and its node.
   os << "\n  // ";
@@ -655,6 +790,9 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
   }
   if (!node.empty())
     os << "  [" << commentText(node) << "]";
+  else if (auto label = dyn_cast<NameLoc>(op->getLoc());
+           label && isa_and_nonnull<shard::ShardDialect>(op->getDialect()))
+    os << "  [" << commentText(label.getName().strref()) << "]";
   os << "\n";
 
   // The result views.
@@ -689,6 +827,16 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
   LowerContext ctx;
   ctx.view = [&](Value v) { return names_.lookup(v); };
   ctx.opIndex = static_cast<int64_t>(index);
+  ctx.gridName = gridName_;
+  ctx.gridShape = gridShape_;
+  ctx.collective = [&](const codegen::CollectiveCall &c) {
+    auto in = cast<RankedTensorType>(c.input.getType());
+    auto out = cast<RankedTensorType>(c.output.getType());
+    auto info = *elementInfo(in.getElementType(), options_.promoteF32ToF64);
+    current_.push_back(CollectiveEntry{c.kind, c.what, info.name,
+                                       in.getNumElements(),
+                                       out.getNumElements(), c.axesMask});
+  };
   if (auto constant = dyn_cast<ConstantOp>(op)) {
     if (plan.storage.lookup(constant.getResult()).kind ==
         Storage::Kind::Constant)
@@ -720,6 +868,11 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
       lowered.setup += "const Tensor " + resultsName +
                        "[] = " + list(call.getResults()) + ";\n";
     }
+    // The callee's collectives, in order, each time it is called.
+    auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+        call, call.getCalleeAttr());
+    const std::vector<CollectiveEntry> &inner = manifests_[callee];
+    current_.insert(current_.end(), inner.begin(), inner.end());
     lowered.call = functionIdentifier(call.getCallee()) + "(ctx.callee(" +
                    std::to_string(plan.calleeOffset.lookup(op)) + "), " +
                    argsName + ", " + resultsName + ")";
@@ -727,7 +880,8 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     using LowerFn = codegen::LowerResult (*)(Operation *, const LowerContext &);
     static const LowerFn families[] = {
         codegen::lowerElementwise, codegen::lowerLinalg, codegen::lowerNormLoss,
-        codegen::lowerDataMovement, codegen::lowerOptimizer};
+        codegen::lowerDataMovement, codegen::lowerOptimizer,
+        codegen::lowerCollectives};
     bool handled = false;
     for (LowerFn lower : families) {
       codegen::LowerResult result = lower(op, ctx);
@@ -828,6 +982,123 @@ std::optional<Role> resultRole(DictionaryAttr attrs) {
   return std::nullopt;
 }
 
+FailureOr<std::string> Emitter::emitBuckets(func::FuncOp entry,
+                                            int &numBuckets) {
+  bucketPadded_.clear();
+  numBuckets = 0;
+  Attribute attr = module_->getAttr("dsc.buckets");
+  if (!attr)
+    return std::string("const dsc::BucketSpec *const kBuckets = nullptr;\n");
+  auto list = dyn_cast<ArrayAttr>(attr);
+  if (!list)
+    return module_.emitError("codegen: dsc.buckets must be an array of "
+                             "dictionaries, got ")
+           << attr;
+  // The element type of each bucket's shards (arguments and results).
+  std::map<int64_t, Type> shardTypes;
+  auto noteShard = [&](DictionaryAttr attrs, Type type) {
+    if (auto i = attrs ? attrs.getAs<IntegerAttr>("dsc.bucket") : nullptr)
+      shardTypes.try_emplace(i.getInt(),
+                             cast<ShapedType>(type).getElementType());
+  };
+  for (unsigned i = 0; i < entry.getNumArguments(); ++i)
+    noteShard(entry.getArgAttrDict(i), entry.getArgumentTypes()[i]);
+  for (unsigned i = 0; i < entry.getNumResults(); ++i)
+    noteShard(entry.getResultAttrDict(i), entry.getResultTypes()[i]);
+
+  std::string entriesText, specsText;
+  for (auto [b, a] : llvm::enumerate(list)) {
+    auto bad = [&, b = b]() {
+      return module_.emitError("codegen: dsc.buckets[")
+             << b << "] must be {name = \"bucketN\", padded = N : i64, "
+             << "entries = [[param, offset, numel], ...]} (and optionally "
+             << "dtype = \"f32\"), got " << list[b];
+    };
+    auto dict = dyn_cast<DictionaryAttr>(a);
+    if (!dict)
+      return bad();
+    auto name = dict.getAs<StringAttr>("name");
+    auto paddedAttr = dict.getAs<IntegerAttr>("padded");
+    auto entries = dict.getAs<ArrayAttr>("entries");
+    if (!name || !paddedAttr || !entries)
+      return bad();
+    int64_t padded = paddedAttr.getInt();
+    if (padded <= 0 || padded % groupSize_ != 0)
+      return module_.emitError("codegen: bucket ")
+             << name << " has " << padded
+             << " elements, not a positive multiple of the group size "
+             << groupSize_;
+    Type type;
+    Builder builder(module_.getContext());
+    if (auto d = dict.get("dtype")) {
+      auto text = dyn_cast<StringAttr>(d);
+      StringRef t = text ? text.getValue() : "";
+      type = t == "f32"    ? Type(builder.getF32Type())
+             : t == "f64"  ? Type(builder.getF64Type())
+             : t == "f16"  ? Type(builder.getF16Type())
+             : t == "bf16" ? Type(builder.getBF16Type())
+                           : Type();
+      if (!type)
+        return module_.emitError("codegen: bucket ")
+               << name << " has dtype " << d
+               << "; supported: \"f32\", \"f64\", \"f16\", \"bf16\"";
+    }
+    if (auto it = shardTypes.find(b); it != shardTypes.end()) {
+      if (type && type != it->second)
+        return module_.emitError("codegen: bucket ")
+               << name << " says dtype " << type << " but its shards are "
+               << it->second;
+      type = it->second;
+    }
+    if (!type)
+      type = builder.getF32Type();
+    std::optional<ElementInfo> info =
+        elementInfo(type, options_.promoteF32ToF64);
+    if (!info)
+      return module_.emitError("codegen: bucket ")
+             << name << " has no runtime dtype for " << type;
+
+    std::string entriesName = "nullptr";
+    if (!entries.empty()) {
+      entriesName = "kBucket" + std::to_string(b) + "Entries";
+      entriesText += "const dsc::BucketEntry " + entriesName + "[] = {\n";
+    }
+    for (Attribute e : entries) {
+      auto triple = dyn_cast<ArrayAttr>(e);
+      StringAttr param;
+      IntegerAttr offset, numel;
+      if (triple && triple.size() == 3) {
+        param = dyn_cast<StringAttr>(triple[0]);
+        offset = dyn_cast<IntegerAttr>(triple[1]);
+        numel = dyn_cast<IntegerAttr>(triple[2]);
+      }
+      if (!param || !offset || !numel)
+        return bad();
+      if (offset.getInt() < 0 || numel.getInt() < 0 ||
+          offset.getInt() + numel.getInt() > padded)
+        return module_.emitError("codegen: bucket ")
+               << name << ": " << param << " at [" << offset.getInt() << ", "
+               << offset.getInt() + numel.getInt() << ") is outside its "
+               << padded << " elements";
+      entriesText += "    {" + cppString(param.getValue()) + ", " +
+                     std::to_string(offset.getInt()) + ", " +
+                     std::to_string(numel.getInt()) + "},\n";
+    }
+    if (!entries.empty())
+      entriesText += "};\n";
+    specsText += "    {" + cppString(name.getValue()) + ", " +
+                 info->dtype + ", " + std::to_string(padded) + ", " +
+                 std::to_string(entries.size()) + ", " + entriesName +
+                 "},\n";
+    bucketPadded_.push_back(padded);
+  }
+  numBuckets = static_cast<int>(list.size());
+  if (list.empty())
+    return std::string("const dsc::BucketSpec *const kBuckets = nullptr;\n");
+  return entriesText + "const dsc::BucketSpec kBuckets[] = {\n" + specsText +
+         "};\n";
+}
+
 LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
   auto tensorSpec = [&](Type type) {
     auto t = cast<RankedTensorType>(type);
@@ -838,6 +1109,34 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
   auto isScalarI64 = [](Type type) {
     auto t = cast<RankedTensorType>(type);
     return t.getNumElements() == 1 && t.getElementType().isSignlessInteger(64);
+  };
+
+  // The buckets first: arguments and results name them.
+  int numBuckets = 0;
+  FailureOr<std::string> bucketsText = emitBuckets(entry, numBuckets);
+  if (failed(bucketsText))
+    return failure();
+  // `dsc.bucket = i`: a shard of bucket i, [paddedNumel / groupSize].
+  auto bucketOf = [&](DictionaryAttr attrs, Type type,
+                      const std::string &what) -> FailureOr<int64_t> {
+    Attribute a = attrs ? attrs.get("dsc.bucket") : Attribute();
+    if (!a)
+      return int64_t(-1);
+    auto i = dyn_cast<IntegerAttr>(a);
+    if (!i || i.getInt() < 0 || i.getInt() >= numBuckets)
+      return entry.emitError("codegen: ")
+             << what << " of @" << entry.getSymName() << ": dsc.bucket = " << a
+             << " names no bucket (the module has " << numBuckets << ")";
+    int64_t padded = bucketPadded_[i.getInt()];
+    auto t = cast<RankedTensorType>(type);
+    if (t.getRank() != 1 || t.getDimSize(0) * groupSize_ != padded)
+      return entry.emitError("codegen: ")
+             << what << " of @" << entry.getSymName() << " is a shard of "
+             << "bucket " << i.getInt() << " (" << padded
+             << " elements over a group of " << groupSize_ << "), so it must "
+             << "be 1-D of " << padded / groupSize_ << " elements, got "
+             << type;
+    return i.getInt();
   };
 
   int stepArg = -1, seedArg = -1;
@@ -861,8 +1160,13 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
       auto t = cast<RankedTensorType>(type);
       firstInputDim0 = t.getRank() ? t.getDimSize(0) : 1;
     }
+    FailureOr<int64_t> bucket = bucketOf(entry.getArgAttrDict(i), type,
+                                         "argument " + std::to_string(i));
+    if (failed(bucket))
+      return failure();
     argsText += "    {dsc::ArgRole::" + std::string(role->role) + ", " +
-                cppString(role->name) + ", " + tensorSpec(type) + "},\n";
+                cppString(role->name) + ", " + tensorSpec(type) + ", " +
+                std::to_string(*bucket) + "},\n";
   }
   for (unsigned i = 0; i < entry.getNumResults(); ++i) {
     std::optional<Role> role = resultRole(entry.getResultAttrDict(i));
@@ -872,9 +1176,14 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
              << " has no role (dsc.output, dsc.param_update, "
                 "dsc.opt_state_update, dsc.buffer_update, dsc.grad, "
                 "dsc.grad_norm or dsc.lr)";
+    Type type = entry.getResultTypes()[i];
+    FailureOr<int64_t> bucket = bucketOf(entry.getResultAttrDict(i), type,
+                                         "result " + std::to_string(i));
+    if (failed(bucket))
+      return failure();
     resultsText += "    {dsc::ResultRole::" + std::string(role->role) + ", " +
-                   cppString(role->name) + ", " +
-                   tensorSpec(entry.getResultTypes()[i]) + "},\n";
+                   cppString(role->name) + ", " + tensorSpec(type) + ", " +
+                   std::to_string(*bucket) + "},\n";
   }
 
   // Module attributes, with defaults for a module dsc-optimizer has not seen.
@@ -921,6 +1230,21 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
     os << "const dsc::HyperDefault kHypers[] = {\n" << hypersText << "};\n";
   else
     os << "const dsc::HyperDefault *const kHypers = nullptr;\n";
+  os << *bucketsText;
+  // The manifest: the collectives one rank issues, in order.
+  const std::vector<CollectiveEntry> &collectives = manifests_[entry];
+  if (collectives.empty()) {
+    os << "const dsc::CollectiveSpec *const kCollectives = nullptr;\n";
+  } else {
+    os << "// The collectives every rank issues in one step, in order.\n"
+       << "const dsc::CollectiveSpec kCollectives[] = {\n";
+    for (const CollectiveEntry &c : collectives) {
+      os << "    {" << cppString(c.kind) << ", " << cppString(c.what) << ", "
+         << dtypeEnumerator(c.dtype) << ", " << c.inNumel << ", "
+         << c.outNumel << ", " << c.axesMask << "u},\n";
+    }
+    os << "};\n";
+  }
   os << "constexpr int kNumArgs = " << entry.getNumArguments() << ";\n"
      << "constexpr int kNumResults = " << entry.getNumResults() << ";\n"
      << "constexpr size_t kArenaBytes = " << arenaBytes << "; // "
@@ -928,8 +1252,11 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
 
   os << "/// Checks what it is handed, then runs @" << entry.getSymName()
      << " at the start of the arena.\n"
-     << "Status trainStep(dsc::HostArena &arena, const Tensor *args,\n"
+     << "Status trainStep(const dsc::RankContext &rank, const Tensor *args,\n"
      << "                 const Tensor *results) {\n"
+     << "  if (!rank.arena)\n"
+     << "    return Status::error(dsc::StatusCode::InvalidArgument,\n"
+     << "                         \"train_step: no arena\");\n"
      << "  if (Status s = checkTensors(\"argument\", kArgs, kNumArgs, args);"
         " !s.ok())\n    return s;\n"
      << "  if (Status s = checkTensors(\"result\", kResults, kNumResults, "
@@ -937,8 +1264,9 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "  if (Status s = checkDisjoint(kArgs, args, kNumArgs, kResults, "
         "results,\n                              kNumResults);\n"
      << "      !s.ok())\n    return s;\n"
+     << (gridName_.empty() ? "" : kCheckCommunicator)
      << "  void *frame = nullptr;\n"
-     << "  if (Status s = arena.at(0, kArenaBytes, &frame); !s.ok())\n"
+     << "  if (Status s = rank.arena->at(0, kArenaBytes, &frame); !s.ok())\n"
      << "    return s;\n"
      << "  int64_t calls = 0;\n"
      << "  const Context ctx{"
@@ -948,7 +1276,7 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << ", "
      << (stepArg >= 0 ? "*args[" + std::to_string(stepArg) + "].as<int64_t>()"
                       : std::string("0"))
-     << ", 0, &calls,\n                    static_cast<char *>(frame)};\n"
+     << ", 0, &calls,\n                    static_cast<char *>(frame), rank.comm};\n"
      << "  return " << functionIdentifier(entry.getSymName())
      << "(ctx, args, results);\n}\n\n"
      << "} // namespace\n\n";
@@ -964,12 +1292,18 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << ",\n"
      << "    kNumArgs,\n    kArgs,\n    kNumResults,\n    kResults,\n"
      << "    /*numHypers=*/" << numHypers << ",\n    kHypers,\n"
-     << "    kArenaBytes,\n    trainStep,\n};\n";
+     << "    kArenaBytes,\n    trainStep,\n"
+     << "    /*worldSize=*/" << worldSize_ << ",\n"
+     << "    /*groupSize=*/" << groupSize_ << ",\n"
+     << "    /*stage=*/" << stage_ << ",\n"
+     << "    /*numBuckets=*/" << numBuckets << ",\n    kBuckets,\n"
+     << "    /*numCollectives=*/" << collectives.size()
+     << ",\n    kCollectives,\n};\n";
   return success();
 }
 
 LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
-  if (failed(orderFunctions()))
+  if (failed(checkGrid()) || failed(orderFunctions()))
     return failure();
   for (func::FuncOp f : order_)
     if (failed(emitFunction(f)))
@@ -998,7 +1332,14 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
       << "//\n"
       << "//===------------------------------------------------------------"
          "----------===//\n\n"
-      << kPrelude << "\n";
+      << kPrelude;
+  if (!gridName_.empty())
+    out << "\n// The rank grid @" << gridName_ << ": " << gridShape_[0]
+        << " replicas x groups of " << gridShape_[1] << ".\n"
+        << "constexpr int64_t kWorldSize = " << worldSize_ << ";\n"
+        << "constexpr int64_t kGroupSize = " << groupSize_ << ";\n"
+        << kCommPrelude;
+  out << "\n";
   if (!constantsText_.empty())
     out << "//===- Constants "
            "----------------------------------------------------------===//"
@@ -1016,6 +1357,10 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
     stats->arenaBytes = arenaBytes;
     stats->frameBytes = frames_;
     stats->constantBytes = constantBytes_;
+    stats->worldSize = worldSize_;
+    stats->groupSize = groupSize_;
+    stats->stage = stage_;
+    stats->collectives = manifests_.lookup(entry);
   }
   return success();
 }
@@ -1025,6 +1370,38 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
 LogicalResult emitCpp(ModuleOp module, raw_ostream &os,
                       const EmitCppOptions &options, EmitCppStats *stats) {
   return Emitter(module, options).run(os, stats);
+}
+
+void writeManifestJson(const EmitCppStats &stats, raw_ostream &os) {
+  llvm::json::OStream json(os, /*IndentSize=*/2);
+  json.object([&] {
+    json.attribute("world_size", stats.worldSize);
+    json.attribute("group_size", stats.groupSize);
+    json.attribute("stage", stats.stage);
+    json.attributeArray("collectives", [&] {
+      for (const CollectiveEntry &c : stats.collectives)
+        json.object([&] {
+          json.attribute("kind", c.kind);
+          json.attribute("what", c.what);
+          json.attribute("dtype", c.dtype);
+          json.attribute("in_numel", c.inNumel);
+          json.attribute("out_numel", c.outNumel);
+          json.attribute("axes_mask", static_cast<int64_t>(c.axesMask));
+        });
+    });
+  });
+  os << "\n";
+}
+
+LogicalResult emitManifestJson(ModuleOp module, raw_ostream &os,
+                               const EmitCppOptions &options) {
+  std::string source;
+  llvm::raw_string_ostream discard(source);
+  EmitCppStats stats;
+  if (failed(emitCpp(module, discard, options, &stats)))
+    return failure();
+  writeManifestJson(stats, os);
+  return success();
 }
 
 } // namespace dsc

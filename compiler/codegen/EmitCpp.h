@@ -13,6 +13,10 @@
 //     entry function's argument and result attributes and the module's
 //     dsc.optimizer, dsc.micro_batch, ... attributes, with the entry as its
 //     TrainStepFn;
+//   - lowers the `shard` collectives dsc-zero-partition inserts to
+//     Communicator calls (comm.h) and lists them, in the order one rank
+//     issues them, as the spec's collective manifest (also as JSON:
+//     writeManifestJson);
 //   - optionally ends in `int main` returning dsc::runProgram(spec, ...).
 //
 // Compile it with the runtime's headers and link libDscRuntime:
@@ -55,6 +59,17 @@ struct EmitCppOptions {
   std::string modelPath;
 };
 
+/// One collective of the manifest (dsc::CollectiveSpec, comm.h): what one
+/// rank issues, in order, in one execution of the entry.
+struct CollectiveEntry {
+  std::string kind;  // "all_reduce", "all_gather" or "reduce_scatter"
+  std::string what;  // the op's NameLoc, else "op #k" (its position)
+  std::string dtype; // "f32", ... (as computed: f64 under promoteF32ToF64)
+  int64_t inNumel = 0;
+  int64_t outNumel = 0;
+  uint32_t axesMask = 0; // bit i: grid axis i (0 = replicas, 1 = group)
+};
+
 /// What the emitted program needs, for reports (e.g. `dsc compile -v`).
 struct EmitCppStats {
   uint64_t arenaBytes = 0; // spec.arenaBytes
@@ -62,6 +77,12 @@ struct EmitCppStats {
   /// values and those of the calls it makes.
   std::vector<std::pair<std::string, uint64_t>> frameBytes;
   uint64_t constantBytes = 0; // static arrays in the source
+  /// Sharding, as in the spec (1, 1, 0 for a program for one rank).
+  int64_t worldSize = 1;
+  int64_t groupSize = 1;
+  int64_t stage = 0;
+  /// The collective manifest, in the order one rank issues them.
+  std::vector<CollectiveEntry> collectives;
 };
 
 /// Writes the C++ program for `module` to `os`. On an op, type or attribute
@@ -70,6 +91,20 @@ struct EmitCppStats {
 mlir::LogicalResult emitCpp(mlir::ModuleOp module, llvm::raw_ostream &os,
                             const EmitCppOptions &options = {},
                             EmitCppStats *stats = nullptr);
+
+/// Writes the collective manifest of an emitted program as JSON
+/// (`<program>.collectives.json`):
+///   {"world_size": 4, "group_size": 2, "stage": 2, "collectives": [
+///     {"kind": "reduce_scatter", "what": "bucket0 gradients",
+///      "dtype": "f32", "in_numel": 1024, "out_numel": 512, "axes_mask": 2},
+///     ...]}
+void writeManifestJson(const EmitCppStats &stats, llvm::raw_ostream &os);
+
+/// emitCpp without the C++: writes only the manifest JSON. Fails (with the
+/// errors emitCpp would report) when the module cannot be emitted.
+mlir::LogicalResult emitManifestJson(mlir::ModuleOp module,
+                                     llvm::raw_ostream &os,
+                                     const EmitCppOptions &options = {});
 
 } // namespace dsc
 

@@ -17,11 +17,21 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 
 namespace dsc::codegen {
+
+/// A collective a lowered op issues, for the manifest (comm.h's
+/// CollectiveSpec): EmitCpp.cpp adds the dtype and element counts.
+struct CollectiveCall {
+  std::string kind; // "all_reduce", "all_gather" or "reduce_scatter"
+  std::string what; // the label every rank and message uses
+  uint32_t axesMask = 0;
+  mlir::Value input, output;
+};
 
 /// What a lowering may ask about the function being emitted.
 struct LowerContext {
@@ -29,6 +39,12 @@ struct LowerContext {
   std::function<std::string(mlir::Value)> view;
   /// The position of the op in its function (dropout seeds use it).
   int64_t opIndex = 0;
+  /// The module's rank grid (`shard.grid`, replicas x group): its symbol
+  /// and shape; empty when the module has none (a program for one rank).
+  std::string gridName;
+  llvm::ArrayRef<int64_t> gridShape;
+  /// Told of every collective a lowered call issues (for the manifest).
+  std::function<void(const CollectiveCall &)> collective;
 };
 
 /// One runtime call: `setup` lines (may be empty, each ending in '\n') and
@@ -47,6 +63,9 @@ LowerResult lowerLinalg(mlir::Operation *op, const LowerContext &ctx);
 LowerResult lowerNormLoss(mlir::Operation *op, const LowerContext &ctx);
 LowerResult lowerDataMovement(mlir::Operation *op, const LowerContext &ctx);
 LowerResult lowerOptimizer(mlir::Operation *op, const LowerContext &ctx);
+/// The `shard` dialect's collectives (all_reduce, all_gather,
+/// reduce_scatter through the Communicator; all_slice as a local copy).
+LowerResult lowerCollectives(mlir::Operation *op, const LowerContext &ctx);
 
 //===----------------------------------------------------------------------===//
 // C++ literals

@@ -16,9 +16,12 @@
 #include "dialects/dsc/IR/DscOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+
+#include "llvm/Support/JSON.h"
 
 #include "gtest/gtest.h"
 
@@ -31,7 +34,7 @@ namespace {
 class CodegenTest : public ::testing::Test {
 protected:
   CodegenTest() {
-    ctx.loadDialect<dsc::DscDialect, func::FuncDialect>();
+    ctx.loadDialect<dsc::DscDialect, func::FuncDialect, shard::ShardDialect>();
     ctx.allowUnregisteredDialects();
   }
 
@@ -224,14 +227,21 @@ module attributes {dsc.optimizer = "sgd", dsc.micro_batch = 2 : i64,
   EXPECT_TRUE(has("const float kConst0[1] = {\n    0.1f,\n};"));
   EXPECT_TRUE(has("const Tensor &v2 = results[0];"));
   EXPECT_TRUE(has("cpu::reshape(v_arg0, results[1])")); // an argument
-  EXPECT_TRUE(has("{dsc::ArgRole::Input, \"x\", {DType::F32, 2, {2, 3}}},"));
-  EXPECT_TRUE(has("{dsc::ArgRole::Seed, \"seed\", {DType::I64, 0, {}}},"));
-  EXPECT_TRUE(has("{dsc::ResultRole::Grad, \"w\", {DType::F32, 2, {2, 3}}},"));
+  EXPECT_TRUE(
+      has("{dsc::ArgRole::Input, \"x\", {DType::F32, 2, {2, 3}}, -1},"));
+  EXPECT_TRUE(has("{dsc::ArgRole::Seed, \"seed\", {DType::I64, 0, {}}, -1},"));
+  EXPECT_TRUE(
+      has("{dsc::ResultRole::Grad, \"w\", {DType::F32, 2, {2, 3}}, -1},"));
   EXPECT_TRUE(has("{\"lr\", 0.05},"));
   EXPECT_TRUE(has("/*optimizer=*/\"sgd\""));
   EXPECT_TRUE(has("/*microBatch=*/2,"));
   EXPECT_TRUE(has("static_cast<uint64_t>(*args[2].as<int64_t>()), 0, 0"));
   EXPECT_TRUE(has("return dsc::runProgram(dsc_program, argc, argv);"));
+  // One rank: no grid, no collectives, no buckets.
+  EXPECT_TRUE(has("/*worldSize=*/1,\n    /*groupSize=*/1,\n    /*stage=*/0,"));
+  EXPECT_TRUE(has("const dsc::CollectiveSpec *const kCollectives = nullptr;"));
+  EXPECT_TRUE(has("const dsc::BucketSpec *const kBuckets = nullptr;"));
+  EXPECT_FALSE(has("noCommunicator"));
 
   std::string out64, errors64;
   dsc::EmitCppOptions f64;
@@ -240,7 +250,7 @@ module attributes {dsc.optimizer = "sgd", dsc.micro_batch = 2 : i64,
   ASSERT_TRUE(emit(*module, out64, errors64, f64)) << errors64;
   EXPECT_NE(out64.find("const double kConst0[1] = {\n    0.10000000149011612,"),
             std::string::npos);
-  EXPECT_NE(out64.find("{dsc::ArgRole::Input, \"x\", {DType::F64, 2, {2, 3}}}"),
+  EXPECT_NE(out64.find("{dsc::ArgRole::Input, \"x\", {DType::F64, 2, {2, 3}}"),
             std::string::npos);
   EXPECT_EQ(out64.find("int main"), std::string::npos);
 }
@@ -291,6 +301,245 @@ TEST_F(CodegenTest, ReportsWhatItCannotLower) {
     EXPECT_FALSE(emit(*module, out, errors));
     EXPECT_NE(errors.find(c.error), std::string::npos) << errors;
     EXPECT_TRUE(out.empty()) << "nothing is written on failure";
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Sharding: shard collectives, the manifest, buckets
+//===----------------------------------------------------------------------===//
+
+// What dsc-zero-partition produces, by hand: 2 replicas x groups of 2, a
+// micro-batch function called twice (gather the parameter shard, compute,
+// reduce-scatter the gradient), an all_reduce across replicas, an
+// all_slice, and a collective whose result is unused (never issued).
+const char *kSharded = R"mlir(
+module attributes {dsc.world_size = 4 : i64, dsc.group_size = 2 : i64,
+                   dsc.stage = 3 : i64, dsc.optimizer = "adamw",
+                   dsc.buckets = [
+                     {name = "bucket0", padded = 8 : i64,
+                      entries = [["w", 0 : i64, 6 : i64], ["b", 6 : i64, 1 : i64]]},
+                     {name = "bucket1", padded = 4 : i64, dtype = "f32",
+                      entries = [["v", 0 : i64, 3 : i64]]}]} {
+  shard.grid @dsc_ranks(shape = 2x2)
+  func.func @micro(%p: tensor<4xf32>) -> tensor<4xf32> {
+    %full = shard.all_gather %p on @dsc_ranks grid_axes = [1] gather_axis = 0
+        : tensor<4xf32> -> tensor<8xf32> loc("bucket0 params")
+    %g = dsc.exp %full : tensor<8xf32>
+    %rs = shard.reduce_scatter %g on @dsc_ranks grid_axes = [1] scatter_axis = 0
+        : tensor<8xf32> -> tensor<4xf32>
+    return %rs : tensor<4xf32>
+  }
+  func.func @train_step(%p: tensor<4xf32> {dsc.param = "bucket0", dsc.bucket = 0 : i64},
+                        %m: tensor<2xf32> {dsc.opt_state = "bucket1/exp_avg", dsc.bucket = 1 : i64},
+                        %x: tensor<2x3xf32> {dsc.input = "x"})
+      -> (tensor<4xf32> {dsc.param_update = "bucket0", dsc.bucket = 0 : i64},
+          tensor<1x3xf32> {dsc.output = "loss"}) {
+    %a = func.call @micro(%p) : (tensor<4xf32>) -> tensor<4xf32>
+    %b = func.call @micro(%p) : (tensor<4xf32>) -> tensor<4xf32>
+    %s = dsc.add %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+    %r = shard.all_reduce %s on @dsc_ranks grid_axes = [0] reduction = sum
+        : tensor<4xf32> -> tensor<4xf32> loc("bucket0 gradients")
+    %unused = shard.all_reduce %m on @dsc_ranks grid_axes = [0, 1]
+        : tensor<2xf32> -> tensor<2xf32>
+    %sl = shard.all_slice %x on @dsc_ranks grid_axes = [1] slice_axis = 0
+        : tensor<2x3xf32> -> tensor<1x3xf32>
+    return %r, %sl : tensor<4xf32>, tensor<1x3xf32>
+  }
+}
+)mlir";
+
+TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
+  auto module = parse(kSharded);
+  ASSERT_TRUE(module);
+  std::string out, errors;
+  ASSERT_TRUE(emit(*module, out, errors)) << errors;
+  auto has = [&](const std::string &text) {
+    return out.find(text) != std::string::npos;
+  };
+  EXPECT_TRUE(has("ctx.comm ? ctx.comm->allGather(v_arg0, v_all_gather, "
+                  "dsc::GridAxes{2u}, \"bucket0 params\")\n"
+                  "                : noCommunicator(\"shard.all_gather\", "
+                  "\"bucket0 params\")"))
+      << out;
+  EXPECT_TRUE(has("ctx.comm->reduceScatter(v0, v_reduce_scatter, "
+                  "dsc::GridAxes{2u}, \"op #2\")"));
+  EXPECT_TRUE(has("ctx.comm->allReduce(v2, v_all_reduce, dsc::GridAxes{1u}, "
+                  "\"bucket0 gradients\")"));
+  EXPECT_TRUE(has("allSlice(ctx, v_arg2, v_all_slice, dsc::GridAxes{2u}, "
+                  "\"op #5\")"));
+  // The label is in the Communicator's message; it is no ONNX node.
+  EXPECT_TRUE(has("return failed(s, \"@train_step\", \"shard.all_reduce\", "
+                  "\"\");"));
+  EXPECT_FALSE(has("v_unused")) << "an unused collective is not issued";
+  // The reduce-scatter computes straight into the callee's result, the
+  // all_reduce into the entry's.
+  EXPECT_TRUE(has("const Tensor &v_reduce_scatter = results[0];"));
+  EXPECT_TRUE(has("const Tensor &v_all_reduce = results[0];"));
+  // The context carries the communicator to every call.
+  EXPECT_TRUE(has("return {seed, step, ++*calls, calls, frame + offset, "
+                  "comm};"));
+  EXPECT_TRUE(has("static_cast<char *>(frame), rank.comm};"));
+  EXPECT_TRUE(has("Status trainStep(const dsc::RankContext &rank, "));
+  EXPECT_TRUE(has("constexpr int64_t kWorldSize = 4;"));
+  EXPECT_TRUE(has("constexpr int64_t kGroupSize = 2;"));
+  EXPECT_TRUE(has("rank.comm->groupSize(dsc::GridAxes{2u}) != kGroupSize"));
+
+  // The spec.
+  EXPECT_TRUE(has("{dsc::ArgRole::Param, \"bucket0\", {DType::F32, 1, {4}}, "
+                  "0},"));
+  EXPECT_TRUE(has("{dsc::ArgRole::OptState, \"bucket1/exp_avg\", "
+                  "{DType::F32, 1, {2}}, 1},"));
+  EXPECT_TRUE(has("{dsc::ArgRole::Input, \"x\", {DType::F32, 2, {2, 3}}, "
+                  "-1},"));
+  EXPECT_TRUE(has("{dsc::ResultRole::Param, \"bucket0\", {DType::F32, 1, "
+                  "{4}}, 0},"));
+  EXPECT_TRUE(has("const dsc::BucketEntry kBucket0Entries[] = {\n"
+                  "    {\"w\", 0, 6},\n    {\"b\", 6, 1},\n};"));
+  EXPECT_TRUE(has("const dsc::BucketEntry kBucket1Entries[] = {\n"
+                  "    {\"v\", 0, 3},\n};"));
+  EXPECT_TRUE(has("const dsc::BucketSpec kBuckets[] = {\n"
+                  "    {\"bucket0\", DType::F32, 8, 2, kBucket0Entries},\n"
+                  "    {\"bucket1\", DType::F32, 4, 1, kBucket1Entries},\n};"));
+  EXPECT_TRUE(has("    /*worldSize=*/4,\n    /*groupSize=*/2,\n"
+                  "    /*stage=*/3,\n    /*numBuckets=*/2,\n    kBuckets,\n"
+                  "    /*numCollectives=*/5,\n    kCollectives,\n};"));
+  // The manifest: @micro's collectives twice, in call order, then the
+  // entry's own; the unused all_reduce and the all_slice are not in it.
+  EXPECT_TRUE(has("const dsc::CollectiveSpec kCollectives[] = {\n"
+                  "    {\"all_gather\", \"bucket0 params\", DType::F32, 4, 8, "
+                  "2u},\n"
+                  "    {\"reduce_scatter\", \"op #2\", DType::F32, 8, 4, 2u},\n"
+                  "    {\"all_gather\", \"bucket0 params\", DType::F32, 4, 8, "
+                  "2u},\n"
+                  "    {\"reduce_scatter\", \"op #2\", DType::F32, 8, 4, 2u},\n"
+                  "    {\"all_reduce\", \"bucket0 gradients\", DType::F32, 4, "
+                  "4, 1u},\n};"))
+      << out;
+}
+
+TEST_F(CodegenTest, WritesTheManifestAsJson) {
+  auto module = parse(kSharded);
+  ASSERT_TRUE(module);
+  std::string out, errors;
+  dsc::EmitCppStats stats;
+  {
+    llvm::raw_string_ostream os(out);
+    ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &d) {
+      errors += d.str() + "\n";
+      return success();
+    });
+    ASSERT_TRUE(succeeded(dsc::emitCpp(*module, os, {}, &stats))) << errors;
+  }
+  EXPECT_EQ(stats.worldSize, 4);
+  EXPECT_EQ(stats.groupSize, 2);
+  EXPECT_EQ(stats.stage, 3);
+  ASSERT_EQ(stats.collectives.size(), 5u);
+  EXPECT_EQ(stats.collectives[4].kind, "all_reduce");
+  EXPECT_EQ(stats.collectives[4].axesMask, 1u);
+
+  std::string json;
+  llvm::raw_string_ostream js(json);
+  ASSERT_TRUE(succeeded(dsc::emitManifestJson(*module, js)));
+  auto parsed = llvm::json::parse(json);
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError()) << json;
+  const llvm::json::Object *root = parsed->getAsObject();
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->getInteger("world_size"), 4);
+  EXPECT_EQ(root->getInteger("group_size"), 2);
+  EXPECT_EQ(root->getInteger("stage"), 3);
+  const llvm::json::Array *list = root->getArray("collectives");
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 5u);
+  const llvm::json::Object *second = (*list)[1].getAsObject();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->getString("kind"), "reduce_scatter");
+  EXPECT_EQ(second->getString("what"), "op #2");
+  EXPECT_EQ(second->getString("dtype"), "f32");
+  EXPECT_EQ(second->getInteger("in_numel"), 8);
+  EXPECT_EQ(second->getInteger("out_numel"), 4);
+  EXPECT_EQ(second->getInteger("axes_mask"), 2);
+
+  // Computing in float64 changes the manifest's and the buckets' dtype.
+  dsc::EmitCppOptions f64;
+  f64.promoteF32ToF64 = true;
+  std::string out64, errors64;
+  ASSERT_TRUE(emit(*module, out64, errors64, f64)) << errors64;
+  EXPECT_NE(out64.find("{\"all_reduce\", \"bucket0 gradients\", DType::F64"),
+            std::string::npos);
+  EXPECT_NE(out64.find("{\"bucket0\", DType::F64, 8, 2, kBucket0Entries}"),
+            std::string::npos);
+}
+
+TEST_F(CodegenTest, ReportsWhatItCannotShard) {
+  // A module around one function body, with a 2x2 grid unless replaced.
+  auto wrap = [](std::string body, std::string attrs = "",
+                 std::string grid = "shard.grid @dsc_ranks(shape = 2x2)",
+                 std::string args = "%x: tensor<4x2xf32> {dsc.input = \"x\"}") {
+    return "module attributes {" + attrs + "} {\n" + grid +
+           "\n  func.func @train_step(" + args +
+           ") -> (tensor<4x2xf32> {dsc.output = \"y\"}) {\n" + body +
+           "\n  }\n}\n";
+  };
+  struct Case {
+    std::string ir;
+    const char *error;
+  } cases[] = {
+      {wrap(R"mlir(
+    %0 = shard.all_gather %x on @dsc_ranks grid_axes = [1] gather_axis = 1
+        : tensor<4x2xf32> -> tensor<4x4xf32>
+    %1 = dsc.slice %0 {offsets = array<i64: 0, 0>, sizes = array<i64: 4, 2>, strides = array<i64: 1, 1>} : tensor<4x4xf32> -> tensor<4x2xf32>
+    return %1 : tensor<4x2xf32>)mlir"),
+       "along tensor axis 0 only, got gather_axis = 1"},
+      {wrap(R"mlir(
+    %0 = shard.all_reduce %x on @dsc_ranks grid_axes = [1] reduction = max
+        : tensor<4x2xf32> -> tensor<4x2xf32>
+    return %0 : tensor<4x2xf32>)mlir"),
+       "reduction = <sum> only, got <max>"},
+      {wrap(R"mlir(
+    %0 = shard.all_reduce %x on @dsc_ranks grid_axes = [1]
+        : tensor<4x2xf32> -> tensor<4x2xf64>
+    %1 = dsc.cast %0 {to = f32} : tensor<4x2xf64> -> tensor<4x2xf32>
+    return %1 : tensor<4x2xf32>)mlir"),
+       "must keep the element type"},
+      {wrap("    return %x : tensor<4x2xf32>", "",
+            "shard.grid @dsc_ranks(shape = 4)"),
+       "rank grid must be 2-D and static"},
+      {wrap("    return %x : tensor<4x2xf32>", "dsc.world_size = 8 : i64"),
+       "dsc.world_size = 8, but the grid has 2 x 2 ranks"},
+      {wrap("    return %x : tensor<4x2xf32>", "dsc.world_size = 2 : i64", ""),
+       "no rank grid"},
+      {wrap("    return %x : tensor<4x2xf32>",
+            "dsc.buckets = [{name = \"bucket0\", padded = 7 : i64, "
+            "entries = []}]"),
+       "not a positive multiple of the group size 2"},
+      {wrap("    return %x : tensor<4x2xf32>",
+            "dsc.buckets = [{name = \"bucket0\", padded = 8 : i64, "
+            "entries = [[\"w\", 4 : i64, 6 : i64]]}]"),
+       "\"w\" at [4, 10) is outside its 8 elements"},
+      {wrap("    return %x : tensor<4x2xf32>",
+            "dsc.buckets = [{name = \"bucket0\", entries = []}]"),
+       "dsc.buckets[0] must be {name"},
+      {wrap("    return %x : tensor<4x2xf32>",
+            "dsc.buckets = [{name = \"bucket0\", padded = 8 : i64, "
+            "entries = []}]",
+            "shard.grid @dsc_ranks(shape = 2x2)",
+            "%x: tensor<4x2xf32> {dsc.input = \"x\"}, "
+            "%p: tensor<8xf32> {dsc.param = \"bucket0\", dsc.bucket = 0 : i64}"),
+       "must be 1-D of 4 elements, got 'tensor<8xf32>'"},
+      {wrap("    return %x : tensor<4x2xf32>", "",
+            "shard.grid @dsc_ranks(shape = 2x2)",
+            "%x: tensor<4x2xf32> {dsc.input = \"x\"}, "
+            "%p: tensor<4xf32> {dsc.param = \"bucket0\", dsc.bucket = 0 : i64}"),
+       "names no bucket (the module has 0)"},
+  };
+  for (const Case &c : cases) {
+    auto module = parse(c.ir.c_str());
+    ASSERT_TRUE(module) << c.ir;
+    std::string out, errors;
+    EXPECT_FALSE(emit(*module, out, errors)) << c.ir;
+    EXPECT_NE(errors.find(c.error), std::string::npos)
+        << "want: " << c.error << "\ngot: " << errors;
+    EXPECT_TRUE(out.empty());
   }
 }
 
