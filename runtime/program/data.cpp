@@ -35,6 +35,10 @@ std::string slotNames(const std::vector<InputSlot> &slots) {
 }
 
 std::string batchText(const BatchShape &b) {
+  if (b.ranks > 1)
+    return std::to_string(b.global()) + " (" + std::to_string(b.ranks) +
+           " ranks x micro-batch " + std::to_string(b.microBatch) + " x " +
+           std::to_string(b.accumSteps) + " accumulation steps)";
   return std::to_string(b.global()) + " (micro-batch " +
          std::to_string(b.microBatch) + " x " + std::to_string(b.accumSteps) +
          " accumulation steps)";

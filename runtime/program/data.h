@@ -34,10 +34,13 @@ struct InputSlot {
 };
 
 /// How the global batch (dim 0 of every Input) is made up, for messages.
+/// With several ranks, the files hold the whole global batch and rank r
+/// takes rows [r * B, (r + 1) * B), B = microBatch * accumSteps.
 struct BatchShape {
   int64_t microBatch = 1;
   int64_t accumSteps = 1;
-  int64_t global() const { return microBatch * accumSteps; }
+  int64_t ranks = 1;
+  int64_t global() const { return ranks * microBatch * accumSteps; }
 };
 
 /// Fills every slot from a safetensors file. `*unused` (if given) receives

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsc/program.h"
+#include "comm/inprocess.h"
 #include "io/safetensors.h"
 #include "program/convert.h"
 #include "program/data.h"
@@ -33,10 +34,12 @@
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <new>
 #include <set>
+#include <thread>
 #include <unistd.h>
 
 namespace dsc {
@@ -203,6 +206,7 @@ struct Layout {
   std::vector<std::pair<int, int>> updates; // (result, arg) double-buffered
   std::vector<int> grads;                   // Grad results
   std::vector<int> inputs, params, buffers, optStates; // args
+  int worldSize = 1, groupSize = 1;
 };
 
 Status checkSpec(const ProgramSpec &spec, Layout &layout) {
@@ -324,7 +328,7 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
       s = scalar(layout.lr);
       break;
     case ResultRole::Grad:
-      if (argOf(ArgRole::Param) < 0)
+      if (r.bucket < 0 && argOf(ArgRole::Param) < 0)
         return bug(what + " has no parameter of that name");
       layout.grads.push_back(i);
       break;
@@ -350,6 +354,99 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
   }
   if (layout.loss < 0)
     return bug("no loss result");
+
+  // Sharding: the grid, the buckets, the shards, the manifest.
+  int64_t W = spec.worldSize <= 0 ? 1 : spec.worldSize;
+  int64_t G = spec.groupSize <= 0 ? W : spec.groupSize;
+  if (W > 4096 || G > W || W % G != 0)
+    return bug("world size " + std::to_string(W) + " and group size " +
+               std::to_string(G) + " (the group size must divide the world "
+               "size)");
+  if (spec.stage < 0 || spec.stage > 3)
+    return bug("ZeRO stage " + std::to_string(spec.stage));
+  if (spec.numBuckets < 0 || (spec.numBuckets > 0 && !spec.buckets) ||
+      spec.numCollectives < 0 ||
+      (spec.numCollectives > 0 && !spec.collectives))
+    return bug("bucket or collective lists are missing");
+  layout.worldSize = int(W);
+  layout.groupSize = int(G);
+  for (int b = 0; b < spec.numBuckets; ++b) {
+    const BucketSpec &bk = spec.buckets[b];
+    std::string what = "bucket " + std::to_string(b);
+    if (!bk.name || bk.numEntries < 0 || (bk.numEntries > 0 && !bk.entries))
+      return bug(what + " has no name or no entry list");
+    if (bk.paddedNumel < 0 || bk.paddedNumel % G != 0)
+      return bug(what + " '" + bk.name + "' has " +
+                 std::to_string(bk.paddedNumel) +
+                 " elements, not a multiple of the group size " +
+                 std::to_string(G));
+    for (int e = 0; e < bk.numEntries; ++e) {
+      const BucketEntry &en = bk.entries[e];
+      if (!en.param || en.offset < 0 || en.numel < 0 ||
+          en.offset + en.numel > bk.paddedNumel)
+        return bug(what + " '" + bk.name + "': entry " + std::to_string(e) +
+                   " lies outside the bucket");
+      if (en.rank > kMaxRank)
+        return bug(what + " '" + bk.name + "': parameter '" + en.param +
+                   "' has rank " + std::to_string(en.rank));
+      if (en.rank >= 0) {
+        int64_t n = 1;
+        for (int d = 0; d < en.rank; ++d)
+          n *= en.shape[d];
+        if (n != en.numel)
+          return bug(what + " '" + bk.name + "': parameter '" + en.param +
+                     "' has " + std::to_string(en.numel) +
+                     " elements but its shape holds " + std::to_string(n));
+      }
+    }
+  }
+  auto checkShard = [&](int bucket, const TensorSpec &t,
+                        const std::string &what) -> Status {
+    if (bucket < 0)
+      return Status();
+    if (bucket >= spec.numBuckets)
+      return bug(what + " names bucket " + std::to_string(bucket) + " of " +
+                 std::to_string(spec.numBuckets));
+    const BucketSpec &bk = spec.buckets[bucket];
+    if (numelOf(t) != bk.paddedNumel / G || t.dtype != bk.dtype)
+      return bug(what + " is " + describeSpec(t) + " but a shard of bucket '" +
+                 bk.name + "' is " + dtypeName(bk.dtype) + "[" +
+                 std::to_string(bk.paddedNumel / G) + "]");
+    return Status();
+  };
+  for (int i = 0; i < spec.numArgs; ++i) {
+    const ArgSpec &a = spec.args[i];
+    std::string what = std::string(argRoleName(a.role)) + " '" + a.name + "'";
+    if (a.bucket >= 0 && a.role != ArgRole::Param &&
+        a.role != ArgRole::OptState)
+      return bug(what + " is sharded; only parameters and optimizer state "
+                        "can be");
+    if (Status s = checkShard(a.bucket, a.type, what); !s.ok())
+      return s;
+    if (a.role == ArgRole::Input && W > 1 && a.type.rank < 1)
+      return bug(what + " is a scalar; a batch input of several ranks needs "
+                        "a batch dimension");
+  }
+  for (int i = 0; i < spec.numResults; ++i) {
+    const ResultSpec &r = spec.results[i];
+    std::string what =
+        std::string(resultRoleName(r.role)) + " result '" + r.name + "'";
+    if (r.bucket >= 0 && r.role != ResultRole::Param &&
+        r.role != ResultRole::OptState && r.role != ResultRole::Grad)
+      return bug(what + " is sharded; only parameters, optimizer state and "
+                        "gradients can be");
+    if (Status s = checkShard(r.bucket, r.type, what); !s.ok())
+      return s;
+  }
+  for (const auto &[r, a] : layout.updates)
+    if (spec.results[r].bucket != spec.args[a].bucket)
+      return bug(std::string(resultRoleName(spec.results[r].role)) +
+                 " result '" + spec.results[r].name +
+                 "' and its argument are in different buckets");
+  for (int c = 0; c < spec.numCollectives; ++c)
+    if (!spec.collectives[c].kind)
+      return bug("collective " + std::to_string(c) + " of the manifest has "
+                 "no kind");
   return Status();
 }
 
@@ -556,6 +653,10 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
   if (!o.dumpParams.empty())
     if (Status s = checkWritable("--dump-params", o.dumpParams); !s.ok())
       return s;
+  if (o.gradcheck > 0 && layout.worldSize > 1)
+    return fail("--gradcheck needs a program compiled for one rank; this one "
+                "is compiled for " + std::to_string(layout.worldSize) +
+                " (compile it without --world-size to check its gradients)");
   if (!layout.inputs.empty() && o.batch.empty() && o.data.empty()) {
     std::string names;
     for (int i : layout.inputs)
@@ -576,18 +677,33 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
 
 void printHelp(const ProgramSpec &spec, const Layout &layout,
                const std::string &program, std::FILE *out) {
-  int64_t global = spec.microBatch * spec.accumSteps;
+  int64_t global = layout.worldSize * spec.microBatch * spec.accumSteps;
   std::string model = spec.modelPath ? spec.modelPath : "(unknown)";
   std::fprintf(out, "usage: %s [options]\n\n", program.c_str());
   std::fprintf(out,
                "Trains %s with %s (compiled by dsc).\nOne step takes a "
-               "global batch of %" PRId64 " examples = micro-batch %" PRId64
-               " x %" PRId64 " accumulation steps",
-               baseName(model).c_str(), spec.optimizer, global, spec.microBatch,
-               spec.accumSteps);
+               "global batch of %" PRId64 " examples = ",
+               baseName(model).c_str(), spec.optimizer, global);
+  if (layout.worldSize > 1)
+    std::fprintf(out, "%d ranks x ", layout.worldSize);
+  std::fprintf(out, "micro-batch %" PRId64 " x %" PRId64 " accumulation steps",
+               spec.microBatch, spec.accumSteps);
   if (spec.tokensPerExample > 1)
     std::fprintf(out, ", of %" PRId64 " tokens each", spec.tokensPerExample);
-  std::fprintf(out, ".\n\n");
+  std::fprintf(out, ".\n");
+  if (layout.worldSize > 1) {
+    std::fprintf(out,
+                 "Compiled for %d ranks (ZeRO stage %d", layout.worldSize,
+                 spec.stage);
+    if (layout.groupSize < layout.worldSize)
+      std::fprintf(out, ", sharded in groups of %d", layout.groupSize);
+    std::fprintf(out,
+                 "); they run as threads of this process, rank r on rows\n"
+                 "[r B, (r + 1) B) of the global batch (B = micro-batch x "
+                 "accumulation steps).\nDSC_COLLECTIVE_TIMEOUT=S: give up "
+                 "on a collective after S seconds (default 300).\n");
+  }
+  std::fprintf(out, "\n");
 
   auto opt = [&](const char *name, const std::string &text) {
     std::fprintf(out, "  %-24s %s\n", name, text.c_str());
@@ -673,13 +789,20 @@ struct Args {
   std::vector<Memory> memory;
 };
 
-Status initWeights(const ProgramSpec &spec, const Layout &layout,
-                   const Options &o, const Args &args, std::string &what) {
+/// One tensor --init fills: a Param or Buffer argument of rank 0, or one
+/// parameter of a sharded bucket (a view into the packed bucket, its full
+/// shape), in spec order (a bucket's parameters in entry order).
+struct InitTarget {
+  ArgRole role;
+  std::string name;
+  TensorSpec type;
+  Tensor dst;
+};
+
+Status initWeights(const ProgramSpec &spec, const Options &o,
+                   const std::vector<InitTarget> &targets, std::string &what) {
   std::string source =
       o.init.empty() ? (spec.modelPath ? spec.modelPath : "") : o.init;
-  std::vector<int> targets = layout.params;
-  targets.insert(targets.end(), layout.buffers.begin(), layout.buffers.end());
-  std::sort(targets.begin(), targets.end());
   if (targets.empty()) {
     what = "none needed";
     return Status();
@@ -688,7 +811,7 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
   // The model, opened when first needed (default init, or buffers that
   // another source does not hold).
   std::unique_ptr<OnnxWeights> model;
-  auto fromModel = [&](int i, const std::string &path,
+  auto fromModel = [&](const InitTarget &a, const std::string &path,
                        const std::string &why) -> Status {
     if (!model) {
       model = std::make_unique<OnnxWeights>();
@@ -697,11 +820,10 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
                                            "; give --init FILE.onnx, --init "
                                            "FILE.safetensors or --init random");
     }
-    const ArgSpec &a = spec.args[i];
     if (!model->find(a.name))
       return fail(path + " has no initializer for " + argRoleName(a.role) +
                   " '" + a.name + "' " + describeSpec(a.type) + why);
-    return model->read(a.name, args.tensors[i]);
+    return model->read(a.name, a.dst);
   };
   std::string modelPath = spec.modelPath ? spec.modelPath : "";
 
@@ -713,9 +835,8 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
                   source.substr(7) + "'");
     Rng rng(seed, /*stream=*/1);
     int fromModelCount = 0;
-    for (int i : targets) {
-      const ArgSpec &a = spec.args[i];
-      const Tensor &t = args.tensors[i];
+    for (const InitTarget &a : targets) {
+      const Tensor &t = a.dst;
       switch (randomInitRule(a.role, a.name, a.type)) {
       case RandomInit::Normal: {
         size_t n = size_t(t.numel());
@@ -739,7 +860,7 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
         fillValue(t, 1.0);
         break;
       case RandomInit::FromModel:
-        if (Status s = fromModel(i, modelPath,
+        if (Status s = fromModel(a, modelPath,
                                  " (--init random reads constant buffers "
                                  "such as masks from the model)");
             !s.ok())
@@ -760,9 +881,9 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
     if (Status s = file.read(source); !s.ok())
       return Status::error(s.code(), "--init: " + s.message());
     std::vector<std::string> missing;
-    for (int i : layout.params)
-      if (!file.contains(spec.args[i].name))
-        missing.push_back(spec.args[i].name);
+    for (const InitTarget &t : targets)
+      if (t.role == ArgRole::Param && !file.contains(t.name))
+        missing.push_back(t.name);
     if (!missing.empty()) {
       std::string list;
       for (size_t k = 0; k < missing.size() && k < 5; ++k)
@@ -772,10 +893,9 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
       return fail("--init " + source + " has no tensor for parameter " + list);
     }
     int fromModelCount = 0;
-    for (int i : targets) {
-      const ArgSpec &a = spec.args[i];
+    for (const InitTarget &a : targets) {
       if (!file.contains(a.name)) { // a buffer
-        if (Status s = fromModel(i, modelPath,
+        if (Status s = fromModel(a, modelPath,
                                  " (buffer '" + std::string(a.name) +
                                      "' is not in " + source + ")");
             !s.ok())
@@ -786,7 +906,7 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
       Tensor src;
       if (Status s = file.get(a.name, src); !s.ok())
         return s;
-      if (Status s = copyInto(src, args.tensors[i],
+      if (Status s = copyInto(src, a.dst,
                               "--init " + source + ": " + argRoleName(a.role) +
                                   " '" + a.name + "'");
           !s.ok())
@@ -806,11 +926,75 @@ Status initWeights(const ProgramSpec &spec, const Layout &layout,
                                      "from; its initializers are the initial "
                                      "weights)"
                                    : "";
-  for (int i : targets)
-    if (Status s = fromModel(i, source, why); !s.ok())
+  for (const InitTarget &a : targets)
+    if (Status s = fromModel(a, source, why); !s.ok())
       return s;
   what = source;
   return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// Ranks and buckets
+//===----------------------------------------------------------------------===//
+
+/// One rank's tensors and scratch. Its Input arguments are views of its
+/// rows of the global batch; everything else is its own.
+struct RankState {
+  Args args;
+  std::vector<Tensor> results;
+  std::vector<Memory> resultMemory;
+  HostArena arena;
+};
+
+/// The full type of every parameter of every bucket: BucketEntry's shape,
+/// else the model's initializer of that name, else [numel].
+std::vector<std::vector<TensorSpec>> bucketShapes(const ProgramSpec &spec) {
+  std::vector<std::vector<TensorSpec>> shapes(size_t(spec.numBuckets));
+  std::unique_ptr<OnnxWeights> model;
+  bool tried = false;
+  for (int b = 0; b < spec.numBuckets; ++b) {
+    const BucketSpec &bk = spec.buckets[b];
+    for (int e = 0; e < bk.numEntries; ++e) {
+      const BucketEntry &en = bk.entries[e];
+      TensorSpec t{bk.dtype, 1, {en.numel}};
+      if (en.rank >= 0) {
+        t.rank = en.rank;
+        for (int d = 0; d < en.rank; ++d)
+          t.shape[d] = en.shape[d];
+      } else {
+        if (!tried) {
+          tried = true;
+          model = std::make_unique<OnnxWeights>();
+          if (!spec.modelPath || !model->open(spec.modelPath).ok())
+            model.reset();
+        }
+        const OnnxInitializer *init = model ? model->find(en.param) : nullptr;
+        if (init && init->numel() == en.numel &&
+            init->dims.size() <= size_t(kMaxRank)) {
+          t.rank = int(init->dims.size());
+          for (int d = 0; d < t.rank; ++d)
+            t.shape[d] = init->dims[size_t(d)];
+        }
+      }
+      shapes[size_t(b)].push_back(t);
+    }
+  }
+  return shapes;
+}
+
+/// A view of each parameter of bucket `b` in the packed bucket at `flat`.
+void unpackBucket(const ProgramSpec &spec,
+                  const std::vector<std::vector<TensorSpec>> &shapes, int b,
+                  void *flat, std::vector<io::NamedTensor> &out) {
+  const BucketSpec &bk = spec.buckets[b];
+  size_t es = dtypeSize(bk.dtype);
+  for (int e = 0; e < bk.numEntries; ++e) {
+    const BucketEntry &en = bk.entries[e];
+    const TensorSpec &t = shapes[size_t(b)][size_t(e)];
+    out.push_back({en.param,
+                   Tensor::of(static_cast<char *>(flat) + size_t(en.offset) * es,
+                              bk.dtype, I64s(t.shape, size_t(t.rank)))});
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -843,52 +1027,134 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     std::fflush(out);
     return 0;
   }
+  const int W = layout.worldSize, G = layout.groupSize;
+  double timeout = 0;
+  if (W > 1) {
+    std::string warning;
+    timeout = comm::collectiveTimeoutFromEnv(&warning);
+    if (!warning.empty())
+      std::fprintf(err, "warning: %s\n", warning.c_str());
+  }
 
-  // 2. Storage: every argument and result; updates are double-buffered.
-  Args args;
-  args.tensors.resize(size_t(spec.numArgs));
-  args.memory.resize(size_t(spec.numArgs));
-  for (int i = 0; i < spec.numArgs; ++i)
-    if (Status s = allocateTensor(spec.args[i].type,
-                                  std::string(argRoleName(spec.args[i].role)) +
-                                      " '" + spec.args[i].name + "'",
-                                  args.memory[i], args.tensors[i]);
+  // 2. Storage. The global batch: one tensor per Input with W times the
+  // rank's rows; rank r's Input is a view of rows [r B, (r + 1) B).
+  std::vector<InputSlot> slots;
+  std::vector<Memory> inputMemory;
+  for (int i : layout.inputs) {
+    TensorSpec t = spec.args[i].type;
+    if (W > 1)
+      t.shape[0] *= W;
+    Memory m;
+    Tensor g;
+    if (Status s = allocateTensor(
+            t, std::string("input '") + spec.args[i].name + "'", m, g);
         !s.ok())
       return error(s);
-  std::vector<Tensor> results(size_t(spec.numResults));
-  std::vector<Memory> resultMemory(size_t(spec.numResults));
-  for (int i = 0; i < spec.numResults; ++i)
-    if (Status s =
-            allocateTensor(spec.results[i].type,
-                           std::string(resultRoleName(spec.results[i].role)) +
-                               " result '" + spec.results[i].name + "'",
-                           resultMemory[i], results[i]);
-        !s.ok())
+    slots.push_back({spec.args[i].name, g});
+    inputMemory.push_back(std::move(m));
+  }
+  std::vector<std::unique_ptr<RankState>> ranks;
+  for (int r = 0; r < W; ++r) {
+    auto rs = std::make_unique<RankState>();
+    std::string who = W > 1 ? format(" of rank %d", r) : "";
+    rs->args.tensors.resize(size_t(spec.numArgs));
+    rs->args.memory.resize(size_t(spec.numArgs));
+    size_t inputIndex = 0;
+    for (int i = 0; i < spec.numArgs; ++i) {
+      const ArgSpec &a = spec.args[i];
+      if (a.role == ArgRole::Input) {
+        Tensor view = slots[inputIndex++].tensor;
+        size_t bytes = size_t(numelOf(a.type)) * dtypeSize(a.type.dtype);
+        view.data = static_cast<char *>(view.data) + size_t(r) * bytes;
+        view.shape[0] = a.type.shape[0];
+        rs->args.tensors[i] = view;
+        continue;
+      }
+      if (Status s = allocateTensor(a.type,
+                                    std::string(argRoleName(a.role)) + " '" +
+                                        a.name + "'" + who,
+                                    rs->args.memory[i], rs->args.tensors[i]);
+          !s.ok())
+        return error(s);
+    }
+    rs->results.resize(size_t(spec.numResults));
+    rs->resultMemory.resize(size_t(spec.numResults));
+    for (int i = 0; i < spec.numResults; ++i)
+      if (Status s = allocateTensor(
+              spec.results[i].type,
+              std::string(resultRoleName(spec.results[i].role)) +
+                  " result '" + spec.results[i].name + "'" + who,
+              rs->resultMemory[i], rs->results[i]);
+          !s.ok())
+        return error(s);
+    if (Status s = rs->arena.init(spec.arenaBytes); !s.ok())
       return error(s);
-  HostArena arena;
-  if (Status s = arena.init(spec.arenaBytes); !s.ok())
-    return error(s);
+    ranks.push_back(std::move(rs));
+  }
+  RankState &rank0 = *ranks[0];
 
-  // 3. Weights and hyperparameters.
-  std::string initWhat;
-  if (Status s = initWeights(spec, layout, o, args, initWhat); !s.ok())
-    return error(s);
-  double lrHyper = NAN;
+  // 3. Weights and hyperparameters: rank 0's replicated parameters and
+  // buffers, and each sharded bucket packed whole (zeros in the padding);
+  // then every rank gets the replicated ones and its shard.
+  std::vector<std::vector<TensorSpec>> shapes = bucketShapes(spec);
+  std::vector<Memory> packedMemory(size_t(spec.numBuckets));
+  std::vector<InitTarget> targets;
   for (int i = 0; i < spec.numArgs; ++i) {
     const ArgSpec &a = spec.args[i];
-    if (a.role == ArgRole::Hyper)
-      fillValue(args.tensors[i], o.hypers[a.name]);
-    else if (a.role == ArgRole::Seed)
-      setIntScalar(args.tensors[i], static_cast<int64_t>(o.seed));
+    if (a.role == ArgRole::Buffer ||
+        (a.role == ArgRole::Param && a.bucket < 0)) {
+      targets.push_back({a.role, a.name, a.type, rank0.args.tensors[i]});
+    } else if (a.role == ArgRole::Param) {
+      const BucketSpec &bk = spec.buckets[a.bucket];
+      Memory &m = packedMemory[size_t(a.bucket)];
+      if (m)
+        continue; // a bucket is one argument; be safe with two
+      Tensor flat;
+      if (Status s = allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
+                                    std::string("bucket '") + bk.name + "'",
+                                    m, flat);
+          !s.ok())
+        return error(s);
+      std::vector<io::NamedTensor> views;
+      unpackBucket(spec, shapes, a.bucket, flat.data, views);
+      for (size_t e = 0; e < views.size(); ++e)
+        targets.push_back({ArgRole::Param, views[e].name,
+                           shapes[size_t(a.bucket)][e], views[e].tensor});
+    }
   }
+  std::string initWhat;
+  if (Status s = initWeights(spec, o, targets, initWhat); !s.ok())
+    return error(s);
+  for (int r = 0; r < W; ++r)
+    for (int i = 0; i < spec.numArgs; ++i) {
+      const ArgSpec &a = spec.args[i];
+      const Tensor &dst = ranks[size_t(r)]->args.tensors[i];
+      if (a.role == ArgRole::Param && a.bucket >= 0) {
+        int64_t shard = numelOf(a.type);
+        std::memcpy(dst.data,
+                    static_cast<char *>(packedMemory[size_t(a.bucket)].get()) +
+                        size_t((r % G) * shard) * dtypeSize(a.type.dtype),
+                    dst.nbytes());
+      } else if (r > 0 &&
+                 (a.role == ArgRole::Param || a.role == ArgRole::Buffer)) {
+        std::memcpy(dst.data, rank0.args.tensors[i].data, dst.nbytes());
+      }
+    }
+  packedMemory.clear();
+  double lrHyper = NAN;
+  for (auto &rs : ranks)
+    for (int i = 0; i < spec.numArgs; ++i) {
+      const ArgSpec &a = spec.args[i];
+      if (a.role == ArgRole::Hyper)
+        fillValue(rs->args.tensors[i], o.hypers[a.name]);
+      else if (a.role == ArgRole::Seed)
+        setIntScalar(rs->args.tensors[i], static_cast<int64_t>(o.seed));
+    }
   if (o.hypers.count("lr"))
     lrHyper = o.hypers["lr"];
 
-  // 4. Data.
-  std::vector<InputSlot> slots;
-  for (int i : layout.inputs)
-    slots.push_back({spec.args[i].name, args.tensors[i]});
-  BatchShape batch{spec.microBatch, spec.accumSteps};
+  // 4. Data, into the global batch.
+  BatchShape batch{spec.microBatch, spec.accumSteps, W};
   TokenData tokens;
   std::string dataWhat = "none needed";
   if (!o.batch.empty()) {
@@ -934,22 +1200,43 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   double perStep = double(global * spec.tokensPerExample);
   if (!o.quiet) {
     double paramElems = 0, paramBytes = 0;
+    std::set<int> countedBuckets;
     for (int i : layout.params) {
-      paramElems += double(args.tensors[i].numel());
-      paramBytes += double(args.tensors[i].nbytes());
+      const ArgSpec &a = spec.args[i];
+      if (a.bucket < 0) {
+        paramElems += double(numelOf(a.type));
+        paramBytes += double(numelOf(a.type)) * double(dtypeSize(a.type.dtype));
+      } else if (countedBuckets.insert(a.bucket).second) {
+        const BucketSpec &bk = spec.buckets[a.bucket];
+        for (int e = 0; e < bk.numEntries; ++e) {
+          paramElems += double(bk.entries[e].numel);
+          paramBytes += double(bk.entries[e].numel) * double(dtypeSize(bk.dtype));
+        }
+      }
     }
     std::fprintf(out,
                  "%s: %s | %s | %s parameters (%s) | global batch %" PRId64
-                 " = %" PRId64 " x %" PRId64,
+                 " = ",
                  program.c_str(),
                  baseName(spec.modelPath ? spec.modelPath : "?").c_str(),
                  spec.optimizer, humanCount(paramElems).c_str(),
-                 humanBytes(paramBytes).c_str(), global, spec.microBatch,
+                 humanBytes(paramBytes).c_str(), global);
+    if (W > 1)
+      std::fprintf(out, "%d ranks x ", W);
+    std::fprintf(out, "%" PRId64 " x %" PRId64, spec.microBatch,
                  spec.accumSteps);
     if (tokenUnits)
       std::fprintf(out, " x %" PRId64 " tokens", spec.tokensPerExample);
-    std::fprintf(out, " | arena %s\n",
-                 humanBytes(double(spec.arenaBytes)).c_str());
+    std::fprintf(out, " | arena %s%s",
+                 humanBytes(double(spec.arenaBytes)).c_str(),
+                 W > 1 ? " per rank" : "");
+    if (W > 1) {
+      std::fprintf(out, " | %d ranks (in-process threads), ZeRO stage %d", W,
+                   spec.stage);
+      if (G < W)
+        std::fprintf(out, ", groups of %d", G);
+    }
+    std::fprintf(out, "\n");
     std::fprintf(out,
                  "init: %s | data: %s | %" PRId64 " steps, seed %" PRIu64 "\n",
                  initWhat.c_str(), dataWhat.c_str(), o.steps, o.seed);
@@ -959,13 +1246,18 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   // Finite differences of the loss against the compiled gradients
   // (--gradcheck N): every call is step 1 with the same seed, so dropout
   // masks repeat and the loss is a smooth function of each parameter.
+  // One rank only (parseOptions refuses it otherwise).
   if (o.gradcheck > 0) {
+    Args &args = rank0.args;
+    std::vector<Tensor> &results = rank0.results;
+    HostArena &arena = rank0.arena;
     for (int i = 0; i < spec.numArgs; ++i)
       if (spec.args[i].role == ArgRole::Step)
         setIntScalar(args.tensors[i], 1);
     auto lossAt = [&](double &loss) -> Status {
       arena.reset();
-      Status s = spec.trainStep(arena, args.tensors.data(), results.data());
+      Status s = spec.trainStep(RankContext{&arena, nullptr},
+                                args.tensors.data(), results.data());
       if (s.ok())
         loss = scalarValue(results[layout.loss]);
       return s;
@@ -1039,6 +1331,106 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     return ok ? 0 : 1;
   }
 
+  // The ranks: threads of this process around an in-process world whose
+  // manifest is the compiled one; one rank runs on this thread.
+  std::unique_ptr<comm::InProcessWorld> world;
+  if (W > 1)
+    world = std::make_unique<comm::InProcessWorld>(
+        W, G, spec.collectives, spec.numCollectives, timeout);
+  // Runs one step on every rank; the error lines, empty when all went well.
+  auto runStep = [&](int64_t step) -> std::vector<std::string> {
+    std::string at = format("step %" PRId64 ": ", step);
+    if (!world) {
+      rank0.arena.reset();
+      Status s = spec.trainStep(RankContext{&rank0.arena, nullptr},
+                                rank0.args.tensors.data(),
+                                rank0.results.data());
+      if (!s.ok())
+        return {at + s.message()};
+      return {};
+    }
+    world->beginStep();
+    std::vector<Status> st(static_cast<size_t>(W));
+    auto body = [&](int r) {
+      RankState &rs = *ranks[size_t(r)];
+      rs.arena.reset();
+      try {
+        st[size_t(r)] = spec.trainStep(RankContext{&rs.arena, world->comm(r)},
+                                       rs.args.tensors.data(),
+                                       rs.results.data());
+      } catch (const std::bad_alloc &) {
+        st[size_t(r)] =
+            Status::error(StatusCode::OutOfMemory, "out of host memory");
+      } catch (const std::exception &e) {
+        st[size_t(r)] = Status::error(StatusCode::InvalidArgument, e.what());
+      }
+      if (!st[size_t(r)].ok())
+        world->abort(r, st[size_t(r)].message());
+      else
+        world->finishStep(r);
+    };
+    std::vector<std::thread> threads;
+    for (int r = 1; r < W; ++r)
+      threads.emplace_back(body, r);
+    body(0);
+    for (auto &t : threads)
+      t.join();
+    // The rank whose failure aborted the world first, then any other rank
+    // that failed on its own (not with "rank F failed: ...").
+    std::vector<std::string> lines;
+    auto line = [&](int r) {
+      std::string m = st[size_t(r)].message();
+      std::string prefix = "rank " + std::to_string(r) + ": ";
+      if (m.compare(0, prefix.size(), prefix) == 0)
+        m = m.substr(prefix.size());
+      return prefix + at + m;
+    };
+    int root = world->failedRank();
+    if (root >= 0 && !st[size_t(root)].ok())
+      lines.push_back(line(root));
+    std::string secondary = "rank " + std::to_string(root) + " failed: ";
+    for (int r = 0; r < W; ++r)
+      if (r != root && !st[size_t(r)].ok() &&
+          st[size_t(r)].message().find(secondary) == std::string::npos)
+        lines.push_back(line(r));
+    if (lines.empty() && root >= 0)
+      lines.push_back("rank " + std::to_string(root) + ": " + at +
+                      world->failure());
+    if (lines.empty() && spec.collectives)
+      for (int r = 0; r < W; ++r) {
+        int64_t calls = world->callsThisStep(r);
+        if (calls != spec.numCollectives)
+          lines.push_back(format("rank %d: ", r) + at +
+                          format("issued %" PRId64
+                                 " collectives, but the manifest has %d per "
+                                 "step",
+                                 calls, spec.numCollectives));
+      }
+    return lines;
+  };
+
+  // Per-parameter tensors of a sharded bucket: the shards of group 0 (the
+  // ranks of replica 0) in order, unpacked by BucketEntry without padding.
+  std::vector<Memory> dumpMemory;
+  auto gatherBucket = [&](int b, const std::function<Tensor(int)> &shardOf,
+                          std::vector<io::NamedTensor> &list) -> Status {
+    const BucketSpec &bk = spec.buckets[b];
+    Memory m;
+    Tensor flat;
+    if (Status s = allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
+                                  std::string("bucket '") + bk.name + "'", m,
+                                  flat);
+        !s.ok())
+      return s;
+    size_t shardBytes = size_t(bk.paddedNumel / G) * dtypeSize(bk.dtype);
+    for (int g = 0; g < G; ++g)
+      std::memcpy(static_cast<char *>(flat.data) + size_t(g) * shardBytes,
+                  shardOf(g).data, shardBytes);
+    unpackBucket(spec, shapes, b, flat.data, list);
+    dumpMemory.push_back(std::move(m));
+    return Status();
+  };
+
   // 5. The steps.
   int64_t nonFinite = 0;
   double lastLoss = NAN, trainSeconds = 0;
@@ -1047,17 +1439,21 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     if (!o.data.empty())
       if (Status s = tokens.sample(dataRng, slots); !s.ok())
         return error(s);
-    for (int i = 0; i < spec.numArgs; ++i)
-      if (spec.args[i].role == ArgRole::Step)
-        setIntScalar(args.tensors[i], step);
-    arena.reset();
-    Status s = spec.trainStep(arena, args.tensors.data(), results.data());
-    if (!s.ok())
-      return error(Status::error(s.code(), format("step %" PRId64 ": ", step) +
-                                               s.message()));
+    for (auto &rs : ranks)
+      for (int i = 0; i < spec.numArgs; ++i)
+        if (spec.args[i].role == ArgRole::Step)
+          setIntScalar(rs->args.tensors[i], step);
+    std::vector<std::string> failed = runStep(step);
+    if (!failed.empty()) {
+      for (const std::string &l : failed)
+        std::fprintf(err, "error: %s\n", l.c_str());
+      std::fflush(err);
+      return 1;
+    }
     double dt = seconds(Clock::now() - t0);
     trainSeconds += dt;
 
+    const std::vector<Tensor> &results = rank0.results;
     double loss = scalarValue(results[layout.loss]);
     double lr = layout.lr >= 0 ? scalarValue(results[layout.lr]) : lrHyper;
     double gradNorm =
@@ -1065,16 +1461,27 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     lastLoss = loss;
     if (step == 1 && !o.dumpGrads.empty()) {
       std::vector<io::NamedTensor> grads;
-      for (int r : layout.grads)
-        grads.push_back({spec.results[r].name, results[r]});
+      for (int r : layout.grads) {
+        if (spec.results[r].bucket < 0) {
+          grads.push_back({spec.results[r].name, results[r]});
+          continue;
+        }
+        if (Status s = gatherBucket(
+                spec.results[r].bucket,
+                [&](int g) { return ranks[size_t(g)]->results[r]; }, grads);
+            !s.ok())
+          return error(s);
+      }
       if (Status w = io::writeSafetensors(
               o.dumpGrads, grads,
               {{"format", "pt"}, {"content", "gradients of step 1"}});
           !w.ok())
         return error(Status::error(w.code(), "--dump-grads: " + w.message()));
+      dumpMemory.clear();
     }
-    for (const auto &[r, a] : layout.updates)
-      std::swap(args.tensors[a].data, results[r].data);
+    for (auto &rs : ranks)
+      for (const auto &[r, a] : layout.updates)
+        std::swap(rs->args.tensors[a].data, rs->results[r].data);
 
     if (!std::isfinite(loss)) {
       if (nonFinite++ == 0) {
@@ -1124,6 +1531,12 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   }
 
   // 6. Summary and dumps.
+  auto arenaPeak = [&] {
+    size_t peak = 0;
+    for (auto &rs : ranks)
+      peak = std::max(peak, rs->arena.peak());
+    return peak;
+  };
   if (nonFinite > 1)
     std::fprintf(err,
                  "warning: %" PRId64 " of %" PRId64
@@ -1137,15 +1550,25 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         o.steps, trainSeconds, trainSeconds / double(o.steps), lastLoss,
         trainSeconds > 0 ? perStep * double(o.steps) / trainSeconds : 0.0,
         tokenUnits ? "tok/s" : "samples/s",
-        humanBytes(double(arena.peak())).c_str());
+        humanBytes(double(arenaPeak())).c_str());
     std::fflush(out);
   }
   if (!o.dumpParams.empty()) {
     std::vector<io::NamedTensor> tensors;
-    for (int i : layout.params)
-      tensors.push_back({spec.args[i].name, args.tensors[i]});
+    for (int i : layout.params) {
+      if (spec.args[i].bucket < 0) {
+        tensors.push_back({spec.args[i].name, rank0.args.tensors[i]});
+        continue;
+      }
+      if (Status s = gatherBucket(
+              spec.args[i].bucket,
+              [&](int g) { return ranks[size_t(g)]->args.tensors[i]; },
+              tensors);
+          !s.ok())
+        return error(s);
+    }
     for (int i : layout.buffers)
-      tensors.push_back({spec.args[i].name, args.tensors[i]});
+      tensors.push_back({spec.args[i].name, rank0.args.tensors[i]});
     if (Status w = io::writeSafetensors(
             o.dumpParams, tensors,
             {{"format", "pt"},

@@ -70,6 +70,11 @@ struct BucketEntry {
   const char *param; // ONNX initializer name
   int64_t offset;
   int64_t numel;
+  /// The parameter's full shape, for --init and the per-parameter dumps.
+  /// rank -1 (left out): taken from the model's initializer of that name,
+  /// else [numel].
+  int rank = -1;
+  int64_t shape[kMaxRank] = {};
 };
 
 /// A flat bucket of parameters (and of their gradients and optimizer state),

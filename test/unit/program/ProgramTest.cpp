@@ -75,7 +75,8 @@ struct Seen {
 };
 Seen gSeen;
 
-Status linearStep(HostArena &arena, const Tensor *a, const Tensor *r) {
+Status linearStep(const RankContext &ctx, const Tensor *a, const Tensor *r) {
+  HostArena &arena = *ctx.arena;
   gSeen.steps.push_back(*a[STEP].as<int64_t>());
   gSeen.seeds.push_back(*a[SEED].as<int64_t>());
   gSeen.wArgs.push_back(a[W].data);
@@ -362,7 +363,7 @@ TEST_F(LinearFixture, NonFiniteLossWarnsOnce) {
   EXPECT_TRUE(contains(err[1], "steps had a non-finite loss")) << r.err;
 }
 
-Status failingStep(HostArena &, const Tensor *, const Tensor *) {
+Status failingStep(const RankContext &, const Tensor *, const Tensor *) {
   return Status::error(StatusCode::InvalidArgument,
                        "matmul(lhs=f32[2,3], rhs=f32[4,5]): inner dims 3 vs 4");
 }
@@ -425,7 +426,7 @@ const ResultSpec kMlpResults[] = {
 };
 
 /// Leaves the parameters as they are; the loss is mean(y), to see the batch.
-Status identityStep(HostArena &, const Tensor *a, const Tensor *r) {
+Status identityStep(const RankContext &, const Tensor *a, const Tensor *r) {
   for (int i = 0; i < 4; ++i)
     std::memcpy(r[i + 1].data, a[i].data, a[i].nbytes());
   float sum = 0;
@@ -548,7 +549,7 @@ const ResultSpec kTokResults[] = {
     {ResultRole::Loss, "loss", {DType::F32, 0, {}}},
 };
 
-Status tokenStep(HostArena &, const Tensor *a, const Tensor *r) {
+Status tokenStep(const RankContext &, const Tensor *a, const Tensor *r) {
   for (int i = 0; i < 32; ++i)
     if (a[1].as<int64_t>()[i] != a[0].as<int64_t>()[i] + 1)
       return Status::error(StatusCode::InvalidArgument,
