@@ -323,18 +323,6 @@ Status InProcessWorld::collective(int rank, Kind kind, const Tensor &in,
   if (in.dtype != out.dtype)
     return failHere(call + ": input " + describe(in) + " and output " +
                     describe(out) + " differ in dtype");
-  int64_t expectOut = kind == Kind::AllReduce   ? in.numel()
-                      : kind == Kind::AllGather ? in.numel() * n
-                                                : in.numel() / n;
-  if (out.numel() != expectOut ||
-      (kind == Kind::ReduceScatter && in.numel() % n != 0))
-    return failHere(call + ": input " + describe(in) + " and output " +
-                    describe(out) + " do not fit a group of " +
-                    std::to_string(n) + " ranks (" +
-                    (kind == Kind::AllReduce   ? "same size"
-                     : kind == Kind::AllGather ? "output = group x input"
-                                               : "input = group x output") +
-                    ")");
   if (manifest_) {
     if (index >= numCollectives_)
       return failHere(call + " is one more than the manifest's " +
@@ -352,6 +340,19 @@ Status InProcessWorld::collective(int rank, Kind kind, const Tensor &in,
           describeOp(m.kind ? m.kind : "(none)", m.inNumel, m.outNumel,
                      m.dtype, m.axesMask, m.what));
   }
+
+  int64_t expectOut = kind == Kind::AllReduce   ? in.numel()
+                      : kind == Kind::AllGather ? in.numel() * n
+                                                : in.numel() / n;
+  if (out.numel() != expectOut ||
+      (kind == Kind::ReduceScatter && in.numel() % n != 0))
+    return failHere(call + ": input " + describe(in) + " and output " +
+                    describe(out) + " do not fit a group of " +
+                    std::to_string(n) + " ranks (" +
+                    (kind == Kind::AllReduce   ? "same size"
+                     : kind == Kind::AllGather ? "output = group x input"
+                                               : "input = group x output") +
+                    ")");
 
   // 2. The rendezvous of this group at this point of its sequence.
   auto groupKey = std::make_pair(axes.mask, group[0]);
