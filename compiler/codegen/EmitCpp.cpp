@@ -1011,8 +1011,8 @@ FailureOr<std::string> Emitter::emitBuckets(func::FuncOp entry,
     auto bad = [&, b = b]() {
       return module_.emitError("codegen: dsc.buckets[")
              << b << "] must be {name = \"bucketN\", padded = N : i64, "
-             << "entries = [[param, offset, numel], ...]} (and optionally "
-             << "dtype = \"f32\"), got " << list[b];
+             << "entries = [[param, offset, numel(, shape)], ...]} (and "
+             << "optionally dtype = \"f32\"), got " << list[b];
     };
     auto dict = dyn_cast<DictionaryAttr>(a);
     if (!dict)
@@ -1064,16 +1064,43 @@ FailureOr<std::string> Emitter::emitBuckets(func::FuncOp entry,
       entriesText += "const dsc::BucketEntry " + entriesName + "[] = {\n";
     }
     for (Attribute e : entries) {
+      // [param, offset, numel] or [param, offset, numel, shape].
       auto triple = dyn_cast<ArrayAttr>(e);
       StringAttr param;
       IntegerAttr offset, numel;
-      if (triple && triple.size() == 3) {
+      std::optional<SmallVector<int64_t>> shape;
+      if (triple && (triple.size() == 3 || triple.size() == 4)) {
         param = dyn_cast<StringAttr>(triple[0]);
         offset = dyn_cast<IntegerAttr>(triple[1]);
         numel = dyn_cast<IntegerAttr>(triple[2]);
+        if (triple.size() == 4) {
+          shape.emplace();
+          if (auto dense = dyn_cast<DenseI64ArrayAttr>(triple[3])) {
+            shape->assign(dense.asArrayRef().begin(), dense.asArrayRef().end());
+          } else if (auto dims = dyn_cast<ArrayAttr>(triple[3])) {
+            for (Attribute d : dims)
+              if (auto i = dyn_cast<IntegerAttr>(d))
+                shape->push_back(i.getInt());
+              else
+                return bad();
+          } else {
+            return bad();
+          }
+        }
       }
       if (!param || !offset || !numel)
         return bad();
+      if (shape) {
+        int64_t n = 1;
+        for (int64_t d : *shape)
+          n *= d;
+        if (shape->size() > static_cast<size_t>(kMaxRank) ||
+            llvm::any_of(*shape, [](int64_t d) { return d < 0; }) ||
+            n != numel.getInt())
+          return module_.emitError("codegen: bucket ")
+                 << name << ": " << param << " has " << numel.getInt()
+                 << " elements, but its shape says " << shapeText(*shape);
+      }
       if (offset.getInt() < 0 || numel.getInt() < 0 ||
           offset.getInt() + numel.getInt() > padded)
         return module_.emitError("codegen: bucket ")
@@ -1082,7 +1109,11 @@ FailureOr<std::string> Emitter::emitBuckets(func::FuncOp entry,
                << padded << " elements";
       entriesText += "    {" + cppString(param.getValue()) + ", " +
                      std::to_string(offset.getInt()) + ", " +
-                     std::to_string(numel.getInt()) + "},\n";
+                     std::to_string(numel.getInt());
+      if (shape)
+        entriesText += ", " + std::to_string(shape->size()) + ", " +
+                       cppInts(*shape);
+      entriesText += "},\n";
     }
     if (!entries.empty())
       entriesText += "};\n";

@@ -317,7 +317,7 @@ module attributes {dsc.world_size = 4 : i64, dsc.group_size = 2 : i64,
                    dsc.stage = 3 : i64, dsc.optimizer = "adamw",
                    dsc.buckets = [
                      {name = "bucket0", padded = 8 : i64,
-                      entries = [["w", 0 : i64, 6 : i64], ["b", 6 : i64, 1 : i64]]},
+                      entries = [["w", 0 : i64, 6 : i64, [2, 3]], ["b", 6 : i64, 1 : i64]]},
                      {name = "bucket1", padded = 4 : i64, dtype = "f32",
                       entries = [["v", 0 : i64, 3 : i64]]}]} {
   shard.grid @dsc_ranks(shape = 2x2)
@@ -394,7 +394,7 @@ TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
   EXPECT_TRUE(has("{dsc::ResultRole::Param, \"bucket0\", {DType::F32, 1, "
                   "{4}}, 0},"));
   EXPECT_TRUE(has("const dsc::BucketEntry kBucket0Entries[] = {\n"
-                  "    {\"w\", 0, 6},\n    {\"b\", 6, 1},\n};"));
+                  "    {\"w\", 0, 6, 2, {2, 3}},\n    {\"b\", 6, 1},\n};"));
   EXPECT_TRUE(has("const dsc::BucketEntry kBucket1Entries[] = {\n"
                   "    {\"v\", 0, 3},\n};"));
   EXPECT_TRUE(has("const dsc::BucketSpec kBuckets[] = {\n"
@@ -516,6 +516,10 @@ TEST_F(CodegenTest, ReportsWhatItCannotShard) {
             "dsc.buckets = [{name = \"bucket0\", padded = 8 : i64, "
             "entries = [[\"w\", 4 : i64, 6 : i64]]}]"),
        "\"w\" at [4, 10) is outside its 8 elements"},
+      {wrap("    return %x : tensor<4x2xf32>",
+            "dsc.buckets = [{name = \"bucket0\", padded = 8 : i64, "
+            "entries = [[\"w\", 0 : i64, 6 : i64, [4, 2]]]}]"),
+       "\"w\" has 6 elements, but its shape says [4,2]"},
       {wrap("    return %x : tensor<4x2xf32>",
             "dsc.buckets = [{name = \"bucket0\", entries = []}]"),
        "dsc.buckets[0] must be {name"},
