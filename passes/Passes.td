@@ -208,4 +208,33 @@ def DscZeroPartition : Pass<"dsc-zero-partition", "mlir::ModuleOp"> {
   ];
 }
 
+def DscSchedule : Pass<"dsc-schedule", "mlir::ModuleOp"> {
+  let summary = "Make collectives asynchronous: early starts, late waits";
+  let description = [{
+    Every collective (`shard.all_gather`, `shard.reduce_scatter`,
+    `shard.all_reduce`) becomes a start/wait pair: the `shard` op is the
+    start, and a `dsc.wait` of its result is placed just before the result's
+    first use, so the transfer runs while the ops in between compute.
+
+    In `@forward_backward` the stage-3 parameter gathers are issued
+    `prefetch` buckets ahead: the gather of the bucket used k-th starts
+    right after the wait of the (k - prefetch)-th, so the next bucket is in
+    flight while the current one computes.
+
+    ```mlir
+    %g0 = shard.all_gather %s0 ...      // start, bucket 0
+    %g1 = shard.all_gather %s1 ...      // start, bucket 1 (prefetch = 1)
+    %w0 = dsc.wait %g0                  // bucket 0 needed
+    ... layer 0 ...
+    %g2 = shard.all_gather %s2 ...      // start, bucket 2
+    %w1 = dsc.wait %g1
+    ... layer 1 ...
+    ```
+  }];
+  let options = [
+    Option<"prefetch", "prefetch", "int64_t", /*default=*/"1",
+           "Buckets gathered ahead of the one in use (0: at first use)">
+  ];
+}
+
 #endif // DSC_PASSES_TD

@@ -83,6 +83,7 @@ sharding (ZeRO; the program runs world-size ranks, see README):
                              stage 3: smaller parameters stay replicated
   --keep-gathered            stage 3: gather parameters once per step
                              (FSDP reshard_after_forward=False)
+  --prefetch N               stage 3: buckets gathered ahead of use (1)
   --report                   print the per-rank memory of every stage
 )";
 
@@ -92,6 +93,7 @@ struct CompileOptions {
   bool printIRAfterAll = false, report = false;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
+  std::string prefetch = "1";
   bool partition = false, hybridRequested = false;
 };
 
@@ -158,6 +160,13 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     }
     if (sharded)
       continue;
+    if (auto v = c.take("--prefetch")) {
+      int64_t n;
+      if (llvm::StringRef(*v).getAsInteger(10, n) || n < 0)
+        return usageError("--prefetch needs a count >= 0", kCompileUsage);
+      o.prefetch = *v;
+      continue;
+    }
     if (auto v = c.take("--sharding")) {
       static const std::map<std::string, std::string> fsdp = {
           {"NO_SHARD", "stage=0"},
@@ -324,6 +333,9 @@ int runCompile(std::vector<std::string> args) {
                    << "\n";
       return 1;
     }
+    if (failed(parsePassPipeline("dsc-schedule{prefetch=" + o.prefetch + "}",
+                                 pm, llvm::errs())))
+      return 1;
   }
   pm.addPass(createCSEPass());
   if (failed(pm.run(*module)))

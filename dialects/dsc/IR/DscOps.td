@@ -583,6 +583,24 @@ def Dsc_InsertSliceOp : Dsc_Op<"insert_slice"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Scheduling
+//===----------------------------------------------------------------------===//
+
+def Dsc_WaitOp : Dsc_Op<"wait"> {
+  let summary = "completion point of an asynchronous collective";
+  let description = [{
+    dsc-schedule splits a collective into its start (the `shard` op, moved
+    early) and this wait (just before the first use of the result). The
+    value is the collective's result, unchanged; a backend that runs
+    collectives on their own stream waits here for their completion event,
+    a synchronous one treats it as the identity.
+  }];
+  let arguments = (ins Dsc_Tensor:$input);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+//===----------------------------------------------------------------------===//
 // Optimizer ops: what dsc-optimizer emits. Hyperparameters are run-time
 // scalars (tensor<f32>) so a compiled program can override its defaults.
 //===----------------------------------------------------------------------===//

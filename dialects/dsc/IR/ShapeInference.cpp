@@ -1010,3 +1010,11 @@ LogicalResult LrScheduleOp::inferReturnTypes(MLIRContext *ctx,
   results.push_back(RankedTensorType::get({}, Float32Type::get(ctx)));
   return success();
 }
+
+LogicalResult WaitOp::inferReturnTypes(MLIRContext *ctx,
+                                       std::optional<Location> loc, Adaptor a,
+                                       SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<WaitOp>(ctx, loc, a)))
+    return failure();
+  return inferSameAsInput(a.getInput(), results);
+}

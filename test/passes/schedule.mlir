@@ -1,0 +1,45 @@
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule | FileCheck %s
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule="prefetch=0" | FileCheck %s --check-prefix=NOPRE
+// RUN: not dsc-opt %s --dsc-schedule="prefetch=-1" 2>&1 | FileCheck %s --check-prefix=BAD
+
+// Two layers, one bucket each (reduce-bucket-size 8).
+func.func @forward(%w1: tensor<2x2xf32> {dsc.param = "l1.weight"},
+                   %w2: tensor<2x4xf32> {dsc.param = "l2.weight"},
+                   %x: tensor<4x2xf32> {dsc.input = "x"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %h = dsc.matmul %x, %w1 : tensor<4x2xf32>, tensor<2x2xf32> -> tensor<4x2xf32>
+  %r = dsc.relu %h : tensor<4x2xf32>
+  %o = dsc.matmul %r, %w2 : tensor<4x2xf32>, tensor<2x4xf32> -> tensor<4x4xf32>
+  %t = dsc.tanh %o : tensor<4x4xf32>
+  %l = dsc.reduce_mean %t {axes = array<i64: 0, 1>, keepdims = false}
+      : tensor<4x4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// With prefetch 1 the gather of bucket 1 starts as soon as bucket 0 is
+// waited for, and is in flight while layer 1 computes.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[G0:.*]] = shard.all_gather %arg1
+// CHECK-NEXT: %[[W0:.*]] = dsc.wait %[[G0]]
+// CHECK-NEXT: %[[G1:.*]] = shard.all_gather %arg2
+// CHECK: dsc.matmul %arg0
+// CHECK: dsc.relu
+// CHECK: %[[W1:.*]] = dsc.wait %[[G1]]
+// Backward needs layer 2's weight again (stage 3 released it after forward):
+// its gather is prefetched too, in flight during layer 2's forward.
+// CHECK-NEXT: %[[G2:.*]] = shard.all_gather %arg2
+// CHECK: dsc.matmul
+// CHECK: dsc.constant {dsc.backward_begin}
+// CHECK: dsc.wait %[[G2]]
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[RS:.*]] = shard.reduce_scatter
+// CHECK: dsc.wait %[[RS]]
+
+// Without prefetch each gather starts right where it is needed.
+// NOPRE-LABEL: func.func @forward_backward
+// NOPRE: dsc.wait
+// NOPRE: dsc.relu
+// NOPRE: %[[G1:.*]] = shard.all_gather %arg2
+// NOPRE-NEXT: dsc.wait %[[G1]]
+
+// BAD: error: dsc-schedule: prefetch must be >= 0
