@@ -800,7 +800,7 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     std::string name = identifier(ssaName(r));
     names_[r] = name;
     const Storage &s = plan.storage.lookup(r);
-    std::string source;
+    std::string source, prefix;
     if (s.kind == Storage::Kind::Constant) {
       FailureOr<std::string> array = constantArray(cast<ConstantOp>(op));
       if (failed(array))
@@ -818,8 +818,12 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
       // The reshape's own operand (same data as s.source), so that every
       // view of a chain is used.
       source = names_.lookup(op->getOperand(0));
+      // ... except the link before a returned reshape that needs no view.
+      if (llvm::all_of(r.getUsers(),
+                       [](Operation *user) { return isa<ReshapeOp>(user); }))
+        prefix = "[[maybe_unused]] ";
     }
-    os << "  " << viewDecl(r, s, name, source) << "\n";
+    os << "  " << prefix << viewDecl(r, s, name, source) << "\n";
   }
 
   // The call that computes them.
