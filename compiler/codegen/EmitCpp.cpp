@@ -820,7 +820,7 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
       source = names_.lookup(op->getOperand(0));
       // ... except the link before a returned reshape that needs no view.
       if (llvm::all_of(r.getUsers(),
-                       [](Operation *user) { return isa<ReshapeOp>(user); }))
+                       [](Operation *user) { return codegen::isViewOp(user); }))
         prefix = "[[maybe_unused]] ";
     }
     os << "  " << prefix << viewDecl(r, s, name, source) << "\n";
@@ -849,9 +849,9 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     lowered.call =
         codegen::cppCall("cpu::fill", {names_.lookup(constant.getResult()),
                                        cppDouble(splatValue(attr))});
-  } else if (auto reshape = dyn_cast<ReshapeOp>(op);
-             reshape && plan.storage.lookup(reshape.getResult()).kind ==
-                            Storage::Kind::Alias) {
+  } else if (codegen::isViewOp(op) &&
+             plan.storage.lookup(op->getResult(0)).kind ==
+                 Storage::Kind::Alias) {
     return success();
   } else if (auto call = dyn_cast<func::CallOp>(op)) {
     std::string base = "call" + std::to_string(index);

@@ -56,6 +56,12 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
         return call("cpu::reshape",
                     {ctx.view(o.getInput()), ctx.view(o.getResult())});
       })
+      // A collective's completion: the identity for the synchronous CPU
+      // runtime (a copy only when aliasing is off).
+      .Case([&](WaitOp o) {
+        return call("cpu::reshape",
+                    {ctx.view(o.getInput()), ctx.view(o.getResult())});
+      })
       .Case([&](TransposeOp o) {
         return call("cpu::transpose",
                     {ctx.view(o.getInput()), cppInts(o.getPerm()),

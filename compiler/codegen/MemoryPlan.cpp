@@ -55,6 +55,8 @@ private:
 
 } // namespace
 
+bool isViewOp(Operation *op) { return isa<dsc::ReshapeOp, dsc::WaitOp>(op); }
+
 FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
   FramePlan plan;
   Block &body = func.getBody().front();
@@ -100,7 +102,7 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
       Storage s;
       if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
         s.kind = Storage::Kind::Constant;
-      } else if (isa<dsc::ReshapeOp>(op) && options.aliasReshapes) {
+      } else if (isViewOp(op) && options.aliasReshapes) {
         Value in = op->getOperand(0);
         const Storage &src = plan.storage[in];
         s.kind = Storage::Kind::Alias;

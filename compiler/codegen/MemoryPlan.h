@@ -3,8 +3,8 @@
 // Internal to compiler/codegen. Gives each SSA value of a func.func its
 // storage for the generated C++: an argument view, the caller's result
 // storage (a value the function returns is computed straight into it), a
-// static constant array, an alias of another value (a reshape that moves
-// no data), or a byte range of the function's arena frame. Frame ranges are
+// static constant array, an alias of another value (a reshape, or the
+// dsc.wait of a collective, that moves no data), or a byte range of the function's arena frame. Frame ranges are
 // reused after a value's last use (first fit), never while an operand of
 // the same op still needs them. A func.call's callee frame starts above
 // everything live at the call, so nested frames stack without overlap.
@@ -15,6 +15,7 @@
 #define DSC_COMPILER_CODEGEN_MEMORYPLAN_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Operation.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -39,11 +40,16 @@ struct Storage {
   mlir::Value source;
 };
 
+/// Ops whose result is their input's data as is: dsc.reshape, and dsc.wait
+/// (the completion of an asynchronous collective; the CPU runtime's
+/// collectives are synchronous, so it is the identity).
+bool isViewOp(mlir::Operation *op);
+
 struct PlanOptions {
   /// Reuse the range of a value after its last use; off, every value keeps
   /// its own range (for debugging a suspected planning bug).
   bool reuse = true;
-  /// Let dsc.reshape results share their input's storage.
+  /// Let dsc.reshape (and dsc.wait) results share their input's storage.
   bool aliasReshapes = true;
   /// Every range starts at a multiple of this.
   uint64_t alignment = 64;

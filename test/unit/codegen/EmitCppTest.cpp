@@ -337,8 +337,9 @@ module attributes {dsc.world_size = 4 : i64, dsc.group_size = 2 : i64,
     %a = func.call @micro(%p) : (tensor<4xf32>) -> tensor<4xf32>
     %b = func.call @micro(%p) : (tensor<4xf32>) -> tensor<4xf32>
     %s = dsc.add %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
-    %r = shard.all_reduce %s on @dsc_ranks grid_axes = [0] reduction = sum
+    %r0 = shard.all_reduce %s on @dsc_ranks grid_axes = [0] reduction = sum
         : tensor<4xf32> -> tensor<4xf32> loc("bucket0 gradients")
+    %r = dsc.wait %r0 : tensor<4xf32>
     %unused = shard.all_reduce %m on @dsc_ranks grid_axes = [0, 1]
         : tensor<2xf32> -> tensor<2xf32>
     %sl = shard.all_slice %x on @dsc_ranks grid_axes = [1] slice_axis = 0
@@ -366,7 +367,7 @@ TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
   EXPECT_TRUE(has("ctx.comm->allReduce(v2, v_all_reduce, dsc::GridAxes{1u}, "
                   "\"bucket0 gradients\")"));
   EXPECT_TRUE(has("allSlice(ctx, v_arg2, v_all_slice, dsc::GridAxes{2u}, "
-                  "\"op #5\")"));
+                  "\"op #6\")"));
   // The label is in the Communicator's message; it is no ONNX node.
   EXPECT_TRUE(has("return failed(s, \"@train_step\", \"shard.all_reduce\", "
                   "\"\");"));
@@ -375,6 +376,10 @@ TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
   // all_reduce into the entry's.
   EXPECT_TRUE(has("const Tensor &v_reduce_scatter = results[0];"));
   EXPECT_TRUE(has("const Tensor &v_all_reduce = results[0];"));
+  // dsc.wait is the identity: the all_reduce computes into its result.
+  EXPECT_TRUE(has("// %3 = dsc.wait(%all_reduce) -> f32[4]\n"
+                  "  // (results[0] already holds it)"))
+      << out;
   // The context carries the communicator to every call.
   EXPECT_TRUE(has("return {seed, step, ++*calls, calls, frame + offset, "
                   "comm};"));
