@@ -109,13 +109,20 @@ struct ZeroPartitionPass
         b->getNamedAttr("grid_axes", b->getDenseI16ArrayAttr(axes)));
     return attrs.back();
   }
+  /// The label a collective carries into messages (hang, mismatch).
+  std::string label;
+  Location at() {
+    return label.empty() ? Location(loc)
+                         : Location(NameLoc::get(
+                               StringAttr::get(loc.getContext(), label), loc));
+  }
   Value allReduce(Value v, ArrayRef<int16_t> axes) {
     SmallVector<NamedAttribute> attrs;
     gridAttrs(attrs, axes);
     attrs.push_back(b->getNamedAttr(
         "reduction", shard::ReductionKindAttr::get(b->getContext(),
                                                    shard::ReductionKind::Sum)));
-    return shard::AllReduceOp::create(*b, loc, TypeRange{v.getType()},
+    return shard::AllReduceOp::create(*b, at(), TypeRange{v.getType()},
                                       ValueRange{v}, attrs)
         .getResult();
   }
@@ -125,7 +132,7 @@ struct ZeroPartitionPass
     attrs.push_back(
         b->getNamedAttr("gather_axis", b->getIndexAttr(0)));
     auto t = cast<RankedTensorType>(v.getType());
-    return shard::AllGatherOp::create(*b, loc,
+    return shard::AllGatherOp::create(*b, at(),
                                       TypeRange{vec(n, t.getElementType())},
                                       ValueRange{v}, attrs)
         .getResult();
@@ -139,7 +146,7 @@ struct ZeroPartitionPass
     attrs.push_back(b->getNamedAttr("scatter_axis", b->getIndexAttr(0)));
     auto t = cast<RankedTensorType>(v.getType());
     return shard::ReduceScatterOp::create(
-               *b, loc, TypeRange{vec(n, t.getElementType())}, ValueRange{v},
+               *b, at(), TypeRange{vec(n, t.getElementType())}, ValueRange{v},
                attrs)
         .getResult();
   }
@@ -148,7 +155,7 @@ struct ZeroPartitionPass
     gridAttrs(attrs, axes);
     attrs.push_back(b->getNamedAttr("slice_axis", b->getIndexAttr(0)));
     auto t = cast<RankedTensorType>(v.getType());
-    return shard::AllSliceOp::create(*b, loc,
+    return shard::AllSliceOp::create(*b, at(),
                                      TypeRange{vec(n, t.getElementType())},
                                      ValueRange{v}, attrs)
         .getResult();
@@ -318,6 +325,7 @@ void ZeroPartitionPass::runOnOperation() {
   // Loss: the mean over ranks.
   if (worldSize > 1) {
     Type e = cast<RankedTensorType>(lossValue.getType()).getElementType();
+    label = "loss";
     Value l = allReduce(reshape(lossValue, {1}), all);
     l = dsc::MulOp::create(builder, loc, reshape(l, {}),
                            scalarLike(e, invWorld));
@@ -332,6 +340,7 @@ void ZeroPartitionPass::runOnOperation() {
     for (unsigned pi : bk.params)
       grads.push_back(params[pi].grad);
     Value flat = flatten(grads, bk.padded);
+    label = bk.name + " gradients";
     Value r;
     if (worldSize == 1)
       r = shardGrads ? allSlice(flat, group, bk.padded / groupSize) : flat;
@@ -353,6 +362,7 @@ void ZeroPartitionPass::runOnOperation() {
     Value s = sumSquares(r);
     sumSq = sumSq ? dsc::AddOp::create(builder, loc, sumSq, s).getResult() : s;
   }
+  label = "gradient norm";
   if (shardGrads && groupSize > 1)
     sumSq = reshape(allReduce(reshape(sumSq, {1}), group), {});
   Value norm = dsc::SqrtOp::create(builder, loc, sumSq);
@@ -424,6 +434,7 @@ void ZeroPartitionPass::runOnOperation() {
     Value gShard = shardGrads ? g : Value();
     int64_t shardN = bk.padded / groupSize;
     builder.setInsertionPoint(ret);
+    label = bk.name + " gradients";
     if (!gShard)
       gShard = allSlice(g, group, shardN);
     Value pShard;
@@ -433,6 +444,7 @@ void ZeroPartitionPass::runOnOperation() {
       SmallVector<Value> ps;
       for (unsigned pi : bk.params)
         ps.push_back(step.getArgument(params[pi].arg));
+      label = bk.name + " parameters";
       pShard = allSlice(flatten(ps, bk.padded), group, shardN);
     }
     SmallVector<Value> state;
@@ -464,6 +476,7 @@ void ZeroPartitionPass::runOnOperation() {
     if (bk.sharded) {
       extraResults.push_back({newP[0], "dsc.param_update", bk.name, (int)bi});
     } else {
+      label = bk.name + " updated parameters";
       Value full = groupSize > 1 ? allGather(newP[0], group, bk.padded)
                                  : newP[0];
       for (unsigned pi : bk.params)
@@ -539,6 +552,8 @@ void ZeroPartitionPass::runOnOperation() {
                               SmallVectorImpl<OpOperand *> &uses) {
         if (!where)
           return;
+        label = bk.name + (&uses == &fwdUses ? " parameters (forward)"
+                                             : " parameters (backward)");
         builder.setInsertionPoint(where);
         Value full = groupSize > 1 ? allGather(shardArg, group, bk.padded)
                                    : Value(shardArg);

@@ -353,9 +353,19 @@ int runCompile(std::vector<std::string> args) {
   }
 #ifdef DSC_HAVE_CODEGEN
   std::string source;
+  EmitCppStats stats;
   {
     llvm::raw_string_ostream os(source);
-    if (failed(emitCpp(*module, os, EmitCppOptions())))
+    if (failed(emitCpp(*module, os, EmitCppOptions(), &stats)))
+      return 1;
+  }
+  // The collective manifest beside the program: what every rank issues, in
+  // order (the program checks itself against the same list).
+  if (!stats.collectives.empty() && !o.output.empty()) {
+    std::string manifest = o.output + ".collectives.json";
+    if (!writeAtomically(manifest, [&](llvm::raw_ostream &os) {
+          writeManifestJson(stats, os);
+        }))
       return 1;
   }
   auto writeSource = [&](llvm::raw_ostream &os) { os << source; };
