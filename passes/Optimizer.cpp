@@ -98,7 +98,7 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
       else if (auto n = fb.getArgAttrOfType<StringAttr>(i, "dsc.input"))
         inputs.push_back({i, n.str()});
     }
-    int lossIndex = -1;
+    int lossIndex = -1, countIndex = -1;
     llvm::StringMap<unsigned> gradResult, bufferResult;
     for (unsigned i = 0; i < fb.getNumResults(); ++i) {
       if (auto n = fb.getResultAttrOfType<StringAttr>(i, "dsc.grad"))
@@ -106,6 +106,8 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
       else if (auto n =
                    fb.getResultAttrOfType<StringAttr>(i, "dsc.buffer_update"))
         bufferResult[n] = i;
+      else if (fb.getResultAttr(i, "dsc.loss_count"))
+        countIndex = i;
       else if (fb.getResultAttr(i, "dsc.output") && lossIndex < 0)
         lossIndex = i;
     }
@@ -202,7 +204,7 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
     SmallVector<Value> bufferValues;
     for (unsigned i : bufferArg)
       bufferValues.push_back(arg(i));
-    Value lossSum;
+    Value lossSum, countSum;
     SmallVector<Value> gradSum(params.size());
     for (int64_t k = 0; k < accumSteps; ++k) {
       SmallVector<Value> callArgs(fb.getNumArguments());
@@ -228,6 +230,12 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
       }
       auto call = func::CallOp::create(builder, loc, fb, callArgs);
       Value loss = call.getResult(0);
+      if (countIndex >= 0) {
+        Value n = call.getResult(countIndex);
+        countSum = countSum
+                       ? dsc::AddOp::create(builder, loc, countSum, n).getResult()
+                       : n;
+      }
       lossSum = lossSum ? dsc::AddOp::create(builder, loc, lossSum, loss)
                               .getResult()
                         : loss;
@@ -244,7 +252,15 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
     }
     Value loss = lossSum;
     SmallVector<Value> grads(gradSum);
-    if (accumSteps > 1) {
+    if (countSum) {
+      // Summed losses over the labels that count: divide once by their
+      // total (dsc-zero-partition makes it the total over all ranks).
+      auto inv = dsc::ReciprocalOp::create(builder, loc, countSum);
+      inv->setAttr("dsc.loss_normalizer", builder.getUnitAttr());
+      loss = dsc::MulOp::create(builder, loc, loss, inv);
+      for (Value &g : grads)
+        g = dsc::MulOp::create(builder, loc, g, scalarAs(inv, g));
+    } else if (accumSteps > 1) {
       double inv = 1.0 / accumSteps;
       loss = dsc::MulOp::create(builder, loc, loss, splatLike(loss, inv));
       for (Value &g : grads)

@@ -237,4 +237,28 @@ def DscSchedule : Pass<"dsc-schedule", "mlir::ModuleOp"> {
   ];
 }
 
+def DscGlobalMeanLoss : Pass<"dsc-global-mean-loss", "mlir::ModuleOp"> {
+  let summary = "Make a mean loss with ignored labels exact across "
+                "micro-batches and ranks";
+  let description = [{
+    A loss that is the mean over the labels that count (ignore_index, class
+    weights) is not the mean of the micro-batches' or ranks' means when they
+    count different numbers of labels. When `@forward` returns such a
+    `dsc.softmax_cross_entropy` / `dsc.nll_loss` (reduction "mean"), this
+    pass makes it return the sum instead, and adds a result
+    `{dsc.loss_count}`: the total weight of the labels that count (computed
+    from the labels alone). dsc-optimizer and dsc-zero-partition then divide
+    the summed losses and gradients once by the global count, so every
+    sharding and accumulation gives exactly the full batch's gradient.
+
+    ```mlir
+    %l = dsc.softmax_cross_entropy %s, %y {ignore_index = -1, reduction = "mean"}
+    // becomes
+    %l = dsc.softmax_cross_entropy %s, %y {ignore_index = -1, reduction = "sum"}
+    %n = ... reduce_sum(cast(not(equal(%y, -1)))) ...
+    return %l, %n : tensor<f32>, tensor<f32> {dsc.loss_count}
+    ```
+  }];
+}
+
 #endif // DSC_PASSES_TD

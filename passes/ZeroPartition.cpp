@@ -307,6 +307,7 @@ void ZeroPartitionPass::runOnOperation() {
   builder.setInsertionPoint(ret);
   SmallVector<int16_t> all = {0, 1}, group = {1}, replicas = {0};
   double invWorld = 1.0 / worldSize;
+  label.clear();
   SmallVector<Value> newResults(ret.getOperands());
   // Extra results / args, appended at the end and filled later.
   struct NewArg {
@@ -322,13 +323,29 @@ void ZeroPartitionPass::runOnOperation() {
   };
   SmallVector<NewResult> extraResults;
 
-  // Loss: the mean over ranks.
+  // A loss normalized by the count of labels that count (dsc-global-mean-
+  // loss): the count becomes the global one and ranks' parts are summed.
+  dsc::ReciprocalOp normalizer;
+  step.walk([&](dsc::ReciprocalOp r) {
+    if (r->hasAttr("dsc.loss_normalizer"))
+      normalizer = r;
+  });
+  if (normalizer && worldSize > 1) {
+    builder.setInsertionPoint(normalizer);
+    label = "label count";
+    Value local = normalizer.getInput();
+    Value global = reshape(allReduce(reshape(local, {1}), all), {});
+    normalizer->setOperand(0, global);
+    invWorld = 1.0;
+    builder.setInsertionPoint(ret);
+  }
+  // Loss: the mean over ranks (or the sum of global-count-normalized parts).
   if (worldSize > 1) {
     Type e = cast<RankedTensorType>(lossValue.getType()).getElementType();
     label = "loss";
-    Value l = allReduce(reshape(lossValue, {1}), all);
-    l = dsc::MulOp::create(builder, loc, reshape(l, {}),
-                           scalarLike(e, invWorld));
+    Value l = reshape(allReduce(reshape(lossValue, {1}), all), {});
+    if (invWorld != 1.0)
+      l = dsc::MulOp::create(builder, loc, l, scalarLike(e, invWorld));
     newResults[lossResult] = l;
   }
 
@@ -351,7 +368,7 @@ void ZeroPartitionPass::runOnOperation() {
     } else {
       r = allReduce(flat, all);
     }
-    if (worldSize > 1)
+    if (worldSize > 1 && invWorld != 1.0)
       r = dsc::MulOp::create(builder, loc, r,
                              scalarLike(bk.element, invWorld));
     reduced[bi] = r;

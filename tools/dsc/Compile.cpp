@@ -85,12 +85,16 @@ sharding (ZeRO; the program runs world-size ranks, see README):
                              (FSDP reshard_after_forward=False)
   --prefetch N               stage 3: buckets gathered ahead of use (1)
   --report                   print the per-rank memory of every stage
+
+numerics:
+  --f64                      compute in float64 (float32 tensors of the model
+                             are held as float64): for checking numerics
 )";
 
 struct CompileOptions {
   ImportOptions import;
   std::string model, output, emit = "exe", target = "cpu", cxx;
-  bool printIRAfterAll = false, report = false;
+  bool printIRAfterAll = false, report = false, f64 = false;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1";
@@ -223,6 +227,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.printIRAfterAll = true;
     else if (a == "--report")
       o.report = true;
+    else if (a == "--f64")
+      o.f64 = true;
     else if (a == "--keep-gathered") {
       o.partitionPipeline +=
           std::string(o.partitionPipeline.empty() ? "" : " ") +
@@ -319,6 +325,7 @@ int runCompile(std::vector<std::string> args) {
         /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
   }
+  pm.addPass(createDscGlobalMeanLoss());
   pm.addPass(createDscAutodiff());
   std::string pipeline = "dsc-optimizer{" + o.optimizerPipeline + "}";
   if (failed(parsePassPipeline(pipeline, pm, llvm::errs()))) {
@@ -356,7 +363,9 @@ int runCompile(std::vector<std::string> args) {
   EmitCppStats stats;
   {
     llvm::raw_string_ostream os(source);
-    if (failed(emitCpp(*module, os, EmitCppOptions(), &stats)))
+    EmitCppOptions options;
+    options.promoteF32ToF64 = o.f64;
+    if (failed(emitCpp(*module, os, options, &stats)))
       return 1;
   }
   // The collective manifest beside the program: what every rank issues, in
