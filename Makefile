@@ -3,7 +3,7 @@
 #   make setup    install missing system packages and Python modules
 #   make build    configure (once) and build everything; JOBS=N for ninja -jN
 #   make test     lit tests and gtest units (ninja check-dsc)
-#   make demo     compile the bundled GPT and train it on CPU for a minute
+#   make demo     compile the bundled GPT (ZeRO-3, 4 in-process ranks), train a minute
 #   make format   clang-format every tracked C++ file
 #   make clean    remove the build directory
 
