@@ -204,7 +204,10 @@ def DscZeroPartition : Pass<"dsc-zero-partition", "mlir::ModuleOp"> {
            "Stage 3: parameters with fewer elements stay replicated">,
     Option<"keepGathered", "keep-gathered", "bool", /*default=*/"false",
            "Stage 3: keep parameters gathered from forward to backward "
-           "(FSDP reshard_after_forward=False)">
+           "(FSDP reshard_after_forward=False)">,
+    Option<"syncBatchNorm", "sync-batchnorm", "bool", /*default=*/"false",
+           "Batch-norm statistics over the global batch (all-reduced), "
+           "instead of each rank's own (DDP's default)">
   ];
 }
 

@@ -178,7 +178,119 @@ struct ZeroPartitionPass
   }
 
   void runOnOperation() override;
+  LogicalResult syncBatchNorms(func::FuncOp fb);
 };
+
+// Batch norm over the global batch: the per-channel sums of x and x^2 (and,
+// backward, of dy and dy*xhat) are all-reduced over every rank. The
+// parameter gradients stay local sums; the gradient reduction adds them.
+LogicalResult ZeroPartitionPass::syncBatchNorms(func::FuncOp fb) {
+  SmallVector<int16_t> all = {0, 1};
+  struct Forward {
+    Value xhat, inv, scaleB;
+    double count;
+  };
+  llvm::DenseMap<Value, Forward> byInput;
+  SmallVector<dsc::BatchNormTrainOp> fwd;
+  SmallVector<dsc::BatchNormTrainBackwardOp> bwd;
+  fb.walk([&](dsc::BatchNormTrainOp op) { fwd.push_back(op); });
+  fb.walk([&](dsc::BatchNormTrainBackwardOp op) { bwd.push_back(op); });
+  for (dsc::BatchNormTrainOp op : fwd) {
+    b->setInsertionPoint(op);
+    loc = op.getLoc();
+    label = "batch-norm statistics";
+    Value x = op.getInput();
+    auto xt = cast<RankedTensorType>(x.getType());
+    Type e = xt.getElementType();
+    int64_t c = xt.getDimSize(1);
+    SmallVector<int64_t> axes{0}, bshape(xt.getRank(), 1);
+    bshape[1] = c;
+    for (int64_t d = 2; d < xt.getRank(); ++d)
+      axes.push_back(d);
+    double m = double(xt.getNumElements() / c) * worldSize;
+    auto sum = [&](Value v) {
+      return dsc::ReduceSumOp::create(*b, loc, v, b->getDenseI64ArrayAttr(axes),
+                                      b->getBoolAttr(true))
+          .getResult();
+    };
+    // Two passes (mean, then squared deviations) as the kernel does: no
+    // cancellation when the mean is large against the spread.
+    Value s1 = allReduce(sum(x), all);
+    Value mean = dsc::MulOp::create(*b, loc, s1, scalarLike(e, 1.0 / m));
+    Value dev = dsc::SubOp::create(*b, loc, x, mean);
+    Value s2 = allReduce(sum(dsc::MulOp::create(*b, loc, dev, dev)), all);
+    Value var = dsc::MulOp::create(*b, loc, s2, scalarLike(e, 1.0 / m));
+    double eps = op.getEpsilon().convertToDouble();
+    Value inv = dsc::ReciprocalOp::create(
+        *b, loc,
+        dsc::SqrtOp::create(*b, loc,
+                            dsc::AddOp::create(*b, loc, var,
+                                               scalarLike(e, eps))));
+    Value xhat = dsc::MulOp::create(*b, loc, dev, inv);
+    Value scaleB = reshape(op.getScale(), bshape);
+    Value y = dsc::AddOp::create(*b, loc,
+                                 dsc::MulOp::create(*b, loc, xhat, scaleB),
+                                 reshape(op.getBias(), bshape));
+    double mom = op.getMomentum().convertToDouble();
+    auto update = [&](Value running, Value stat) {
+      return dsc::AddOp::create(
+          *b, loc,
+          dsc::MulOp::create(*b, loc, running, scalarLike(e, mom)),
+          dsc::MulOp::create(*b, loc, reshape(stat, {c}),
+                             scalarLike(e, 1.0 - mom)));
+    };
+    Value unbiased = dsc::MulOp::create(
+        *b, loc, var, scalarLike(e, m > 1 ? m / (m - 1) : 1.0));
+    op.getResult().replaceAllUsesWith(y);
+    op.getNewRunningMean().replaceAllUsesWith(
+        update(op.getRunningMean(), mean));
+    op.getNewRunningVar().replaceAllUsesWith(
+        update(op.getRunningVar(), unbiased));
+    byInput[x] = {xhat, inv, scaleB, m};
+    op.erase();
+  }
+  for (dsc::BatchNormTrainBackwardOp op : bwd) {
+    auto it = byInput.find(op.getInput());
+    if (it == byInput.end())
+      return op.emitOpError("sync-batchnorm: no matching forward batch norm");
+    Forward &f = it->second;
+    b->setInsertionPoint(op);
+    loc = op.getLoc();
+    label = "batch-norm gradient statistics";
+    auto xt = cast<RankedTensorType>(op.getInput().getType());
+    Type e = xt.getElementType();
+    int64_t c = xt.getDimSize(1);
+    SmallVector<int64_t> axes{0};
+    for (int64_t d = 2; d < xt.getRank(); ++d)
+      axes.push_back(d);
+    auto sum = [&](Value v) {
+      return dsc::ReduceSumOp::create(*b, loc, v, b->getDenseI64ArrayAttr(axes),
+                                      b->getBoolAttr(true))
+          .getResult();
+    };
+    Value dy = op.getGrad();
+    Value lb = sum(dy);
+    Value ls = sum(dsc::MulOp::create(*b, loc, dy, f.xhat));
+    Value gb = allReduce(lb, all), gs = allReduce(ls, all);
+    // dx = scale * inv / M * (M * dy - sum(dy) - xhat * sum(dy * xhat))
+    Value inner = dsc::SubOp::create(
+        *b, loc,
+        dsc::SubOp::create(
+            *b, loc, dsc::MulOp::create(*b, loc, dy, scalarLike(e, f.count)),
+            gb),
+        dsc::MulOp::create(*b, loc, f.xhat, gs));
+    Value coef = dsc::MulOp::create(
+        *b, loc, dsc::MulOp::create(*b, loc, f.scaleB, f.inv),
+        scalarLike(e, 1.0 / f.count));
+    Value dx = dsc::MulOp::create(*b, loc, coef, inner);
+    op.getGradInput().replaceAllUsesWith(dx);
+    op.getGradScale().replaceAllUsesWith(reshape(ls, {c}));
+    op.getGradBias().replaceAllUsesWith(reshape(lb, {c}));
+    op.erase();
+  }
+  label.clear();
+  return success();
+}
 
 void ZeroPartitionPass::runOnOperation() {
   ModuleOp module = getOperation();
@@ -503,6 +615,11 @@ void ZeroPartitionPass::runOnOperation() {
     extraResults.push_back({gShard, "dsc.grad", bk.name, (int)bi});
   }
 
+  if (syncBatchNorm && worldSize > 1 && failed(syncBatchNorms(fb)))
+    return signalPassFailure();
+  loc = step.getLoc();
+  builder.setInsertionPoint(ret);
+
   // 4. Stage 3: parameters are shards; gather them for @forward_backward.
   // (Done at the call sites in @train_step and, for the backward, inside
   // @forward_backward, see below.)
@@ -619,6 +736,15 @@ void ZeroPartitionPass::runOnOperation() {
       builder.setInsertionPoint(c);
       auto nc = func::CallOp::create(builder, c.getLoc(), fb.getSymName(),
                                      c.getResultTypes(), operands);
+      // Values held on the side (results still to be returned) follow.
+      for (auto [o, n] : llvm::zip(c.getResults(), nc.getResults())) {
+        for (Value &v : newResults)
+          if (v == o)
+            v = n;
+        for (NewResult &r : extraResults)
+          if (r.value == o)
+            r.value = n;
+      }
       c.replaceAllUsesWith(nc.getResults());
       c.erase();
     }

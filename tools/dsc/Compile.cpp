@@ -84,6 +84,8 @@ sharding (ZeRO; the program runs world-size ranks, see README):
   --keep-gathered            stage 3: gather parameters once per step
                              (FSDP reshard_after_forward=False)
   --prefetch N               stage 3: buckets gathered ahead of use (1)
+  --sync-batchnorm           batch-norm statistics over the global batch
+                             (default: each rank's own, as DDP)
   --report                   print the per-rank memory of every stage
 
 numerics:
@@ -229,7 +231,12 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.report = true;
     else if (a == "--f64")
       o.f64 = true;
-    else if (a == "--keep-gathered") {
+    else if (a == "--sync-batchnorm") {
+      o.partitionPipeline +=
+          std::string(o.partitionPipeline.empty() ? "" : " ") +
+          "sync-batchnorm=true";
+      o.partition = true;
+    } else if (a == "--keep-gathered") {
       o.partitionPipeline +=
           std::string(o.partitionPipeline.empty() ? "" : " ") +
           "keep-gathered=true";
