@@ -196,6 +196,10 @@ def DscZeroPartition : Pass<"dsc-zero-partition", "mlir::ModuleOp"> {
     Option<"hybridGroup", "hybrid-group", "int64_t", /*default=*/"0",
            "Shard inside groups of this many ranks, replicate across "
            "groups (HYBRID_SHARD); 0 = world-size">,
+    Option<"allgatherBucketSize", "allgather-bucket-size", "int64_t",
+           /*default=*/"0",
+           "Stages 1-2: elements per all-gather of updated parameters "
+           "(DeepSpeed allgather_bucket_size); 0: one per bucket">,
     Option<"reduceBucketSize", "reduce-bucket-size", "int64_t",
            /*default=*/"500000000",
            "Elements per gradient bucket (DeepSpeed reduce_bucket_size)">,
@@ -236,7 +240,16 @@ def DscSchedule : Pass<"dsc-schedule", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"prefetch", "prefetch", "int64_t", /*default=*/"1",
-           "Buckets gathered ahead of the one in use (0: at first use)">
+           "Buckets gathered ahead of the one in use (0: at first use)">,
+    Option<"prefetchBucketSize", "prefetch-bucket-size", "int64_t",
+           /*default=*/"0",
+           "Elements in flight at most (DeepSpeed "
+           "stage3_prefetch_bucket_size); 0: no bound">,
+    Option<"maxLiveParameters", "max-live-parameters", "int64_t",
+           /*default=*/"0",
+           "Gathered parameter elements alive at once at most, counting the "
+           "bucket in use (DeepSpeed stage3_max_live_parameters); 0: no "
+           "bound">
   ];
 }
 

@@ -65,14 +65,29 @@ struct SchedulePass : public dsc::impl::DscScheduleBase<SchedulePass> {
       llvm::sort(gathers, [&](Operation *a, Operation *b) {
         return waitOf[a]->isBeforeInBlock(waitOf[b]);
       });
+      auto elems = [](Operation *g) {
+        return cast<RankedTensorType>(g->getResult(0).getType())
+            .getNumElements();
+      };
       for (size_t i = 0; i < gathers.size(); ++i) {
-        Operation *anchor = i < (size_t)prefetch
-                                ? &body.front()
-                                : waitOf[gathers[i - prefetch]];
-        if (i < (size_t)prefetch)
-          gathers[i]->moveBefore(anchor);
-        else if (anchor->isBeforeInBlock(gathers[i]))
-          gathers[i]->moveAfter(anchor);
+        // Start after the wait of gather `a` (-1: at the function's start):
+        // `prefetch` buckets ahead, then later while a size bound is broken.
+        int64_t a = (int64_t)i - prefetch;
+        a = std::max<int64_t>(a, -1);
+        auto within = [&](int64_t anchor) {
+          int64_t inFlight = 0;
+          for (int64_t k = anchor + 1; k <= (int64_t)i; ++k)
+            inFlight += elems(gathers[k]);
+          int64_t live = inFlight + (anchor >= 0 ? elems(gathers[anchor]) : 0);
+          return (prefetchBucketSize <= 0 || inFlight <= prefetchBucketSize) &&
+                 (maxLiveParameters <= 0 || live <= maxLiveParameters);
+        };
+        while (a < (int64_t)i - 1 && !within(a))
+          ++a;
+        if (a < 0)
+          gathers[i]->moveBefore(&body.front());
+        else if (waitOf[gathers[a]]->isBeforeInBlock(gathers[i]))
+          gathers[i]->moveAfter(waitOf[gathers[a]]);
       }
     }
   }

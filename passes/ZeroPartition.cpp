@@ -606,8 +606,37 @@ void ZeroPartitionPass::runOnOperation() {
       extraResults.push_back({newP[0], "dsc.param_update", bk.name, (int)bi});
     } else {
       label = bk.name + " updated parameters";
-      Value full = groupSize > 1 ? allGather(newP[0], group, bk.padded)
-                                 : newP[0];
+      Value full = newP[0];
+      int64_t chunk = allgatherBucketSize > 0
+                          ? std::min(allgatherBucketSize / groupSize, shardN)
+                          : shardN;
+      chunk = std::max<int64_t>(chunk, 1);
+      if (groupSize > 1 && chunk >= shardN) {
+        full = allGather(newP[0], group, bk.padded);
+      } else if (groupSize > 1) {
+        // All-gathers of at most allgather-bucket-size elements: chunk c of
+        // every rank's shard, then put the pieces back in rank order.
+        SmallVector<Value> gathered;
+        SmallVector<int64_t> sizes;
+        for (int64_t at = 0; at < shardN; at += chunk) {
+          int64_t k = std::min(chunk, shardN - at);
+          Value piece = dsc::SliceOp::create(
+              builder, loc, newP[0], builder.getDenseI64ArrayAttr({at}),
+              builder.getDenseI64ArrayAttr({k}),
+              builder.getDenseI64ArrayAttr({1}));
+          gathered.push_back(allGather(piece, group, k * groupSize));
+          sizes.push_back(k);
+        }
+        SmallVector<Value> ordered;
+        for (int64_t r = 0; r < groupSize; ++r)
+          for (auto [g, k] : llvm::zip(gathered, sizes))
+            ordered.push_back(dsc::SliceOp::create(
+                builder, loc, g, builder.getDenseI64ArrayAttr({r * k}),
+                builder.getDenseI64ArrayAttr({k}),
+                builder.getDenseI64ArrayAttr({1})));
+        full = dsc::ConcatOp::create(builder, loc, ordered,
+                                     builder.getI64IntegerAttr(0));
+      }
       for (unsigned pi : bk.params)
         newResults[paramResult[params[pi].name]] =
             unflatten(full, params[pi].offset, params[pi].type);

@@ -1,5 +1,9 @@
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule | FileCheck %s
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule="prefetch=0" | FileCheck %s --check-prefix=NOPRE
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule="prefetch=2" | FileCheck %s --check-prefix=PRE2
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule="prefetch=2 prefetch-bucket-size=8" | FileCheck %s --check-prefix=INFLIGHT
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule="prefetch=2 max-live-parameters=12" | FileCheck %s --check-prefix=LIVE
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=2 allgather-bucket-size=4" | FileCheck %s --check-prefix=AGB
 // RUN: not dsc-opt %s --dsc-schedule="prefetch=-1" 2>&1 | FileCheck %s --check-prefix=BAD
 
 // Two layers, one bucket each (reduce-bucket-size 8).
@@ -42,4 +46,30 @@ func.func @forward(%w1: tensor<2x2xf32> {dsc.param = "l1.weight"},
 // NOPRE: %[[G1:.*]] = shard.all_gather %arg2
 // NOPRE-NEXT: dsc.wait %[[G1]]
 
+// Gathers of the forward (4 and 8 elements) and the backward re-gather (8).
+// Two buckets ahead: both forward gathers start at once.
+// PRE2-LABEL: func.func @forward_backward
+// PRE2-NEXT: shard.all_gather %arg2
+// PRE2-NEXT: shard.all_gather %arg1
+// PRE2-NEXT: dsc.wait
+// PRE2-NEXT: shard.all_gather %arg2
+// At most 8 elements in flight (stage3_prefetch_bucket_size): one at a time.
+// INFLIGHT-LABEL: func.func @forward_backward
+// INFLIGHT-NEXT: %[[A:.*]] = shard.all_gather %arg1
+// INFLIGHT-NEXT: dsc.wait %[[A]] :
+// INFLIGHT-NEXT: %[[B:.*]] = shard.all_gather %arg2
+// INFLIGHT: dsc.wait %[[B]] :
+// INFLIGHT-NEXT: shard.all_gather %arg2
+// At most 12 gathered elements alive (stage3_max_live_parameters): the
+// backward re-gather waits until layer 2's forward copy is in use alone.
+// LIVE-LABEL: func.func @forward_backward
+// LIVE-NEXT: %[[A:.*]] = shard.all_gather %arg2
+// LIVE-NEXT: shard.all_gather %arg1
+// LIVE: dsc.wait %[[A]] :
+// LIVE-NEXT: shard.all_gather %arg2
+// allgather_bucket_size 4 (2 elements a rank) splits the 8-element bucket's
+// gather of updated parameters in two.
+// AGB-LABEL: func.func @train_step
+// AGB: shard.all_gather %{{.*}} gather_axis = 0 : tensor<2xf32> -> tensor<4xf32>
+// AGB: shard.all_gather %{{.*}} gather_axis = 0 : tensor<2xf32> -> tensor<4xf32>
 // BAD: error: dsc-schedule: prefetch must be >= 0

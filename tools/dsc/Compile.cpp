@@ -83,7 +83,11 @@ sharding (ZeRO; the program runs world-size ranks, see README):
                              stage 3: smaller parameters stay replicated
   --keep-gathered            stage 3: gather parameters once per step
                              (FSDP reshard_after_forward=False)
+  --allgather-bucket-size N  stages 1-2: elements per all-gather of updated
+                             parameters (DeepSpeed allgather_bucket_size)
   --prefetch N               stage 3: buckets gathered ahead of use (1)
+  --stage3-prefetch-bucket-size N   at most N elements in flight
+  --stage3-max-live-parameters N    at most N gathered elements alive
   --sync-batchnorm           batch-norm statistics over the global batch
                              (default: each rank's own, as DDP)
   --report                   print the per-rank memory of every stage
@@ -99,7 +103,7 @@ struct CompileOptions {
   bool printIRAfterAll = false, report = false, f64 = false;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
-  std::string prefetch = "1";
+  std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
   bool partition = false, hybridRequested = false;
 };
 
@@ -149,7 +153,7 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     bool sharded = false;
     for (const char *flag :
          {"--stage", "--world-size", "--hybrid-group", "--reduce-bucket-size",
-          "--stage3-param-persistence-threshold"}) {
+          "--stage3-param-persistence-threshold", "--allgather-bucket-size"}) {
       if (auto v = c.take(flag)) {
         int64_t n;
         if (llvm::StringRef(*v).getAsInteger(10, n) || n < 0)
@@ -166,6 +170,22 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     }
     if (sharded)
       continue;
+    if (auto v = c.take("--stage3-prefetch-bucket-size")) {
+      int64_t n;
+      if (llvm::StringRef(*v).getAsInteger(10, n) || n < 0)
+        return usageError("--stage3-prefetch-bucket-size needs a count",
+                          kCompileUsage);
+      o.prefetchSize = *v;
+      continue;
+    }
+    if (auto v = c.take("--stage3-max-live-parameters")) {
+      int64_t n;
+      if (llvm::StringRef(*v).getAsInteger(10, n) || n < 0)
+        return usageError("--stage3-max-live-parameters needs a count",
+                          kCompileUsage);
+      o.maxLive = *v;
+      continue;
+    }
     if (auto v = c.take("--prefetch")) {
       int64_t n;
       if (llvm::StringRef(*v).getAsInteger(10, n) || n < 0)
@@ -347,7 +367,10 @@ int runCompile(std::vector<std::string> args) {
                    << "\n";
       return 1;
     }
-    if (failed(parsePassPipeline("dsc-schedule{prefetch=" + o.prefetch + "}",
+    if (failed(parsePassPipeline("dsc-schedule{prefetch=" + o.prefetch +
+                                     " prefetch-bucket-size=" +
+                                     o.prefetchSize + " max-live-parameters=" +
+                                     o.maxLive + "}",
                                  pm, llvm::errs())))
       return 1;
   }
