@@ -290,6 +290,21 @@ FailureOr<Value> valueAs(NodeContext &c, size_t i, Type element) {
   return c.value(i);
 }
 
+// The SSA values of inputs 0..n-1 that are present (optional ones may be
+// absent), in order.
+FailureOr<SmallVector<Value>> presentOperands(NodeContext &c, size_t n) {
+  SmallVector<Value> operands;
+  for (size_t i = 0; i < n; ++i) {
+    if (!c.hasInput(i))
+      continue;
+    auto v = c.value(i);
+    if (failed(v))
+      return failure();
+    operands.push_back(*v);
+  }
+  return operands;
+}
+
 NodeHandler unary(llvm::StringRef opName) {
   std::string name = opName.str();
   return [name](NodeContext &c) -> LogicalResult {
@@ -588,15 +603,10 @@ LogicalResult convOp(NodeContext &c) {
                          dilations);
   if (failed(pads))
     return failure();
-  SmallVector<Value> operands;
-  for (size_t i = 0; i < 3; ++i) {
-    if (!c.hasInput(i))
-      continue;
-    auto v = c.value(i);
-    if (failed(v))
-      return failure();
-    operands.push_back(*v);
-  }
+  auto present = presentOperands(c, 3);
+  if (failed(present))
+    return failure();
+  SmallVector<Value> operands = std::move(*present);
   auto r = c.create1("dsc.conv", operands,
                      {c.array("strides", strides), c.array("pads", *pads),
                       c.array("dilations", dilations),
@@ -640,13 +650,10 @@ LogicalResult poolOp(NodeContext &c) {
 }
 
 LogicalResult batchNormOp(NodeContext &c) {
-  SmallVector<Value> operands;
-  for (size_t i = 0; i < 5; ++i) {
-    auto v = c.value(i);
-    if (failed(v))
-      return failure();
-    operands.push_back(*v);
-  }
+  auto present = presentOperands(c, 5);
+  if (failed(present))
+    return failure();
+  SmallVector<Value> operands = std::move(*present);
   double eps = c.attrFloat("epsilon", 1e-5);
   bool training = c.attrInt("training_mode", 0) != 0;
   if (!training) {
@@ -667,15 +674,10 @@ LogicalResult batchNormOp(NodeContext &c) {
 }
 
 LogicalResult layerNormOp(NodeContext &c) {
-  SmallVector<Value> operands;
-  for (size_t i = 0; i < 3; ++i) {
-    if (!c.hasInput(i))
-      continue;
-    auto v = c.value(i);
-    if (failed(v))
-      return failure();
-    operands.push_back(*v);
-  }
+  auto present = presentOperands(c, 3);
+  if (failed(present))
+    return failure();
+  SmallVector<Value> operands = std::move(*present);
   int64_t rank = c.type(0).getRank();
   auto axis = axisAttr(c, "axis", -1, rank);
   if (failed(axis))
@@ -742,15 +744,10 @@ LogicalResult softmaxOp(NodeContext &c) {
 }
 
 LogicalResult classLossOp(NodeContext &c) {
-  SmallVector<Value> operands;
-  for (size_t i = 0; i < 3; ++i) {
-    if (!c.hasInput(i))
-      continue;
-    auto v = c.value(i);
-    if (failed(v))
-      return failure();
-    operands.push_back(*v);
-  }
+  auto present = presentOperands(c, 3);
+  if (failed(present))
+    return failure();
+  SmallVector<Value> operands = std::move(*present);
   SmallVector<NamedAttribute> attrs{
       c.str("reduction", c.attrString("reduction", "mean"))};
   if (c.hasAttr("ignore_index"))
