@@ -733,6 +733,21 @@ void ZeroPartitionPass::runOnOperation() {
         }
       };
       gatherBefore(firstFwd, fwdUses);
+      // The forward copies end at their last forward use: released (the
+      // backward gathers again), unless they are kept.
+      if (!keepGathered && !fwdUses.empty()) {
+        SmallVector<Value> pieces;
+        Operation *last = nullptr;
+        for (OpOperand *u : fwdUses) {
+          if (!llvm::is_contained(pieces, u->get()))
+            pieces.push_back(u->get());
+          Operation *user = u->getOwner();
+          if (!last || last->isBeforeInBlock(user))
+            last = user;
+        }
+        builder.setInsertionPointAfter(last);
+        dsc::ReleaseOp::create(builder, last->getLoc(), pieces);
+      }
       gatherBefore(firstBwd, bwdUses);
       for (unsigned pi : bk.params)
         eraseArgs.push_back(fbParam[params[pi].name]);

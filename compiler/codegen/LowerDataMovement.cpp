@@ -62,6 +62,9 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
         return call("cpu::reshape",
                     {ctx.view(o.getInput()), ctx.view(o.getResult())});
       })
+      // Stage-3 release: storage is freed by the memory plan after its last
+      // use, which this op is; nothing to call.
+      .Case([&](ReleaseOp) { return LoweredCall{"", "Status()"}; })
       .Case([&](TransposeOp o) {
         return call("cpu::transpose",
                     {ctx.view(o.getInput()), cppInts(o.getPerm()),

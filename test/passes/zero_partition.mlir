@@ -65,6 +65,7 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // S3: %[[G1:.*]] = shard.all_gather %[[SH]] on @dsc_ranks grid_axes = [1] gather_axis = 0 : tensor<6xf32> -> tensor<24xf32>
 // S3: dsc.gemm
 // S3: dsc.gemm
+// S3: dsc.release
 // S3: dsc.softmax_cross_entropy
 // S3: dsc.class_loss_backward
 // S3: %[[G2:.*]] = shard.all_gather %[[SH]]
@@ -81,6 +82,7 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // KEEP-LABEL: func.func @forward_backward
 // KEEP-COUNT-1: shard.all_gather
 // KEEP-NOT: shard.all_gather
+// KEEP-NOT: dsc.release
 // KEEP-LABEL: func.func @train_step
 
 // Hybrid: shard within groups of 2, replicate across 2 groups: the

@@ -600,6 +600,18 @@ def Dsc_WaitOp : Dsc_Op<"wait"> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+def Dsc_ReleaseOp : Op<Dsc_Dialect, "release", [MemoryEffects<[MemFree]>]> {
+  let summary = "end of life of gathered parameters";
+  let description = [{
+    Placed by dsc-zero-partition (stage 3) after the last forward use of a
+    bucket's gathered parameters: from here on only the shard is kept, and
+    backward gathers them again. The memory plan frees the storage at this
+    point; it has no other effect.
+  }];
+  let arguments = (ins Variadic<Dsc_Tensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
+}
+
 //===----------------------------------------------------------------------===//
 // Optimizer ops: what dsc-optimizer emits. Hyperparameters are run-time
 // scalars (tensor<f32>) so a compiled program can override its defaults.
