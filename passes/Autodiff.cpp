@@ -26,8 +26,8 @@ struct AutodiffPass : public dsc::impl::DscAutodiffBase<AutodiffPass> {
     ModuleOp module = getOperation();
     auto forward = module.lookupSymbol<func::FuncOp>(function);
     if (!forward || forward.isExternal()) {
-      module.emitError("dsc-autodiff: no function @") << function
-                                                      << " with a body";
+      module.emitError("dsc-autodiff: no function @")
+          << function << " with a body";
       return signalPassFailure();
     }
     if (module.lookupSymbol(output)) {
@@ -55,7 +55,7 @@ struct AutodiffPass : public dsc::impl::DscAutodiffBase<AutodiffPass> {
     SmallVector<std::pair<BlockArgument, StringAttr>> params;
     for (BlockArgument arg : body.getArguments())
       if (auto name = fb.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                       "dsc.param")) {
+                                                      "dsc.param")) {
         params.push_back({arg, name});
         if (isFloatTensor(arg.getType()))
           active.insert(arg);
@@ -89,9 +89,8 @@ struct AutodiffPass : public dsc::impl::DscAutodiffBase<AutodiffPass> {
         resultGrads.push_back(grads.lookup(r));
         any |= (bool)resultGrads.back();
       }
-      if (!any || llvm::none_of(op->getOperands(), [&](Value v) {
-            return active.contains(v);
-          }))
+      if (!any || llvm::none_of(op->getOperands(),
+                                [&](Value v) { return active.contains(v); }))
         continue;
       auto vjp = dyn_cast<dsc::VJPOpInterface>(op);
       if (!vjp) {
@@ -117,8 +116,7 @@ struct AutodiffPass : public dsc::impl::DscAutodiffBase<AutodiffPass> {
           return signalPassFailure();
         }
         Value &acc = grads[operand];
-        acc = acc ? dsc::AddOp::create(b, op->getLoc(), acc, g).getResult()
-                  : g;
+        acc = acc ? dsc::AddOp::create(b, op->getLoc(), acc, g).getResult() : g;
       }
     }
 

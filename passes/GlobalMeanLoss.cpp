@@ -57,18 +57,18 @@ struct GlobalMeanLossPass
     Location loc = lossOp->getLoc();
     lossOp->setAttr("reduction", b.getStringAttr("sum"));
     auto lt = cast<RankedTensorType>(labels.getType());
-    Type f = cast<RankedTensorType>(ret.getOperand(0).getType())
-                 .getElementType();
+    Type f =
+        cast<RankedTensorType>(ret.getOperand(0).getType()).getElementType();
     Value counts;
     Value keep;
     if (ignore) {
       Value ii = dsc::ConstantOp::create(
           b, loc,
-          SplatElementsAttr::get(RankedTensorType::get({}, lt.getElementType()),
-                                 IntegerAttr::get(lt.getElementType(),
-                                                  *ignore)));
-      keep = dsc::NotOp::create(b, loc,
-                                dsc::EqualOp::create(b, loc, labels, ii));
+          SplatElementsAttr::get(
+              RankedTensorType::get({}, lt.getElementType()),
+              IntegerAttr::get(lt.getElementType(), *ignore)));
+      keep =
+          dsc::NotOp::create(b, loc, dsc::EqualOp::create(b, loc, labels, ii));
     }
     if (weights) {
       Value safe = labels;
@@ -80,8 +80,8 @@ struct GlobalMeanLossPass
                 IntegerAttr::get(lt.getElementType(), 0)));
         safe = dsc::WhereOp::create(b, loc, keep, labels, zero);
       }
-      counts = dsc::GatherOp::create(b, loc, weights, safe,
-                                     b.getI64IntegerAttr(0));
+      counts =
+          dsc::GatherOp::create(b, loc, weights, safe, b.getI64IntegerAttr(0));
       if (keep)
         counts = dsc::WhereOp::create(
             b, loc, keep, counts,
@@ -95,13 +95,12 @@ struct GlobalMeanLossPass
     SmallVector<int64_t> axes;
     for (int64_t d = 0; d < lt.getRank(); ++d)
       axes.push_back(d);
-    Value count =
-        axes.empty()
-            ? counts
-            : dsc::ReduceSumOp::create(b, loc, counts,
-                                       b.getDenseI64ArrayAttr(axes),
-                                       b.getBoolAttr(false))
-                  .getResult();
+    Value count = axes.empty()
+                      ? counts
+                      : dsc::ReduceSumOp::create(b, loc, counts,
+                                                 b.getDenseI64ArrayAttr(axes),
+                                                 b.getBoolAttr(false))
+                            .getResult();
 
     // 3. Return it, named.
     SmallVector<Value> results(ret.getOperands());
@@ -111,12 +110,11 @@ struct GlobalMeanLossPass
       attrs.push_back(forward.getResultAttrDict(i)
                           ? (Attribute)forward.getResultAttrDict(i)
                           : (Attribute)b.getDictionaryAttr({}));
-    attrs.push_back(b.getDictionaryAttr(
-        b.getNamedAttr("dsc.loss_count", b.getUnitAttr())));
+    attrs.push_back(
+        b.getDictionaryAttr(b.getNamedAttr("dsc.loss_count", b.getUnitAttr())));
     func::ReturnOp::create(b, ret.getLoc(), results);
     ret.erase();
-    forward.setType(FunctionType::get(&getContext(),
-                                      forward.getArgumentTypes(),
+    forward.setType(FunctionType::get(&getContext(), forward.getArgumentTypes(),
                                       TypeRange(ValueRange(results))));
     forward.setAllResultAttrs(attrs);
   }

@@ -169,14 +169,17 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
       auto t = cast<RankedTensorType>(fb.getArgument(in.index).getType());
       SmallVector<int64_t> global(t.getShape());
       global[0] *= accumSteps;
-      inputArg.push_back(addArg(t.clone(global), "dsc.input",
-                                builder.getStringAttr(in.name)));
+      inputArg.push_back(
+          addArg(t.clone(global), "dsc.input", builder.getStringAttr(in.name)));
     }
     SmallVector<std::pair<StringRef, double>> hypers;
     if (optimizer == "adamw")
-      hypers = {{"lr", lr},   {"beta1", beta1},
-                {"beta2", beta2}, {"eps", eps},
-                {"weight_decay", weightDecay}, {"clip", clip}};
+      hypers = {{"lr", lr},
+                {"beta1", beta1},
+                {"beta2", beta2},
+                {"eps", eps},
+                {"weight_decay", weightDecay},
+                {"clip", clip}};
     else
       hypers = {{"lr", lr},
                 {"momentum", momentum},
@@ -232,19 +235,19 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
       Value loss = call.getResult(0);
       if (countIndex >= 0) {
         Value n = call.getResult(countIndex);
-        countSum = countSum
-                       ? dsc::AddOp::create(builder, loc, countSum, n).getResult()
-                       : n;
+        countSum =
+            countSum ? dsc::AddOp::create(builder, loc, countSum, n).getResult()
+                     : n;
       }
-      lossSum = lossSum ? dsc::AddOp::create(builder, loc, lossSum, loss)
-                              .getResult()
-                        : loss;
+      lossSum =
+          lossSum ? dsc::AddOp::create(builder, loc, lossSum, loss).getResult()
+                  : loss;
       for (auto [i, p] : llvm::enumerate(params)) {
         Value g = call.getResult(gradResult.lookup(p.name));
-        gradSum[i] = gradSum[i]
-                         ? dsc::AddOp::create(builder, loc, gradSum[i], g)
-                               .getResult()
-                         : g;
+        gradSum[i] =
+            gradSum[i]
+                ? dsc::AddOp::create(builder, loc, gradSum[i], g).getResult()
+                : g;
       }
       for (auto [i, r] : llvm::enumerate(buffers))
         if (bufferResult.count(r.name))
@@ -264,8 +267,7 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
       double inv = 1.0 / accumSteps;
       loss = dsc::MulOp::create(builder, loc, loss, splatLike(loss, inv));
       for (Value &g : grads)
-        g = dsc::MulOp::create(builder, loc, g,
-                               scalarAs(scalarF32(inv), g));
+        g = dsc::MulOp::create(builder, loc, g, scalarAs(scalarF32(inv), g));
     }
 
     // 4. Global norm (in f32) and clipping.
@@ -278,36 +280,34 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
       Value sq = dsc::MulOp::create(builder, loc, g, g);
       Value s = axes.empty()
                     ? sq
-                    : dsc::ReduceSumOp::create(builder, loc, sq,
-                                               builder.getDenseI64ArrayAttr(axes),
-                                               builder.getBoolAttr(false))
+                    : dsc::ReduceSumOp::create(
+                          builder, loc, sq, builder.getDenseI64ArrayAttr(axes),
+                          builder.getBoolAttr(false))
                           .getResult();
       if (t.getElementType() != builder.getF32Type())
         s = dsc::CastOp::create(builder, loc, s,
                                 TypeAttr::get(builder.getF32Type()));
-      sumSq = sumSq ? dsc::AddOp::create(builder, loc, sumSq, s).getResult()
-                    : s;
+      sumSq =
+          sumSq ? dsc::AddOp::create(builder, loc, sumSq, s).getResult() : s;
     }
     Value norm = sumSq ? dsc::SqrtOp::create(builder, loc, sumSq).getResult()
                        : scalarF32(0.0);
     Value clipV = arg(hyperArg.lookup("clip"));
     Value coef = dsc::MinOp::create(
         builder, loc, scalarF32(1.0),
-        dsc::DivOp::create(builder, loc, clipV,
-                           dsc::AddOp::create(builder, loc, norm,
-                                              scalarF32(1e-6))));
+        dsc::DivOp::create(
+            builder, loc, clipV,
+            dsc::AddOp::create(builder, loc, norm, scalarF32(1e-6))));
     Value clipOn = dsc::GreaterOp::create(builder, loc, clipV, scalarF32(0.0));
     coef = dsc::WhereOp::create(builder, loc, clipOn, coef, scalarF32(1.0));
     SmallVector<Value> clipped;
     for (Value g : grads)
-      clipped.push_back(
-          dsc::MulOp::create(builder, loc, g, scalarAs(coef, g)));
+      clipped.push_back(dsc::MulOp::create(builder, loc, g, scalarAs(coef, g)));
 
     // 5. Learning rate and the update.
     Value lrNow = dsc::LrScheduleOp::create(
         builder, loc, arg(stepArg), arg(hyperArg.lookup("lr")),
-        builder.getStringAttr(schedule),
-        builder.getI64IntegerAttr(warmupSteps),
+        builder.getStringAttr(schedule), builder.getI64IntegerAttr(warmupSteps),
         builder.getI64IntegerAttr(totalSteps),
         builder.getF64FloatAttr(warmupMinRatio),
         builder.getF64FloatAttr(minRatio));
@@ -365,10 +365,11 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
     resultAttrs.push_back(
         builder.getNamedAttr("dsc.grad_norm", builder.getUnitAttr()));
     results.push_back(lrNow);
-    resultAttrs.push_back(builder.getNamedAttr("dsc.lr", builder.getUnitAttr()));
+    resultAttrs.push_back(
+        builder.getNamedAttr("dsc.lr", builder.getUnitAttr()));
     func::ReturnOp::create(builder, loc, results);
-    step.setType(builder.getFunctionType(argTypes,
-                                         TypeRange(ValueRange(results))));
+    step.setType(
+        builder.getFunctionType(argTypes, TypeRange(ValueRange(results))));
     for (auto [i, attr] : llvm::enumerate(resultAttrs))
       step.setResultAttr(i, attr.getName(), attr.getValue());
 
@@ -379,10 +380,11 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
           builder.getNamedAttr(name, builder.getF64FloatAttr(value)));
     module->setAttr("dsc.hypers", builder.getDictionaryAttr(hyperDefaults));
     module->setAttr("dsc.optimizer", builder.getStringAttr(optimizer));
-    module->setAttr("dsc.micro_batch",
-                    builder.getI64IntegerAttr(std::max<int64_t>(microBatch, 1)));
+    module->setAttr("dsc.micro_batch", builder.getI64IntegerAttr(
+                                           std::max<int64_t>(microBatch, 1)));
     module->setAttr("dsc.accum_steps", builder.getI64IntegerAttr(accumSteps));
-    module->setAttr("dsc.tokens_per_example", builder.getI64IntegerAttr(tokens));
+    module->setAttr("dsc.tokens_per_example",
+                    builder.getI64IntegerAttr(tokens));
   }
 };
 

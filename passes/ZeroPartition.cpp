@@ -33,13 +33,13 @@ namespace {
 constexpr const char *kGrid = "dsc_ranks";
 
 struct ParamInfo {
-  unsigned arg;                  // @train_step argument
+  unsigned arg; // @train_step argument
   std::string name;
   RankedTensorType type;
-  Operation *update = nullptr;   // dsc.adamw / dsc.sgd
+  Operation *update = nullptr; // dsc.adamw / dsc.sgd
   SmallVector<unsigned> stateArgs;
-  Value grad;                    // averaged local gradient
-  Value weightDecay;             // operand of the update
+  Value grad;        // averaged local gradient
+  Value weightDecay; // operand of the update
   int bucket = -1;
   int64_t offset = 0;
 };
@@ -83,11 +83,10 @@ struct ZeroPartitionPass
       flat.push_back(reshape(v, {t.getNumElements()}));
       n += t.getNumElements();
     }
-    Value r = flat.size() == 1
-                  ? flat[0]
-                  : dsc::ConcatOp::create(*b, loc, flat,
-                                          b->getI64IntegerAttr(0))
-                        .getResult();
+    Value r = flat.size() == 1 ? flat[0]
+                               : dsc::ConcatOp::create(*b, loc, flat,
+                                                       b->getI64IntegerAttr(0))
+                                     .getResult();
     if (padded > n)
       r = dsc::PadOp::create(*b, loc, r,
                              b->getDenseI64ArrayAttr({0, padded - n}),
@@ -95,10 +94,10 @@ struct ZeroPartitionPass
     return r;
   }
   Value unflatten(Value flat, int64_t offset, RankedTensorType type) {
-    Value s = dsc::SliceOp::create(
-        *b, loc, flat, b->getDenseI64ArrayAttr({offset}),
-        b->getDenseI64ArrayAttr({type.getNumElements()}),
-        b->getDenseI64ArrayAttr({1}));
+    Value s =
+        dsc::SliceOp::create(*b, loc, flat, b->getDenseI64ArrayAttr({offset}),
+                             b->getDenseI64ArrayAttr({type.getNumElements()}),
+                             b->getDenseI64ArrayAttr({1}));
     return reshape(s, type.getShape());
   }
   NamedAttribute gridAttrs(SmallVectorImpl<NamedAttribute> &attrs,
@@ -129,8 +128,7 @@ struct ZeroPartitionPass
   Value allGather(Value v, ArrayRef<int16_t> axes, int64_t n) {
     SmallVector<NamedAttribute> attrs;
     gridAttrs(attrs, axes);
-    attrs.push_back(
-        b->getNamedAttr("gather_axis", b->getIndexAttr(0)));
+    attrs.push_back(b->getNamedAttr("gather_axis", b->getIndexAttr(0)));
     auto t = cast<RankedTensorType>(v.getType());
     return shard::AllGatherOp::create(*b, at(),
                                       TypeRange{vec(n, t.getElementType())},
@@ -145,9 +143,9 @@ struct ZeroPartitionPass
                                                    shard::ReductionKind::Sum)));
     attrs.push_back(b->getNamedAttr("scatter_axis", b->getIndexAttr(0)));
     auto t = cast<RankedTensorType>(v.getType());
-    return shard::ReduceScatterOp::create(
-               *b, at(), TypeRange{vec(n, t.getElementType())}, ValueRange{v},
-               attrs)
+    return shard::ReduceScatterOp::create(*b, at(),
+                                          TypeRange{vec(n, t.getElementType())},
+                                          ValueRange{v}, attrs)
         .getResult();
   }
   Value allSlice(Value v, ArrayRef<int16_t> axes, int64_t n) {
@@ -167,11 +165,12 @@ struct ZeroPartitionPass
     for (int64_t d = 0; d < t.getRank(); ++d)
       axes.push_back(d);
     Value sq = dsc::MulOp::create(*b, loc, v, v);
-    Value s = axes.empty() ? sq
-                           : dsc::ReduceSumOp::create(
-                                 *b, loc, sq, b->getDenseI64ArrayAttr(axes),
-                                 b->getBoolAttr(false))
-                                 .getResult();
+    Value s = axes.empty()
+                  ? sq
+                  : dsc::ReduceSumOp::create(*b, loc, sq,
+                                             b->getDenseI64ArrayAttr(axes),
+                                             b->getBoolAttr(false))
+                        .getResult();
     if (t.getElementType() != b->getF32Type())
       s = dsc::CastOp::create(*b, loc, s, TypeAttr::get(b->getF32Type()));
     return s;
@@ -223,19 +222,17 @@ LogicalResult ZeroPartitionPass::syncBatchNorms(func::FuncOp fb) {
     double eps = op.getEpsilon().convertToDouble();
     Value inv = dsc::ReciprocalOp::create(
         *b, loc,
-        dsc::SqrtOp::create(*b, loc,
-                            dsc::AddOp::create(*b, loc, var,
-                                               scalarLike(e, eps))));
+        dsc::SqrtOp::create(
+            *b, loc, dsc::AddOp::create(*b, loc, var, scalarLike(e, eps))));
     Value xhat = dsc::MulOp::create(*b, loc, dev, inv);
     Value scaleB = reshape(op.getScale(), bshape);
-    Value y = dsc::AddOp::create(*b, loc,
-                                 dsc::MulOp::create(*b, loc, xhat, scaleB),
-                                 reshape(op.getBias(), bshape));
+    Value y =
+        dsc::AddOp::create(*b, loc, dsc::MulOp::create(*b, loc, xhat, scaleB),
+                           reshape(op.getBias(), bshape));
     double mom = op.getMomentum().convertToDouble();
     auto update = [&](Value running, Value stat) {
       return dsc::AddOp::create(
-          *b, loc,
-          dsc::MulOp::create(*b, loc, running, scalarLike(e, mom)),
+          *b, loc, dsc::MulOp::create(*b, loc, running, scalarLike(e, mom)),
           dsc::MulOp::create(*b, loc, reshape(stat, {c}),
                              scalarLike(e, 1.0 - mom)));
     };
@@ -329,8 +326,8 @@ void ZeroPartitionPass::runOnOperation() {
   for (unsigned i = 0; i < step.getNumArguments(); ++i)
     if (auto n = step.getArgAttrOfType<StringAttr>(i, "dsc.param")) {
       paramIndex[n] = params.size();
-      params.push_back({i, n.str(),
-                        cast<RankedTensorType>(step.getArgument(i).getType())});
+      params.push_back(
+          {i, n.str(), cast<RankedTensorType>(step.getArgument(i).getType())});
     }
   for (unsigned i = 0; i < step.getNumResults(); ++i) {
     if (step.getResultAttr(i, "dsc.output") && lossResult < 0)
@@ -366,8 +363,8 @@ void ZeroPartitionPass::runOnOperation() {
       return fail("no gradient result for parameter '" + p.name + "'");
     p.grad = ret.getOperand(g->second);
     for (Operation *user : step.getArgument(p.arg).getUsers())
-      if (isa<dsc::AdamWOp, dsc::SgdOp>(user) && user->getOperand(0) ==
-                                                     step.getArgument(p.arg))
+      if (isa<dsc::AdamWOp, dsc::SgdOp>(user) &&
+          user->getOperand(0) == step.getArgument(p.arg))
         p.update = user;
     if (!p.update)
       return fail("no optimizer update for parameter '" + p.name + "'");
@@ -481,8 +478,7 @@ void ZeroPartitionPass::runOnOperation() {
       r = allReduce(flat, all);
     }
     if (worldSize > 1 && invWorld != 1.0)
-      r = dsc::MulOp::create(builder, loc, r,
-                             scalarLike(bk.element, invWorld));
+      r = dsc::MulOp::create(builder, loc, r, scalarLike(bk.element, invWorld));
     reduced[bi] = r;
   }
   // Global norm: what each rank holds, summed within its group if sharded.
@@ -499,9 +495,9 @@ void ZeroPartitionPass::runOnOperation() {
   Value f32 = scalarLike(builder.getF32Type(), 1.0);
   Value coef = dsc::MinOp::create(
       builder, loc, f32,
-      dsc::DivOp::create(builder, loc, clipArg,
-                         dsc::AddOp::create(
-                             builder, loc, norm,
+      dsc::DivOp::create(
+          builder, loc, clipArg,
+          dsc::AddOp::create(builder, loc, norm,
                              scalarLike(builder.getF32Type(), 1e-6))));
   coef = dsc::WhereOp::create(
       builder, loc,
@@ -545,14 +541,13 @@ void ZeroPartitionPass::runOnOperation() {
   // Add the new arguments now, so shards can be used.
   unsigned base = step.getNumArguments();
   for (NewArg &a : newArgs) {
-    if (failed(step.insertArgument(step.getNumArguments(), a.type,
-                        builder.getDictionaryAttr(
-                            {builder.getNamedAttr(a.role,
-                                                  builder.getStringAttr(a.name)),
-                             builder.getNamedAttr(
-                                 "dsc.bucket",
-                                 builder.getI64IntegerAttr(a.bucket))}),
-                        loc)))
+    if (failed(step.insertArgument(
+            step.getNumArguments(), a.type,
+            builder.getDictionaryAttr(
+                {builder.getNamedAttr(a.role, builder.getStringAttr(a.name)),
+                 builder.getNamedAttr("dsc.bucket",
+                                      builder.getI64IntegerAttr(a.bucket))}),
+            loc)))
       return fail("internal error: cannot add an argument");
   }
   unsigned next = 0;
@@ -584,18 +579,18 @@ void ZeroPartitionPass::runOnOperation() {
     Operation *proto = params[bk.params.front()].update;
     SmallVector<Value> newP, newState;
     if (auto a = dyn_cast<dsc::AdamWOp>(proto)) {
-      auto op = dsc::AdamWOp::create(builder, loc, pShard, clipped, state[0],
-                                     state[1], a.getLr(), a.getBeta1(),
-                                     a.getBeta2(), a.getEps(),
-                                     a.getWeightDecay(), a.getStep());
+      auto op =
+          dsc::AdamWOp::create(builder, loc, pShard, clipped, state[0],
+                               state[1], a.getLr(), a.getBeta1(), a.getBeta2(),
+                               a.getEps(), a.getWeightDecay(), a.getStep());
       newP.push_back(op.getNewParam());
       newState = {op.getNewExpAvg(), op.getNewExpAvgSq()};
     } else {
       auto s = cast<dsc::SgdOp>(proto);
-      auto op = dsc::SgdOp::create(builder, loc, pShard, clipped, state[0],
-                                   s.getLr(), s.getMomentum(),
-                                   s.getWeightDecay(), s.getStep(),
-                                   s.getDampeningAttr(), s.getNesterovAttr());
+      auto op =
+          dsc::SgdOp::create(builder, loc, pShard, clipped, state[0], s.getLr(),
+                             s.getMomentum(), s.getWeightDecay(), s.getStep(),
+                             s.getDampeningAttr(), s.getNesterovAttr());
       newP.push_back(op.getNewParam());
       newState = {op.getNewMomentumBuffer()};
     }
@@ -620,10 +615,10 @@ void ZeroPartitionPass::runOnOperation() {
         SmallVector<int64_t> sizes;
         for (int64_t at = 0; at < shardN; at += chunk) {
           int64_t k = std::min(chunk, shardN - at);
-          Value piece = dsc::SliceOp::create(
-              builder, loc, newP[0], builder.getDenseI64ArrayAttr({at}),
-              builder.getDenseI64ArrayAttr({k}),
-              builder.getDenseI64ArrayAttr({1}));
+          Value piece = dsc::SliceOp::create(builder, loc, newP[0],
+                                             builder.getDenseI64ArrayAttr({at}),
+                                             builder.getDenseI64ArrayAttr({k}),
+                                             builder.getDenseI64ArrayAttr({1}));
           gathered.push_back(allGather(piece, group, k * groupSize));
           sizes.push_back(k);
         }
@@ -652,9 +647,8 @@ void ZeroPartitionPass::runOnOperation() {
   // 4. Stage 3: parameters are shards; gather them for @forward_backward.
   // (Done at the call sites in @train_step and, for the backward, inside
   // @forward_backward, see below.)
-  bool anySharded = llvm::any_of(buckets, [](const Bucket &bk) {
-    return bk.sharded;
-  });
+  bool anySharded =
+      llvm::any_of(buckets, [](const Bucket &bk) { return bk.sharded; });
   if (anySharded) {
     // In @forward_backward: params of sharded buckets become bucket-shard
     // arguments; a gather before the first forward use, and (unless
@@ -698,8 +692,8 @@ void ZeroPartitionPass::runOnOperation() {
         BlockArgument a = fbody.getArgument(fbParam[params[pi].name]);
         for (OpOperand &u : a.getUses()) {
           Operation *user = u.getOwner();
-          bool bwd = position.lookup(user) > bwdPos ||
-                     isa<func::ReturnOp>(user);
+          bool bwd =
+              position.lookup(user) > bwdPos || isa<func::ReturnOp>(user);
           if (bwd && !keepGathered) {
             bwdUses.push_back(&u);
             if (!firstBwd || position[user] < position[firstBwd])
@@ -828,8 +822,8 @@ void ZeroPartitionPass::runOnOperation() {
   ret.erase();
   step.setType(FunctionType::get(ctx, body.getArgumentTypes(),
                                  TypeRange(ValueRange(finalResults))));
-  step.setAllResultAttrs(SmallVector<Attribute>(finalAttrs.begin(),
-                                                finalAttrs.end()));
+  step.setAllResultAttrs(
+      SmallVector<Attribute>(finalAttrs.begin(), finalAttrs.end()));
   // Old per-parameter updates of stages 1-3, and their inputs, die here.
   if (stage >= 1)
     for (ParamInfo &p : params)

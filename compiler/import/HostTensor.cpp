@@ -98,11 +98,12 @@ std::optional<ElemKind> fromOnnxDataType(int dataType) {
 
 const char *onnxDataTypeName(int dataType) {
   static const char *names[] = {
-      "UNDEFINED", "FLOAT",     "UINT8",      "INT8",         "UINT16",
-      "INT16",     "INT32",     "INT64",      "STRING",       "BOOL",
-      "FLOAT16",   "DOUBLE",    "UINT32",     "UINT64",       "COMPLEX64",
-      "COMPLEX128", "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ",
-      "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1"};
+      "UNDEFINED",      "FLOAT",        "UINT8",          "INT8",
+      "UINT16",         "INT16",        "INT32",          "INT64",
+      "STRING",         "BOOL",         "FLOAT16",        "DOUBLE",
+      "UINT32",         "UINT64",       "COMPLEX64",      "COMPLEX128",
+      "BFLOAT16",       "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+      "FLOAT8E5M2FNUZ", "UINT4",        "INT4",           "FLOAT4E2M1"};
   if (dataType >= 0 && dataType < (int)(sizeof(names) / sizeof(names[0])))
     return names[dataType];
   return "UNKNOWN";

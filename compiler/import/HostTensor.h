@@ -33,8 +33,8 @@ const char *elemKindName(ElemKind k);
 struct HostTensor {
   ElemKind kind = ElemKind::I64;
   llvm::SmallVector<int64_t> shape;
-  std::vector<int64_t> ints;   // integer and bool kinds
-  std::vector<double> floats;  // float kinds
+  std::vector<int64_t> ints;  // integer and bool kinds
+  std::vector<double> floats; // float kinds
 
   int64_t numElements() const;
   bool isFloat() const { return isFloatKind(kind); }

@@ -1,4 +1,5 @@
-//===- ImportContext.h - state shared by the ONNX importer's parts -*- C++ -*-===//
+//===- ImportContext.h - state shared by the ONNX importer's parts -*- C++
+//-*-===//
 #ifndef DSC_COMPILER_IMPORT_IMPORTCONTEXT_H
 #define DSC_COMPILER_IMPORT_IMPORTCONTEXT_H
 
@@ -103,8 +104,8 @@ private:
 enum class FoldResult { Folded, NotFoldable, Error };
 
 using NodeHandler = std::function<mlir::LogicalResult(NodeContext &)>;
-using NodeFolder = std::function<FoldResult(
-    NodeContext &, std::vector<HostTensor> &outputs)>;
+using NodeFolder =
+    std::function<FoldResult(NodeContext &, std::vector<HostTensor> &outputs)>;
 
 /// The conversion table: ONNX op type to handler (builds dsc ops).
 const llvm::StringMap<NodeHandler> &nodeHandlers();

@@ -45,12 +45,11 @@ int64_t broadcastIndex(int64_t flat, ArrayRef<int64_t> outShape,
   return idx;
 }
 
-FoldResult elementwise(NodeContext &c, std::vector<HostTensor> &out,
-                       ElemKind resultKind,
-                       const std::function<double(ArrayRef<double>)> &f,
-                       bool intMath = false,
-                       const std::function<int64_t(ArrayRef<int64_t>)> &fi =
-                           nullptr) {
+FoldResult
+elementwise(NodeContext &c, std::vector<HostTensor> &out, ElemKind resultKind,
+            const std::function<double(ArrayRef<double>)> &f,
+            bool intMath = false,
+            const std::function<int64_t(ArrayRef<int64_t>)> &fi = nullptr) {
   if (!allConstant(c))
     return FoldResult::NotFoldable;
   Shape shape;
@@ -409,11 +408,10 @@ FoldResult whereNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (!allConstant(c))
     return FoldResult::NotFoldable;
   ElemKind k = in(c, 1).kind;
-  return elementwise(c, out, k, [](ArrayRef<double> a) {
-    return a[0] != 0 ? a[1] : a[2];
-  }, !isFloatKind(k), [](ArrayRef<int64_t> a) {
-    return a[0] != 0 ? a[1] : a[2];
-  });
+  return elementwise(
+      c, out, k, [](ArrayRef<double> a) { return a[0] != 0 ? a[1] : a[2]; },
+      !isFloatKind(k),
+      [](ArrayRef<int64_t> a) { return a[0] != 0 ? a[1] : a[2]; });
 }
 
 FoldResult notNode(NodeContext &c, std::vector<HostTensor> &out) {
@@ -432,9 +430,8 @@ FoldResult rangeNode(NodeContext &c, std::vector<HostTensor> &out) {
       return FoldResult::Error;
     }
     int64_t n = std::max<int64_t>(0, std::ceil((limit - start) / delta));
-    out.push_back(HostTensor::generate(s.kind, {n}, [&](int64_t i) {
-      return start + i * delta;
-    }));
+    out.push_back(HostTensor::generate(
+        s.kind, {n}, [&](int64_t i) { return start + i * delta; }));
   } else {
     int64_t start = s.intAt(0), limit = l.intAt(0), delta = d.intAt(0);
     if (delta == 0) {
@@ -468,8 +465,8 @@ FoldResult constantOfShapeNode(NodeContext &c, std::vector<HostTensor> &out) {
     value = **t;
   }
   double v = value.floatAt(0);
-  out.push_back(HostTensor::generate(value.kind, shape,
-                                     [v](int64_t) { return v; }));
+  out.push_back(
+      HostTensor::generate(value.kind, shape, [v](int64_t) { return v; }));
   return FoldResult::Folded;
 }
 

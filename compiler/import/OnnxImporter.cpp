@@ -56,9 +56,8 @@ public:
 
   Location fileLoc() { return FileLineColLoc::get(&ctx, path, 0, 0); }
   Location nodeLoc(const onnx::NodeProto &n, size_t index) {
-    std::string name = n.name().empty()
-                           ? n.op_type() + "_" + std::to_string(index)
-                           : n.name();
+    std::string name =
+        n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name();
     return NameLoc::get(StringAttr::get(&ctx, name),
                         FileLineColLoc::get(&ctx, path, index + 1, 0));
   }
@@ -68,9 +67,9 @@ private:
   LogicalResult parse();
   LogicalResult checkOps();
   FailureOr<RankedTensorType> inputType(const onnx::ValueInfoProto &vi);
-  std::set<std::string> trainableInitializers(
-      const llvm::StringMap<const onnx::TensorProto *> &inits,
-      llvm::ArrayRef<std::string> lossNames);
+  std::set<std::string>
+  trainableInitializers(const llvm::StringMap<const onnx::TensorProto *> &inits,
+                        llvm::ArrayRef<std::string> lossNames);
   LogicalResult convertNode(const onnx::NodeProto &node, size_t index);
 };
 
@@ -137,8 +136,8 @@ LogicalResult GraphImporter::checkOps() {
       for (const auto &op : supportedOnnxOps())
         supported += (supported.empty() ? "" : ", ") + op;
       emitError(nodeLoc(n, i))
-          << "node '" << n.name() << "' (" << n.op_type() << ", opset "
-          << opset << "): unsupported ONNX operator '" << n.op_type()
+          << "node '" << n.name() << "' (" << n.op_type() << ", opset " << opset
+          << "): unsupported ONNX operator '" << n.op_type()
           << "'. Supported: " << supported
           << ". See docs/ops.md, or rewrite that part of the model";
       ok = false;
@@ -170,8 +169,8 @@ GraphImporter::inputType(const onnx::ValueInfoProto &vi) {
     for (auto [i, d] : llvm::enumerate(given->second)) {
       if (i < (size_t)dims.size() && dims[i].has_dim_value() &&
           dims[i].dim_value() != d)
-        return fileError() << "--input-shape " << vi.name() << " sets dim "
-                           << i << " to " << d << " but the model fixes it to "
+        return fileError() << "--input-shape " << vi.name() << " sets dim " << i
+                           << " to " << d << " but the model fixes it to "
                            << dims[i].dim_value();
       shape.push_back(d);
     }
@@ -195,7 +194,8 @@ GraphImporter::inputType(const onnx::ValueInfoProto &vi) {
                        << i << " (" << sym
                        << ") left unset; dsc compiles static shapes: pass "
                        << (i == 0 ? "--micro-batch N or " : "")
-                       << "--input-shape " << vi.name() << "=" << "AxBx...";
+                       << "--input-shape " << vi.name() << "="
+                       << "AxBx...";
   }
   return RankedTensorType::get(shape, toMlirType(&ctx, *kind));
 }
@@ -203,11 +203,29 @@ GraphImporter::inputType(const onnx::ValueInfoProto &vi) {
 // ONNX input slots that carry no gradient (indices, shapes, masks, labels,
 // running statistics), and ops whose outputs carry none at all.
 static bool isDifferentiableSlot(const onnx::NodeProto &n, int slot) {
-  static const llvm::StringSet<> noGradOps = {
-      "Shape", "Size", "Equal", "Less", "LessOrEqual", "Greater",
-      "GreaterOrEqual", "Not", "And", "Or", "Xor", "Range",
-      "ConstantOfShape", "ArgMax", "ArgMin", "NonZero", "IsNaN", "IsInf",
-      "Constant", "Floor", "Ceil", "Sign", "Round"};
+  static const llvm::StringSet<> noGradOps = {"Shape",
+                                              "Size",
+                                              "Equal",
+                                              "Less",
+                                              "LessOrEqual",
+                                              "Greater",
+                                              "GreaterOrEqual",
+                                              "Not",
+                                              "And",
+                                              "Or",
+                                              "Xor",
+                                              "Range",
+                                              "ConstantOfShape",
+                                              "ArgMax",
+                                              "ArgMin",
+                                              "NonZero",
+                                              "IsNaN",
+                                              "IsInf",
+                                              "Constant",
+                                              "Floor",
+                                              "Ceil",
+                                              "Sign",
+                                              "Round"};
   llvm::StringRef op = n.op_type();
   if (noGradOps.contains(op))
     return false;
@@ -224,12 +242,11 @@ static bool isDifferentiableSlot(const onnx::NodeProto &n, int slot) {
   if (op == "BatchNormalization")
     return slot < 3;
   if (op == "Gather" || op == "GatherElements" || op == "GatherND" ||
-      op == "Reshape" || op == "Expand" || op == "Split" ||
-      op == "Squeeze" || op == "Unsqueeze" || op == "Tile" ||
-      op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss" ||
-      op == "Dropout" || op == "Clip" || op == "Trilu" || op == "CastLike" ||
-      op == "SplitToSequence" || op == "SequenceAt" || op == "Pad" ||
-      op.starts_with("Reduce"))
+      op == "Reshape" || op == "Expand" || op == "Split" || op == "Squeeze" ||
+      op == "Unsqueeze" || op == "Tile" || op == "SoftmaxCrossEntropyLoss" ||
+      op == "NegativeLogLikelihoodLoss" || op == "Dropout" || op == "Clip" ||
+      op == "Trilu" || op == "CastLike" || op == "SplitToSequence" ||
+      op == "SequenceAt" || op == "Pad" || op.starts_with("Reduce"))
     return slot == 0;
   if (op == "Slice")
     return slot == 0;
@@ -387,8 +404,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     }
 
   // 3. Parameters, buffers and constants.
-  std::vector<std::string> roots =
-      opts.requireLoss ? lossNames : otherOutputs;
+  std::vector<std::string> roots = opts.requireLoss ? lossNames : otherOutputs;
   std::set<std::string> trainable = trainableInitializers(inits, roots);
 
   auto module = ModuleOp::create(fileLoc());
@@ -546,8 +562,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
       auto arg = dyn_cast<BlockArgument>(operand);
       if (!arg || arg.getOwner() != entry)
         continue;
-      auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                    "dsc.buffer");
+      auto name =
+          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "dsc.buffer");
       if (!name)
         continue;
       results.push_back(result);
@@ -555,7 +571,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     }
   }
   func::ReturnOp::create(builder, fileLoc(), results);
-  func.setType(builder.getFunctionType(argTypes, TypeRange(ValueRange(results))));
+  func.setType(
+      builder.getFunctionType(argTypes, TypeRange(ValueRange(results))));
   for (auto [i, role] : llvm::enumerate(resultRoles))
     func.setResultAttr(i, role.first, StringAttr::get(&ctx, role.second));
 
@@ -658,7 +675,8 @@ FailureOr<Value> NodeContext::value(size_t i) {
     OpBuilder::InsertionGuard g(builder());
     Block *entry = builder().getInsertionBlock();
     builder().setInsertionPointToStart(entry);
-    v.value = dsc::ConstantOp::create(builder(), loc_, v.constant->toAttr(ctx()));
+    v.value =
+        dsc::ConstantOp::create(builder(), loc_, v.constant->toAttr(ctx()));
   }
   return v.value;
 }

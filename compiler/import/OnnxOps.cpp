@@ -20,8 +20,8 @@ namespace dsc {
 // Canonical parameters
 //===----------------------------------------------------------------------===//
 
-FailureOr<int64_t> axisAttr(NodeContext &c, llvm::StringRef name,
-                            int64_t dflt, int64_t rank) {
+FailureOr<int64_t> axisAttr(NodeContext &c, llvm::StringRef name, int64_t dflt,
+                            int64_t rank) {
   int64_t axis = c.attrInt(name, dflt);
   auto n = normalizeAxis(axis, rank);
   if (failed(n))
@@ -124,9 +124,8 @@ FailureOr<SmallVector<int64_t>> reshapeTarget(NodeContext &c,
   }
   if (inferAt >= 0) {
     if (known == 0 || total % known)
-      return c.error() << "cannot infer the -1 of the target shape: "
-                       << total << " elements are not a multiple of "
-                       << known;
+      return c.error() << "cannot infer the -1 of the target shape: " << total
+                       << " elements are not a multiple of " << known;
     out[inferAt] = total / known;
   }
   return out;
@@ -500,8 +499,7 @@ LogicalResult dropoutOp(NodeContext &c) {
     // Inference mode or p = 0: the identity, and a mask of all true.
     c.setOutput(0, *x);
     if (c.outputUsed(1))
-      c.setOutput(1, HostTensor::generate(ElemKind::Bool,
-                                          c.type(0).getShape(),
+      c.setOutput(1, HostTensor::generate(ElemKind::Bool, c.type(0).getShape(),
                                           [](int64_t) { return 1.0; }));
     return success();
   }
@@ -599,8 +597,8 @@ LogicalResult convOp(NodeContext &c) {
   Shape dilations = intsOr(c, "dilations", n, 1);
   if (strides.size() != n || dilations.size() != n)
     return c.error() << "expected " << n << " strides and dilations";
-  auto pads = windowPads(c, x.getShape().drop_front(2), kernel, strides,
-                         dilations);
+  auto pads =
+      windowPads(c, x.getShape().drop_front(2), kernel, strides, dilations);
   if (failed(pads))
     return failure();
   auto present = presentOperands(c, 3);
@@ -637,12 +635,12 @@ LogicalResult poolOp(NodeContext &c) {
   if (failed(v))
     return failure();
   bool isMax = c.opType() == "MaxPool";
-  auto r = c.create1(isMax ? "dsc.max_pool" : "dsc.avg_pool", {*v},
-                     {c.array("kernel_shape", k), c.array("strides", strides),
-                      c.array("pads", *pads), c.array("dilations", dilations),
-                      c.boolean("ceil_mode", c.attrInt("ceil_mode", 0)),
-                      c.boolean("count_include_pad",
-                                c.attrInt("count_include_pad", 0))});
+  auto r = c.create1(
+      isMax ? "dsc.max_pool" : "dsc.avg_pool", {*v},
+      {c.array("kernel_shape", k), c.array("strides", strides),
+       c.array("pads", *pads), c.array("dilations", dilations),
+       c.boolean("ceil_mode", c.attrInt("ceil_mode", 0)),
+       c.boolean("count_include_pad", c.attrInt("count_include_pad", 0))});
   if (failed(r))
     return failure();
   c.setOutput(0, *r);
@@ -663,9 +661,9 @@ LogicalResult batchNormOp(NodeContext &c) {
     c.setOutput(0, *r);
     return success();
   }
-  auto op = c.create("dsc.batch_norm_train", operands,
-                     {c.f64("epsilon", eps),
-                      c.f64("momentum", c.attrFloat("momentum", 0.9))});
+  auto op = c.create(
+      "dsc.batch_norm_train", operands,
+      {c.f64("epsilon", eps), c.f64("momentum", c.attrFloat("momentum", 0.9))});
   if (failed(op))
     return failure();
   for (unsigned i = 0; i < 3; ++i)
@@ -712,8 +710,8 @@ LogicalResult layerNormOp(NodeContext &c) {
   if (failed(var))
     return failure();
   Type element = c.type(0).getElementType();
-  Value epsV = c.materialize(
-      HostTensor::ofFloats({eps}, {}, *fromMlirType(element)));
+  Value epsV =
+      c.materialize(HostTensor::ofFloats({eps}, {}, *fromMlirType(element)));
   auto shifted = c.create1("dsc.add", {*var, epsV});
   if (failed(shifted))
     return failure();
@@ -734,9 +732,9 @@ LogicalResult softmaxOp(NodeContext &c) {
   auto axis = axisAttr(c, "axis", -1, c.type(0).getRank());
   if (failed(axis))
     return failure();
-  auto r = c.create1(c.opType() == "Softmax" ? "dsc.softmax"
-                                              : "dsc.log_softmax",
-                     {*x}, {c.i64("axis", *axis)});
+  auto r =
+      c.create1(c.opType() == "Softmax" ? "dsc.softmax" : "dsc.log_softmax",
+                {*x}, {c.i64("axis", *axis)});
   if (failed(r))
     return failure();
   c.setOutput(0, *r);
@@ -779,8 +777,10 @@ LogicalResult reduceOp(NodeContext &c) {
     return success();
   }
   static const llvm::StringMap<const char *> names = {
-      {"ReduceSum", "dsc.reduce_sum"},   {"ReduceMean", "dsc.reduce_mean"},
-      {"ReduceMax", "dsc.reduce_max"},   {"ReduceMin", "dsc.reduce_min"},
+      {"ReduceSum", "dsc.reduce_sum"},
+      {"ReduceMean", "dsc.reduce_mean"},
+      {"ReduceMax", "dsc.reduce_max"},
+      {"ReduceMin", "dsc.reduce_min"},
       {"ReduceProd", "dsc.reduce_prod"}};
   auto r = c.create1(names.lookup(c.opType()), {*x},
                      {c.array("axes", **axes),
@@ -861,9 +861,10 @@ LogicalResult sliceOp(NodeContext &c) {
     c.setOutput(0, *x);
     return success();
   }
-  auto r = c.create1("dsc.slice", {*x},
-                     {c.array("offsets", p->offsets), c.array("sizes", p->sizes),
-                      c.array("strides", p->strides)});
+  auto r =
+      c.create1("dsc.slice", {*x},
+                {c.array("offsets", p->offsets), c.array("sizes", p->sizes),
+                 c.array("strides", p->strides)});
   if (failed(r))
     return failure();
   c.setOutput(0, *r);
@@ -1035,9 +1036,9 @@ LogicalResult triluOp(NodeContext &c) {
   auto x = c.value(0);
   if (failed(x))
     return failure();
-  auto r = c.create1("dsc.trilu", {*x},
-                     {c.boolean("upper", c.attrInt("upper", 1) != 0),
-                      c.i64("k", k)});
+  auto r = c.create1(
+      "dsc.trilu", {*x},
+      {c.boolean("upper", c.attrInt("upper", 1) != 0), c.i64("k", k)});
   if (failed(r))
     return failure();
   c.setOutput(0, *r);
@@ -1154,13 +1155,12 @@ LogicalResult constantOfShapeOp(NodeContext &c) {
       return failure();
     value = **t;
   }
-  auto type = RankedTensorType::get(shape->asInts(),
-                                    toMlirType(c.ctx(), value.kind));
-  Attribute elem = value.isFloat()
-                       ? (Attribute)FloatAttr::get(type.getElementType(),
-                                                   value.floatAt(0))
-                       : (Attribute)IntegerAttr::get(type.getElementType(),
-                                                     value.intAt(0));
+  auto type =
+      RankedTensorType::get(shape->asInts(), toMlirType(c.ctx(), value.kind));
+  Attribute elem =
+      value.isFloat()
+          ? (Attribute)FloatAttr::get(type.getElementType(), value.floatAt(0))
+          : (Attribute)IntegerAttr::get(type.getElementType(), value.intAt(0));
   Value v = dsc::ConstantOp::create(c.builder(), c.loc(),
                                     SplatElementsAttr::get(type, elem));
   c.setOutput(0, v);
@@ -1185,24 +1185,41 @@ const llvm::StringMap<NodeHandler> &nodeHandlers() {
   static const llvm::StringMap<NodeHandler> table = [] {
     llvm::StringMap<NodeHandler> t;
     // Elementwise.
-    for (auto [onnx, dsc] : std::initializer_list<std::pair<const char *, const char *>>{
-             {"Neg", "dsc.neg"},         {"Abs", "dsc.abs"},
-             {"Exp", "dsc.exp"},         {"Log", "dsc.log"},
-             {"Sqrt", "dsc.sqrt"},       {"Reciprocal", "dsc.reciprocal"},
-             {"Tanh", "dsc.tanh"},       {"Erf", "dsc.erf"},
-             {"Sigmoid", "dsc.sigmoid"}, {"Relu", "dsc.relu"},
-             {"Floor", "dsc.floor"},     {"Ceil", "dsc.ceil"},
-             {"Sin", "dsc.sin"},         {"Cos", "dsc.cos"},
-             {"Softplus", "dsc.softplus"}, {"Not", "dsc.not"}})
+    for (auto [onnx, dsc] :
+         std::initializer_list<std::pair<const char *, const char *>>{
+             {"Neg", "dsc.neg"},
+             {"Abs", "dsc.abs"},
+             {"Exp", "dsc.exp"},
+             {"Log", "dsc.log"},
+             {"Sqrt", "dsc.sqrt"},
+             {"Reciprocal", "dsc.reciprocal"},
+             {"Tanh", "dsc.tanh"},
+             {"Erf", "dsc.erf"},
+             {"Sigmoid", "dsc.sigmoid"},
+             {"Relu", "dsc.relu"},
+             {"Floor", "dsc.floor"},
+             {"Ceil", "dsc.ceil"},
+             {"Sin", "dsc.sin"},
+             {"Cos", "dsc.cos"},
+             {"Softplus", "dsc.softplus"},
+             {"Not", "dsc.not"}})
       t[onnx] = unary(dsc);
-    for (auto [onnx, dsc] : std::initializer_list<std::pair<const char *, const char *>>{
-             {"Add", "dsc.add"},     {"Sub", "dsc.sub"},
-             {"Mul", "dsc.mul"},     {"Div", "dsc.div"},
-             {"Pow", "dsc.pow"},     {"Max", "dsc.max"},
-             {"Min", "dsc.min"},     {"Sum", "dsc.add"},
-             {"And", "dsc.and"},     {"Or", "dsc.or"},
-             {"Xor", "dsc.xor"},     {"Equal", "dsc.equal"},
-             {"Less", "dsc.less"},   {"LessOrEqual", "dsc.less_equal"},
+    for (auto [onnx, dsc] :
+         std::initializer_list<std::pair<const char *, const char *>>{
+             {"Add", "dsc.add"},
+             {"Sub", "dsc.sub"},
+             {"Mul", "dsc.mul"},
+             {"Div", "dsc.div"},
+             {"Pow", "dsc.pow"},
+             {"Max", "dsc.max"},
+             {"Min", "dsc.min"},
+             {"Sum", "dsc.add"},
+             {"And", "dsc.and"},
+             {"Or", "dsc.or"},
+             {"Xor", "dsc.xor"},
+             {"Equal", "dsc.equal"},
+             {"Less", "dsc.less"},
+             {"LessOrEqual", "dsc.less_equal"},
              {"Greater", "dsc.greater"},
              {"GreaterOrEqual", "dsc.greater_equal"}})
       t[onnx] = binary(dsc);

@@ -31,8 +31,7 @@ std::string checkExternalLocation(const onnx::TensorProto &t,
                                   const std::string &modelDir) {
   std::string location = externalKey(t, "location");
   if (location.empty())
-    return "external data of initializer '" + t.name() +
-           "' has no 'location'";
+    return "external data of initializer '" + t.name() + "' has no 'location'";
   if (llvm::sys::path::is_absolute(location) || location.front() == '/' ||
       location.front() == '\\')
     return "external data of initializer '" + t.name() +
@@ -43,8 +42,7 @@ std::string checkExternalLocation(const onnx::TensorProto &t,
             e = llvm::sys::path::end(location);
        it != e; ++it)
     if (*it == "..")
-      return "external data of initializer '" + t.name() + "' at '" +
-             location +
+      return "external data of initializer '" + t.name() + "' at '" + location +
              "' is outside the model's folder; only files inside it are read";
   // A symbolic link may still lead out; compare real paths when it exists.
   llvm::SmallString<256> full(modelDir);
@@ -54,8 +52,8 @@ std::string checkExternalLocation(const onnx::TensorProto &t,
       !llvm::sys::fs::real_path(modelDir, realDir)) {
     std::string dir = std::string(realDir.str()) + "/";
     if (!llvm::StringRef(realFile).starts_with(dir))
-      return "external data of initializer '" + t.name() + "' at '" +
-             location + "' resolves outside the model's folder";
+      return "external data of initializer '" + t.name() + "' at '" + location +
+             "' resolves outside the model's folder";
   }
   return "";
 }
@@ -77,9 +75,10 @@ static double halfToDouble(uint16_t h, bool bf16) {
   return f.convertToDouble();
 }
 
-FailureOr<std::optional<HostTensor>>
-readTensorData(const onnx::TensorProto &t, const std::string &modelDir,
-               Location loc, bool *missing) {
+FailureOr<std::optional<HostTensor>> readTensorData(const onnx::TensorProto &t,
+                                                    const std::string &modelDir,
+                                                    Location loc,
+                                                    bool *missing) {
   if (missing)
     *missing = false;
   auto kind = fromOnnxDataType(t.data_type());
@@ -116,17 +115,17 @@ readTensorData(const onnx::TensorProto &t, const std::string &modelDir,
       return emitError(loc) << "bad external data offset '" << off << "'";
     if (!len.empty() && llvm::StringRef(len).getAsInteger(10, length))
       return emitError(loc) << "bad external data length '" << len << "'";
-    size_t elemBytes = toMlirType(loc.getContext(), h.kind)
-                           .getIntOrFloatBitWidth();
+    size_t elemBytes =
+        toMlirType(loc.getContext(), h.kind).getIntOrFloatBitWidth();
     elemBytes = elemBytes == 1 ? 1 : elemBytes / 8;
     if (len.empty())
       length = n * elemBytes;
     if (offset + length > (*buf)->getBufferSize() || length < n * elemBytes)
-      return emitError(loc) << "external data of initializer '" << t.name()
-                            << "' needs bytes [" << offset << ", "
-                            << offset + length << ") but '" << full
-                            << "' has " << (*buf)->getBufferSize()
-                            << " bytes (file truncated?)";
+      return emitError(loc)
+             << "external data of initializer '" << t.name()
+             << "' needs bytes [" << offset << ", " << offset + length
+             << ") but '" << full << "' has " << (*buf)->getBufferSize()
+             << " bytes (file truncated?)";
     raw.assign((*buf)->getBufferStart() + offset, length);
     hasRaw = true;
   } else if (t.has_raw_data()) {

@@ -16,11 +16,10 @@ namespace dsc {
 void installDiagnosticPrinter(MLIRContext &ctx) {
   ctx.getDiagEngine().registerHandler([](Diagnostic &diag) {
     auto &os = llvm::errs();
-    const char *severity = diag.getSeverity() == DiagnosticSeverity::Error
-                               ? "error"
-                           : diag.getSeverity() == DiagnosticSeverity::Warning
-                               ? "warning"
-                               : "note";
+    const char *severity =
+        diag.getSeverity() == DiagnosticSeverity::Error     ? "error"
+        : diag.getSeverity() == DiagnosticSeverity::Warning ? "warning"
+                                                            : "note";
     std::string file;
     diag.getLocation()->walk([&](Location loc) {
       if (auto f = dyn_cast<FileLineColLoc>(loc)) {
@@ -52,7 +51,8 @@ int usageError(const std::string &msg, const char *usage) {
 /// Writes via a temporary file and a rename, so a reader never sees half.
 bool writeAtomically(const std::string &path,
                      const std::function<void(llvm::raw_ostream &)> &write) {
-  std::string tmp = path + ".tmp." + std::to_string(llvm::sys::Process::getProcessId());
+  std::string tmp =
+      path + ".tmp." + std::to_string(llvm::sys::Process::getProcessId());
   {
     std::error_code ec;
     llvm::raw_fd_ostream os(tmp, ec);

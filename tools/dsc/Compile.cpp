@@ -29,7 +29,8 @@ using namespace mlir;
 namespace dsc {
 namespace {
 
-const char *kCompileUsage = R"(usage: dsc compile [options] MODEL.onnx -o PROGRAM
+const char *kCompileUsage =
+    R"(usage: dsc compile [options] MODEL.onnx -o PROGRAM
 
 Compiles the training step of MODEL.onnx (model + scalar loss) into a native
 program: reverse-mode gradients, the optimizer update, the learning-rate
@@ -140,8 +141,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       if (auto v = c.take(flag)) {
         double d;
         if (llvm::StringRef(*v).getAsDouble(d))
-          return usageError(std::string(flag) + " needs a number, not '" +
-                                *v + "'",
+          return usageError(std::string(flag) + " needs a number, not '" + *v +
+                                "'",
                             kCompileUsage);
         optimizerOptions.push_back(std::string(name) + "=" + *v);
         matched = true;
@@ -160,10 +161,9 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
           return usageError(std::string(flag) + " needs a count, not '" + *v +
                                 "'",
                             kCompileUsage);
-        o.partitionPipeline += std::string(o.partitionPipeline.empty()
-                                               ? ""
-                                               : " ") +
-                               (flag + 2) + "=" + *v;
+        o.partitionPipeline +=
+            std::string(o.partitionPipeline.empty() ? "" : " ") + (flag + 2) +
+            "=" + *v;
         o.partition = sharded = true;
         break;
       }
@@ -261,8 +261,7 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
           std::string(o.partitionPipeline.empty() ? "" : " ") +
           "keep-gathered=true";
       o.partition = true;
-    }
-    else if (a.starts_with("-"))
+    } else if (a.starts_with("-"))
       return usageError("unknown option '" + a.str() + "'", kCompileUsage);
     else if (o.model.empty())
       o.model = a.str();
@@ -304,19 +303,19 @@ int build(const CompileOptions &o, const std::string &cppPath) {
     return 1;
   }
   std::vector<std::string> argv = {*found,
-                                    "-std=c++17",
-                                    "-O2",
-                                    "-I" DSC_RUNTIME_INCLUDE_DIR,
-                                    "-I" DSC_RUNTIME_SOURCE_DIR,
-                                    cppPath,
-                                    DSC_RUNTIME_LIBRARY,
-                                    "-lpthread",
-                                    "-o",
-                                    o.output};
+                                   "-std=c++17",
+                                   "-O2",
+                                   "-I" DSC_RUNTIME_INCLUDE_DIR,
+                                   "-I" DSC_RUNTIME_SOURCE_DIR,
+                                   cppPath,
+                                   DSC_RUNTIME_LIBRARY,
+                                   "-lpthread",
+                                   "-o",
+                                   o.output};
   std::vector<llvm::StringRef> refs(argv.begin(), argv.end());
   std::string err;
-  int rc = llvm::sys::ExecuteAndWait(*found, refs, std::nullopt, {}, 0, 0,
-                                     &err);
+  int rc =
+      llvm::sys::ExecuteAndWait(*found, refs, std::nullopt, {}, 0, 0, &err);
   if (rc != 0) {
     llvm::errs() << "error: building the program failed (" << cxx
                  << " exited with " << rc << (err.empty() ? "" : ": ") << err
@@ -368,9 +367,8 @@ int runCompile(std::vector<std::string> args) {
       return 1;
     }
     if (failed(parsePassPipeline("dsc-schedule{prefetch=" + o.prefetch +
-                                     " prefetch-bucket-size=" +
-                                     o.prefetchSize + " max-live-parameters=" +
-                                     o.maxLive + "}",
+                                     " prefetch-bucket-size=" + o.prefetchSize +
+                                     " max-live-parameters=" + o.maxLive + "}",
                                  pm, llvm::errs())))
       return 1;
   }

@@ -56,32 +56,31 @@ StageBytes formula(int stage, double psi, double padded, double g, double s,
 }
 
 void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
-                int64_t g, double s, double k, double largestBucket,
-                int chosen, const StageBytes *measured) {
+                int64_t g, double s, double k, double largestBucket, int chosen,
+                const StageBytes *measured) {
   os << llvm::formatv("{0,-6} {1,12} {2,12} {3,14} {4,12} {5,12}\n", "stage",
                       "params", "grads", "optimizer", "buffers", "total");
   for (int st = 0; st <= 3; ++st) {
     StageBytes f = formula(st, psi, padded, g, s, k, largestBucket);
-    os << llvm::formatv("{0,-6} {1,12} {2,12} {3,14} {4,12} {5,12}{6}\n",
-                        std::to_string(st) + (st == chosen ? " *" : ""),
-                        human(f.params), human(f.grads), human(f.state),
-                        human(f.buffers), human(f.total()),
-                        st == chosen && measured
-                            ? llvm::formatv("   (compiled: params {0}, "
-                                            "optimizer {1}{2})",
-                                            human(measured->params),
-                                            human(measured->state),
-                                            measured->params == f.params &&
-                                                    measured->state == f.state
-                                                ? ", = formula"
-                                                : ", DIFFERS from formula")
-                                  .str()
-                            : std::string());
+    os << llvm::formatv(
+        "{0,-6} {1,12} {2,12} {3,14} {4,12} {5,12}{6}\n",
+        std::to_string(st) + (st == chosen ? " *" : ""), human(f.params),
+        human(f.grads), human(f.state), human(f.buffers), human(f.total()),
+        st == chosen && measured
+            ? llvm::formatv("   (compiled: params {0}, "
+                            "optimizer {1}{2})",
+                            human(measured->params), human(measured->state),
+                            measured->params == f.params &&
+                                    measured->state == f.state
+                                ? ", = formula"
+                                : ", DIFFERS from formula")
+                  .str()
+            : std::string());
   }
-  os << llvm::formatv("per rank, {0} rank(s){1}; model states only: "
-                      "activations and temporaries are the program's arena\n",
-                      n, g != n ? llvm::formatv(" in groups of {0}", g).str()
-                                : std::string());
+  os << llvm::formatv(
+      "per rank, {0} rank(s){1}; model states only: "
+      "activations and temporaries are the program's arena\n",
+      n, g != n ? llvm::formatv(" in groups of {0}", g).str() : std::string());
 }
 
 } // namespace

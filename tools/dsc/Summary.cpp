@@ -111,8 +111,7 @@ void printSummary(ModuleOp module, llvm::raw_ostream &os) {
   os << "outputs:\n";
   for (const Entry &e : c.results)
     os << llvm::formatv("  {0,-48} {1,-16} {2}{3}\n", e.name,
-                        shapeString(e.type),
-                        dtypeName(e.type.getElementType()),
+                        shapeString(e.type), dtypeName(e.type.getElementType()),
                         e.role == "buffer_update" ? " (buffer update)" : "");
   int64_t total = 0;
   for (auto &[_, n] : c.ops)
@@ -134,19 +133,19 @@ void printSummaryJson(ModuleOp module, llvm::raw_ostream &os) {
   };
   llvm::json::Array params, buffers, inputs, outputs, updates;
   for (const Entry &e : c.args)
-    (e.role == "param" ? params : e.role == "buffer" ? buffers : inputs)
+    (e.role == "param"    ? params
+     : e.role == "buffer" ? buffers
+                          : inputs)
         .push_back(tensor(e));
   for (const Entry &e : c.results)
     (e.role == "output" ? outputs : updates).push_back(tensor(e));
   llvm::json::Object ops;
   for (auto &[name, n] : c.ops)
     ops[name] = n;
-  llvm::json::Object root{{"params", std::move(params)},
-                          {"buffers", std::move(buffers)},
-                          {"inputs", std::move(inputs)},
-                          {"outputs", std::move(outputs)},
-                          {"buffer_updates", std::move(updates)},
-                          {"ops", std::move(ops)}};
+  llvm::json::Object root{
+      {"params", std::move(params)},          {"buffers", std::move(buffers)},
+      {"inputs", std::move(inputs)},          {"outputs", std::move(outputs)},
+      {"buffer_updates", std::move(updates)}, {"ops", std::move(ops)}};
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }
 

@@ -18,9 +18,9 @@
 #include "mlir/IR/OperationSupport.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Process.h"
-#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <functional>
@@ -34,7 +34,8 @@ using dsc::writeAtomically;
 
 namespace {
 
-const char *kUsage = R"(dsc - compile ONNX training graphs into sharded training programs
+const char *kUsage =
+    R"(dsc - compile ONNX training graphs into sharded training programs
 
 usage: dsc <command> [options] MODEL.onnx
 
@@ -190,8 +191,7 @@ int runEstimate(std::vector<std::string> args) {
     if (!c.error.empty())
       return usageError(c.error, kEstimateUsage);
     if (llvm::StringRef(c.current()).starts_with("-"))
-      return usageError("unknown option '" + c.current() + "'",
-                        kEstimateUsage);
+      return usageError("unknown option '" + c.current() + "'", kEstimateUsage);
     model = c.current();
     c.next();
   }

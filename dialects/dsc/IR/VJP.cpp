@@ -32,10 +32,10 @@ struct GradBuilder {
   Type elem(Value v) { return ty(v).getElementType(); }
 
   Value splat(RankedTensorType t, double v) {
-    Attribute a = isa<FloatType>(t.getElementType())
-                      ? (Attribute)FloatAttr::get(t.getElementType(), v)
-                      : (Attribute)IntegerAttr::get(t.getElementType(),
-                                                    (int64_t)v);
+    Attribute a =
+        isa<FloatType>(t.getElementType())
+            ? (Attribute)FloatAttr::get(t.getElementType(), v)
+            : (Attribute)IntegerAttr::get(t.getElementType(), (int64_t)v);
     return ConstantOp::create(b, loc, SplatElementsAttr::get(t, a));
   }
   Value scalar(Value like, double v) {
@@ -131,8 +131,8 @@ DSC_VJP(NegOp) {
 DSC_VJP(AbsOp) {
   GradBuilder g{builder, getLoc()};
   Value gy = resultGrads[0];
-  Value negative = LessOp::create(builder, getLoc(), getInput(),
-                                  g.scalar(getInput(), 0.0));
+  Value negative =
+      LessOp::create(builder, getLoc(), getInput(), g.scalar(getInput(), 0.0));
   operandGrads.assign({g.where(negative, g.neg(gy), gy)});
   return success();
 }
@@ -196,8 +196,8 @@ DSC_VJP(ReluOp) {
 
 DSC_VJP(SinOp) {
   GradBuilder g{builder, getLoc()};
-  operandGrads.assign({
-      g.mul(resultGrads[0], CosOp::create(builder, getLoc(), getInput()))});
+  operandGrads.assign(
+      {g.mul(resultGrads[0], CosOp::create(builder, getLoc(), getInput()))});
   return success();
 }
 
@@ -210,8 +210,8 @@ DSC_VJP(CosOp) {
 
 DSC_VJP(SoftplusOp) {
   GradBuilder g{builder, getLoc()};
-  operandGrads.assign({
-      g.mul(resultGrads[0], SigmoidOp::create(builder, getLoc(), getInput()))});
+  operandGrads.assign({g.mul(
+      resultGrads[0], SigmoidOp::create(builder, getLoc(), getInput()))});
   return success();
 }
 
@@ -220,8 +220,8 @@ DSC_VJP(LeakyReluOp) {
   Value gy = resultGrads[0];
   Value positive = GreaterOp::create(builder, getLoc(), getInput(),
                                      g.scalar(getInput(), 0.0));
-  operandGrads.assign({
-      g.where(positive, gy, g.mulS(gy, getAlpha().convertToDouble()))});
+  operandGrads.assign(
+      {g.where(positive, gy, g.mulS(gy, getAlpha().convertToDouble()))});
   return success();
 }
 
@@ -231,10 +231,10 @@ DSC_VJP(GeluOp) {
   Value d;
   if (!getTanhApproximation()) {
     // Phi(x) + x * phi(x)
-    Value cdf = g.mulS(
-        g.add(g.scalar(x, 1.0),
-              ErfOp::create(builder, getLoc(), g.mulS(x, M_SQRT1_2))),
-        0.5);
+    Value cdf =
+        g.mulS(g.add(g.scalar(x, 1.0),
+                     ErfOp::create(builder, getLoc(), g.mulS(x, M_SQRT1_2))),
+               0.5);
     Value pdf =
         g.mulS(g.exp(g.mulS(g.mul(x, x), -0.5)), 1.0 / std::sqrt(2 * M_PI));
     d = g.add(cdf, g.mul(x, pdf));
@@ -272,23 +272,22 @@ DSC_VJP(CastOp) {
   auto in = cast<RankedTensorType>(getInput().getType());
   if (!isa<FloatType>(in.getElementType()))
     return noGrad(operandGrads, 1);
-  operandGrads.assign({
-      CastOp::create(builder, getLoc(), resultGrads[0],
-                     TypeAttr::get(in.getElementType()))});
+  operandGrads.assign({CastOp::create(builder, getLoc(), resultGrads[0],
+                                      TypeAttr::get(in.getElementType()))});
   return success();
 }
 
 DSC_VJP(AddOp) {
   GradBuilder g{builder, getLoc()};
   operandGrads.assign({g.sumToLike(resultGrads[0], getLhs()),
-                  g.sumToLike(resultGrads[0], getRhs())});
+                       g.sumToLike(resultGrads[0], getRhs())});
   return success();
 }
 
 DSC_VJP(SubOp) {
   GradBuilder g{builder, getLoc()};
   operandGrads.assign({g.sumToLike(resultGrads[0], getLhs()),
-                  g.sumToLike(g.neg(resultGrads[0]), getRhs())});
+                       g.sumToLike(g.neg(resultGrads[0]), getRhs())});
   return success();
 }
 
@@ -296,7 +295,7 @@ DSC_VJP(MulOp) {
   GradBuilder g{builder, getLoc()};
   Value gy = resultGrads[0];
   operandGrads.assign({g.sumToLike(g.mul(gy, getRhs()), getLhs()),
-                  g.sumToLike(g.mul(gy, getLhs()), getRhs())});
+                       g.sumToLike(g.mul(gy, getLhs()), getRhs())});
   return success();
 }
 
@@ -305,15 +304,14 @@ DSC_VJP(DivOp) {
   Value gy = resultGrads[0];
   Value gl = g.div(gy, getRhs());
   operandGrads.assign({g.sumToLike(gl, getLhs()),
-                  g.sumToLike(g.neg(g.mul(gl, getResult())), getRhs())});
+                       g.sumToLike(g.neg(g.mul(gl, getResult())), getRhs())});
   return success();
 }
 
 DSC_VJP(PowOp) {
   GradBuilder g{builder, getLoc()};
   Value x = getLhs(), e = getRhs(), gy = resultGrads[0];
-  Value xe1 = PowOp::create(builder, getLoc(), x,
-                            g.sub(e, g.scalar(e, 1.0)));
+  Value xe1 = PowOp::create(builder, getLoc(), x, g.sub(e, g.scalar(e, 1.0)));
   Value gx = g.mul(gy, g.mul(e, xe1));
   Value ge = g.mul(gy, g.mul(getResult(), LogOp::create(builder, getLoc(), x)));
   operandGrads.assign({g.sumToLike(gx, x), g.sumToLike(ge, e)});
@@ -326,7 +324,7 @@ DSC_VJP(MaxOp) {
   Value gy = resultGrads[0];
   Value zero = g.scalar(gy, 0.0);
   operandGrads.assign({g.sumToLike(g.where(first, gy, zero), getLhs()),
-                  g.sumToLike(g.where(first, zero, gy), getRhs())});
+                       g.sumToLike(g.where(first, zero, gy), getRhs())});
   return success();
 }
 
@@ -336,7 +334,7 @@ DSC_VJP(MinOp) {
   Value gy = resultGrads[0];
   Value zero = g.scalar(gy, 0.0);
   operandGrads.assign({g.sumToLike(g.where(first, gy, zero), getLhs()),
-                  g.sumToLike(g.where(first, zero, gy), getRhs())});
+                       g.sumToLike(g.where(first, zero, gy), getRhs())});
   return success();
 }
 
@@ -345,8 +343,8 @@ DSC_VJP(WhereOp) {
   Value gy = resultGrads[0];
   Value zero = g.scalar(gy, 0.0);
   operandGrads.assign({Value(),
-                  g.sumToLike(g.where(getCond(), gy, zero), getX()),
-                  g.sumToLike(g.where(getCond(), zero, gy), getY())});
+                       g.sumToLike(g.where(getCond(), gy, zero), getX()),
+                       g.sumToLike(g.where(getCond(), zero, gy), getY())});
   return success();
 }
 
@@ -384,7 +382,7 @@ DSC_VJP(GemmOp) {
   Value dOpA = g.matmul(gy, g.transposeLast2(opB));
   Value dOpB = g.matmul(g.transposeLast2(opA), gy);
   operandGrads.assign({getTransA() ? g.transposeLast2(dOpA) : dOpA,
-                  getTransB() ? g.transposeLast2(dOpB) : dOpB});
+                       getTransB() ? g.transposeLast2(dOpB) : dOpB});
   if (Value c = getC()) {
     Value gc = resultGrads[0];
     double beta = getBeta().convertToDouble();
@@ -441,7 +439,8 @@ DSC_VJP(GlobalAvgPoolOp) {
   GradBuilder g{builder, getLoc()};
   auto x = g.ty(getInput());
   int64_t n = x.getNumElements() / (x.getDimSize(0) * x.getDimSize(1));
-  operandGrads.assign({g.expand(g.mulS(resultGrads[0], 1.0 / n), x.getShape())});
+  operandGrads.assign(
+      {g.expand(g.mulS(resultGrads[0], 1.0 / n), x.getShape())});
   return success();
 }
 
@@ -465,7 +464,7 @@ DSC_VJP(BatchNormTrainOp) {
                                              getInput(), getScale(),
                                              getEpsilonAttr());
   operandGrads.assign({op.getGradInput(), op.getGradScale(), op.getGradBias(),
-                  Value(), Value()});
+                       Value(), Value()});
   return success();
 }
 
@@ -478,17 +477,18 @@ DSC_VJP(BatchNormOp) {
   Value invStd = g.reshape(
       ReciprocalOp::create(
           builder, getLoc(),
-          SqrtOp::create(builder, getLoc(),
-                         g.add(getVar(), g.scalar(getVar(),
-                                                  getEpsilon().convertToDouble())))),
+          SqrtOp::create(
+              builder, getLoc(),
+              g.add(getVar(),
+                    g.scalar(getVar(), getEpsilon().convertToDouble())))),
       bshape);
   Value xhat = g.mul(g.sub(x, g.reshape(getMean(), bshape)), invStd);
   Shape axes{0};
   for (int64_t d = 2; d < xt.getRank(); ++d)
     axes.push_back(d);
   operandGrads.assign({g.mul(gy, g.mul(g.reshape(getScale(), bshape), invStd)),
-                  g.reduceSum(g.mul(gy, xhat), axes, false),
-                  g.reduceSum(gy, axes, false), Value(), Value()});
+                       g.reduceSum(g.mul(gy, xhat), axes, false),
+                       g.reduceSum(gy, axes, false), Value(), Value()});
   return success();
 }
 
@@ -526,23 +526,24 @@ DSC_VJP(LogSoftmaxOp) {
 }
 
 DSC_VJP(SoftmaxCrossEntropyOp) {
-  operandGrads.assign({ClassLossBackwardOp::create(
-                      builder, getLoc(), resultGrads[0], getScores(),
-                      getLabels(), getWeights(),
-                      builder.getStringAttr("softmax_cross_entropy"),
-                      getReductionAttr(), getIgnoreIndexAttr()),
-                  Value()});
+  operandGrads.assign(
+      {ClassLossBackwardOp::create(
+           builder, getLoc(), resultGrads[0], getScores(), getLabels(),
+           getWeights(), builder.getStringAttr("softmax_cross_entropy"),
+           getReductionAttr(), getIgnoreIndexAttr()),
+       Value()});
   if (getWeights())
     operandGrads.push_back(Value());
   return success();
 }
 
 DSC_VJP(NllLossOp) {
-  operandGrads.assign({ClassLossBackwardOp::create(
-                      builder, getLoc(), resultGrads[0], getInput(),
-                      getLabels(), getWeights(), builder.getStringAttr("nll"),
-                      getReductionAttr(), getIgnoreIndexAttr()),
-                  Value()});
+  operandGrads.assign(
+      {ClassLossBackwardOp::create(builder, getLoc(), resultGrads[0],
+                                   getInput(), getLabels(), getWeights(),
+                                   builder.getStringAttr("nll"),
+                                   getReductionAttr(), getIgnoreIndexAttr()),
+       Value()});
   if (getWeights())
     operandGrads.push_back(Value());
   return success();
@@ -589,9 +590,8 @@ static void extremumVJP(ReduceOp op, OpBuilder &builder,
                         ArrayRef<Value> resultGrads,
                         SmallVectorImpl<Value> &operandGrads) {
   GradBuilder g{builder, op.getLoc()};
-  Value isExtremum =
-      EqualOp::create(builder, op.getLoc(), op.getInput(),
-                      spreadBack(g, op, op.getResult()));
+  Value isExtremum = EqualOp::create(builder, op.getLoc(), op.getInput(),
+                                     spreadBack(g, op, op.getResult()));
   operandGrads.assign({g.mask(isExtremum, spreadBack(g, op, resultGrads[0]))});
 }
 
@@ -672,27 +672,25 @@ DSC_VJP(SplitOp) {
   SmallVector<Value> pieces;
   for (auto [r, gr] : llvm::zip(getResults(), resultGrads))
     pieces.push_back(gr ? gr : g.zerosLike(r));
-  int64_t axis = (int64_t)getAxis() < 0
-                     ? getAxis() + g.ty(getInput()).getRank()
-                     : getAxis();
+  int64_t axis = (int64_t)getAxis() < 0 ? getAxis() + g.ty(getInput()).getRank()
+                                        : getAxis();
   if (pieces.size() == 1)
     operandGrads.assign({pieces[0]});
   else
     operandGrads.assign({ConcatOp::create(builder, getLoc(), pieces,
-                                     builder.getI64IntegerAttr(axis))});
+                                          builder.getI64IntegerAttr(axis))});
   return success();
 }
 
 DSC_VJP(GatherOp) {
   auto data = cast<RankedTensorType>(getData().getType());
-  int64_t axis = (int64_t)getAxis() < 0 ? getAxis() + data.getRank()
-                                        : getAxis();
-  operandGrads.assign({ScatterAddOp::create(builder, getLoc(), resultGrads[0],
-                                       getIndices(),
-                                       builder.getI64IntegerAttr(axis),
-                                       builder.getDenseI64ArrayAttr(
-                                           data.getShape())),
-                  Value()});
+  int64_t axis =
+      (int64_t)getAxis() < 0 ? getAxis() + data.getRank() : getAxis();
+  operandGrads.assign(
+      {ScatterAddOp::create(builder, getLoc(), resultGrads[0], getIndices(),
+                            builder.getI64IntegerAttr(axis),
+                            builder.getDenseI64ArrayAttr(data.getShape())),
+       Value()});
   return success();
 }
 
@@ -701,13 +699,13 @@ DSC_VJP(PadOp) {
   for (int64_t p : getPads())
     crop.push_back(-p);
   operandGrads.assign({PadOp::create(builder, getLoc(), resultGrads[0],
-                                builder.getDenseI64ArrayAttr(crop),
-                                builder.getF64FloatAttr(0.0))});
+                                     builder.getDenseI64ArrayAttr(crop),
+                                     builder.getF64FloatAttr(0.0))});
   return success();
 }
 
 DSC_VJP(TriluOp) {
   operandGrads.assign({TriluOp::create(builder, getLoc(), resultGrads[0],
-                                  getUpperAttr(), getKAttr())});
+                                       getUpperAttr(), getKAttr())});
   return success();
 }
