@@ -182,6 +182,14 @@ GraphImporter::inputType(const onnx::ValueInfoProto &vi) {
                        << vi.name() << "=DIMxDIM...";
   for (auto [i, d] : llvm::enumerate(dims)) {
     if (d.has_dim_value() && d.dim_value() >= 0) {
+      if (i == 0 && opts.microBatch && *opts.microBatch != d.dim_value())
+        return fileError() << "--micro-batch " << *opts.microBatch
+                           << " conflicts with graph input '" << vi.name()
+                           << "', whose batch dim the model fixes to "
+                           << d.dim_value()
+                           << "; export with a dynamic batch axis (e.g. "
+                              "dynamic_axes / dynamic_shapes) or drop "
+                              "--micro-batch";
       shape.push_back(d.dim_value());
       continue;
     }

@@ -37,8 +37,13 @@ void installDiagnosticPrinter(MLIRContext &ctx) {
     if (!node.empty() && !llvm::StringRef(msg).starts_with("node '"))
       os << "node '" << node << "': ";
     os << msg << "\n";
-    for (auto &note : diag.getNotes())
-      os << "note: " << note.str() << "\n";
+    for (auto &note : diag.getNotes()) {
+      std::string text = note.str();
+      // The pass manager's op dump is for compiler developers.
+      if (llvm::StringRef(text).starts_with("see current operation"))
+        continue;
+      os << "note: " << text << "\n";
+    }
     return success();
   });
 }

@@ -161,6 +161,10 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
           return usageError(std::string(flag) + " needs a count, not '" + *v +
                                 "'",
                             kCompileUsage);
+        if (llvm::StringRef(flag) == "--stage" && n > 3)
+          return usageError("--stage must be 0, 1, 2 or 3", kCompileUsage);
+        if (llvm::StringRef(flag) == "--world-size" && n < 1)
+          return usageError("--world-size must be at least 1", kCompileUsage);
         o.partitionPipeline +=
             std::string(o.partitionPipeline.empty() ? "" : " ") + (flag + 2) +
             "=" + *v;
