@@ -39,6 +39,7 @@ struct ParamInfo {
   Operation *update = nullptr; // dsc.adamw / dsc.sgd
   SmallVector<unsigned> stateArgs;
   Value grad;        // averaged local gradient
+  Value gradScale;   // grad = call result * gradScale, if any
   Value weightDecay; // operand of the update
   int bucket = -1;
   int64_t offset = 0;
@@ -178,7 +179,134 @@ struct ZeroPartitionPass
 
   void runOnOperation() override;
   LogicalResult syncBatchNorms(func::FuncOp fb);
+  DenseMap<unsigned, unsigned>
+  sinkGradientReductions(func::FuncOp step, func::FuncOp fb,
+                         SmallVectorImpl<ParamInfo> &params,
+                         ArrayRef<Bucket> buckets, bool shardGrads,
+                         Value &lossValue, SmallVectorImpl<Value> &newResults);
+  Value reduceFlat(Value flat, const Bucket &bk, bool shardGrads);
 };
+
+Value ZeroPartitionPass::reduceFlat(Value flat, const Bucket &bk,
+                                    bool shardGrads) {
+  SmallVector<int16_t> all = {0, 1}, group = {1}, replicas = {0};
+  label = bk.name + " gradients";
+  if (shardGrads) {
+    Value r = reduceScatter(flat, group, bk.padded / groupSize);
+    if (worldSize > groupSize)
+      r = allReduce(r, replicas);
+    return r;
+  }
+  return allReduce(flat, all);
+}
+
+// Moves each bucket's gradient collective into @forward_backward, right
+// after the last of its gradients is computed, when @train_step calls it
+// once. Returns bucket -> index of the call result that holds the reduced
+// (summed, unscaled) bucket; buckets it cannot move are left out.
+DenseMap<unsigned, unsigned> ZeroPartitionPass::sinkGradientReductions(
+    func::FuncOp step, func::FuncOp fb, SmallVectorImpl<ParamInfo> &params,
+    ArrayRef<Bucket> buckets, bool shardGrads, Value &lossValue,
+    SmallVectorImpl<Value> &newResults) {
+  DenseMap<unsigned, unsigned> sunk;
+  SmallVector<func::CallOp> calls;
+  step.walk([&](func::CallOp c) {
+    if (c.getCallee() == fb.getSymName())
+      calls.push_back(c);
+  });
+  if (worldSize == 1 || calls.size() != 1)
+    return sunk;
+  func::CallOp call = calls.front();
+  // Each gradient must be a result of the call, possibly times a scale.
+  DenseMap<unsigned, unsigned> resultOf; // param -> call result
+  for (auto [pi, p] : llvm::enumerate(params)) {
+    Value g = p.grad, scale;
+    if (auto mul = g.getDefiningOp<dsc::MulOp>()) {
+      g = mul.getLhs();
+      scale = mul.getRhs();
+    }
+    auto r = dyn_cast<OpResult>(g);
+    if (!r || r.getOwner() != call.getOperation())
+      continue;
+    p.gradScale = scale;
+    resultOf[pi] = r.getResultNumber();
+  }
+  Block &body = fb.front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder::InsertionGuard guard(*b);
+  SmallVector<Value> extra;
+  SmallVector<unsigned> extraBucket;
+  for (auto [bi, bk] : llvm::enumerate(buckets)) {
+    bool ok = true;
+    Value scale;
+    SmallVector<Value> grads;
+    Operation *last = nullptr;
+    for (unsigned pi : bk.params) {
+      auto it = resultOf.find(pi);
+      if (it == resultOf.end()) {
+        ok = false;
+        break;
+      }
+      if (pi != bk.params.front() && params[pi].gradScale != scale)
+        ok = false;
+      scale = params[pi].gradScale;
+      Value g = ret.getOperand(it->second);
+      grads.push_back(g);
+      Operation *def = g.getDefiningOp();
+      if (def && (!last || last->isBeforeInBlock(def)))
+        last = def;
+    }
+    if (!ok)
+      continue;
+    if (last)
+      b->setInsertionPointAfter(last);
+    else
+      b->setInsertionPointToStart(&body);
+    loc = fb.getLoc();
+    extra.push_back(reduceFlat(flatten(grads, bk.padded), bk, shardGrads));
+    extraBucket.push_back(bi);
+  }
+  if (extra.empty())
+    return sunk;
+  // @forward_backward returns the reduced buckets too.
+  unsigned first = ret.getNumOperands();
+  SmallVector<Value> results(ret.getOperands());
+  llvm::append_range(results, extra);
+  b->setInsertionPoint(ret);
+  func::ReturnOp::create(*b, ret.getLoc(), results);
+  SmallVector<Attribute> attrs;
+  for (unsigned i = 0; i < fb.getNumResults(); ++i)
+    attrs.push_back(fb.getResultAttrDict(i)
+                        ? (Attribute)fb.getResultAttrDict(i)
+                        : (Attribute)b->getDictionaryAttr({}));
+  for (unsigned bi : extraBucket)
+    attrs.push_back(b->getDictionaryAttr(
+        b->getNamedAttr("dsc.bucket_grad", b->getI64IntegerAttr(bi))));
+  ret.erase();
+  fb.setType(FunctionType::get(fb.getContext(), fb.getArgumentTypes(),
+                               TypeRange(ValueRange(results))));
+  fb.setAllResultAttrs(attrs);
+  // The call, with the new results; values held on the side follow.
+  b->setInsertionPoint(call);
+  auto nc = func::CallOp::create(*b, call.getLoc(), fb.getSymName(),
+                                 fb.getFunctionType().getResults(),
+                                 call.getOperands());
+  for (auto [o, n] : llvm::zip(call.getResults(), nc.getResults())) {
+    if (lossValue == o)
+      lossValue = n;
+    for (Value &v : newResults)
+      if (v == o)
+        v = n;
+    for (ParamInfo &p : params)
+      if (p.grad == o)
+        p.grad = n;
+  }
+  call.replaceAllUsesWith(nc.getResults().take_front(call.getNumResults()));
+  call.erase();
+  for (auto [k, bi] : llvm::enumerate(extraBucket))
+    sunk[bi] = first + k;
+  return sunk;
+}
 
 // Batch norm over the global batch: the per-channel sums of x and x^2 (and,
 // backward, of dy and dy*xhat) are all-reduced over every rank. The
@@ -461,7 +589,27 @@ void ZeroPartitionPass::runOnOperation() {
   // Gradients reduced per bucket: full (stage 0/1) or a shard (2/3).
   SmallVector<Value> reduced(buckets.size());
   bool shardGrads = stage >= 2;
+  // With a single micro-batch, each bucket is reduced inside
+  // @forward_backward as soon as its gradients are complete, so the
+  // collective overlaps the rest of the backward pass.
+  DenseMap<unsigned, unsigned> sunk = sinkGradientReductions(
+      step, fb, params, buckets, shardGrads, lossValue, newResults);
   for (auto [bi, bk] : llvm::enumerate(buckets)) {
+    if (sunk.count(bi)) {
+      // The call returns the reduced bucket; the step's scale (1 / label
+      // count) applies after the sum.
+      func::CallOp call;
+      step.walk([&](func::CallOp c) { call = c; });
+      Value r = call.getResult(sunk[bi]);
+      Value scale = params[bk.params.front()].gradScale;
+      if (scale)
+        r = dsc::MulOp::create(builder, loc, r, scale);
+      if (invWorld != 1.0)
+        r = dsc::MulOp::create(builder, loc, r,
+                               scalarLike(bk.element, invWorld));
+      reduced[bi] = r;
+      continue;
+    }
     SmallVector<Value> grads;
     for (unsigned pi : bk.params)
       grads.push_back(params[pi].grad);

@@ -35,9 +35,14 @@ func.func @forward(%w1: tensor<2x2xf32> {dsc.param = "l1.weight"},
 // CHECK: dsc.matmul
 // CHECK: dsc.constant {dsc.backward_begin}
 // CHECK: dsc.wait %[[G2]]
+// Layer 2's gradients are complete first: their reduce-scatter runs while
+// layer 1's gradient is computed; the waits come at the end.
+// CHECK: %[[RS2:.*]] = shard.reduce_scatter
+// CHECK: dsc.matmul
+// CHECK: %[[RS1:.*]] = shard.reduce_scatter
+// CHECK: dsc.wait %[[RS2]]
+// CHECK: dsc.wait %[[RS1]]
 // CHECK-LABEL: func.func @train_step
-// CHECK: %[[RS:.*]] = shard.reduce_scatter
-// CHECK: dsc.wait %[[RS]]
 
 // Without prefetch each gather starts right where it is needed.
 // NOPRE-LABEL: func.func @forward_backward

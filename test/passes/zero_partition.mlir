@@ -30,36 +30,46 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 
 // Stage 0: gradients all-reduced over every rank (one bucket per
 // weight-decay group), replicated state; the loss is the mean over ranks.
+// With one micro-batch each bucket is reduced inside @forward_backward as
+// soon as its gradients are complete (the bias bucket first), overlapping
+// the rest of the backward pass.
 // S0: dsc.buckets = [{dtype = "f32", entries = {{\[\[}}"hidden.weight", 0, 8], ["fc.weight", 8, 12]], name = "bucket0", padded = 20 : i64, sharded = false}, {dtype = "f32", entries = {{\[\[}}"fc.bias", 0, 3]], name = "bucket1", padded = 4 : i64, sharded = false}]
 // S0-SAME: dsc.stage = 0 : i64
 // S0: shard.grid @dsc_ranks(shape = 1x4)
+// S0-LABEL: func.func @forward_backward
+// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<4xf32> -> tensor<4xf32>
+// S0: dsc.matmul
+// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<20xf32> -> tensor<20xf32>
+// S0-NEXT: return
 // S0-LABEL: func.func @train_step
 // S0-SAME: {dsc.opt_state = "fc.weight/exp_avg"}
 // S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<1xf32> -> tensor<1xf32>
-// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<20xf32> -> tensor<20xf32>
-// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<4xf32> -> tensor<4xf32>
 // S0-NOT: shard.reduce_scatter
 // S0: dsc.adamw {{.*}} : tensor<4x2xf32>
 
 // Stage 1: all-reduce, then each rank updates its shard and all-gathers.
+// S1-LABEL: func.func @forward_backward
+// S1: shard.all_reduce %{{.*}} grid_axes = [0, 1] : tensor<24xf32>
 // S1-LABEL: func.func @train_step
 // S1-SAME: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.opt_state = "bucket0/exp_avg"}
 // S1-SAME: {dsc.param_update = "fc.weight"}
-// S1: shard.all_reduce %{{.*}} grid_axes = [0, 1] : tensor<24xf32>
 // S1: shard.all_slice %{{.*}} on @dsc_ranks grid_axes = [1] slice_axis = 0 : tensor<24xf32> -> tensor<6xf32>
 // S1: dsc.adamw {{.*}} : tensor<6xf32>
 // S1: shard.all_gather %{{.*}} on @dsc_ranks grid_axes = [1] gather_axis = 0 : tensor<6xf32> -> tensor<24xf32>
 
-// Stage 2: reduce-scatter, a sharded norm (one scalar all-reduce).
-// S2-LABEL: func.func @train_step
+// Stage 2: reduce-scatter (in the backward pass), a sharded norm (one
+// scalar all-reduce).
+// S2-LABEL: func.func @forward_backward
 // S2: shard.reduce_scatter %{{.*}} on @dsc_ranks grid_axes = [1] scatter_axis = 0 : tensor<24xf32> -> tensor<6xf32>
+// S2-LABEL: func.func @train_step
 // S2: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [1] : tensor<1xf32> -> tensor<1xf32>
 // S2: dsc.sqrt
 // S2: dsc.adamw {{.*}} : tensor<6xf32>
 // S2: shard.all_gather
 
 // Stage 3: parameters are shards; forward_backward gathers before the first
-// forward use and again before the first backward use.
+// forward use, releases after the last, gathers again for backward and
+// reduce-scatters the gradients.
 // S3-LABEL: func.func @forward_backward
 // S3-SAME: (%{{.*}}: tensor<4x2xf32> {dsc.input = "x"}, %{{.*}}: tensor<4xi64> {dsc.input = "y"}, %[[SH:.*]]: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.param_shard = "bucket0"})
 // S3: %[[G1:.*]] = shard.all_gather %[[SH]] on @dsc_ranks grid_axes = [1] gather_axis = 0 : tensor<6xf32> -> tensor<24xf32>
@@ -70,12 +80,12 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // S3: dsc.class_loss_backward
 // S3: %[[G2:.*]] = shard.all_gather %[[SH]]
 // S3: dsc.matmul
+// S3: shard.reduce_scatter %{{.*}} scatter_axis = 0 : tensor<24xf32> -> tensor<6xf32>
 // S3-LABEL: func.func @train_step
 // S3-SAME: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.param = "bucket0"}
 // S3-SAME: {dsc.bucket = 0 : i64, dsc.param_update = "bucket0"}
 // S3-NOT: shard.all_gather
-// S3: shard.reduce_scatter
-// S3-NOT: shard.all_gather
+// S3-NOT: shard.reduce_scatter
 // S3: return
 
 // keep-gathered: one gather, kept from forward to backward.
@@ -88,9 +98,9 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // Hybrid: shard within groups of 2, replicate across 2 groups: the
 // reduce-scatter inside the group, an all-reduce across groups.
 // HYB: shard.grid @dsc_ranks(shape = 2x2)
-// HYB-LABEL: func.func @train_step
+// HYB-LABEL: func.func @forward_backward
 // HYB: shard.reduce_scatter %{{.*}} grid_axes = [1] scatter_axis = 0 : tensor<24xf32> -> tensor<12xf32>
-// HYB: shard.all_reduce %{{.*}} grid_axes = [0] : tensor<12xf32> -> tensor<12xf32>
+// HYB-NEXT: shard.all_reduce %{{.*}} grid_axes = [0] : tensor<12xf32> -> tensor<12xf32>
 
 // Buckets of at most 12 elements: each parameter in its own bucket.
 // SMALL: name = "bucket0", padded = 8
