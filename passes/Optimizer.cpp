@@ -1,6 +1,7 @@
 //===- Optimizer.cpp - the training step around @forward_backward ---------===//
 #include "dialects/dsc/IR/DscOps.h"
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -26,11 +27,7 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
   OpBuilder *b = nullptr;
   LocationAttr loc; // set in runOnOperation
 
-  Value scalarF32(double v) {
-    auto t = RankedTensorType::get({}, b->getF32Type());
-    return dsc::ConstantOp::create(
-        *b, loc, SplatElementsAttr::get(t, b->getF32FloatAttr((float)v)));
-  }
+  Value scalarF32(double v) { return dsc::scalarF32(*b, loc, v); }
   Value splatLike(Value like, double v) {
     auto t = cast<RankedTensorType>(like.getType());
     return dsc::ConstantOp::create(
@@ -273,33 +270,14 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
     // 4. Global norm (in f32) and clipping.
     Value sumSq;
     for (Value g : grads) {
-      auto t = cast<RankedTensorType>(g.getType());
-      SmallVector<int64_t> axes;
-      for (int64_t d = 0; d < t.getRank(); ++d)
-        axes.push_back(d);
-      Value sq = dsc::MulOp::create(builder, loc, g, g);
-      Value s = axes.empty()
-                    ? sq
-                    : dsc::ReduceSumOp::create(
-                          builder, loc, sq, builder.getDenseI64ArrayAttr(axes),
-                          builder.getBoolAttr(false))
-                          .getResult();
-      if (t.getElementType() != builder.getF32Type())
-        s = dsc::CastOp::create(builder, loc, s,
-                                TypeAttr::get(builder.getF32Type()));
+      Value sq = dsc::sumOfSquaresF32(builder, loc, g);
       sumSq =
-          sumSq ? dsc::AddOp::create(builder, loc, sumSq, s).getResult() : s;
+          sumSq ? dsc::AddOp::create(builder, loc, sumSq, sq).getResult() : sq;
     }
     Value norm = sumSq ? dsc::SqrtOp::create(builder, loc, sumSq).getResult()
                        : scalarF32(0.0);
-    Value clipV = arg(hyperArg.lookup("clip"));
-    Value coef = dsc::MinOp::create(
-        builder, loc, scalarF32(1.0),
-        dsc::DivOp::create(
-            builder, loc, clipV,
-            dsc::AddOp::create(builder, loc, norm, scalarF32(1e-6))));
-    Value clipOn = dsc::GreaterOp::create(builder, loc, clipV, scalarF32(0.0));
-    coef = dsc::WhereOp::create(builder, loc, clipOn, coef, scalarF32(1.0));
+    Value coef =
+        dsc::clipCoefficient(builder, loc, norm, arg(hyperArg.lookup("clip")));
     SmallVector<Value> clipped;
     for (Value g : grads)
       clipped.push_back(dsc::MulOp::create(builder, loc, g, scalarAs(coef, g)));

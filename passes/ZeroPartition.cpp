@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -101,13 +102,12 @@ struct ZeroPartitionPass
                              b->getDenseI64ArrayAttr({1}));
     return reshape(s, type.getShape());
   }
-  NamedAttribute gridAttrs(SmallVectorImpl<NamedAttribute> &attrs,
-                           ArrayRef<int16_t> axes) {
+  void gridAttrs(SmallVectorImpl<NamedAttribute> &attrs,
+                 ArrayRef<int16_t> axes) {
     attrs.push_back(b->getNamedAttr(
         "grid", FlatSymbolRefAttr::get(b->getContext(), kGrid)));
     attrs.push_back(
         b->getNamedAttr("grid_axes", b->getDenseI16ArrayAttr(axes)));
-    return attrs.back();
   }
   /// The label a collective carries into messages (hang, mismatch).
   std::string label;
@@ -159,24 +159,6 @@ struct ZeroPartitionPass
                                      ValueRange{v}, attrs)
         .getResult();
   }
-  /// Sum of squares of a tensor, as tensor<f32>.
-  Value sumSquares(Value v) {
-    auto t = cast<RankedTensorType>(v.getType());
-    SmallVector<int64_t> axes;
-    for (int64_t d = 0; d < t.getRank(); ++d)
-      axes.push_back(d);
-    Value sq = dsc::MulOp::create(*b, loc, v, v);
-    Value s = axes.empty()
-                  ? sq
-                  : dsc::ReduceSumOp::create(*b, loc, sq,
-                                             b->getDenseI64ArrayAttr(axes),
-                                             b->getBoolAttr(false))
-                        .getResult();
-    if (t.getElementType() != b->getF32Type())
-      s = dsc::CastOp::create(*b, loc, s, TypeAttr::get(b->getF32Type()));
-    return s;
-  }
-
   void runOnOperation() override;
   LogicalResult syncBatchNorms(func::FuncOp fb);
   DenseMap<unsigned, unsigned>
@@ -476,14 +458,11 @@ void ZeroPartitionPass::runOnOperation() {
   if (lossResult < 0 || normResult < 0 || lrResult < 0)
     return fail("@train_step lacks its loss, grad_norm or lr result");
   lossValue = ret.getOperand(lossResult);
-  Value lr;
-  Value clipArg, stepArg;
+  Value clipArg;
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
     if (auto h = step.getArgAttrOfType<StringAttr>(i, "dsc.hyper"))
       if (h.getValue() == "clip")
         clipArg = step.getArgument(i);
-    if (step.getArgAttr(i, "dsc.step"))
-      stepArg = step.getArgument(i);
   }
   for (ParamInfo &p : params) {
     auto g = gradResult.find(p.name);
@@ -498,13 +477,11 @@ void ZeroPartitionPass::runOnOperation() {
       return fail("no optimizer update for parameter '" + p.name + "'");
     if (auto a = dyn_cast<dsc::AdamWOp>(p.update)) {
       p.weightDecay = a.getWeightDecay();
-      lr = a.getLr();
       for (Value s : {a.getExpAvg(), a.getExpAvgSq()})
         p.stateArgs.push_back(cast<BlockArgument>(s).getArgNumber());
     } else {
       auto s = cast<dsc::SgdOp>(p.update);
       p.weightDecay = s.getWeightDecay();
-      lr = s.getLr();
       p.stateArgs.push_back(
           cast<BlockArgument>(s.getMomentumBuffer()).getArgNumber());
     }
@@ -614,17 +591,10 @@ void ZeroPartitionPass::runOnOperation() {
     for (unsigned pi : bk.params)
       grads.push_back(params[pi].grad);
     Value flat = flatten(grads, bk.padded);
-    label = bk.name + " gradients";
-    Value r;
-    if (worldSize == 1)
-      r = shardGrads ? allSlice(flat, group, bk.padded / groupSize) : flat;
-    else if (shardGrads) {
-      r = reduceScatter(flat, group, bk.padded / groupSize);
-      if (worldSize > groupSize)
-        r = allReduce(r, replicas);
-    } else {
-      r = allReduce(flat, all);
-    }
+    Value r =
+        worldSize == 1
+            ? (shardGrads ? allSlice(flat, group, bk.padded / groupSize) : flat)
+            : reduceFlat(flat, bk, shardGrads);
     if (worldSize > 1 && invWorld != 1.0)
       r = dsc::MulOp::create(builder, loc, r, scalarLike(bk.element, invWorld));
     reduced[bi] = r;
@@ -632,7 +602,7 @@ void ZeroPartitionPass::runOnOperation() {
   // Global norm: what each rank holds, summed within its group if sharded.
   Value sumSq;
   for (Value r : reduced) {
-    Value s = sumSquares(r);
+    Value s = dsc::sumOfSquaresF32(builder, loc, r);
     sumSq = sumSq ? dsc::AddOp::create(builder, loc, sumSq, s).getResult() : s;
   }
   label = "gradient norm";
@@ -640,18 +610,7 @@ void ZeroPartitionPass::runOnOperation() {
     sumSq = reshape(allReduce(reshape(sumSq, {1}), group), {});
   Value norm = dsc::SqrtOp::create(builder, loc, sumSq);
   newResults[normResult] = norm;
-  Value f32 = scalarLike(builder.getF32Type(), 1.0);
-  Value coef = dsc::MinOp::create(
-      builder, loc, f32,
-      dsc::DivOp::create(
-          builder, loc, clipArg,
-          dsc::AddOp::create(builder, loc, norm,
-                             scalarLike(builder.getF32Type(), 1e-6))));
-  coef = dsc::WhereOp::create(
-      builder, loc,
-      dsc::GreaterOp::create(builder, loc, clipArg,
-                             scalarLike(builder.getF32Type(), 0.0)),
-      coef, f32);
+  Value coef = dsc::clipCoefficient(builder, loc, norm, clipArg);
 
   // Updates.
   auto castTo = [&](Value scalar, Type element) -> Value {
@@ -1027,9 +986,6 @@ void ZeroPartitionPass::runOnOperation() {
   module->setAttr("dsc.world_size", builder.getI64IntegerAttr(worldSize));
   module->setAttr("dsc.group_size", builder.getI64IntegerAttr(groupSize));
   module->setAttr("dsc.stage", builder.getI64IntegerAttr(stage));
-  (void)lr;
-  (void)stepArg;
-  (void)lrResult;
 }
 
 } // namespace

@@ -444,43 +444,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     }
     if (!uses.count(t->name()))
       continue; // unused initializers do not reach the IR
-    SmallVector<int64_t> shape(t->dims().begin(), t->dims().end());
-    auto type = RankedTensorType::get(shape, toMlirType(&ctx, *kind));
-    if (trainable.count(t->name())) {
-      paramInits.push_back(t);
-      continue;
-    }
-    // Small constants fold; large ones, ones without data and running
-    // statistics (state the training step updates) are buffers.
-    bool missing = false;
-    if (runningStats.count(t->name())) {
-      bufferInits.push_back(t);
-      continue;
-    }
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    if (n <= 4096) {
-      auto data = readTensorData(*t, modelDir, fileLoc(), &missing);
-      if (failed(data))
-        return nullptr;
-      if (*data) {
-        values[t->name()].constant = std::move(**data);
-        continue;
-      }
-    } else if (t->data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
-      std::string err = checkExternalLocation(*t, modelDir);
-      if (!err.empty()) {
-        fileError() << err;
-        return nullptr;
-      }
-    }
-    (void)type;
-    bufferInits.push_back(t);
-  }
-  // External-data paths of parameters are checked now, though only read by
-  // the compiled program.
-  for (const auto *t : paramInits)
+    // External-data paths are checked now, though parameters and buffers are
+    // only read by the compiled program.
     if (t->data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
       std::string err = checkExternalLocation(*t, modelDir);
       if (!err.empty()) {
@@ -488,6 +453,26 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
         return nullptr;
       }
     }
+    if (trainable.count(t->name())) {
+      paramInits.push_back(t);
+      continue;
+    }
+    // Small constants fold; large ones, ones without data and running
+    // statistics (state the training step updates) are buffers.
+    int64_t n = 1;
+    for (int64_t d : t->dims())
+      n *= d;
+    if (!runningStats.count(t->name()) && n <= 4096) {
+      auto data = readTensorData(*t, modelDir, fileLoc());
+      if (failed(data))
+        return nullptr;
+      if (*data) {
+        values[t->name()].constant = std::move(**data);
+        continue;
+      }
+    }
+    bufferInits.push_back(t);
+  }
 
   auto typeOf = [&](const onnx::TensorProto *t) {
     SmallVector<int64_t> shape(t->dims().begin(), t->dims().end());

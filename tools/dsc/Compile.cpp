@@ -9,12 +9,10 @@
 
 #include <map>
 
+#include "compiler/codegen/EmitCpp.h"
 #include "compiler/import/OnnxImporter.h"
 #include "dialects/dsc/IR/DscOps.h"
 #include "passes/Passes.h"
-#ifdef DSC_HAVE_CODEGEN
-#include "compiler/codegen/EmitCpp.h"
-#endif
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
@@ -390,7 +388,6 @@ int runCompile(std::vector<std::string> args) {
     }
     return writeAtomically(o.output, write) ? 0 : 1;
   }
-#ifdef DSC_HAVE_CODEGEN
   std::string source;
   EmitCppStats stats;
   {
@@ -424,12 +421,6 @@ int runCompile(std::vector<std::string> args) {
     return 1;
   llvm::sys::fs::remove(cppPath);
   return 0;
-#else
-  (void)build;
-  llvm::errs() << "error: this dsc was built without the code generator; "
-                  "only --emit=mlir is available\n";
-  return 1;
-#endif
 }
 
 } // namespace dsc

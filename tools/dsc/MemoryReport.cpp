@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/MemoryReport.h"
+#include "tools/dsc/Summary.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -36,12 +37,6 @@ std::string human(double bytes) {
     ++u;
   }
   return llvm::formatv(u ? "{0:f2} {1}" : "{0:f0} {1}", bytes, units[u]).str();
-}
-
-int64_t bytesOf(Type t) {
-  auto r = cast<RankedTensorType>(t);
-  return r.getNumElements() *
-         std::max<int64_t>(1, r.getElementType().getIntOrFloatBitWidth() / 8);
 }
 
 StageBytes formula(int stage, double psi, double padded, double g, double s,
@@ -103,9 +98,9 @@ void printMemoryReport(ModuleOp module, llvm::raw_ostream &os) {
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
     Type t = step.getArgument(i).getType();
     if (step.getArgAttr(i, "dsc.param"))
-      measured.params += bytesOf(t);
+      measured.params += tensorBytes(t);
     if (step.getArgAttr(i, "dsc.opt_state"))
-      measured.state += bytesOf(t);
+      measured.state += tensorBytes(t);
   }
   for (unsigned i = 0; i < fwd.getNumArguments(); ++i)
     if (fwd.getArgAttr(i, "dsc.param")) {

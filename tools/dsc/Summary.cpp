@@ -41,11 +41,6 @@ std::string shapeString(RankedTensorType t) {
   return s + "]";
 }
 
-int64_t bytesOf(RankedTensorType t) {
-  unsigned bits = t.getElementType().getIntOrFloatBitWidth();
-  return t.getNumElements() * std::max(1u, bits / 8);
-}
-
 struct Collected {
   std::vector<Entry> args, results;
   std::map<std::string, int64_t> ops;
@@ -78,6 +73,12 @@ Collected collect(ModuleOp module) {
 
 } // namespace
 
+int64_t tensorBytes(Type t) {
+  auto r = cast<RankedTensorType>(t);
+  unsigned bits = r.getElementType().getIntOrFloatBitWidth();
+  return r.getNumElements() * std::max(1u, bits / 8);
+}
+
 void printSummary(ModuleOp module, llvm::raw_ostream &os) {
   Collected c = collect(module);
   auto source = module->getAttrOfType<StringAttr>("dsc.source");
@@ -91,7 +92,7 @@ void printSummary(ModuleOp module, llvm::raw_ostream &os) {
       if (e.role == role) {
         ++count;
         elems += e.type.getNumElements();
-        bytes += bytesOf(e.type);
+        bytes += tensorBytes(e.type);
       }
     os << llvm::formatv("{0,-8} {1,5} tensors {2,14} elements {3,12} bytes\n",
                         std::string(role) + "s", count, elems, bytes);

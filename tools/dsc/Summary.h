@@ -7,6 +7,9 @@
 
 namespace dsc {
 
+/// Bytes of a tensor type (booleans count one byte).
+int64_t tensorBytes(mlir::Type tensorType);
+
 /// Parameters, buffers, inputs, outputs and an op histogram, as text.
 void printSummary(mlir::ModuleOp module, llvm::raw_ostream &os);
 /// The same as one JSON object.

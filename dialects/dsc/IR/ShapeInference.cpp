@@ -887,16 +887,23 @@ LogicalResult PoolBackwardOp::inferReturnTypes(MLIRContext *ctx,
   return inferSameAsInput(a.getInput(), results);
 }
 
+// Gradients of a normalization: the input's, the scale's and the bias's.
+static LogicalResult inferNormBackward(std::optional<Location> loc, Value grad,
+                                       Value input, Value scale,
+                                       SmallVectorImpl<Type> &results) {
+  if (grad.getType() != input.getType())
+    return fail(loc, "grad and input types differ");
+  results.append({input.getType(), scale.getType(), scale.getType()});
+  return success();
+}
+
 LogicalResult BatchNormTrainBackwardOp::inferReturnTypes(
     MLIRContext *ctx, std::optional<Location> loc, Adaptor a,
     SmallVectorImpl<Type> &results) {
   if (failed(completeAttrs<BatchNormTrainBackwardOp>(ctx, loc, a)))
     return failure();
-  if (a.getGrad().getType() != a.getInput().getType())
-    return fail(loc, "grad and input types differ");
-  results.append(
-      {a.getInput().getType(), a.getScale().getType(), a.getScale().getType()});
-  return success();
+  return inferNormBackward(loc, a.getGrad(), a.getInput(), a.getScale(),
+                           results);
 }
 
 LogicalResult
@@ -905,11 +912,8 @@ LayerNormBackwardOp::inferReturnTypes(MLIRContext *ctx,
                                       SmallVectorImpl<Type> &results) {
   if (failed(completeAttrs<LayerNormBackwardOp>(ctx, loc, a)))
     return failure();
-  if (a.getGrad().getType() != a.getInput().getType())
-    return fail(loc, "grad and input types differ");
-  results.append(
-      {a.getInput().getType(), a.getScale().getType(), a.getScale().getType()});
-  return success();
+  return inferNormBackward(loc, a.getGrad(), a.getInput(), a.getScale(),
+                           results);
 }
 
 LogicalResult

@@ -1,0 +1,39 @@
+//===- StepMath.cpp - IR pieces the training-step passes share ------------===//
+#include "passes/StepMath.h"
+#include "dialects/dsc/IR/DscOps.h"
+
+using namespace mlir;
+
+namespace dsc {
+
+Value scalarF32(OpBuilder &b, Location loc, double v) {
+  auto t = RankedTensorType::get({}, b.getF32Type());
+  return ConstantOp::create(
+      b, loc, SplatElementsAttr::get(t, b.getF32FloatAttr((float)v)));
+}
+
+Value sumOfSquaresF32(OpBuilder &b, Location loc, Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  SmallVector<int64_t> axes;
+  for (int64_t d = 0; d < t.getRank(); ++d)
+    axes.push_back(d);
+  Value s = MulOp::create(b, loc, v, v);
+  if (!axes.empty())
+    s = ReduceSumOp::create(b, loc, s, b.getDenseI64ArrayAttr(axes),
+                            b.getBoolAttr(false));
+  if (t.getElementType() != b.getF32Type())
+    s = CastOp::create(b, loc, s, TypeAttr::get(b.getF32Type()));
+  return s;
+}
+
+Value clipCoefficient(OpBuilder &b, Location loc, Value norm, Value clip) {
+  Value one = scalarF32(b, loc, 1.0);
+  Value coef = MinOp::create(
+      b, loc, one,
+      DivOp::create(b, loc, clip,
+                    AddOp::create(b, loc, norm, scalarF32(b, loc, 1e-6))));
+  Value on = GreaterOp::create(b, loc, clip, scalarF32(b, loc, 0.0));
+  return WhereOp::create(b, loc, on, coef, one);
+}
+
+} // namespace dsc

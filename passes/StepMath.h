@@ -1,0 +1,27 @@
+//===- StepMath.h - IR pieces the training-step passes share ----*- C++ -*-===//
+//
+// dsc-optimizer builds the gradient norm and clipping of one rank;
+// dsc-zero-partition rebuilds them on the shards each rank holds. Both build
+// them with these helpers, so the two stay the same arithmetic.
+//
+//===----------------------------------------------------------------------===//
+#ifndef DSC_PASSES_STEPMATH_H
+#define DSC_PASSES_STEPMATH_H
+
+#include "mlir/IR/Builders.h"
+
+namespace dsc {
+
+/// A scalar tensor<f32> constant.
+mlir::Value scalarF32(mlir::OpBuilder &b, mlir::Location loc, double v);
+/// sum(v * v) over every dim, as tensor<f32>.
+mlir::Value sumOfSquaresF32(mlir::OpBuilder &b, mlir::Location loc,
+                            mlir::Value v);
+/// The factor torch.nn.utils.clip_grad_norm_ scales gradients by:
+/// min(1, clip / (norm + 1e-6)) when clip > 0, else 1 (tensor<f32>).
+mlir::Value clipCoefficient(mlir::OpBuilder &b, mlir::Location loc,
+                            mlir::Value norm, mlir::Value clip);
+
+} // namespace dsc
+
+#endif // DSC_PASSES_STEPMATH_H
