@@ -1,0 +1,146 @@
+//===- common.cuh - Device-side helpers of the CUDA kernels -----*- C++ -*-===//
+//
+// Internal to runtime/cuda: index arithmetic over row-major shapes (passed
+// to kernels by value), broadcast strides, launch geometry, and the
+// deterministic block reductions every reducing kernel uses.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_RUNTIME_CUDA_COMMON_CUH
+#define DSC_RUNTIME_CUDA_COMMON_CUH
+
+#include "cpu/kernel_util.h"
+#include "cuda/context.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace dsc::cuda::detail {
+
+using cpu::detail::Call;
+using cpu::detail::sameShape;
+using cpu::detail::validRank;
+
+/// A shape with per-dim element strides, by value into kernels. A stride of
+/// 0 broadcasts that dim.
+struct Dims {
+  int rank = 0;
+  int64_t size[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+};
+
+/// Row-major dims of `t`.
+inline Dims dimsOf(const Tensor &t) {
+  Dims d;
+  d.rank = t.rank;
+  int64_t acc = 1;
+  for (int i = t.rank - 1; i >= 0; --i) {
+    d.size[i] = t.shape[i];
+    d.stride[i] = acc;
+    acc *= t.shape[i];
+  }
+  return d;
+}
+
+/// `in`'s strides seen from `out`'s shape under numpy broadcasting (in's
+/// dims align to out's trailing dims; size-1 dims get stride 0). Callers
+/// check broadcastability first.
+inline Dims broadcastDims(const Tensor &in, const Tensor &out) {
+  Dims d;
+  d.rank = out.rank;
+  Dims row = dimsOf(in);
+  for (int i = 0; i < out.rank; ++i) {
+    d.size[i] = out.shape[i];
+    int j = i - (out.rank - in.rank);
+    d.stride[i] = (j < 0 || in.shape[j] == 1) ? 0 : row.stride[j];
+  }
+  return d;
+}
+
+/// The offset in a strided operand of the element at row-major position
+/// `linear` of the shape `d.size`.
+__host__ __device__ inline int64_t offsetOf(int64_t linear, const Dims &d) {
+  int64_t off = 0;
+  for (int i = d.rank - 1; i >= 0; --i) {
+    int64_t n = d.size[i];
+    int64_t idx = linear % n;
+    linear /= n;
+    off += idx * d.stride[i];
+  }
+  return off;
+}
+
+constexpr int kThreads = 256;
+
+/// Blocks for a grid-stride loop over n elements.
+inline unsigned blocksFor(int64_t n, int threads = kThreads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1)
+    b = 1;
+  if (b > 65535 * 8)
+    b = 65535 * 8;
+  return static_cast<unsigned>(b);
+}
+
+#define DSC_GRID_STRIDE(i, n)                                                  \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);    \
+       i += int64_t(blockDim.x) * gridDim.x)
+
+/// Sum over the block in a fixed order (tree over a shared array of
+/// blockDim.x entries, a power of two up to 1024); every thread gets it.
+template <typename T> __device__ inline T blockSum(T v) {
+  __shared__ unsigned char raw[1024 * sizeof(double)];
+  T *buf = reinterpret_cast<T *>(raw);
+  __syncthreads();
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s)
+      buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  T r = buf[0];
+  __syncthreads();
+  return r;
+}
+
+/// Max over the block, as blockSum.
+template <typename T> __device__ inline T blockMax(T v) {
+  __shared__ unsigned char raw[1024 * sizeof(double)];
+  T *buf = reinterpret_cast<T *>(raw);
+  __syncthreads();
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s && buf[threadIdx.x + s] > buf[threadIdx.x])
+      buf[threadIdx.x] = buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  T r = buf[0];
+  __syncthreads();
+  return r;
+}
+
+/// Element loads and stores of any dtype through double (for casts and the
+/// dtype-generic paths; hot kernels are templated on the element type).
+__device__ inline double loadAsDouble(const void *p, DType t, int64_t i) {
+  switch (t) {
+  case DType::F32: return static_cast<const float *>(p)[i];
+  case DType::F64: return static_cast<const double *>(p)[i];
+  case DType::F16: return __half2float(static_cast<const __half *>(p)[i]);
+  case DType::BF16:
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+  case DType::I64: return double(static_cast<const int64_t *>(p)[i]);
+  case DType::I32: return static_cast<const int32_t *>(p)[i];
+  case DType::I8: return static_cast<const int8_t *>(p)[i];
+  case DType::U8: return static_cast<const uint8_t *>(p)[i];
+  case DType::Bool: return static_cast<const uint8_t *>(p)[i] != 0;
+  }
+  return 0;
+}
+
+} // namespace dsc::cuda::detail
+
+#endif // DSC_RUNTIME_CUDA_COMMON_CUH

@@ -1,0 +1,90 @@
+//===- context.h - The CUDA state of the rank a thread runs -----*- C++ -*-===//
+//
+// Each rank of a program owns a GPU (several in-process ranks may share
+// one), a compute stream, a communication stream, a cuBLASLt and a cuDNN
+// handle and a grow-only scratch buffer. A rank's thread binds to it with
+// bindRank before it calls kernels; kernels reach it through current().
+// No global mutable state is shared between ranks, so in-process ranks run
+// their kernels concurrently.
+//
+// Errors: every CUDA, cuBLAS, cuDNN and NCCL call goes through one of the
+// check functions below, whose message names the call, the rank and the
+// device ("cudaMemcpyAsync failed on rank 1 (GPU 0): an illegal memory
+// access was encountered"); the generated code adds the op and ONNX node.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_RUNTIME_CUDA_CONTEXT_H
+#define DSC_RUNTIME_CUDA_CONTEXT_H
+
+#include "dsc/runtime.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <cstddef>
+
+namespace dsc::cuda {
+
+struct RankDevice {
+  int rank = 0;
+  int device = 0;
+  cudaStream_t compute = nullptr;
+  cudaStream_t comm = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void *ltWorkspace = nullptr; // kLtWorkspaceBytes of device memory
+  cudnnHandle_t cudnn = nullptr;
+  void *scratch = nullptr;     // see scratch()
+  size_t scratchBytes = 0;
+};
+
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+
+/// Creates (once) the state of `rank` on GPU `rank % visible GPUs` (or
+/// `device` when >= 0) and binds the calling thread to it.
+Status bindRank(int rank, int device = -1);
+/// The state the calling thread is bound to; a thread that never bound is
+/// bound to rank 0 on the first call.
+RankDevice &current();
+inline cudaStream_t stream() { return current().compute; }
+
+/// Whether GEMMs may use TF32 (f32 inputs, 10-bit mantissa products). Off by
+/// default, so f32 programs match PyTorch with
+/// torch.backends.cuda.matmul.allow_tf32 = False; DSC_ALLOW_TF32=1 turns it on.
+bool allowTf32();
+
+/// A device buffer of at least `bytes` for the current call only (a GEMM's
+/// or convolution's workspace, partial sums): valid until the next scratch()
+/// call on the same rank. Growing it waits for the rank's stream first.
+Status scratch(size_t bytes, void **out);
+
+/// The message of a failed call: "<call> failed on rank R (GPU D): <what>".
+Status callFailed(const char *call, const std::string &what,
+                  StatusCode code = StatusCode::InvalidArgument);
+Status check(cudaError_t err, const char *call);
+Status check(cublasStatus_t err, const char *call);
+Status check(cudnnStatus_t err, const char *call);
+/// After a kernel launch: the launch error if any; with DSC_CUDA_SYNC=1 also
+/// waits for the stream, so a fault is reported by the call that caused it.
+Status checkLaunch(const char *kernel);
+
+} // namespace dsc::cuda
+
+/// Returns from the enclosing function (which returns Status) when `expr`
+/// (a cudaError_t, cublasStatus_t or cudnnStatus_t) is not success.
+#define DSC_CUDA_CHECK(expr)                                                   \
+  do {                                                                         \
+    if (::dsc::Status dsc_s_ = ::dsc::cuda::check((expr), #expr); !dsc_s_.ok()) \
+      return dsc_s_;                                                           \
+  } while (0)
+
+/// Same for a kernel launch just issued (named `kernel` in messages).
+#define DSC_CUDA_LAUNCHED(kernel)                                              \
+  do {                                                                         \
+    if (::dsc::Status dsc_s_ = ::dsc::cuda::checkLaunch(kernel);               \
+        !dsc_s_.ok())                                                          \
+      return dsc_s_;                                                           \
+  } while (0)
+
+#endif // DSC_RUNTIME_CUDA_CONTEXT_H

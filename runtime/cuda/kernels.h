@@ -1,0 +1,171 @@
+//===- kernels.h - CUDA kernels for the dsc ops -----------------*- C++ -*-===//
+//
+// The CUDA backend of the runtime: one function per call the code generator
+// emits (compiler/codegen), with the same name, operands and semantics as its
+// reference in cpu/kernels.h and cpu/step_kernels.h, so that a program
+// generated for --target cuda is the CPU program with `cpu::` bound to
+// `dsc::cuda`. Conventions, in addition to the CPU ones:
+//
+//  - Every Tensor's data is device memory of the GPU of the rank bound to
+//    the calling thread (context.h), except where a comment says otherwise.
+//  - Calls are asynchronous: they check shapes and dtypes on the host, then
+//    enqueue work on the rank's compute stream and return. A launch failure
+//    is returned at once, naming the call; with DSC_CUDA_SYNC=1 in the
+//    environment every call also waits for its kernels, so a fault inside a
+//    kernel is reported by the call that caused it.
+//  - Results are deterministic: no atomics on floats; every output element
+//    is reduced in a fixed order, so two runs give the same bits.
+//  - Float math in f32 for f32 (tf32 in GEMMs only when allowed, see
+//    context.h) and f64 for f64; f16 and bf16 tensors are moved and cast,
+//    and GEMMs take them with f32 accumulation.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_RUNTIME_CUDA_KERNELS_H
+#define DSC_RUNTIME_CUDA_KERNELS_H
+
+#include "cpu/kernels.h"
+#include "cpu/step_kernels.h"
+
+#include <optional>
+
+namespace dsc::cuda {
+
+// The attribute and enum types are the CPU backend's.
+using cpu::BinaryOp;
+using cpu::ConvAttrs;
+using cpu::GemmAttrs;
+using cpu::LrSchedule;
+using cpu::PoolAttrs;
+using cpu::ReduceOp;
+using cpu::Reduction;
+using cpu::UnaryOp;
+// Host-side helpers shared with the CPU backend.
+using cpu::dropoutSeed;
+using cpu::parseLrSchedule;
+using cpu::parseReduction;
+using cpu::poolOutputShape;
+
+//===- Elementwise (elementwise.cu) ---------------------------------------===//
+
+Status unary(UnaryOp op, const Tensor &input, const Tensor &out);
+Status leakyRelu(const Tensor &input, double alpha, const Tensor &out);
+Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out);
+Status clip(const Tensor &input, std::optional<double> min,
+            std::optional<double> max, const Tensor &out);
+Status binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
+              const Tensor &out);
+Status where(const Tensor &cond, const Tensor &x, const Tensor &y,
+             const Tensor &out);
+Status cast(const Tensor &input, const Tensor &out);
+Status fill(const Tensor &out, double value);
+Status dropout(const Tensor &input, double ratio, uint64_t seed,
+               const Tensor &out, const Tensor &mask);
+Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out);
+
+//===- Data movement and reductions (data_movement.cu, reduce.cu) --------===//
+
+Status reshape(const Tensor &input, const Tensor &out);
+Status transpose(const Tensor &input, I64s perm, const Tensor &out);
+Status expand(const Tensor &input, const Tensor &out);
+Status slice(const Tensor &input, I64s offsets, I64s strides,
+             const Tensor &out);
+Status sliceBackward(const Tensor &gradOut, I64s offsets, I64s strides,
+                     const Tensor &gradIn);
+Status concat(const Tensor *inputs, int count, int64_t axis, const Tensor &out);
+Status split(const Tensor &input, int64_t axis, const Tensor *outs, int count);
+Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
+              const Tensor &out);
+Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
+                      int64_t axis, const Tensor &gradData);
+Status pad(const Tensor &input, I64s pads, double value, const Tensor &out);
+Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
+              const Tensor &out);
+
+//===- GEMMs through cuBLASLt (linalg.cu) ---------------------------------===//
+
+Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
+Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
+            const GemmAttrs &attrs, const Tensor &out);
+
+//===- Convolution through cuDNN, pooling (conv_pool.cu) ------------------===//
+
+Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
+            const ConvAttrs &attrs, const Tensor &out);
+Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
+                         const ConvAttrs &attrs, const Tensor &gradInput);
+Status convBackwardWeight(const Tensor &gradOut, const Tensor &input,
+                          const ConvAttrs &attrs, const Tensor &gradWeight);
+Status maxPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out,
+               const Tensor &indices = Tensor());
+Status maxPoolBackward(const Tensor &input, const PoolAttrs &attrs,
+                       const Tensor &gradOut, const Tensor &gradIn);
+Status avgPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out);
+Status avgPoolBackward(const Tensor &input, const PoolAttrs &attrs,
+                       const Tensor &gradOut, const Tensor &gradIn);
+Status globalAvgPool(const Tensor &input, const Tensor &out);
+Status globalMaxPool(const Tensor &input, const Tensor &out);
+
+//===- Normalization, softmax, losses (norm_loss.cu) ----------------------===//
+
+Status batchNormTrain(const Tensor &input, const Tensor &scale,
+                      const Tensor &bias, const Tensor &runningMean,
+                      const Tensor &runningVar, double epsilon, double momentum,
+                      const Tensor &out, const Tensor &newRunningMean,
+                      const Tensor &newRunningVar,
+                      const Tensor &saveMean = Tensor(),
+                      const Tensor &saveInvStd = Tensor());
+Status batchNormTrainBackward(const Tensor &input, const Tensor &scale,
+                              double epsilon, const Tensor &gradOut,
+                              const Tensor &gradIn, const Tensor &gradScale,
+                              const Tensor &gradBias);
+Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 const Tensor &mean, const Tensor &var, double epsilon,
+                 const Tensor &out);
+Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 int64_t axis, double epsilon, const Tensor &out);
+Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                         double epsilon, const Tensor &gradOut,
+                         const Tensor &gradIn, const Tensor &gradScale,
+                         const Tensor &gradBias);
+Status softmax(const Tensor &input, int64_t axis, const Tensor &out);
+Status logSoftmax(const Tensor &input, int64_t axis, const Tensor &out);
+Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
+                           const Tensor &weights, Reduction reduction,
+                           std::optional<int64_t> ignoreIndex,
+                           const Tensor &loss);
+Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
+                                   const Tensor &weights, Reduction reduction,
+                                   std::optional<int64_t> ignoreIndex,
+                                   const Tensor &gradLoss,
+                                   const Tensor &gradScores);
+Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,
+               Reduction reduction, std::optional<int64_t> ignoreIndex,
+               const Tensor &loss);
+Status nllLossBackward(const Tensor &input, const Tensor &labels,
+                       const Tensor &weights, Reduction reduction,
+                       std::optional<int64_t> ignoreIndex,
+                       const Tensor &gradLoss, const Tensor &gradInput);
+
+//===- Optimizer (optimizer.cu) -------------------------------------------===//
+
+/// One fused kernel over the whole (flat, bucketed) parameter: the
+/// multi-tensor AdamW of PyTorch's foreach/fused paths, since dsc-zero-partition
+/// packs every parameter of a bucket into one tensor.
+Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
+             const Tensor &expAvgSq, const Tensor &lr, const Tensor &beta1,
+             const Tensor &beta2, const Tensor &eps, const Tensor &weightDecay,
+             const Tensor &step, const Tensor &newParam,
+             const Tensor &newExpAvg, const Tensor &newExpAvgSq);
+Status sgd(const Tensor &param, const Tensor &grad,
+           const Tensor &momentumBuffer, const Tensor &lr,
+           const Tensor &momentum, const Tensor &weightDecay,
+           const Tensor &step, double dampening, bool nesterov,
+           const Tensor &newParam, const Tensor &newMomentumBuffer);
+Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
+                  int64_t warmupSteps, int64_t totalSteps,
+                  double warmupMinRatio, double minRatio, const Tensor &lr);
+
+} // namespace dsc::cuda
+
+#endif // DSC_RUNTIME_CUDA_KERNELS_H
