@@ -37,6 +37,7 @@ for tool in ("FileCheck", "not", "split-file"):
 config.substitutions.extend(
     [
         ("%dsc-opt", os.path.join(config.dsc_tools_dir, "dsc-opt")),
+        ("%dsrun", os.path.join(config.dsc_tools_dir, "dsrun")),
         ("%dsc", os.path.join(config.dsc_tools_dir, "dsc")),
         ("%python", config.python_executable),
         (
@@ -67,5 +68,14 @@ def _have_gpu():
         return False
 
 
+# `REQUIRES: cuda-build`: dsc was built with its CUDA runtime (nvcc found),
+# so --target cuda compiles; `REQUIRES: gpu` also needs a GPU to run on.
+if getattr(config, "dsc_have_cuda", False):
+    config.available_features.add("cuda-build")
 if _have_gpu():
     config.available_features.add("gpu")
+else:
+    lit_config.note(
+        "no GPU visible: tests labelled 'gpu' are reported UNSUPPORTED; "
+        "scripts/gpu-check.sh runs the GPU checks on a machine with one"
+    )

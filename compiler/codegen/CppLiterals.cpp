@@ -111,7 +111,7 @@ std::string cppString(llvm::StringRef text) {
 std::string cppConvAttrs(llvm::ArrayRef<int64_t> strides,
                          llvm::ArrayRef<int64_t> pads,
                          llvm::ArrayRef<int64_t> dilations, int64_t group) {
-  return "cpu::ConvAttrs{" + cppInts(strides) + ", " + cppInts(pads) + ", " +
+  return "rt::ConvAttrs{" + cppInts(strides) + ", " + cppInts(pads) + ", " +
          cppInts(dilations) + ", " + cppInt(group) + "}";
 }
 

@@ -31,6 +31,7 @@
 #include "llvm/Support/JSON.h"
 
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -192,9 +193,20 @@ std::string bytesText(uint64_t bytes) {
 // The prelude of every generated file
 //===----------------------------------------------------------------------===//
 
-constexpr const char *kPrelude = R"cpp(#include "cpu/kernels.h"
+constexpr const char *kCpuIncludes = R"cpp(#include "cpu/kernels.h"
 #include "cpu/step_kernels.h"
-#include "dsc/program.h"
+)cpp";
+
+constexpr const char *kCudaIncludes = R"cpp(#include "cuda/context.h"
+#include "cuda/device.h"
+#include "cuda/kernels.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+)cpp";
+
+constexpr const char *kPrelude = R"cpp(#include "dsc/program.h"
 #include "dsc/runtime.h"
 
 #include <cstdint>
@@ -207,8 +219,6 @@ namespace {
 using dsc::DType;
 using dsc::Status;
 using dsc::Tensor;
-namespace cpu = dsc::cpu;
-
 /// What every generated function receives besides its tensors.
 struct Context {
   uint64_t seed;  // the run's seed (dsc.seed)
@@ -217,10 +227,11 @@ struct Context {
   int64_t *calls; // calls made so far in this step
   char *frame;    // this call's range of the arena
   dsc::Communicator *comm; // the other ranks; null on one rank
+  const void *const *consts; // the constants in device memory (CUDA)
 
   /// The context of a call made from here, its frame at `offset`.
   Context callee(size_t offset) const {
-    return {seed, step, ++*calls, calls, frame + offset, comm};
+    return {seed, step, ++*calls, calls, frame + offset, comm, consts};
   }
 };
 
@@ -293,6 +304,45 @@ Status checkDisjoint(const dsc::ArgSpec *argSpecs, const Tensor *args,
 }
 )cpp";
 
+/// Constant arrays are named kConst0, kConst1, ... in order.
+constexpr const char *kConstPrefix = "kConst";
+
+/// After the constants of a CUDA program: their copies in each GPU's memory,
+/// made on first use.
+constexpr const char *kCudaConstants = R"cpp(
+/// The constants in the memory of the calling thread's GPU, copied there on
+/// first use (one table per GPU; in-process ranks may share one).
+Status deviceConstants(const void *const **out) {
+  static std::mutex mu;
+  static std::map<int, std::vector<void *>> perDevice;
+  int device = 0;
+  if (Status s = dsc::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+      !s.ok())
+    return s;
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<void *> &table = perDevice[device];
+  if (table.empty()) {
+    for (int i = 0; i < kNumConstants; ++i) {
+      void *p = nullptr;
+      if (Status s = dsc::cuda::check(cudaMalloc(&p, kConstantBytes[i]),
+                                      "cudaMalloc (constants)");
+          !s.ok())
+        return s;
+      if (Status s = dsc::cuda::check(
+              cudaMemcpy(p, kConstantArrays[i], kConstantBytes[i],
+                         cudaMemcpyHostToDevice),
+              "cudaMemcpy (constants)");
+          !s.ok())
+        return s;
+      table.push_back(p);
+    }
+    table.push_back(nullptr); // never empty once made
+  }
+  *out = table.data();
+  return Status();
+}
+)cpp";
+
 /// The prelude's part for a module with a rank grid (collectives).
 constexpr const char *kCommPrelude = R"cpp(
 /// A collective reached without a Communicator (run on one rank).
@@ -321,7 +371,7 @@ constexpr const char *kCommPrelude = R"cpp(
   offsets[0] = ctx.comm->groupRank(axes) * out.shape[0];
   for (int d = 0; d < in.rank; ++d)
     strides[d] = 1;
-  return cpu::slice(in, dsc::I64s(offsets, in.rank),
+  return rt::slice(in, dsc::I64s(offsets, in.rank),
                     dsc::I64s(strides, in.rank), out);
 }
 )cpp";
@@ -559,7 +609,7 @@ bool Emitter::isStaticConstant(Operation *op) {
   return false;
 }
 
-/// Double value of a splat constant (for cpu::fill).
+/// Double value of a splat constant (for rt::fill).
 double splatValue(DenseElementsAttr attr) {
   Type et = attr.getElementType();
   if (isa<FloatType>(et))
@@ -582,7 +632,7 @@ FailureOr<std::string> Emitter::constantArray(ConstantOp op) {
   FailureOr<ElementInfo> info = element(op.getResult(), op);
   if (failed(info))
     return failure();
-  std::string name = "kConst" + std::to_string(constants_.size());
+  std::string name = kConstPrefix + std::to_string(constants_.size());
   int64_t n = attr.getNumElements();
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -657,8 +707,12 @@ std::string Emitter::viewDecl(Value v, const Storage &s,
            info.dtype + ", " + shape + ");";
   }
   case Storage::Kind::Constant:
-    return "const Tensor " + name + " = view(" + sourceName + ", " +
-           info.dtype + ", " + shape + ");";
+    // On a GPU, the copy of array kConst<i> in the device's memory.
+    return "const Tensor " + name + " = view(" +
+           (options_.cuda ? "ctx.consts[" +
+                                sourceName.substr(strlen(kConstPrefix)) + "]"
+                          : sourceName) +
+           ", " + info.dtype + ", " + shape + ");";
   case Storage::Kind::Alias:
     return "const Tensor " + name + " = view(" + sourceName + ".data, " +
            info.dtype + ", " + shape + ");";
@@ -687,6 +741,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   planOptions.reuse = options_.reuseMemory;
   planOptions.aliasReshapes = options_.aliasReshapes;
   planOptions.alignment = kAlignment;
+  planOptions.asyncCollectives = options_.cuda;
   planOptions.bytes = [&](Value v) -> uint64_t {
     auto type = cast<RankedTensorType>(v.getType());
     auto info = *elementInfo(type.getElementType(), options_.promoteF32ToF64);
@@ -847,12 +902,22 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
       return success();
     auto attr = cast<DenseElementsAttr>(constant.getValue());
     lowered.call =
-        codegen::cppCall("cpu::fill", {names_.lookup(constant.getResult()),
+        codegen::cppCall("rt::fill", {names_.lookup(constant.getResult()),
                                        cppDouble(splatValue(attr))});
   } else if (codegen::isViewOp(op) &&
              plan.storage.lookup(op->getResult(0)).kind ==
                  Storage::Kind::Alias) {
-    return success();
+    // On a GPU a collective runs on its own stream: its completion is an
+    // event the compute stream waits for.
+    auto wait = dyn_cast<WaitOp>(op);
+    if (!options_.cuda || !wait)
+      return success();
+    std::string what;
+    if (auto label = dyn_cast<NameLoc>(op->getLoc()))
+      what = label.getName().str();
+    lowered.call = "ctx.comm ? ctx.comm->wait(" +
+                   names_.lookup(wait.getInput()) + ", " + cppString(what) +
+                   ") : Status()";
   } else if (auto call = dyn_cast<func::CallOp>(op)) {
     std::string base = "call" + std::to_string(index);
     auto list = [&](ValueRange values) {
@@ -881,13 +946,23 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
                    std::to_string(plan.calleeOffset.lookup(op)) + "), " +
                    argsName + ", " + resultsName + ")";
   } else {
+    if (auto wait = dyn_cast<WaitOp>(op); wait && options_.cuda) {
+      // Not aliased (--no-alias-reshapes): wait, then copy.
+      lowered.call = "[&] { Status w = ctx.comm ? ctx.comm->wait(" +
+                     names_.lookup(wait.getInput()) +
+                     ", \"\") : Status(); return w.ok() ? rt::reshape(" +
+                     names_.lookup(wait.getInput()) + ", " +
+                     names_.lookup(wait.getResult()) + ") : w; }()";
+    }
     using LowerFn = codegen::LowerResult (*)(Operation *, const LowerContext &);
     static const LowerFn families[] = {
         codegen::lowerElementwise, codegen::lowerLinalg, codegen::lowerNormLoss,
         codegen::lowerDataMovement, codegen::lowerOptimizer,
         codegen::lowerCollectives};
-    bool handled = false;
+    bool handled = !lowered.call.empty();
     for (LowerFn lower : families) {
+      if (handled)
+        break;
       codegen::LowerResult result = lower(op, ctx);
       if (failed(result))
         return failure();
@@ -931,7 +1006,7 @@ LogicalResult Emitter::emitReturn(Operation *op, const FramePlan &plan,
     if (first)
       os << "\n  // Results not computed in place: copied.\n";
     first = false;
-    os << "  if (Status s = cpu::reshape(" << names_.lookup(v) << ", results["
+    os << "  if (Status s = rt::reshape(" << names_.lookup(v) << ", results["
        << k << "]); !s.ok())\n"
        << "    return failed(s, " << cppString(function) << ", "
        << cppString("return " + ssaName(v)) << ", \"\");\n";
@@ -1304,14 +1379,25 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "  if (Status s = rank.arena->at(0, kArenaBytes, &frame); !s.ok())\n"
      << "    return s;\n"
      << "  int64_t calls = 0;\n"
+     << (options_.cuda
+             ? "  const void *const *consts = nullptr;\n"
+               "  if (Status s = deviceConstants(&consts); !s.ok())\n"
+               "    return s;\n"
+             : "")
      << "  const Context ctx{"
-     << (seedArg >= 0 ? "static_cast<uint64_t>(*args[" +
-                            std::to_string(seedArg) + "].as<int64_t>())"
-                      : std::string("0"))
+     << (options_.cuda // device memory: the host's copies from the context
+             ? std::string("static_cast<uint64_t>(rank.seed)")
+         : seedArg >= 0 ? "static_cast<uint64_t>(*args[" +
+                              std::to_string(seedArg) + "].as<int64_t>())"
+                        : std::string("0"))
      << ", "
-     << (stepArg >= 0 ? "*args[" + std::to_string(stepArg) + "].as<int64_t>()"
-                      : std::string("0"))
-     << ", 0, &calls,\n                    static_cast<char *>(frame), rank.comm};\n"
+     << (options_.cuda ? std::string("rank.step")
+         : stepArg >= 0
+             ? "*args[" + std::to_string(stepArg) + "].as<int64_t>()"
+             : std::string("0"))
+     << ", 0, &calls,\n                    static_cast<char *>(frame), "
+        "rank.comm, "
+     << (options_.cuda ? "consts" : "nullptr") << "};\n"
      << "  return " << functionIdentifier(entry.getSymName())
      << "(ctx, args, results);\n}\n\n"
      << "} // namespace\n\n";
@@ -1333,7 +1419,9 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "    /*stage=*/" << stage_ << ",\n"
      << "    /*numBuckets=*/" << numBuckets << ",\n    kBuckets,\n"
      << "    /*numCollectives=*/" << collectives.size()
-     << ",\n    kCollectives,\n};\n";
+     << ",\n    kCollectives,\n"
+     << (options_.cuda ? "    /*device=*/dsc::cuda::device,\n" : "")
+     << "};\n";
   return success();
 }
 
@@ -1356,8 +1444,9 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
   out << "//===- Generated by dsc from " << commentText(source)
       << ": do not edit ---===//\n"
       << "//\n"
-      << "// @" << entry.getSymName()
-      << " as calls to the dsc CPU runtime. Every value lives at a\n"
+      << "// @" << entry.getSymName() << " as calls to the dsc "
+      << (options_.cuda ? "CUDA" : "CPU")
+      << " runtime. Every value lives at a\n"
       << "// static offset of one arena of " << arenaBytes << " bytes ("
       << bytesText(arenaBytes) << "); constants take "
       << bytesText(constantBytes_) << ".\n"
@@ -1367,7 +1456,9 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
       << "//\n"
       << "//===------------------------------------------------------------"
          "----------===//\n\n"
-      << kPrelude;
+      << (options_.cuda ? kCudaIncludes : kCpuIncludes) << kPrelude
+      << "namespace rt = " << (options_.cuda ? "dsc::cuda" : "dsc::cpu")
+      << "; // the runtime's kernels\n";
   if (!gridName_.empty())
     out << "\n// The rank grid @" << gridName_ << ": " << gridShape_[0]
         << " replicas x groups of " << gridShape_[1] << ".\n"
@@ -1380,6 +1471,19 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
            "----------------------------------------------------------===//"
            "\n\n"
         << constantsText_;
+  if (options_.cuda) {
+    out << "constexpr int kNumConstants = " << constants_.size() << ";\n";
+    std::vector<std::string> byIndex(constants_.size());
+    for (auto &[attr, name] : constants_)
+      byIndex[std::stoul(name.substr(strlen(kConstPrefix)))] = name;
+    out << "const void *const kConstantArrays[] = {";
+    for (const std::string &name : byIndex)
+      out << name << ", ";
+    out << "nullptr};\nconst size_t kConstantBytes[] = {";
+    for (const std::string &name : byIndex)
+      out << "sizeof " << name << ", ";
+    out << "0};\n" << kCudaConstants << "\n";
+  }
   out << "//===- Functions, callees first "
          "-------------------------------------------===//\n\n"
       << functionsText_ << specText;

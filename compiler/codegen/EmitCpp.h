@@ -55,6 +55,9 @@ struct EmitCppOptions {
   bool reuseMemory = true;
   /// Let reshapes share their input's storage instead of copying.
   bool aliasReshapes = true;
+  /// Emit for the CUDA runtime (dsc::cuda, tensors in GPU memory,
+  /// asynchronous collectives waited for by event); else the CPU runtime.
+  bool cuda = false;
   /// Recorded in the spec when the module has no `dsc.model_path`.
   std::string modelPath;
 };

@@ -2,7 +2,7 @@
 //
 // reduce_*, reshape (when it is not an alias, see EmitCpp.cpp), transpose,
 // expand, slice, concat, split, gather, pad, trilu, and the gradient ops
-// scatter_add (cpu::gatherBackward) and insert_slice (cpu::sliceBackward).
+// scatter_add (rt::gatherBackward) and insert_slice (rt::sliceBackward).
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,13 +20,13 @@ namespace {
 
 template <typename ReduceOpT>
 LoweredCall reduce(const LowerContext &ctx, ReduceOpT op, const char *kind) {
-  // dsc reduces nothing for empty axes (cpu::reduce would reduce every
+  // dsc reduces nothing for empty axes (rt::reduce would reduce every
   // dim): the result is the input.
   if (op.getAxes().empty())
-    return {"", cppCall("cpu::reshape",
+    return {"", cppCall("rt::reshape",
                         {ctx.view(op.getInput()), ctx.view(op.getResult())})};
-  return {"", cppCall("cpu::reduce",
-                      {std::string("cpu::ReduceOp::") + kind,
+  return {"", cppCall("rt::reduce",
+                      {std::string("rt::ReduceOp::") + kind,
                        ctx.view(op.getInput()), cppInts(op.getAxes()),
                        cppBool(op.getKeepdims()), ctx.view(op.getResult())})};
 }
@@ -53,34 +53,34 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
       .Case([&](ReduceMinOp o) -> R { return reduce(ctx, o, "Min"); })
       .Case([&](ReduceProdOp o) -> R { return reduce(ctx, o, "Prod"); })
       .Case([&](ReshapeOp o) {
-        return call("cpu::reshape",
+        return call("rt::reshape",
                     {ctx.view(o.getInput()), ctx.view(o.getResult())});
       })
       // A collective's completion: the identity for the synchronous CPU
       // runtime (a copy only when aliasing is off).
       .Case([&](WaitOp o) {
-        return call("cpu::reshape",
+        return call("rt::reshape",
                     {ctx.view(o.getInput()), ctx.view(o.getResult())});
       })
       // Stage-3 release: storage is freed by the memory plan after its last
       // use, which this op is; nothing to call.
       .Case([&](ReleaseOp) { return LoweredCall{"", "Status()"}; })
       .Case([&](TransposeOp o) {
-        return call("cpu::transpose",
+        return call("rt::transpose",
                     {ctx.view(o.getInput()), cppInts(o.getPerm()),
                      ctx.view(o.getResult())});
       })
       .Case([&](ExpandOp o) {
-        return call("cpu::expand",
+        return call("rt::expand",
                     {ctx.view(o.getInput()), ctx.view(o.getResult())});
       })
       .Case([&](SliceOp o) {
-        return call("cpu::slice",
+        return call("rt::slice",
                     {ctx.view(o.getInput()), cppInts(o.getOffsets()),
                      cppInts(o.getStrides()), ctx.view(o.getResult())});
       })
       .Case([&](InsertSliceOp o) {
-        return call("cpu::sliceBackward",
+        return call("rt::sliceBackward",
                     {ctx.view(o.getGrad()), cppInts(o.getOffsets()),
                      cppInts(o.getStrides()), ctx.view(o.getResult())});
       })
@@ -89,7 +89,7 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
         return LoweredCall{
             "const Tensor " + list + "[] = " + viewList(ctx, o.getInputs()) +
                 ";\n",
-            cppCall("cpu::concat", {list, std::to_string(o.getInputs().size()),
+            cppCall("rt::concat", {list, std::to_string(o.getInputs().size()),
                                     cppInt(static_cast<int64_t>(o.getAxis())),
                                     ctx.view(o.getResult())})};
       })
@@ -98,30 +98,30 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
         return LoweredCall{
             "const Tensor " + list + "[] = " + viewList(ctx, o.getResults()) +
                 ";\n",
-            cppCall("cpu::split",
+            cppCall("rt::split",
                     {ctx.view(o.getInput()),
                      cppInt(static_cast<int64_t>(o.getAxis())), list,
                      std::to_string(o.getResults().size())})};
       })
       .Case([&](GatherOp o) {
-        return call("cpu::gather",
+        return call("rt::gather",
                     {ctx.view(o.getData()), ctx.view(o.getIndices()),
                      cppInt(static_cast<int64_t>(o.getAxis())),
                      ctx.view(o.getResult())});
       })
       .Case([&](ScatterAddOp o) {
-        return call("cpu::gatherBackward",
+        return call("rt::gatherBackward",
                     {ctx.view(o.getGrad()), ctx.view(o.getIndices()),
                      cppInt(static_cast<int64_t>(o.getAxis())),
                      ctx.view(o.getResult())});
       })
       .Case([&](PadOp o) {
-        return call("cpu::pad", {ctx.view(o.getInput()), cppInts(o.getPads()),
+        return call("rt::pad", {ctx.view(o.getInput()), cppInts(o.getPads()),
                                  cppDouble(o.getValue().convertToDouble()),
                                  ctx.view(o.getResult())});
       })
       .Case([&](TriluOp o) {
-        return call("cpu::trilu",
+        return call("rt::trilu",
                     {ctx.view(o.getInput()), cppBool(o.getUpper()),
                      cppInt(static_cast<int64_t>(o.getK())),
                      ctx.view(o.getResult())});

@@ -1,7 +1,7 @@
 //===- LowerElementwise.cpp - Elementwise dsc ops to CPU kernel calls -----===//
 //
 // Unary ops, binary ops and comparisons (numpy broadcasting), where, cast,
-// clip, gelu and leaky_relu: one cpu:: kernel call each.
+// clip, gelu and leaky_relu: one rt:: kernel call each.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,14 +18,14 @@ namespace dsc::codegen {
 namespace {
 
 LoweredCall unary(const LowerContext &ctx, Operation *op, const char *kind) {
-  return {"", cppCall("cpu::unary", {std::string("cpu::UnaryOp::") + kind,
+  return {"", cppCall("rt::unary", {std::string("rt::UnaryOp::") + kind,
                                      ctx.view(op->getOperand(0)),
                                      ctx.view(op->getResult(0))})};
 }
 
 LoweredCall binary(const LowerContext &ctx, Operation *op, const char *kind) {
-  return {"", cppCall("cpu::binary",
-                      {std::string("cpu::BinaryOp::") + kind,
+  return {"", cppCall("rt::binary",
+                      {std::string("rt::BinaryOp::") + kind,
                        ctx.view(op->getOperand(0)), ctx.view(op->getOperand(1)),
                        ctx.view(op->getResult(0))})};
 }
@@ -74,31 +74,31 @@ LowerResult lowerElementwise(Operation *op, const LowerContext &ctx) {
       .Case([&](GreaterEqualOp o) { return binary(ctx, o, "GreaterEqual"); })
       .Case([&](WhereOp o) -> R {
         return LoweredCall{
-            "", cppCall("cpu::where",
+            "", cppCall("rt::where",
                         {ctx.view(o.getCond()), ctx.view(o.getX()),
                          ctx.view(o.getY()), ctx.view(o.getResult())})};
       })
       .Case([&](CastOp o) -> R {
-        return LoweredCall{"", cppCall("cpu::cast", {ctx.view(o.getInput()),
+        return LoweredCall{"", cppCall("rt::cast", {ctx.view(o.getInput()),
                                                      ctx.view(o.getResult())})};
       })
       .Case([&](ClipOp o) -> R {
         return LoweredCall{
             "",
-            cppCall("cpu::clip", {ctx.view(o.getInput()),
+            cppCall("rt::clip", {ctx.view(o.getInput()),
                                   cppOptional(optionalDouble(o.getMinAttr())),
                                   cppOptional(optionalDouble(o.getMaxAttr())),
                                   ctx.view(o.getResult())})};
       })
       .Case([&](GeluOp o) -> R {
         return LoweredCall{
-            "", cppCall("cpu::gelu", {ctx.view(o.getInput()),
+            "", cppCall("rt::gelu", {ctx.view(o.getInput()),
                                       cppBool(o.getTanhApproximation()),
                                       ctx.view(o.getResult())})};
       })
       .Case([&](LeakyReluOp o) -> R {
         return LoweredCall{"",
-                           cppCall("cpu::leakyRelu",
+                           cppCall("rt::leakyRelu",
                                    {ctx.view(o.getInput()),
                                     cppDouble(o.getAlpha().convertToDouble()),
                                     ctx.view(o.getResult())})};

@@ -1,8 +1,8 @@
 //===- LowerLinalg.cpp - matmul, gemm, conv, pooling to kernel calls ------===//
 //
-// Forward ops map one to one onto cpu::matmul, gemm, conv, maxPool, ...;
-// the gradient ops onto cpu::convBackwardInput / convBackwardWeight
-// (step_kernels.h) and cpu::maxPoolBackward / avgPoolBackward.
+// Forward ops map one to one onto rt::matmul, gemm, conv, maxPool, ...;
+// the gradient ops onto rt::convBackwardInput / convBackwardWeight
+// (step_kernels.h) and rt::maxPoolBackward / avgPoolBackward.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,7 +26,7 @@ std::string optionalView(const LowerContext &ctx, Value v) {
 std::string poolAttrs(ArrayRef<int64_t> kernel, ArrayRef<int64_t> strides,
                       ArrayRef<int64_t> pads, ArrayRef<int64_t> dilations,
                       bool ceilMode, bool countIncludePad) {
-  return "cpu::PoolAttrs{" + cppInts(kernel) + ", " + cppInts(strides) + ", " +
+  return "rt::PoolAttrs{" + cppInts(kernel) + ", " + cppInts(strides) + ", " +
          cppInts(pads) + ", " + cppInts(dilations) + ", " + cppBool(ceilMode) +
          ", " + cppBool(countIncludePad) + "}";
 }
@@ -46,20 +46,20 @@ LowerResult lowerLinalg(Operation *op, const LowerContext &ctx) {
   };
   return llvm::TypeSwitch<Operation *, LowerResult>(op)
       .Case([&](MatMulOp o) {
-        return call("cpu::matmul", {ctx.view(o.getLhs()), ctx.view(o.getRhs()),
+        return call("rt::matmul", {ctx.view(o.getLhs()), ctx.view(o.getRhs()),
                                     ctx.view(o.getResult())});
       })
       .Case([&](GemmOp o) {
         std::string attrs =
-            "cpu::GemmAttrs{" + cppDouble(o.getAlpha().convertToDouble()) +
+            "rt::GemmAttrs{" + cppDouble(o.getAlpha().convertToDouble()) +
             ", " + cppDouble(o.getBeta().convertToDouble()) + ", " +
             cppBool(o.getTransA()) + ", " + cppBool(o.getTransB()) + "}";
-        return call("cpu::gemm", {ctx.view(o.getA()), ctx.view(o.getB()),
+        return call("rt::gemm", {ctx.view(o.getA()), ctx.view(o.getB()),
                                   optionalView(ctx, o.getC()), attrs,
                                   ctx.view(o.getResult())});
       })
       .Case([&](ConvOp o) {
-        return call("cpu::conv",
+        return call("rt::conv",
                     {ctx.view(o.getInput()), ctx.view(o.getWeight()),
                      optionalView(ctx, o.getBias()),
                      cppConvAttrs(o.getStrides(), o.getPads(), o.getDilations(),
@@ -67,38 +67,38 @@ LowerResult lowerLinalg(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getResult())});
       })
       .Case([&](ConvBackwardInputOp o) {
-        return call("cpu::convBackwardInput",
+        return call("rt::convBackwardInput",
                     {ctx.view(o.getGrad()), ctx.view(o.getWeight()),
                      cppConvAttrs(o.getStrides(), o.getPads(), o.getDilations(),
                                   static_cast<int64_t>(o.getGroup())),
                      ctx.view(o.getResult())});
       })
       .Case([&](ConvBackwardWeightOp o) {
-        return call("cpu::convBackwardWeight",
+        return call("rt::convBackwardWeight",
                     {ctx.view(o.getGrad()), ctx.view(o.getInput()),
                      cppConvAttrs(o.getStrides(), o.getPads(), o.getDilations(),
                                   static_cast<int64_t>(o.getGroup())),
                      ctx.view(o.getResult())});
       })
       .Case([&](MaxPoolOp o) {
-        return call("cpu::maxPool", {ctx.view(o.getInput()), poolAttrsOf(o),
+        return call("rt::maxPool", {ctx.view(o.getInput()), poolAttrsOf(o),
                                      ctx.view(o.getResult())});
       })
       .Case([&](AvgPoolOp o) {
-        return call("cpu::avgPool", {ctx.view(o.getInput()), poolAttrsOf(o),
+        return call("rt::avgPool", {ctx.view(o.getInput()), poolAttrsOf(o),
                                      ctx.view(o.getResult())});
       })
       .Case([&](GlobalAvgPoolOp o) {
-        return call("cpu::globalAvgPool",
+        return call("rt::globalAvgPool",
                     {ctx.view(o.getInput()), ctx.view(o.getResult())});
       })
       .Case([&](GlobalMaxPoolOp o) {
-        return call("cpu::globalMaxPool",
+        return call("rt::globalMaxPool",
                     {ctx.view(o.getInput()), ctx.view(o.getResult())});
       })
       .Case([&](PoolBackwardOp o) -> LowerResult {
-        const char *callee = o.getKind() == "max"   ? "cpu::maxPoolBackward"
-                             : o.getKind() == "avg" ? "cpu::avgPoolBackward"
+        const char *callee = o.getKind() == "max"   ? "rt::maxPoolBackward"
+                             : o.getKind() == "avg" ? "rt::avgPoolBackward"
                                                     : nullptr;
         if (!callee) {
           o.emitOpError("kind must be \"max\" or \"avg\", got \"")

@@ -1,6 +1,6 @@
 //===- LowerNormLoss.cpp - Norms, softmax, losses, dropout to kernel calls ===//
 //
-// Each op and its gradient op map onto the matching cpu:: kernel pair. Loss
+// Each op and its gradient op map onto the matching rt:: kernel pair. Loss
 // reductions and class_loss_backward's kind are resolved here, at compile
 // time. Dropout's seed is derived at run time from the step context (run
 // seed, step, call) and the op's position, so every dropout of every
@@ -24,14 +24,14 @@ std::string optionalView(const LowerContext &ctx, Value v) {
   return v ? ctx.view(v) : std::string("Tensor()");
 }
 
-/// "cpu::Reduction::Mean" for "mean", ...; failure on anything else.
+/// "rt::Reduction::Mean" for "mean", ...; failure on anything else.
 FailureOr<std::string> reduction(Operation *op, StringRef name) {
   if (name == "none")
-    return std::string("cpu::Reduction::None");
+    return std::string("rt::Reduction::None");
   if (name == "sum")
-    return std::string("cpu::Reduction::Sum");
+    return std::string("rt::Reduction::Sum");
   if (name == "mean")
-    return std::string("cpu::Reduction::Mean");
+    return std::string("rt::Reduction::Mean");
   op->emitOpError("reduction must be \"none\", \"sum\" or \"mean\", got \"")
       << name << "\"";
   return failure();
@@ -55,7 +55,7 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
   return llvm::TypeSwitch<Operation *, LowerResult>(op)
       .Case([&](BatchNormTrainOp o) {
         return call(
-            "cpu::batchNormTrain",
+            "rt::batchNormTrain",
             {ctx.view(o.getInput()), ctx.view(o.getScale()),
              ctx.view(o.getBias()), ctx.view(o.getRunningMean()),
              ctx.view(o.getRunningVar()), cppDouble(toDouble(o.getEpsilon())),
@@ -63,21 +63,21 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
              ctx.view(o.getNewRunningMean()), ctx.view(o.getNewRunningVar())});
       })
       .Case([&](BatchNormOp o) {
-        return call("cpu::batchNorm",
+        return call("rt::batchNorm",
                     {ctx.view(o.getInput()), ctx.view(o.getScale()),
                      ctx.view(o.getBias()), ctx.view(o.getMean()),
                      ctx.view(o.getVar()), cppDouble(toDouble(o.getEpsilon())),
                      ctx.view(o.getResult())});
       })
       .Case([&](BatchNormTrainBackwardOp o) {
-        return call("cpu::batchNormTrainBackward",
+        return call("rt::batchNormTrainBackward",
                     {ctx.view(o.getInput()), ctx.view(o.getScale()),
                      cppDouble(toDouble(o.getEpsilon())), ctx.view(o.getGrad()),
                      ctx.view(o.getGradInput()), ctx.view(o.getGradScale()),
                      ctx.view(o.getGradBias())});
       })
       .Case([&](LayerNormOp o) {
-        return call("cpu::layerNorm",
+        return call("rt::layerNorm",
                     {ctx.view(o.getInput()), ctx.view(o.getScale()),
                      optionalView(ctx, o.getBias()),
                      cppInt(static_cast<int64_t>(o.getAxis())),
@@ -85,7 +85,7 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getResult())});
       })
       .Case([&](LayerNormBackwardOp o) {
-        return call("cpu::layerNormBackward",
+        return call("rt::layerNormBackward",
                     {ctx.view(o.getInput()), ctx.view(o.getScale()),
                      cppInt(static_cast<int64_t>(o.getAxis())),
                      cppDouble(toDouble(o.getEpsilon())), ctx.view(o.getGrad()),
@@ -93,12 +93,12 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getGradBias())});
       })
       .Case([&](SoftmaxOp o) {
-        return call("cpu::softmax", {ctx.view(o.getInput()),
+        return call("rt::softmax", {ctx.view(o.getInput()),
                                      cppInt(static_cast<int64_t>(o.getAxis())),
                                      ctx.view(o.getResult())});
       })
       .Case([&](LogSoftmaxOp o) {
-        return call("cpu::logSoftmax",
+        return call("rt::logSoftmax",
                     {ctx.view(o.getInput()),
                      cppInt(static_cast<int64_t>(o.getAxis())),
                      ctx.view(o.getResult())});
@@ -107,7 +107,7 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
         FailureOr<std::string> red = reduction(o, o.getReduction());
         if (failed(red))
           return failure();
-        return call("cpu::softmaxCrossEntropy",
+        return call("rt::softmaxCrossEntropy",
                     {ctx.view(o.getScores()), ctx.view(o.getLabels()),
                      optionalView(ctx, o.getWeights()), *red,
                      ignoreIndex(o.getIgnoreIndex()), ctx.view(o.getLoss())});
@@ -116,7 +116,7 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
         FailureOr<std::string> red = reduction(o, o.getReduction());
         if (failed(red))
           return failure();
-        return call("cpu::nllLoss",
+        return call("rt::nllLoss",
                     {ctx.view(o.getInput()), ctx.view(o.getLabels()),
                      optionalView(ctx, o.getWeights()), *red,
                      ignoreIndex(o.getIgnoreIndex()), ctx.view(o.getLoss())});
@@ -126,8 +126,8 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
         if (failed(red))
           return failure();
         const char *callee = o.getKind() == "softmax_cross_entropy"
-                                 ? "cpu::softmaxCrossEntropyBackward"
-                             : o.getKind() == "nll" ? "cpu::nllLossBackward"
+                                 ? "rt::softmaxCrossEntropyBackward"
+                             : o.getKind() == "nll" ? "rt::nllLossBackward"
                                                     : nullptr;
         if (!callee) {
           o.emitOpError("kind must be \"softmax_cross_entropy\" or \"nll\", "
@@ -141,9 +141,9 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                              ctx.view(o.getGrad()), ctx.view(o.getResult())});
       })
       .Case([&](DropoutOp o) {
-        std::string seed = "cpu::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +
+        std::string seed = "rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +
                            std::to_string(ctx.opIndex) + ")";
-        return call("cpu::dropout",
+        return call("rt::dropout",
                     {ctx.view(o.getInput()), cppDouble(toDouble(o.getRatio())),
                      seed, ctx.view(o.getResult()), ctx.view(o.getMask())});
       })

@@ -1,7 +1,7 @@
 //===- LowerOptimizer.cpp - adamw, sgd and lr_schedule to kernel calls ----===//
 //
-// The optimizer ops of dsc-optimizer map onto cpu::adamw, cpu::sgd and
-// cpu::lrSchedule (step_kernels.h). Their hyperparameters stay run-time
+// The optimizer ops of dsc-optimizer map onto rt::adamw, rt::sgd and
+// rt::lrSchedule (step_kernels.h). Their hyperparameters stay run-time
 // scalar tensors, so a compiled program can override its defaults.
 //
 //===----------------------------------------------------------------------===//
@@ -23,7 +23,7 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
   };
   return llvm::TypeSwitch<Operation *, LowerResult>(op)
       .Case([&](AdamWOp o) {
-        return call("cpu::adamw",
+        return call("rt::adamw",
                     {ctx.view(o.getParam()), ctx.view(o.getGrad()),
                      ctx.view(o.getExpAvg()), ctx.view(o.getExpAvgSq()),
                      ctx.view(o.getLr()), ctx.view(o.getBeta1()),
@@ -33,7 +33,7 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getNewExpAvgSq())});
       })
       .Case([&](SgdOp o) {
-        return call("cpu::sgd",
+        return call("rt::sgd",
                     {ctx.view(o.getParam()), ctx.view(o.getGrad()),
                      ctx.view(o.getMomentumBuffer()), ctx.view(o.getLr()),
                      ctx.view(o.getMomentum()), ctx.view(o.getWeightDecay()),
@@ -45,9 +45,9 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
       .Case([&](LrScheduleOp o) -> LowerResult {
         StringRef kind = o.getKind();
         const char *schedule =
-            kind == "constant"        ? "cpu::LrSchedule::Constant"
-            : kind == "warmup_cosine" ? "cpu::LrSchedule::WarmupCosine"
-            : kind == "warmup_linear" ? "cpu::LrSchedule::WarmupLinear"
+            kind == "constant"        ? "rt::LrSchedule::Constant"
+            : kind == "warmup_cosine" ? "rt::LrSchedule::WarmupCosine"
+            : kind == "warmup_linear" ? "rt::LrSchedule::WarmupLinear"
                                       : nullptr;
         if (!schedule) {
           o.emitOpError("kind must be \"constant\", \"warmup_cosine\" or "
@@ -55,7 +55,7 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
               << kind << "\"";
           return failure();
         }
-        return call("cpu::lrSchedule",
+        return call("rt::lrSchedule",
                     {ctx.view(o.getStep()), ctx.view(o.getBaseLr()), schedule,
                      cppInt(static_cast<int64_t>(o.getWarmupSteps())),
                      cppInt(static_cast<int64_t>(o.getTotalSteps())),

@@ -85,6 +85,23 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
       lastUse[v] = i;
   }
 
+  // 2b. An asynchronous collective reads its input until its dsc.wait.
+  if (options.asyncCollectives) {
+    llvm::DenseMap<Operation *, size_t> position;
+    for (auto [i, op] : llvm::enumerate(ops))
+      position[op] = i;
+    for (auto [i, op] : llvm::enumerate(ops)) {
+      auto wait = dyn_cast<dsc::WaitOp>(op);
+      if (!wait || plan.dead.contains(op))
+        continue;
+      Operation *start = wait.getInput().getDefiningOp();
+      if (!start || !position.count(start))
+        continue;
+      for (Value v : start->getOperands())
+        lastUse[v] = std::max(lastUse.lookup(v), i);
+    }
+  }
+
   // 3. Storage kinds. A value the function returns is computed into the
   //    caller's storage (at its first return position; later positions and
   //    values that are arguments, constants or aliases are copied there).

@@ -51,6 +51,10 @@ struct PlanOptions {
   bool reuse = true;
   /// Let dsc.reshape (and dsc.wait) results share their input's storage.
   bool aliasReshapes = true;
+  /// Collectives run asynchronously until their dsc.wait: a collective's
+  /// input stays live up to the wait (a GPU's communication stream reads it
+  /// meanwhile). Off, a collective is done when it returns (CPU).
+  bool asyncCollectives = false;
   /// Every range starts at a multiple of this.
   uint64_t alignment = 64;
   /// Bytes of a value's elements.

@@ -117,11 +117,34 @@ std::string describe(const Tensor &t) {
 // HostArena
 //===----------------------------------------------------------------------===//
 
-HostArena::~HostArena() { std::free(base_); }
+HostArena::~HostArena() {
+  if (owned_)
+    std::free(base_);
+}
+
 
 static std::string arenaCall(const char *call, size_t a, size_t b) {
   return std::string("HostArena::") + call + "(" + std::to_string(a) + ", " +
          std::to_string(b) + ")";
+}
+
+Status HostArena::adopt(void *base, size_t capacity, size_t alignment) {
+  if (base_)
+    return Status::error(StatusCode::InvalidArgument,
+                         arenaCall("adopt", capacity, alignment) +
+                             ": arena already initialized");
+  if (alignment < 8 || (alignment & (alignment - 1)) ||
+      reinterpret_cast<uintptr_t>(base) % alignment)
+    return Status::error(StatusCode::InvalidArgument,
+                         arenaCall("adopt", capacity, alignment) +
+                             ": base and alignment must be aligned powers of "
+                             "two >= 8");
+  base_ = static_cast<char *>(base);
+  capacity_ = capacity;
+  alignment_ = alignment;
+  owned_ = false;
+  used_ = peak_ = 0;
+  return Status();
 }
 
 Status HostArena::init(size_t capacity, size_t alignment) {

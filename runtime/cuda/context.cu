@@ -1,2 +1,158 @@
-// placeholder, being written
+//===- context.cu - Per-rank CUDA state and checked calls -----------------===//
+
 #include "cuda/context.h"
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace dsc::cuda {
+namespace {
+
+std::mutex ranksMutex;
+std::map<int, std::unique_ptr<RankDevice>> &ranks() {
+  static std::map<int, std::unique_ptr<RankDevice>> table;
+  return table;
+}
+thread_local RankDevice *bound = nullptr;
+
+bool envFlag(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+Status create(RankDevice &rd) {
+  DSC_CUDA_CHECK(cudaSetDevice(rd.device));
+  DSC_CUDA_CHECK(cudaStreamCreateWithFlags(&rd.compute, cudaStreamNonBlocking));
+  DSC_CUDA_CHECK(cudaStreamCreateWithFlags(&rd.comm, cudaStreamNonBlocking));
+  DSC_CUDA_CHECK(cublasLtCreate(&rd.lt));
+  DSC_CUDA_CHECK(cudaMalloc(&rd.ltWorkspace, kLtWorkspaceBytes));
+  DSC_CUDA_CHECK(cudnnCreate(&rd.cudnn));
+  DSC_CUDA_CHECK(cudnnSetStream(rd.cudnn, rd.compute));
+  return Status();
+}
+
+} // namespace
+
+Status bindRank(int rank, int device) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0)
+    return Status::error(
+        StatusCode::InvalidArgument,
+        std::string("rank ") + std::to_string(rank) +
+            ": no CUDA device is visible (" +
+            (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") +
+            "); this program was compiled with --target cuda; check "
+            "nvidia-smi and CUDA_VISIBLE_DEVICES, or compile with --target "
+            "cpu");
+  if (device < 0)
+    device = rank % count;
+  if (device >= count)
+    return Status::error(StatusCode::InvalidArgument,
+                         "rank " + std::to_string(rank) + ": GPU " +
+                             std::to_string(device) + " is not visible (" +
+                             std::to_string(count) + " visible)");
+  std::lock_guard<std::mutex> lock(ranksMutex);
+  auto &slot = ranks()[rank];
+  if (!slot) {
+    auto rd = std::make_unique<RankDevice>();
+    rd->rank = rank;
+    rd->device = device;
+    bound = rd.get(); // so that messages name the rank
+    if (Status s = create(*rd); !s.ok()) {
+      bound = nullptr;
+      return s;
+    }
+    slot = std::move(rd);
+  }
+  bound = slot.get();
+  // The thread's current device, for allocations and launches.
+  return check(cudaSetDevice(bound->device), "cudaSetDevice");
+}
+
+RankDevice &current() {
+  if (!bound) {
+    // A thread that never bound (a unit test, a one-rank program): rank 0.
+    Status s = bindRank(0);
+    if (!s.ok() || !bound) {
+      static RankDevice none;
+      return none;
+    }
+  }
+  return *bound;
+}
+
+bool allowTf32() {
+  static const bool on = envFlag("DSC_ALLOW_TF32");
+  return on;
+}
+
+Status scratch(size_t bytes, void **out) {
+  RankDevice &rd = current();
+  if (bytes > rd.scratchBytes) {
+    if (rd.scratch) {
+      // Kernels still in flight may read the old buffer.
+      DSC_CUDA_CHECK(cudaStreamSynchronize(rd.compute));
+      DSC_CUDA_CHECK(cudaFree(rd.scratch));
+      rd.scratch = nullptr;
+      rd.scratchBytes = 0;
+    }
+    size_t want = std::max<size_t>(bytes, size_t(1) << 20);
+    want = (want + 0xFFFF) & ~size_t(0xFFFF);
+    DSC_CUDA_CHECK(cudaMalloc(&rd.scratch, want));
+    rd.scratchBytes = want;
+  }
+  *out = rd.scratch;
+  return Status();
+}
+
+Status callFailed(const char *call, const std::string &what, StatusCode code) {
+  std::string where;
+  if (bound)
+    where = " on rank " + std::to_string(bound->rank) + " (GPU " +
+            std::to_string(bound->device) + ")";
+  return Status::error(code, std::string(call) + " failed" + where + ": " +
+                                 what);
+}
+
+Status check(cudaError_t err, const char *call) {
+  if (err == cudaSuccess)
+    return Status();
+  StatusCode code = err == cudaErrorMemoryAllocation ? StatusCode::OutOfMemory
+                                                     : StatusCode::InvalidArgument;
+  return callFailed(call,
+                    std::string(cudaGetErrorName(err)) + ": " +
+                        cudaGetErrorString(err),
+                    code);
+}
+
+Status check(cublasStatus_t err, const char *call) {
+  if (err == CUBLAS_STATUS_SUCCESS)
+    return Status();
+  return callFailed(call, std::string("cuBLAS status ") +
+                              cublasLtGetStatusName(err) + ": " +
+                              cublasLtGetStatusString(err),
+                    err == CUBLAS_STATUS_ALLOC_FAILED
+                        ? StatusCode::OutOfMemory
+                        : StatusCode::InvalidArgument);
+}
+
+Status check(cudnnStatus_t err, const char *call) {
+  if (err == CUDNN_STATUS_SUCCESS)
+    return Status();
+  return callFailed(call, std::string("cuDNN: ") + cudnnGetErrorString(err));
+}
+
+Status checkLaunch(const char *kernel) {
+  if (Status s = check(cudaGetLastError(), kernel); !s.ok())
+    return s;
+  static const bool sync = envFlag("DSC_CUDA_SYNC");
+  if (sync)
+    return check(cudaStreamSynchronize(current().compute), kernel);
+  return Status();
+}
+
+} // namespace dsc::cuda

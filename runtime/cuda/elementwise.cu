@@ -1,2 +1,1146 @@
-// placeholder, being written
-#include "cuda/context.h"
+//===- elementwise.cu - CUDA kernels: elementwise, cast, fill, dropout ----===//
+//
+// The elementwise ops of kernels.h. Each call checks its operands on the
+// host exactly as its CPU reference does (same Call messages and status
+// codes), returns at once for zero elements, and otherwise enqueues one
+// grid-stride kernel on the rank's compute stream.
+//
+// Kernels are templated on the element type only; the op is a kernel
+// argument (a warp-uniform switch), which keeps the instantiations few.
+// Broadcasting operands are described by a Bcast: out's shape with size-1
+// dims dropped and adjacent dims merged wherever every operand's strides
+// allow it, so that a bias add or a scalar operand indexes with at most one
+// division, and an operand of out's shape with none.
+//
+// Float math follows the CPU formulas in the element type (f32 in f32, f64
+// in f64) with CUDA's libdevice functions, so transcendental results may
+// differ from the host's libm in the last bits. Casts, fill, where, trilu,
+// dropout and the integer ops give the CPU's bits exactly: the f16/bf16
+// conversions below are the runtime's own (core/runtime.cpp), not the
+// intrinsics, so NaN payloads and rounding match too.
+//
+// Integer division by zero is an error, as on the CPU: before an integer
+// div, a small kernel scans the divisor for zeros and the call waits for
+// its verdict (one stream synchronization), so a zero divisor returns
+// OutOfRange "integer division by zero" and leaves out untouched. The only
+// synchronizing call of this file; when the stream is being captured into
+// a CUDA graph the scan is skipped and a zero divisor gives 0.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+namespace dsc::cuda {
+
+using namespace detail;
+using cpu::detail::broadcastShape;
+using cpu::detail::shapeIs;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Names and host-side checks (as in cpu/kernels.cpp)
+//===----------------------------------------------------------------------===//
+
+const char *unaryName(UnaryOp op) {
+  static const char *names[] = {"neg",     "abs",        "exp",      "log",
+                                "sqrt",    "reciprocal", "tanh",     "erf",
+                                "sigmoid", "relu",       "floor",    "ceil",
+                                "sin",     "cos",        "softplus", "not"};
+  return names[static_cast<int>(op)];
+}
+
+const char *binaryName(BinaryOp op) {
+  static const char *names[] = {"add",        "sub",     "mul",          "div",
+                                "pow",        "max",     "min",          "and",
+                                "or",         "xor",     "equal",        "less",
+                                "less_equal", "greater", "greater_equal"};
+  return names[static_cast<int>(op)];
+}
+
+__host__ __device__ inline bool isCompare(BinaryOp op) {
+  return op == BinaryOp::Equal || op == BinaryOp::Less ||
+         op == BinaryOp::LessEqual || op == BinaryOp::Greater ||
+         op == BinaryOp::GreaterEqual;
+}
+
+/// Checks an elementwise call: float input, out of the same dtype and shape.
+Status checkSameFloat(const Call &call, const Tensor &in, const Tensor &out) {
+  if (!validRank(in) || !validRank(out))
+    return call.fail("rank above 8");
+  if (!isFloat(in.dtype) || (in.dtype != DType::F32 && in.dtype != DType::F64))
+    return call.fail("expects f32 or f64", StatusCode::Unimplemented);
+  if (out.dtype != in.dtype || !sameShape(in, out))
+    return call.fail("result must have the input's dtype and shape");
+  if (!in.present() || !out.present())
+    return call.fail("missing data");
+  return Status();
+}
+
+/// The arithmetic dtypes binary and clip accept (cpu dispatchArith).
+bool isArith(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::I64 ||
+         t == DType::I32 || t == DType::I8 || t == DType::U8;
+}
+
+template <typename T> inline T *ptr(const Tensor &t) {
+  return static_cast<T *>(t.data);
+}
+
+inline dim3 grid(int64_t n) { return dim3(blocksFor(n)); }
+
+//===----------------------------------------------------------------------===//
+// Device math: one name per function for float and double
+//===----------------------------------------------------------------------===//
+
+#define DSC_MATH1(name, f32, f64)                                              \
+  __device__ inline float name(float x) { return f32(x); }                     \
+  __device__ inline double name(double x) { return f64(x); }
+DSC_MATH1(mExp, expf, exp)
+DSC_MATH1(mLog, logf, log)
+DSC_MATH1(mLog1p, log1pf, log1p)
+DSC_MATH1(mSqrt, sqrtf, sqrt)
+DSC_MATH1(mTanh, tanhf, tanh)
+DSC_MATH1(mErf, erff, erf)
+DSC_MATH1(mFloor, floorf, floor)
+DSC_MATH1(mCeil, ceilf, ceil)
+DSC_MATH1(mSin, sinf, sin)
+DSC_MATH1(mCos, cosf, cos)
+DSC_MATH1(mAbs, fabsf, fabs)
+#undef DSC_MATH1
+__device__ inline float mPow(float a, float b) { return powf(a, b); }
+__device__ inline double mPow(double a, double b) { return pow(a, b); }
+
+template <typename T> __device__ inline bool isNanOf(T v) {
+  if constexpr (std::is_floating_point_v<T>)
+    return v != v;
+  else
+    return false;
+}
+
+/// A double converted to an integer type the way the x86-64 host build of
+/// the CPU kernels does for a static_cast (cvttsd2si: a value outside the
+/// 32- or 64-bit register gives its minimum), then narrowed modulo 2^bits.
+/// Only reached where the CPU reference converts an out-of-range value
+/// (integer pow overflow, clip bounds outside the dtype).
+template <typename T> __device__ inline T doubleToInt(double d) {
+  if constexpr (sizeof(T) == 8) {
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+      return static_cast<T>(INT64_MIN);
+    return static_cast<T>(static_cast<int64_t>(d));
+  } else {
+    if (!(d > -2147483649.0 && d < 2147483648.0))
+      return static_cast<T>(INT32_MIN);
+    return static_cast<T>(static_cast<int32_t>(d));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Exact f16/bf16 conversions (the runtime's, core/runtime.cpp)
+//===----------------------------------------------------------------------===//
+
+__device__ inline float halfBitsToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  if (exp == 0x1f) // inf or nan
+    return __uint_as_float(sign | 0x7f800000 | (mant << 13));
+  if (exp == 0) { // zero or subnormal: mant * 2^-24
+    float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+__device__ inline uint16_t floatToHalfBits(float f) {
+  uint32_t u = __float_as_uint(f);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
+  uint32_t absu = u & 0x7fffffff;
+  if (absu >= 0x7f800000) // inf or nan (keep nan quiet)
+    return sign | 0x7c00 | (absu > 0x7f800000 ? 0x200 : 0);
+  if (absu >= 0x477ff000) // rounds to >= 65520: overflow to inf
+    return sign | 0x7c00;
+  if (absu < 0x38800000) { // below the smallest normal half, 2^-14
+    // Subnormal: an integer count of 2^-24, rounded to even. Exact in f32.
+    float a = __fmul_rn(__uint_as_float(absu), 16777216.0f);
+    uint32_t m = static_cast<uint32_t>(a);
+    float rem = __fsub_rn(a, static_cast<float>(m));
+    if (rem > 0.5f || (rem == 0.5f && (m & 1)))
+      ++m;
+    return sign | static_cast<uint16_t>(m);
+  }
+  uint32_t mant = absu & 0x7fffff;
+  uint32_t exp = (absu >> 23) - 112;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+    ++h; // may carry into the exponent, which is right
+  return sign | static_cast<uint16_t>(h);
+}
+
+__device__ inline float bf16BitsToFloat(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+
+__device__ inline uint16_t floatToBf16Bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffff) > 0x7f800000) // nan: keep it quiet
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+/// cpu::detail::loadAsDouble, loadAsInt, storeInt and storeDouble.
+__device__ inline double loadD(const void *p, DType dt, int64_t i) {
+  switch (dt) {
+  case DType::F32:
+    return static_cast<const float *>(p)[i];
+  case DType::F64:
+    return static_cast<const double *>(p)[i];
+  case DType::F16:
+    return halfBitsToFloat(static_cast<const uint16_t *>(p)[i]);
+  case DType::BF16:
+    return bf16BitsToFloat(static_cast<const uint16_t *>(p)[i]);
+  case DType::I64:
+    return static_cast<double>(static_cast<const int64_t *>(p)[i]);
+  case DType::I32:
+    return static_cast<const int32_t *>(p)[i];
+  case DType::I8:
+    return static_cast<const int8_t *>(p)[i];
+  case DType::U8:
+    return static_cast<const uint8_t *>(p)[i];
+  case DType::Bool:
+    return static_cast<const uint8_t *>(p)[i] != 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+/// Integer dtypes only (the int-to-int cast path).
+__device__ inline int64_t loadI(const void *p, DType dt, int64_t i) {
+  switch (dt) {
+  case DType::I64:
+    return static_cast<const int64_t *>(p)[i];
+  case DType::I32:
+    return static_cast<const int32_t *>(p)[i];
+  case DType::I8:
+    return static_cast<const int8_t *>(p)[i];
+  case DType::U8:
+    return static_cast<const uint8_t *>(p)[i];
+  case DType::Bool:
+    return static_cast<const uint8_t *>(p)[i] != 0;
+  default:
+    return 0;
+  }
+}
+
+__device__ inline void storeI(void *p, DType dt, int64_t i, int64_t v) {
+  switch (dt) {
+  case DType::I64:
+    static_cast<int64_t *>(p)[i] = v;
+    break;
+  case DType::I32:
+    static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v);
+    break;
+  case DType::I8:
+    static_cast<int8_t *>(p)[i] = static_cast<int8_t>(v);
+    break;
+  case DType::U8:
+    static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(v);
+    break;
+  case DType::Bool:
+    static_cast<uint8_t *>(p)[i] = v != 0;
+    break;
+  default:
+    break;
+  }
+}
+
+__device__ inline void storeD(void *p, DType dt, int64_t i, double v) {
+  switch (dt) {
+  case DType::F32:
+    static_cast<float *>(p)[i] = static_cast<float>(v);
+    break;
+  case DType::F64:
+    static_cast<double *>(p)[i] = v;
+    break;
+  case DType::F16:
+    static_cast<uint16_t *>(p)[i] = floatToHalfBits(static_cast<float>(v));
+    break;
+  case DType::BF16:
+    static_cast<uint16_t *>(p)[i] = floatToBf16Bits(static_cast<float>(v));
+    break;
+  case DType::Bool:
+    static_cast<uint8_t *>(p)[i] = v != 0;
+    break;
+  default: // float to int truncates; out-of-range values are clamped
+    if (v != v)
+      v = 0;
+    v = trunc(v);
+    v = fmax(v, -9.2233720368547758e18);
+    v = fmin(v, 9.2233720368547748e18);
+    storeI(p, dt, i, static_cast<int64_t>(v));
+    break;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Broadcast indexing
+//===----------------------------------------------------------------------===//
+
+/// out's shape (outermost first) with K operands' element strides, after
+/// dropping size-1 dims and merging adjacent dims that every operand walks
+/// contiguously. `small`: every linear index fits 32 bits.
+template <int K> struct Bcast {
+  int rank = 0;
+  bool small = true;
+  int64_t size[kMaxRank] = {};
+  int64_t stride[K][kMaxRank] = {};
+};
+
+template <int K>
+Bcast<K> makeBcast(const Tensor &out, const Tensor *const (&ins)[K]) {
+  Dims d[K];
+  for (int k = 0; k < K; ++k)
+    d[k] = broadcastDims(*ins[k], out);
+  // Innermost first while merging.
+  int64_t size[kMaxRank];
+  int64_t stride[K][kMaxRank];
+  int r = 0;
+  for (int i = out.rank - 1; i >= 0; --i) {
+    int64_t s = out.shape[i];
+    if (s == 1)
+      continue;
+    if (r > 0) {
+      bool merge = true;
+      for (int k = 0; k < K; ++k)
+        merge = merge && d[k].stride[i] == stride[k][r - 1] * size[r - 1];
+      if (merge) {
+        size[r - 1] *= s;
+        continue;
+      }
+    }
+    size[r] = s;
+    for (int k = 0; k < K; ++k)
+      stride[k][r] = d[k].stride[i];
+    ++r;
+  }
+  Bcast<K> b;
+  b.rank = r;
+  b.small = out.numel() <= int64_t(UINT32_MAX);
+  for (int j = 0; j < r; ++j) {
+    b.size[j] = size[r - 1 - j];
+    for (int k = 0; k < K; ++k)
+      b.stride[k][j] = stride[k][r - 1 - j];
+  }
+  return b;
+}
+
+/// Whether every operand is laid out like out (offset == linear index).
+template <int K> bool isFlat(const Bcast<K> &b) {
+  if (b.rank == 0)
+    return true;
+  if (b.rank > 1)
+    return false;
+  for (int k = 0; k < K; ++k)
+    if (b.stride[k][0] != 1)
+      return false;
+  return true;
+}
+
+/// The K operand offsets of out's element `linear`. The outermost dim takes
+/// the remaining quotient, so rank 1 needs no division.
+template <int K>
+__device__ inline void offsetsAt(int64_t linear, const Bcast<K> &b,
+                                 int64_t (&off)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    off[k] = 0;
+  if (b.rank == 0)
+    return;
+  int64_t rest;
+  if (b.small) {
+    uint32_t rem = static_cast<uint32_t>(linear);
+    for (int d = b.rank - 1; d > 0; --d) {
+      uint32_t n = static_cast<uint32_t>(b.size[d]);
+      uint32_t q = rem / n;
+      int64_t idx = rem - q * n;
+      rem = q;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        off[k] += idx * b.stride[k][d];
+    }
+    rest = rem;
+  } else {
+    rest = linear;
+    for (int d = b.rank - 1; d > 0; --d) {
+      int64_t q = rest / b.size[d];
+      int64_t idx = rest - q * b.size[d];
+      rest = q;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        off[k] += idx * b.stride[k][d];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    off[k] += rest * b.stride[k][0];
+}
+
+//===----------------------------------------------------------------------===//
+// Unary, activations, clip
+//===----------------------------------------------------------------------===//
+
+template <typename T> __device__ inline T sigmoidOf(T x) {
+  if (x >= 0)
+    return T(1) / (T(1) + mExp(-x));
+  T e = mExp(x);
+  return e / (T(1) + e);
+}
+
+template <typename T> __device__ inline T softplusOf(T x) {
+  return x > 0 ? x + mLog1p(mExp(-x)) : mLog1p(mExp(x));
+}
+
+template <typename T> __device__ inline T applyUnary(UnaryOp op, T x) {
+  switch (op) {
+  case UnaryOp::Neg:
+    return -x;
+  case UnaryOp::Abs:
+    return mAbs(x);
+  case UnaryOp::Exp:
+    return mExp(x);
+  case UnaryOp::Log:
+    return mLog(x);
+  case UnaryOp::Sqrt:
+    return mSqrt(x);
+  case UnaryOp::Reciprocal:
+    return T(1) / x;
+  case UnaryOp::Tanh:
+    return mTanh(x);
+  case UnaryOp::Erf:
+    return mErf(x);
+  case UnaryOp::Sigmoid:
+    return sigmoidOf(x);
+  case UnaryOp::Relu:
+    return x > 0 ? x : T(0);
+  case UnaryOp::Floor:
+    return mFloor(x);
+  case UnaryOp::Ceil:
+    return mCeil(x);
+  case UnaryOp::Sin:
+    return mSin(x);
+  case UnaryOp::Cos:
+    return mCos(x);
+  case UnaryOp::Softplus:
+    return softplusOf(x);
+  case UnaryOp::Not:
+    break;
+  }
+  return x;
+}
+
+template <typename T>
+__global__ void unaryFloatKernel(UnaryOp op, const T *x, T *y, int64_t n) {
+  DSC_GRID_STRIDE(i, n) { y[i] = applyUnary(op, x[i]); }
+}
+
+/// Neg and Abs on signed integers, wrapping like the CPU's static_cast.
+template <typename T>
+__global__ void unaryIntKernel(bool neg, const T *x, T *y, int64_t n) {
+  DSC_GRID_STRIDE(i, n) {
+    T v = x[i];
+    uint64_t minus = uint64_t(0) - static_cast<uint64_t>(int64_t(v));
+    y[i] = (neg || v < 0) ? static_cast<T>(minus) : v;
+  }
+}
+
+__global__ void notKernel(const uint8_t *x, uint8_t *y, int64_t n) {
+  DSC_GRID_STRIDE(i, n) { y[i] = x[i] == 0; }
+}
+
+template <typename T>
+__global__ void leakyReluKernel(const T *x, T *y, int64_t n, T alpha) {
+  DSC_GRID_STRIDE(i, n) {
+    T v = x[i];
+    y[i] = v > 0 ? v : alpha * v;
+  }
+}
+
+template <typename T> __device__ inline T geluOf(T x, bool tanhApprox) {
+  if (tanhApprox) {
+    T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(1) + mTanh(u));
+  }
+  return T(0.5) * x * (T(1) + mErf(x * T(0.7071067811865476)));
+}
+
+template <typename T>
+__global__ void geluKernel(const T *x, T *y, int64_t n, bool tanhApprox) {
+  DSC_GRID_STRIDE(i, n) { y[i] = geluOf(x[i], tanhApprox); }
+}
+
+template <typename T>
+__global__ void clipKernel(const T *x, T *y, int64_t n, double lo, double hi) {
+  DSC_GRID_STRIDE(i, n) {
+    T xi = x[i];
+    double v = static_cast<double>(xi);
+    if (v != v) {
+      y[i] = xi; // nan passes through
+      continue;
+    }
+    double c = v < lo ? lo : v > hi ? hi : v;
+    if constexpr (std::is_floating_point_v<T>)
+      y[i] = static_cast<T>(c);
+    else
+      y[i] = doubleToInt<T>(c);
+  }
+}
+
+template <typename T>
+Status launchClip(const Tensor &in, const Tensor &out, double lo, double hi) {
+  int64_t n = in.numel();
+  clipKernel<T><<<grid(n), kThreads, 0, stream()>>>(ptr<const T>(in),
+                                                    ptr<T>(out), n, lo, hi);
+  DSC_CUDA_LAUNCHED("clip");
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// Binary
+//===----------------------------------------------------------------------===//
+
+template <typename T> __device__ inline T wrapAdd(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(U(a) + U(b));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T> __device__ inline T wrapSub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(U(a) - U(b));
+  } else {
+    return a - b;
+  }
+}
+
+template <typename T> __device__ inline T wrapMul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    // Promote narrow types through uint64 so the product never overflows
+    // a signed int; the low bits are what the CPU's T(a * b) keeps.
+    return static_cast<T>(static_cast<U>(uint64_t(U(a)) * uint64_t(U(b))));
+  } else {
+    return a * b;
+  }
+}
+
+template <typename T> __device__ inline T divide(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0)
+      return 0; // only when the host scan was skipped (graph capture)
+    if constexpr (std::is_signed_v<T>)
+      if (b == T(-1)) // truncates like T(a / b), min / -1 wraps
+        return wrapSub(T(0), a);
+    return static_cast<T>(a / b);
+  } else {
+    return a / b;
+  }
+}
+
+/// The CPU's T(std::pow(double(a), double(b))). Host libm returns exact
+/// powers exactly; CUDA's pow may be an ulp off, which truncation would
+/// turn into an off-by-one, so powers below 2^53 are multiplied out
+/// exactly (every partial product is an integer below 2^53).
+template <typename T> __device__ inline T intPow(T a, T b) {
+  double x = static_cast<double>(a), y = static_cast<double>(b);
+  if (y >= 0) {
+    if (x == 0)
+      return y == 0 ? T(1) : T(0);
+    if (x == 1)
+      return T(1);
+    if (x == -1)
+      return (static_cast<int64_t>(b) & 1) ? T(-1) : T(1);
+    double r = 1;
+    int64_t e = static_cast<int64_t>(b);
+    for (; e > 0; --e) { // |x| >= 2: at most 53 rounds
+      double p = r * x;
+      if (!(fabs(p) < 9007199254740992.0))
+        break;
+      r = p;
+    }
+    if (e == 0)
+      return doubleToInt<T>(r);
+  }
+  return doubleToInt<T>(pow(x, y));
+}
+
+/// The non-comparison ops; And/Or/Xor only reach here for bool (as 0/1).
+template <typename T> __device__ inline T arith(BinaryOp op, T a, T b) {
+  switch (op) {
+  case BinaryOp::Add:
+    return wrapAdd(a, b);
+  case BinaryOp::Sub:
+    return wrapSub(a, b);
+  case BinaryOp::Mul:
+    return wrapMul(a, b);
+  case BinaryOp::Div:
+    return divide(a, b);
+  case BinaryOp::Pow:
+    if constexpr (std::is_floating_point_v<T>)
+      return mPow(a, b);
+    else
+      return intPow(a, b);
+  case BinaryOp::Max:
+    if (isNanOf(a) || isNanOf(b))
+      return T(a + b);
+    return a > b ? a : b;
+  case BinaryOp::Min:
+    if (isNanOf(a) || isNanOf(b))
+      return T(a + b);
+    return a < b ? a : b;
+  case BinaryOp::And:
+    return T(a && b);
+  case BinaryOp::Or:
+    return T(a || b);
+  case BinaryOp::Xor:
+    return T(a != b);
+  default:
+    return T(0);
+  }
+}
+
+template <typename T> __device__ inline bool compare(BinaryOp op, T a, T b) {
+  switch (op) {
+  case BinaryOp::Equal:
+    return a == b;
+  case BinaryOp::Less:
+    return a < b;
+  case BinaryOp::LessEqual:
+    return a <= b;
+  case BinaryOp::Greater:
+    return a > b;
+  case BinaryOp::GreaterEqual:
+    return a >= b;
+  default:
+    return false;
+  }
+}
+
+/// out = op(lhs, rhs) over out's shape; bool operands are uint8 with
+/// `isBool` set (read as 0/1); comparisons write bool.
+template <typename T>
+__global__ void binaryKernel(BinaryOp op, bool isBool, const T *a, const T *b,
+                             void *out, int64_t n, Bcast<2> bc, bool flat) {
+  const bool cmp = isCompare(op);
+  DSC_GRID_STRIDE(i, n) {
+    int64_t ia = i, ib = i;
+    if (!flat) {
+      int64_t off[2];
+      offsetsAt(i, bc, off);
+      ia = off[0];
+      ib = off[1];
+    }
+    T x = a[ia], y = b[ib];
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      if (isBool) {
+        x = x != 0;
+        y = y != 0;
+      }
+    }
+    if (cmp)
+      static_cast<uint8_t *>(out)[i] = compare(op, x, y);
+    else
+      static_cast<T *>(out)[i] = arith(op, x, y);
+  }
+}
+
+template <typename T>
+__global__ void anyZeroKernel(const T *b, int64_t n, int *flag) {
+  DSC_GRID_STRIDE(i, n) {
+    if (b[i] == T(0))
+      *flag = 1; // every writer stores the same value
+  }
+}
+
+/// The CPU's integer division check: an error if any element of rhs is
+/// zero. Waits for the scan; skipped while the stream is captured.
+template <typename T>
+Status checkNoZeroDivisor(const Call &call, const char *name,
+                          const Tensor &rhs) {
+  int64_t n = rhs.numel();
+  if (n == 0)
+    return Status();
+  cudaStream_t s = stream();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  DSC_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  if (capture != cudaStreamCaptureStatusNone)
+    return Status();
+  void *buf = nullptr;
+  if (Status st = scratch(sizeof(int), &buf); !st.ok())
+    return st;
+  int *flag = static_cast<int *>(buf);
+  DSC_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), s));
+  anyZeroKernel<T><<<grid(n), kThreads, 0, s>>>(ptr<const T>(rhs), n, flag);
+  DSC_CUDA_LAUNCHED(name);
+  int found = 0;
+  DSC_CUDA_CHECK(
+      cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost, s));
+  DSC_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (found)
+    return call.fail("integer division by zero", StatusCode::OutOfRange);
+  return Status();
+}
+
+template <typename T>
+Status launchBinary(const Call &call, BinaryOp op, bool isBool,
+                    const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
+  if constexpr (std::is_integral_v<T>) {
+    if (op == BinaryOp::Div && !isBool)
+      if (Status st = checkNoZeroDivisor<T>(call, binaryName(op), rhs);
+          !st.ok())
+        return st;
+  }
+  int64_t n = out.numel();
+  if (n == 0)
+    return Status();
+  const Tensor *ins[2] = {&lhs, &rhs};
+  Bcast<2> bc = makeBcast(out, ins);
+  binaryKernel<T><<<grid(n), kThreads, 0, stream()>>>(
+      op, isBool, ptr<const T>(lhs), ptr<const T>(rhs), out.data, n, bc,
+      isFlat(bc));
+  DSC_CUDA_LAUNCHED(binaryName(op));
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// Where, cast, fill, dropout, trilu
+//===----------------------------------------------------------------------===//
+
+/// T is an unsigned integer of the element size: where moves bytes.
+template <typename T>
+__global__ void whereKernel(const uint8_t *c, const T *x, const T *y, T *out,
+                            int64_t n, Bcast<3> bc, bool flat) {
+  DSC_GRID_STRIDE(i, n) {
+    if (flat) {
+      out[i] = c[i] ? x[i] : y[i];
+    } else {
+      int64_t off[3];
+      offsetsAt(i, bc, off);
+      out[i] = c[off[0]] ? x[off[1]] : y[off[2]];
+    }
+  }
+}
+
+template <typename T>
+Status launchWhere(const Tensor &cond, const Tensor &x, const Tensor &y,
+                   const Tensor &out) {
+  int64_t n = out.numel();
+  const Tensor *ins[3] = {&cond, &x, &y};
+  Bcast<3> bc = makeBcast(out, ins);
+  whereKernel<T><<<grid(n), kThreads, 0, stream()>>>(
+      ptr<const uint8_t>(cond), ptr<const T>(x), ptr<const T>(y), ptr<T>(out),
+      n, bc, isFlat(bc));
+  DSC_CUDA_LAUNCHED("where");
+  return Status();
+}
+
+enum class CastMode : int { IntToInt, F32ToHalf, ViaDouble };
+
+__global__ void castKernel(const void *in, DType inType, void *out,
+                           DType outType, int64_t n, CastMode mode) {
+  DSC_GRID_STRIDE(i, n) {
+    switch (mode) {
+    case CastMode::IntToInt:
+      storeI(out, outType, i, loadI(in, inType, i));
+      break;
+    case CastMode::F32ToHalf: { // f32 -> f16/bf16 directly, one rounding
+      float v = static_cast<const float *>(in)[i];
+      static_cast<uint16_t *>(out)[i] =
+          outType == DType::F16 ? floatToHalfBits(v) : floatToBf16Bits(v);
+      break;
+    }
+    case CastMode::ViaDouble:
+      storeD(out, outType, i, loadD(in, inType, i));
+      break;
+    }
+  }
+}
+
+template <typename T> __global__ void fillKernel(T *out, int64_t n, T value) {
+  DSC_GRID_STRIDE(i, n) { out[i] = value; }
+}
+
+template <typename T> Status launchFill(void *out, int64_t n, uint64_t bits) {
+  T value;
+  std::memcpy(&value, &bits, sizeof(T)); // little-endian: the low bytes
+  fillKernel<T>
+      <<<grid(n), kThreads, 0, stream()>>>(static_cast<T *>(out), n, value);
+  DSC_CUDA_LAUNCHED("fill");
+  return Status();
+}
+
+/// cpu/norm_loss.cpp's splitmix64 and uniformAt, bit for bit.
+__device__ inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__device__ inline double uniformAt(uint64_t seed, uint64_t index) {
+  uint64_t h = splitmix64(splitmix64(seed) ^ index);
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+template <typename T>
+__global__ void dropoutKernel(const T *x, T *y, uint8_t *mask, int64_t n,
+                              double ratio, uint64_t seed, T scale) {
+  DSC_GRID_STRIDE(i, n) {
+    bool keep = ratio < 1 && uniformAt(seed, static_cast<uint64_t>(i)) >= ratio;
+    y[i] = keep ? x[i] * scale : T(0);
+    if (mask)
+      mask[i] = keep;
+  }
+}
+
+template <typename T>
+Status launchDropout(const Tensor &input, double ratio, uint64_t seed,
+                     const Tensor &out, const Tensor &mask) {
+  int64_t n = input.numel();
+  T scale = ratio < 1 ? T(1 / (1 - ratio)) : T(0);
+  dropoutKernel<T><<<grid(n), kThreads, 0, stream()>>>(
+      ptr<const T>(input), ptr<T>(out),
+      mask.present() ? ptr<uint8_t>(mask) : nullptr, n, ratio, seed, scale);
+  DSC_CUDA_LAUNCHED("dropout");
+  return Status();
+}
+
+template <typename T>
+__global__ void triluKernel(const T *x, T *y, int64_t n, int64_t rows,
+                            int64_t cols, bool upper, int64_t k) {
+  DSC_GRID_STRIDE(e, n) {
+    int64_t rc = e % (rows * cols);
+    int64_t i = rc / cols, j = rc - i * cols;
+    bool keep = upper ? j - i >= k : j - i <= k;
+    y[e] = keep ? x[e] : T(0);
+  }
+}
+
+template <typename T>
+Status launchTrilu(const Tensor &input, bool upper, int64_t k,
+                   const Tensor &out, int64_t rows, int64_t cols) {
+  int64_t n = input.numel();
+  triluKernel<T><<<grid(n), kThreads, 0, stream()>>>(
+      ptr<const T>(input), ptr<T>(out), n, rows, cols, upper, k);
+  DSC_CUDA_LAUNCHED("trilu");
+  return Status();
+}
+
+/// Calls fn(T{}) with T an unsigned integer of `bytes` (1, 2, 4 or 8).
+template <typename Fn> Status dispatchBytes(size_t bytes, Fn &&fn) {
+  switch (bytes) {
+  case 1:
+    return fn(uint8_t());
+  case 2:
+    return fn(uint16_t());
+  case 4:
+    return fn(uint32_t());
+  default:
+    return fn(uint64_t());
+  }
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+Status unary(UnaryOp op, const Tensor &input, const Tensor &out) {
+  Call call(unaryName(op));
+  call.arg("input", input).arg("out", out);
+  const char *name = unaryName(op);
+  if (op == UnaryOp::Not) {
+    if (input.dtype != DType::Bool || out.dtype != DType::Bool ||
+        !sameShape(input, out))
+      return call.fail("expects bool input and result of the same shape");
+    int64_t n = input.numel();
+    if (n == 0)
+      return Status();
+    notKernel<<<grid(n), kThreads, 0, stream()>>>(ptr<const uint8_t>(input),
+                                                  ptr<uint8_t>(out), n);
+    DSC_CUDA_LAUNCHED(name);
+    return Status();
+  }
+  if ((op == UnaryOp::Neg || op == UnaryOp::Abs) &&
+      (input.dtype == DType::I64 || input.dtype == DType::I32 ||
+       input.dtype == DType::I8)) {
+    if (out.dtype != input.dtype || !sameShape(input, out))
+      return call.fail("result must have the input's dtype and shape");
+    int64_t n = input.numel();
+    if (n == 0)
+      return Status();
+    bool neg = op == UnaryOp::Neg;
+    dim3 g = grid(n);
+    cudaStream_t s = stream();
+    if (input.dtype == DType::I64)
+      unaryIntKernel<int64_t><<<g, kThreads, 0, s>>>(
+          neg, ptr<const int64_t>(input), ptr<int64_t>(out), n);
+    else if (input.dtype == DType::I32)
+      unaryIntKernel<int32_t><<<g, kThreads, 0, s>>>(
+          neg, ptr<const int32_t>(input), ptr<int32_t>(out), n);
+    else
+      unaryIntKernel<int8_t><<<g, kThreads, 0, s>>>(
+          neg, ptr<const int8_t>(input), ptr<int8_t>(out), n);
+    DSC_CUDA_LAUNCHED(name);
+    return Status();
+  }
+  if (Status st = checkSameFloat(call, input, out); !st.ok())
+    return st;
+  int64_t n = input.numel();
+  if (n == 0)
+    return Status();
+  if (input.dtype == DType::F32)
+    unaryFloatKernel<float><<<grid(n), kThreads, 0, stream()>>>(
+        op, ptr<const float>(input), ptr<float>(out), n);
+  else
+    unaryFloatKernel<double><<<grid(n), kThreads, 0, stream()>>>(
+        op, ptr<const double>(input), ptr<double>(out), n);
+  DSC_CUDA_LAUNCHED(name);
+  return Status();
+}
+
+Status leakyRelu(const Tensor &input, double alpha, const Tensor &out) {
+  Call call("leaky_relu");
+  call.arg("input", input).raw("alpha", std::to_string(alpha)).arg("out", out);
+  if (Status st = checkSameFloat(call, input, out); !st.ok())
+    return st;
+  int64_t n = input.numel();
+  if (n == 0)
+    return Status();
+  if (input.dtype == DType::F32)
+    leakyReluKernel<float><<<grid(n), kThreads, 0, stream()>>>(
+        ptr<const float>(input), ptr<float>(out), n, float(alpha));
+  else
+    leakyReluKernel<double><<<grid(n), kThreads, 0, stream()>>>(
+        ptr<const double>(input), ptr<double>(out), n, alpha);
+  DSC_CUDA_LAUNCHED("leaky_relu");
+  return Status();
+}
+
+Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out) {
+  Call call("gelu");
+  call.arg("input", input).arg("out", out);
+  if (Status st = checkSameFloat(call, input, out); !st.ok())
+    return st;
+  int64_t n = input.numel();
+  if (n == 0)
+    return Status();
+  if (input.dtype == DType::F32)
+    geluKernel<float><<<grid(n), kThreads, 0, stream()>>>(
+        ptr<const float>(input), ptr<float>(out), n, tanhApproximation);
+  else
+    geluKernel<double><<<grid(n), kThreads, 0, stream()>>>(
+        ptr<const double>(input), ptr<double>(out), n, tanhApproximation);
+  DSC_CUDA_LAUNCHED("gelu");
+  return Status();
+}
+
+Status clip(const Tensor &input, std::optional<double> min,
+            std::optional<double> max, const Tensor &out) {
+  Call call("clip");
+  call.arg("input", input).arg("out", out);
+  if (out.dtype != input.dtype || !sameShape(input, out))
+    return call.fail("result must have the input's dtype and shape");
+  double lo = min.value_or(-std::numeric_limits<double>::infinity());
+  double hi = max.value_or(std::numeric_limits<double>::infinity());
+  if (!isArith(input.dtype))
+    return call.fail("unsupported dtype", StatusCode::Unimplemented);
+  if (input.numel() == 0)
+    return Status();
+  switch (input.dtype) {
+  case DType::F32:
+    return launchClip<float>(input, out, lo, hi);
+  case DType::F64:
+    return launchClip<double>(input, out, lo, hi);
+  case DType::I64:
+    return launchClip<int64_t>(input, out, lo, hi);
+  case DType::I32:
+    return launchClip<int32_t>(input, out, lo, hi);
+  case DType::I8:
+    return launchClip<int8_t>(input, out, lo, hi);
+  default:
+    return launchClip<uint8_t>(input, out, lo, hi);
+  }
+}
+
+Status binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
+              const Tensor &out) {
+  Call call(binaryName(op));
+  call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
+  if (!validRank(lhs) || !validRank(rhs) || !validRank(out))
+    return call.fail("rank above 8");
+  if (lhs.dtype != rhs.dtype)
+    return call.fail("operand dtypes differ");
+  std::vector<int64_t> shape;
+  if (!broadcastShape(lhs, rhs, shape))
+    return call.fail("operand shapes do not broadcast");
+  if (!shapeIs(out, shape))
+    return call.fail("result shape must be " + describe(I64s(shape)));
+  DType want = isCompare(op) ? DType::Bool : lhs.dtype;
+  if (out.dtype != want)
+    return call.fail(std::string("result dtype must be ") + dtypeName(want));
+  bool logical =
+      op == BinaryOp::And || op == BinaryOp::Or || op == BinaryOp::Xor;
+  if (lhs.dtype == DType::Bool) {
+    if (!isCompare(op) && !logical)
+      return call.fail("bool operands take only and/or/xor and comparisons");
+    return launchBinary<uint8_t>(call, op, true, lhs, rhs, out);
+  }
+  if (!isArith(lhs.dtype))
+    return call.fail("unsupported dtype", StatusCode::Unimplemented);
+  if (logical)
+    return call.fail("and/or/xor take bool operands");
+  switch (lhs.dtype) {
+  case DType::F32:
+    return launchBinary<float>(call, op, false, lhs, rhs, out);
+  case DType::F64:
+    return launchBinary<double>(call, op, false, lhs, rhs, out);
+  case DType::I64:
+    return launchBinary<int64_t>(call, op, false, lhs, rhs, out);
+  case DType::I32:
+    return launchBinary<int32_t>(call, op, false, lhs, rhs, out);
+  case DType::I8:
+    return launchBinary<int8_t>(call, op, false, lhs, rhs, out);
+  default:
+    return launchBinary<uint8_t>(call, op, false, lhs, rhs, out);
+  }
+}
+
+Status where(const Tensor &cond, const Tensor &x, const Tensor &y,
+             const Tensor &out) {
+  Call call("where");
+  call.arg("cond", cond).arg("x", x).arg("y", y).arg("out", out);
+  if (!validRank(cond) || !validRank(x) || !validRank(y) || !validRank(out))
+    return call.fail("rank above 8");
+  if (cond.dtype != DType::Bool)
+    return call.fail("cond must be bool");
+  if (x.dtype != y.dtype || out.dtype != x.dtype)
+    return call.fail("x, y and the result must share a dtype");
+  std::vector<int64_t> xy, all;
+  if (!broadcastShape(x, y, xy))
+    return call.fail("shapes do not broadcast");
+  Tensor tmp = Tensor::of(nullptr, x.dtype, xy);
+  if (!broadcastShape(cond, tmp, all) || !shapeIs(out, all))
+    return call.fail("result shape must be the broadcast of all three");
+  if (out.numel() == 0)
+    return Status();
+  return dispatchBytes(dtypeSize(out.dtype), [&](auto tag) {
+    return launchWhere<decltype(tag)>(cond, x, y, out);
+  });
+}
+
+Status cast(const Tensor &input, const Tensor &out) {
+  Call call("cast");
+  call.arg("input", input).arg("out", out);
+  if (!validRank(input) || !sameShape(input, out))
+    return call.fail("result must have the input's shape");
+  int64_t n = input.numel();
+  if (n == 0)
+    return Status();
+  if (input.dtype == out.dtype) {
+    if (input.data != out.data)
+      DSC_CUDA_CHECK(cudaMemcpyAsync(out.data, input.data, input.nbytes(),
+                                     cudaMemcpyDeviceToDevice, stream()));
+    return Status();
+  }
+  CastMode mode = CastMode::ViaDouble;
+  if (!isFloat(input.dtype) && !isFloat(out.dtype))
+    mode = CastMode::IntToInt;
+  else if (input.dtype == DType::F32 &&
+           (out.dtype == DType::F16 || out.dtype == DType::BF16))
+    mode = CastMode::F32ToHalf;
+  castKernel<<<grid(n), kThreads, 0, stream()>>>(input.data, input.dtype,
+                                                 out.data, out.dtype, n, mode);
+  DSC_CUDA_LAUNCHED("cast");
+  return Status();
+}
+
+Status fill(const Tensor &out, double value) {
+  Call call("fill");
+  call.arg("out", out).raw("value", std::to_string(value));
+  if (!validRank(out))
+    return call.fail("rank above 8");
+  if (!out.present() && out.numel() != 0)
+    return call.fail("result must be present");
+  int64_t n = out.numel();
+  if (n == 0)
+    return Status();
+  // The element's bits, from the CPU's own conversion.
+  uint64_t bits = 0;
+  cpu::detail::storeDouble(&bits, out.dtype, 0, value);
+  size_t es = dtypeSize(out.dtype);
+  if (es == 1) {
+    DSC_CUDA_CHECK(cudaMemsetAsync(out.data, static_cast<int>(bits & 0xff),
+                                   static_cast<size_t>(n), stream()));
+    return Status();
+  }
+  return dispatchBytes(es, [&](auto tag) {
+    return launchFill<decltype(tag)>(out.data, n, bits);
+  });
+}
+
+Status dropout(const Tensor &input, double ratio, uint64_t seed,
+               const Tensor &out, const Tensor &mask) {
+  Call call("dropout");
+  call.arg("input", input)
+      .raw("ratio", std::to_string(ratio))
+      .raw("seed", std::to_string(seed))
+      .arg("out", out)
+      .arg("mask", mask);
+  // cpu checkFloat(call, {&input, &out}, input.dtype)
+  if (input.dtype != DType::F32 && input.dtype != DType::F64)
+    return call.fail("expects f32 or f64", StatusCode::Unimplemented);
+  for (const Tensor *t : {&input, &out})
+    if (t->present() && (!validRank(*t) || t->dtype != input.dtype))
+      return call.fail("operands and results must share one float dtype");
+  if (!sameShape(input, out) || (mask.present() && (mask.dtype != DType::Bool ||
+                                                    !sameShape(input, mask))))
+    return call.fail("result and mask (bool) must have the input's shape");
+  if (!(ratio >= 0 && ratio <= 1))
+    return call.fail("ratio must be in [0, 1]");
+  if (input.numel() == 0)
+    return Status();
+  if (input.dtype == DType::F32)
+    return launchDropout<float>(input, ratio, seed, out, mask);
+  return launchDropout<double>(input, ratio, seed, out, mask);
+}
+
+Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out) {
+  Call call("trilu");
+  call.arg("input", input).arg("k", k).arg("out", out);
+  if (!validRank(input) || !validRank(out))
+    return call.fail("rank above 8");
+  if (input.rank < 2 || !sameShape(input, out) || input.dtype != out.dtype)
+    return call.fail("needs rank >= 2 and a result like the input");
+  int64_t rows = input.shape[input.rank - 2],
+          cols = input.shape[input.rank - 1];
+  if (input.numel() == 0)
+    return Status();
+  return dispatchBytes(dtypeSize(input.dtype), [&](auto tag) {
+    return launchTrilu<decltype(tag)>(input, upper, k, out, rows, cols);
+  });
+}
+
+} // namespace dsc::cuda

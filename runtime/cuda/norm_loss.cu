@@ -1,2 +1,1567 @@
-// placeholder, being written
-#include "cuda/context.h"
+//===- norm_loss.cu - CUDA kernels: norms, softmax, losses ----------------===//
+//
+// The CUDA versions of cpu/norm_loss.cpp, with its argument checks and
+// messages. Numerics:
+//
+//  - Every reduction (batch statistics, row statistics, loss totals, column
+//    sums of layer-norm gradients) accumulates in double, for f32 as for
+//    f64, in a fixed order: per thread over a fixed stride, then a fixed
+//    butterfly over the warp and the block, then fixed-order sums of
+//    per-block partials kept in scratch(). The kernels are memory bound, so
+//    the double adds cost nothing measurable. The one exception is the sum
+//    of exponentials of softmax and cross entropy: a thread that shares a
+//    line adds its few hundred terms in the element type (converting each
+//    term to double cost about 10% of the cross entropy's speed), then the
+//    threads' sums are combined in double.
+//  - So f32 results carry about the rounding of the element-type math and no
+//    more: for GPT-2's rows (50257 classes) the gradient of the cross
+//    entropy is within 2.4e-6 of the CPU's f64 result on the same values,
+//    where the CPU's f32 result (a sequential f32 sum) is 5e-5 from it.
+//  - Elementwise math (centering, exp, the normalized output, per-position
+//    losses and gradients) is done in the element type with the CPU's
+//    formulas, on statistics rounded to the element type as the CPU has them.
+//  - Softmax (and the log-sum-exp of the cross entropy) reads each line once
+//    for its statistics: each thread keeps a running max and a sum of
+//    exponentials rescaled when the max grows; the threads' pairs are
+//    combined after a max over the group.
+//
+// Lines (softmax axes, cross-entropy classes) go to one thread each when
+// they are strided (inner > 1) and many, to one block each when strided and
+// few, else to one warp each up to 1024 elements and one block above.
+//
+// Labels are checked on the device: a label outside [0, C) that is not the
+// ignore index is treated as ignored by the kernels and its position is kept
+// (the lowest, by an integer atomicMin) in a scratch flag. The forward losses
+// copy that flag back and wait for the stream (one small copy per call) and
+// fail with the CPU's OutOfRange message; the backward losses do the same only
+// with DSC_CUDA_SYNC=1, since their forward has already checked the labels.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+namespace dsc::cuda {
+
+using namespace detail;
+using cpu::detail::normalizeAxis;
+using cpu::detail::shapeIs;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Host-side helpers
+//===----------------------------------------------------------------------===//
+
+Status checkFloat(const Call &call, std::initializer_list<const Tensor *> ts,
+                  DType dtype) {
+  if (dtype != DType::F32 && dtype != DType::F64)
+    return call.fail("expects f32 or f64", StatusCode::Unimplemented);
+  for (const Tensor *t : ts)
+    if (t->present() && (!validRank(*t) || t->dtype != dtype))
+      return call.fail("operands and results must share one float dtype");
+  return Status();
+}
+
+/// Carves one scratch() request into 256-byte aligned pieces.
+struct ScratchPlan {
+  size_t bytes = 0;
+  size_t add(size_t n) {
+    size_t at = bytes;
+    bytes += (n + 255) & ~size_t(255);
+    return at;
+  }
+};
+
+template <typename P> P *carve(void *base, size_t offset) {
+  return reinterpret_cast<P *>(static_cast<char *>(base) + offset);
+}
+
+/// Whether DSC_CUDA_SYNC=1 asks every call to wait for its kernels.
+bool syncEveryCall() {
+  static const bool on = [] {
+    const char *v = std::getenv("DSC_CUDA_SYNC");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+constexpr unsigned kMaxGrid = 65535u * 8;
+
+__host__ __device__ inline int64_t minI64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+unsigned gridFor(int64_t n) {
+  return static_cast<unsigned>(std::max<int64_t>(
+      1, std::min<int64_t>(n, static_cast<int64_t>(kMaxGrid))));
+}
+
+//===----------------------------------------------------------------------===//
+// Device-side helpers
+//===----------------------------------------------------------------------===//
+
+__device__ inline float dExp(float x) { return expf(x); }
+__device__ inline double dExp(double x) { return exp(x); }
+__device__ inline float dSqrt(float x) { return sqrtf(x); }
+__device__ inline double dSqrt(double x) { return sqrt(x); }
+
+/// Sum and max over a warp by a xor butterfly: every lane ends with the same
+/// bits, since each step adds the same two values in either order.
+template <typename A> __device__ inline A warpSum(A v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename A> __device__ inline A warpMax(A v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    A u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = u > v ? u : v;
+  }
+  return v;
+}
+
+/// Over a block of a multiple of 32 threads (at most 1024): warps, then the
+/// warps' results by every warp alike, so every thread gets the same bits.
+template <bool kMax, typename A> __device__ inline A blockReduce(A v) {
+  __shared__ A buf[32];
+  v = kMax ? warpMax(v) : warpSum(v);
+  unsigned lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  __syncthreads(); // a previous call may still be reading buf
+  if (lane == 0)
+    buf[threadIdx.x >> 5] = v;
+  __syncthreads();
+  A r = lane < warps ? buf[lane] : (kMax ? A(-INFINITY) : A(0));
+  return kMax ? warpMax(r) : warpSum(r);
+}
+
+/// How a kernel over lines spreads them: one line per thread (strided), per
+/// warp (contiguous), per block (contiguous) or per block (strided). The
+/// contiguous modes know their stride of 1 at compile time.
+enum LineMode : int {
+  kThreadLine = 0,
+  kWarpLine = 1,
+  kBlockLine = 2,
+  kStridedBlockLine = 3
+};
+
+/// Calls launch(std::integral_constant<int, mode>()).
+template <typename Launch> void byLineMode(int mode, Launch &&launch) {
+  switch (mode) {
+  case kThreadLine:
+    launch(std::integral_constant<int, kThreadLine>());
+    break;
+  case kWarpLine:
+    launch(std::integral_constant<int, kWarpLine>());
+    break;
+  case kBlockLine:
+    launch(std::integral_constant<int, kBlockLine>());
+    break;
+  default:
+    launch(std::integral_constant<int, kStridedBlockLine>());
+    break;
+  }
+}
+
+template <int kMode, typename A> __device__ inline A groupSum(A v) {
+  if constexpr (kMode == kThreadLine)
+    return v;
+  else if constexpr (kMode == kWarpLine)
+    return warpSum(v);
+  else
+    return blockReduce<false>(v);
+}
+
+template <int kMode, typename A> __device__ inline A groupMax(A v) {
+  if constexpr (kMode == kThreadLine)
+    return v;
+  else if constexpr (kMode == kWarpLine)
+    return warpMax(v);
+  else
+    return blockReduce<true>(v);
+}
+
+/// The first line of this thread's group, the step to its next line, its
+/// lane in the group and the group's size. Whole warps (blocks) share lines,
+/// so their loops and reductions stay converged.
+template <int kMode> struct LineGroup {
+  int64_t first, step;
+  int lane, size;
+  __device__ LineGroup() {
+    if constexpr (kMode == kThreadLine) {
+      first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+      step = int64_t(gridDim.x) * blockDim.x;
+      lane = 0, size = 1;
+    } else if constexpr (kMode == kWarpLine) {
+      int warps = blockDim.x / 32;
+      first = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
+      step = int64_t(gridDim.x) * warps;
+      lane = threadIdx.x & 31, size = 32;
+    } else {
+      first = blockIdx.x, step = gridDim.x;
+      lane = threadIdx.x, size = blockDim.x;
+    }
+  }
+};
+
+/// Lines along one axis: line l = o * inner + i has its elements at
+/// o * dim * inner + i + k * inner, k in [0, dim).
+struct Lines {
+  int64_t count, dim, inner;
+  __device__ int64_t base(int64_t l) const {
+    int64_t o = l / inner;
+    return o * dim * inner + (l - o * inner);
+  }
+  /// The element stride, a constant 1 for the contiguous modes.
+  template <int kMode> __device__ int64_t stride() const {
+    if constexpr (kMode == kWarpLine || kMode == kBlockLine)
+      return 1;
+    else
+      return inner;
+  }
+};
+
+struct LineLaunch {
+  int mode;
+  unsigned grid, block;
+};
+
+LineLaunch pickLines(int64_t lines, int64_t dim, int64_t inner) {
+  if (inner > 1 && (lines >= 16384 || (lines >= 1024 && dim <= 256)))
+    return {kThreadLine, blocksFor(lines, 256), 256};
+  if (inner > 1)
+    return {kStridedBlockLine, gridFor(lines), dim <= 1024 ? 128u : 512u};
+  if (dim <= 1024)
+    return {kWarpLine, blocksFor(lines, 256 / 32), 256};
+  return {kBlockLine, gridFor(lines), 512};
+}
+
+/// The max M and the sum S of exp(x - M) over a line, in every lane. Each
+/// thread keeps a running max m and sum s of exp(x - m), rescaled when m
+/// grows (once per four elements at most); an element of -inf adds nothing,
+/// as exp(-inf - max) on the CPU (a line of -inf only ends as nan through
+/// 0 / 0 there and here). A thread sums in T when it shares the line (a few
+/// hundred elements at most for GPT-2's rows), in double when it has the
+/// whole line; the threads' sums are combined in double.
+template <typename T, int kMode>
+__device__ __forceinline__ void lineStats(const T *__restrict__ x, int64_t dim,
+                                          int64_t stride, int lane, int size,
+                                          T &maxOut, double &sumOut) {
+  using A = std::conditional_t<kMode == kThreadLine, double, T>;
+  T m = T(-INFINITY);
+  A s = 0;
+  for (int64_t k = lane; k < dim; k += int64_t(4) * size) {
+    T v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      int64_t kk = k + int64_t(u) * size;
+      v[u] = kk < dim ? x[kk * stride] : T(-INFINITY);
+    }
+    T vm = T(-INFINITY); // a nan never becomes the max; it makes s nan below
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      vm = v[u] > vm ? v[u] : vm;
+    if (vm > m) {
+      s = s * A(dExp(m - vm));
+      m = vm;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      s += v[u] == T(-INFINITY) ? A(0) : A(dExp(v[u] - m));
+  }
+  T mx = groupMax<kMode>(m);
+  double part = s == 0 ? 0.0 : double(s) * double(dExp(m - mx));
+  maxOut = mx;
+  sumOut = groupSum<kMode>(part);
+}
+
+//===----------------------------------------------------------------------===//
+// Labels
+//===----------------------------------------------------------------------===//
+
+struct LabelView {
+  const void *data;
+  bool i64;
+  int64_t classes;
+  bool hasIgnore;
+  int64_t ignore;
+  /// Receives the lowest position of a label outside [0, classes), if set.
+  unsigned long long *bad;
+
+  __device__ int64_t raw(int64_t i) const {
+    return i64 ? static_cast<const int64_t *>(data)[i]
+               : int64_t(static_cast<const int32_t *>(data)[i]);
+  }
+  /// The class at position i, or -1 when ignored or out of range (which
+  /// `report` records).
+  __device__ int64_t resolve(int64_t i, bool report) const {
+    int64_t v = raw(i);
+    if (hasIgnore && v == ignore)
+      return -1;
+    if (v < 0 || v >= classes) {
+      if (report && bad)
+        atomicMin(bad, static_cast<unsigned long long>(i));
+      return -1;
+    }
+    return v;
+  }
+};
+
+__global__ void badLabelKernel(LabelView labels) {
+  unsigned long long i = labels.bad[0];
+  if (i != ~0ull)
+    labels.bad[1] = static_cast<unsigned long long>(labels.raw(int64_t(i)));
+}
+
+/// The flag is two words: the position (~0 when every label is valid) and,
+/// after badLabelKernel, its label.
+Status initLabelFlag(LabelView &labels, unsigned long long *flag) {
+  labels.bad = flag;
+  DSC_CUDA_CHECK(cudaMemsetAsync(flag, 0xff, 2 * sizeof(*flag), stream()));
+  return Status();
+}
+
+Status checkLabelFlag(const Call &call, const LabelView &labels) {
+  badLabelKernel<<<1, 1, 0, stream()>>>(labels);
+  DSC_CUDA_LAUNCHED("bad_label");
+  unsigned long long host[2];
+  DSC_CUDA_CHECK(cudaMemcpyAsync(host, labels.bad, sizeof(host),
+                                 cudaMemcpyDeviceToHost, stream()));
+  DSC_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  if (host[0] == ~0ull)
+    return Status();
+  return call.fail("label " + std::to_string(static_cast<int64_t>(host[1])) +
+                       " at " + std::to_string(host[0]) + " outside [0, " +
+                       std::to_string(labels.classes) + ")",
+                   StatusCode::OutOfRange);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Batch norm
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// [N, C, rest...] as (N, C, rest) for per-channel statistics.
+void channelLayout(const Tensor &x, int64_t &n, int64_t &c, int64_t &s) {
+  n = x.shape[0], c = x.shape[1], s = 1;
+  for (int d = 2; d < x.rank; ++d)
+    s *= x.shape[d];
+}
+
+enum BnPass : int { kBnSum = 0, kBnSquares = 1, kBnGrads = 2 };
+
+/// Per-channel statistics in two steps: block (ch, part) sums its contiguous
+/// share of the channel's N * S elements (in (n, s) order) into
+/// partials[(ch * parts + part) * 2 + {0, 1}]; bnChannels sums the parts in
+/// order. Sums: x; (x - mean)^2; g and g * (x - mean) * inv.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    bnPartialKernel(const T *__restrict__ x, const T *__restrict__ g, int64_t c,
+                    int64_t s, int64_t count, int parts, int pass,
+                    const T *__restrict__ mean, const T *__restrict__ inv,
+                    double *__restrict__ partials) {
+  int64_t ch = blockIdx.x;
+  int part = blockIdx.y;
+  int64_t per = (count + parts - 1) / parts;
+  int64_t k = minI64(count, per * part) + threadIdx.x;
+  int64_t end = minI64(count, per * (part + 1));
+  double a = 0, b = 0;
+  if (k < end) {
+    T m = pass == kBnSum ? T(0) : mean[ch];
+    T iv = pass == kBnGrads ? inv[ch] : T(0);
+    int64_t n = k / s, j = k - n * s;
+    int64_t stepN = blockDim.x / s, stepJ = blockDim.x - stepN * s;
+    for (; k < end; k += blockDim.x) {
+      int64_t e = (n * c + ch) * s + j;
+      if (pass == kBnSum) {
+        a += double(x[e]);
+      } else if (pass == kBnSquares) {
+        T d = x[e] - m;
+        a += double(d) * double(d);
+      } else {
+        a += double(g[e]);
+        b += double(g[e] * (x[e] - m) * iv);
+      }
+      n += stepN, j += stepJ;
+      if (j >= s)
+        j -= s, ++n;
+    }
+  }
+  a = blockReduce<false>(a);
+  if (pass == kBnGrads)
+    b = blockReduce<false>(b);
+  if (threadIdx.x == 0) {
+    partials[(ch * parts + part) * 2] = a;
+    partials[(ch * parts + part) * 2 + 1] = b;
+  }
+}
+
+/// What bnChannelKernel writes per channel from the summed partials.
+template <typename T> struct BnChannelOut {
+  // kBnSum: mean = sum / count.
+  T *mean = nullptr;
+  // kBnSquares: var = sum / count, inv = 1 / sqrt(var + eps); with train set,
+  // the forward's a = scale * inv, b = bias, the running statistics and the
+  // saved statistics.
+  T *inv = nullptr;
+  bool train = false;
+  const T *scale = nullptr, *bias = nullptr, *runningMean = nullptr,
+          *runningVar = nullptr;
+  T *a = nullptr, *b = nullptr, *newRunningMean = nullptr,
+    *newRunningVar = nullptr, *saveMean = nullptr, *saveInvStd = nullptr;
+  // kBnGrads: sumG, sumGX, k = scale * inv / count, gradScale, gradBias.
+  T *sumG = nullptr, *sumGX = nullptr, *k = nullptr, *gradScale = nullptr,
+    *gradBias = nullptr;
+};
+
+template <typename T>
+__global__ void bnChannelKernel(const double *__restrict__ partials, int parts,
+                                int64_t c, int64_t count, int pass, T eps,
+                                T momentum, BnChannelOut<T> o) {
+  LineGroup<kWarpLine> grp; // a warp per channel
+  for (int64_t ch = grp.first; ch < c; ch += grp.step) {
+    double a = 0, b = 0;
+    for (int p = grp.lane; p < parts; p += 32) {
+      a += partials[(ch * parts + p) * 2];
+      b += partials[(ch * parts + p) * 2 + 1];
+    }
+    a = warpSum(a), b = warpSum(b);
+    if (grp.lane != 0)
+      continue;
+    T cnt = static_cast<T>(count);
+    if (pass == kBnSum) {
+      o.mean[ch] = T(a / double(count));
+    } else if (pass == kBnSquares) {
+      T var = T(a / double(count));
+      T inv = T(1) / dSqrt(var + eps);
+      o.inv[ch] = inv;
+      if (!o.train)
+        continue;
+      T mean = o.mean[ch];
+      o.a[ch] = o.scale[ch] * inv;
+      o.b[ch] = o.bias[ch];
+      T unbiased = cnt > 1 ? var * cnt / (cnt - 1) : var;
+      if (o.newRunningMean)
+        o.newRunningMean[ch] =
+            momentum * o.runningMean[ch] + (T(1) - momentum) * mean;
+      if (o.newRunningVar)
+        o.newRunningVar[ch] =
+            momentum * o.runningVar[ch] + (T(1) - momentum) * unbiased;
+      if (o.saveMean)
+        o.saveMean[ch] = mean;
+      if (o.saveInvStd)
+        o.saveInvStd[ch] = inv;
+    } else {
+      T sumG = T(a), sumGX = T(b);
+      o.sumG[ch] = sumG, o.sumGX[ch] = sumGX;
+      o.k[ch] = (o.scale ? o.scale[ch] : T(1)) * o.inv[ch] / cnt;
+      if (o.gradScale)
+        o.gradScale[ch] = sumGX;
+      if (o.gradBias)
+        o.gradBias[ch] = sumG;
+    }
+  }
+}
+
+/// Inference: a = scale / sqrt(var + eps), b = bias, mean.
+template <typename T>
+__global__ void bnInferenceChannelKernel(const T *__restrict__ scale,
+                                         const T *__restrict__ bias,
+                                         const T *__restrict__ var, int64_t c,
+                                         T eps, T *a, T *b) {
+  DSC_GRID_STRIDE(ch, c) {
+    a[ch] = scale[ch] / dSqrt(var[ch] + eps);
+    b[ch] = bias[ch];
+  }
+}
+
+/// out = (x - mean) * a + b per channel; I is the index type (32-bit where
+/// it fits, which keeps the channel's division cheap).
+template <typename T, typename I>
+__global__ void bnApplyKernel(const T *__restrict__ x, T *__restrict__ y, I n,
+                              I c, I s, const T *__restrict__ mean,
+                              const T *__restrict__ a,
+                              const T *__restrict__ b) {
+  for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += I(blockDim.x) * gridDim.x) {
+    I ch = (i / s) % c;
+    y[i] = (x[i] - mean[ch]) * a[ch] + b[ch];
+  }
+}
+
+template <typename T, typename I>
+__global__ void
+bnBackwardApplyKernel(const T *__restrict__ x, const T *__restrict__ g,
+                      T *__restrict__ gx, I n, I c, I s, T count,
+                      const T *__restrict__ mean, const T *__restrict__ inv,
+                      const T *__restrict__ k, const T *__restrict__ sumG,
+                      const T *__restrict__ sumGX) {
+  for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += I(blockDim.x) * gridDim.x) {
+    I ch = (i / s) % c;
+    T xhat = (x[i] - mean[ch]) * inv[ch];
+    gx[i] = k[ch] * (count * g[i] - sumG[ch] - xhat * sumGX[ch]);
+  }
+}
+
+bool fits32(int64_t n) { return n < (int64_t(1) << 31); }
+
+template <typename T>
+Status bnApply(const Tensor &input, const Tensor &out, int64_t c, int64_t s,
+               const T *mean, const T *a, const T *b) {
+  int64_t n = input.numel();
+  if (n == 0)
+    return Status();
+  if (fits32(n))
+    bnApplyKernel<T, uint32_t><<<blocksFor(n), kThreads, 0, stream()>>>(
+        input.as<T>(), out.as<T>(), uint32_t(n), uint32_t(c), uint32_t(s), mean,
+        a, b);
+  else
+    bnApplyKernel<T, uint64_t><<<blocksFor(n), kThreads, 0, stream()>>>(
+        input.as<T>(), out.as<T>(), uint64_t(n), uint64_t(c), uint64_t(s), mean,
+        a, b);
+  DSC_CUDA_LAUNCHED("batch_norm_apply");
+  return Status();
+}
+
+/// Launches one statistics pass and its per-channel step.
+template <typename T>
+Status bnPass(const Tensor &input, const Tensor &gradOut, int64_t c, int64_t s,
+              int64_t count, int parts, int pass, double *partials, T eps,
+              T momentum, const BnChannelOut<T> &o) {
+  bnPartialKernel<T><<<dim3(unsigned(c), unsigned(parts)), 256, 0, stream()>>>(
+      input.as<T>(), gradOut.as<T>(), c, s, count, parts, pass, o.mean, o.inv,
+      partials);
+  DSC_CUDA_LAUNCHED("batch_norm_partials");
+  bnChannelKernel<T><<<blocksFor(c, 8), 256, 0, stream()>>>(
+      partials, parts, c, count, pass, eps, momentum, o);
+  DSC_CUDA_LAUNCHED("batch_norm_channels");
+  return Status();
+}
+
+/// Parts per channel: about 16K elements each, at most 256, fixed by the
+/// shape alone so that results do not depend on the device.
+int bnParts(int64_t count) {
+  return static_cast<int>(
+      std::clamp<int64_t>((count + 16383) / 16384, int64_t(1), int64_t(256)));
+}
+
+Status checkChannels(const Call &call, int64_t c) {
+  if (c > 0x7fffffff)
+    return call.fail("more channels than one launch covers",
+                     StatusCode::Unimplemented);
+  return Status();
+}
+
+template <typename T>
+Status
+batchNormTrainImpl(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                   const Tensor &runningMean, const Tensor &runningVar,
+                   double epsilon, double momentum, const Tensor &out,
+                   const Tensor &newRunningMean, const Tensor &newRunningVar,
+                   const Tensor &saveMean, const Tensor &saveInvStd, int64_t n,
+                   int64_t c, int64_t s) {
+  if (c == 0)
+    return Status();
+  int64_t count = n * s;
+  int parts = bnParts(count);
+  ScratchPlan plan;
+  size_t pPartials = plan.add(sizeof(double) * 2 * c * parts);
+  size_t pMean = plan.add(sizeof(T) * c), pInv = plan.add(sizeof(T) * c);
+  size_t pA = plan.add(sizeof(T) * c), pB = plan.add(sizeof(T) * c);
+  void *base = nullptr;
+  if (Status st = scratch(plan.bytes, &base); !st.ok())
+    return st;
+  BnChannelOut<T> o;
+  o.mean = carve<T>(base, pMean), o.inv = carve<T>(base, pInv);
+  o.train = true;
+  o.scale = scale.as<T>(), o.bias = bias.as<T>();
+  o.runningMean = runningMean.as<T>(), o.runningVar = runningVar.as<T>();
+  o.a = carve<T>(base, pA), o.b = carve<T>(base, pB);
+  o.newRunningMean = newRunningMean.as<T>();
+  o.newRunningVar = newRunningVar.as<T>();
+  o.saveMean = saveMean.as<T>(), o.saveInvStd = saveInvStd.as<T>();
+  double *partials = carve<double>(base, pPartials);
+  T eps = T(epsilon), mom = T(momentum);
+  for (int pass : {kBnSum, kBnSquares})
+    if (Status st = bnPass<T>(input, input, c, s, count, parts, pass, partials,
+                              eps, mom, o);
+        !st.ok())
+      return st;
+  return bnApply<T>(input, out, c, s, o.mean, o.a, o.b);
+}
+
+template <typename T>
+Status batchNormTrainBackwardImpl(const Tensor &input, const Tensor &scale,
+                                  double epsilon, const Tensor &gradOut,
+                                  const Tensor &gradIn, const Tensor &gradScale,
+                                  const Tensor &gradBias, int64_t n, int64_t c,
+                                  int64_t s) {
+  if (c == 0)
+    return Status();
+  int64_t count = n * s;
+  int parts = bnParts(count);
+  ScratchPlan plan;
+  size_t pPartials = plan.add(sizeof(double) * 2 * c * parts);
+  size_t pMean = plan.add(sizeof(T) * c), pInv = plan.add(sizeof(T) * c);
+  size_t pSumG = plan.add(sizeof(T) * c), pSumGX = plan.add(sizeof(T) * c);
+  size_t pK = plan.add(sizeof(T) * c);
+  void *base = nullptr;
+  if (Status st = scratch(plan.bytes, &base); !st.ok())
+    return st;
+  BnChannelOut<T> o;
+  o.mean = carve<T>(base, pMean), o.inv = carve<T>(base, pInv);
+  o.scale = scale.as<T>();
+  o.sumG = carve<T>(base, pSumG), o.sumGX = carve<T>(base, pSumGX);
+  o.k = carve<T>(base, pK);
+  o.gradScale = gradScale.as<T>(), o.gradBias = gradBias.as<T>();
+  double *partials = carve<double>(base, pPartials);
+  for (int pass : {kBnSum, kBnSquares, kBnGrads})
+    if (Status st = bnPass<T>(input, gradOut, c, s, count, parts, pass,
+                              partials, T(epsilon), T(0), o);
+        !st.ok())
+      return st;
+  int64_t total = input.numel();
+  if (!gradIn.present() || total == 0)
+    return Status();
+  T cnt = static_cast<T>(count);
+  if (fits32(total))
+    bnBackwardApplyKernel<T, uint32_t>
+        <<<blocksFor(total), kThreads, 0, stream()>>>(
+            input.as<T>(), gradOut.as<T>(), gradIn.as<T>(), uint32_t(total),
+            uint32_t(c), uint32_t(s), cnt, o.mean, o.inv, o.k, o.sumG, o.sumGX);
+  else
+    bnBackwardApplyKernel<T, uint64_t>
+        <<<blocksFor(total), kThreads, 0, stream()>>>(
+            input.as<T>(), gradOut.as<T>(), gradIn.as<T>(), uint64_t(total),
+            uint64_t(c), uint64_t(s), cnt, o.mean, o.inv, o.k, o.sumG, o.sumGX);
+  DSC_CUDA_LAUNCHED("batch_norm_train_backward");
+  return Status();
+}
+
+template <typename T>
+Status batchNormImpl(const Tensor &input, const Tensor &scale,
+                     const Tensor &bias, const Tensor &mean, const Tensor &var,
+                     double epsilon, const Tensor &out, int64_t c, int64_t s) {
+  if (c == 0 || input.numel() == 0)
+    return Status();
+  ScratchPlan plan;
+  size_t pA = plan.add(sizeof(T) * c), pB = plan.add(sizeof(T) * c);
+  void *base = nullptr;
+  if (Status st = scratch(plan.bytes, &base); !st.ok())
+    return st;
+  T *a = carve<T>(base, pA), *b = carve<T>(base, pB);
+  bnInferenceChannelKernel<T><<<blocksFor(c), kThreads, 0, stream()>>>(
+      scale.as<T>(), bias.as<T>(), var.as<T>(), c, T(epsilon), a, b);
+  DSC_CUDA_LAUNCHED("batch_norm_channels");
+  return bnApply<T>(input, out, c, s, mean.as<T>(), a, b);
+}
+
+} // namespace
+
+Status batchNormTrain(const Tensor &input, const Tensor &scale,
+                      const Tensor &bias, const Tensor &runningMean,
+                      const Tensor &runningVar, double epsilon, double momentum,
+                      const Tensor &out, const Tensor &newRunningMean,
+                      const Tensor &newRunningVar, const Tensor &saveMean,
+                      const Tensor &saveInvStd) {
+  Call call("batch_norm_train");
+  call.arg("input", input)
+      .arg("scale", scale)
+      .arg("bias", bias)
+      .arg("running_mean", runningMean)
+      .arg("running_var", runningVar)
+      .arg("out", out);
+  if (Status st =
+          checkFloat(call,
+                     {&input, &scale, &bias, &runningMean, &runningVar, &out,
+                      &newRunningMean, &newRunningVar, &saveMean, &saveInvStd},
+                     input.dtype);
+      !st.ok())
+    return st;
+  if (input.rank < 2 || !sameShape(input, out))
+    return call.fail("input must be [N, C, ...] and the result like it");
+  int64_t n, c, s;
+  channelLayout(input, n, c, s);
+  for (const Tensor *t :
+       {&scale, &bias, &runningMean, &runningVar, &newRunningMean,
+        &newRunningVar, &saveMean, &saveInvStd})
+    if (t->present() && !shapeIs(*t, {c}))
+      return call.fail("per-channel operands must be [" + std::to_string(c) +
+                       "]");
+  if (!scale.present() || !bias.present() || !runningMean.present() ||
+      !runningVar.present())
+    return call.fail("scale, bias and running statistics are required");
+  if (Status st = checkChannels(call, c); !st.ok())
+    return st;
+  if (input.dtype == DType::F32)
+    return batchNormTrainImpl<float>(
+        input, scale, bias, runningMean, runningVar, epsilon, momentum, out,
+        newRunningMean, newRunningVar, saveMean, saveInvStd, n, c, s);
+  return batchNormTrainImpl<double>(
+      input, scale, bias, runningMean, runningVar, epsilon, momentum, out,
+      newRunningMean, newRunningVar, saveMean, saveInvStd, n, c, s);
+}
+
+Status batchNormTrainBackward(const Tensor &input, const Tensor &scale,
+                              double epsilon, const Tensor &gradOut,
+                              const Tensor &gradIn, const Tensor &gradScale,
+                              const Tensor &gradBias) {
+  Call call("batch_norm_train_backward");
+  call.arg("input", input).arg("scale", scale).arg("grad_out", gradOut);
+  if (Status st = checkFloat(
+          call, {&input, &scale, &gradOut, &gradIn, &gradScale, &gradBias},
+          input.dtype);
+      !st.ok())
+    return st;
+  if (input.rank < 2 || !sameShape(input, gradOut) ||
+      (gradIn.present() && !sameShape(input, gradIn)))
+    return call.fail("grad_out and grad_in must have the input's shape");
+  int64_t n, c, s;
+  channelLayout(input, n, c, s);
+  for (const Tensor *t : {&scale, &gradScale, &gradBias})
+    if (t->present() && !shapeIs(*t, {c}))
+      return call.fail("per-channel operands must be [" + std::to_string(c) +
+                       "]");
+  if (Status st = checkChannels(call, c); !st.ok())
+    return st;
+  if (input.dtype == DType::F32)
+    return batchNormTrainBackwardImpl<float>(
+        input, scale, epsilon, gradOut, gradIn, gradScale, gradBias, n, c, s);
+  return batchNormTrainBackwardImpl<double>(
+      input, scale, epsilon, gradOut, gradIn, gradScale, gradBias, n, c, s);
+}
+
+Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 const Tensor &mean, const Tensor &var, double epsilon,
+                 const Tensor &out) {
+  Call call("batch_norm");
+  call.arg("input", input)
+      .arg("scale", scale)
+      .arg("bias", bias)
+      .arg("mean", mean)
+      .arg("var", var)
+      .arg("out", out);
+  if (Status st = checkFloat(call, {&input, &scale, &bias, &mean, &var, &out},
+                             input.dtype);
+      !st.ok())
+    return st;
+  if (input.rank < 2 || !sameShape(input, out))
+    return call.fail("input must be [N, C, ...] and the result like it");
+  int64_t n, c, s;
+  channelLayout(input, n, c, s);
+  for (const Tensor *t : {&scale, &bias, &mean, &var})
+    if (!t->present() || !shapeIs(*t, {c}))
+      return call.fail("per-channel operands must be [" + std::to_string(c) +
+                       "]");
+  if (input.dtype == DType::F32)
+    return batchNormImpl<float>(input, scale, bias, mean, var, epsilon, out, c,
+                                s);
+  return batchNormImpl<double>(input, scale, bias, mean, var, epsilon, out, c,
+                               s);
+}
+
+//===----------------------------------------------------------------------===//
+// Layer norm
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+Status layerNormLayout(const Call &call, const Tensor &input,
+                       const Tensor &scale, const Tensor &bias, int64_t axis,
+                       int64_t &rows, int64_t &cols) {
+  if (!normalizeAxis(axis, input.rank))
+    return call.fail("axis out of range");
+  rows = 1, cols = 1;
+  for (int d = 0; d < input.rank; ++d)
+    (d < axis ? rows : cols) *= input.shape[d];
+  for (const Tensor *t : {&scale, &bias})
+    if (t->present() && t->numel() != cols)
+      return call.fail("scale and bias must have the " + std::to_string(cols) +
+                       " elements of dims [axis, rank)");
+  return Status();
+}
+
+/// A row's mean and 1 / sqrt(var + eps), rounded to T as the CPU has them.
+template <typename T, int kMode>
+__device__ inline void rowStats(const T *__restrict__ x, int64_t cols, int lane,
+                                int size, T eps, T &mean, T &inv) {
+  double a = 0;
+  for (int64_t j = lane; j < cols; j += size)
+    a += double(x[j]);
+  mean = T(groupSum<kMode>(a) / double(cols));
+  double q = 0;
+  for (int64_t j = lane; j < cols; j += size) {
+    T d = x[j] - mean;
+    q += double(d) * double(d);
+  }
+  inv = T(1) / dSqrt(T(groupSum<kMode>(q) / double(cols)) + eps);
+}
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(512)
+    layerNormKernel(const T *__restrict__ x, const T *__restrict__ w,
+                    const T *__restrict__ b, T *__restrict__ y, int64_t rows,
+                    int64_t cols, T eps) {
+  LineGroup<kMode> grp;
+  for (int64_t r = grp.first; r < rows; r += grp.step) {
+    const T *xr = x + r * cols;
+    T *yr = y + r * cols;
+    T mean, inv;
+    rowStats<T, kMode>(xr, cols, grp.lane, grp.size, eps, mean, inv);
+    for (int64_t j = grp.lane; j < cols; j += grp.size)
+      yr[j] = (xr[j] - mean) * inv * w[j] + (b ? b[j] : T(0));
+  }
+}
+
+/// gradIn (if any) per row, and each row's statistics for the column sums.
+template <typename T, int kMode>
+__global__ void __launch_bounds__(512)
+    layerNormBackwardKernel(const T *__restrict__ x, const T *__restrict__ w,
+                            const T *__restrict__ g, T *__restrict__ gx,
+                            int64_t rows, int64_t cols, T eps,
+                            T *__restrict__ rowMean, T *__restrict__ rowInv) {
+  LineGroup<kMode> grp;
+  for (int64_t r = grp.first; r < rows; r += grp.step) {
+    const T *xr = x + r * cols, *gr = g + r * cols;
+    T mean, inv;
+    rowStats<T, kMode>(xr, cols, grp.lane, grp.size, eps, mean, inv);
+    if (rowMean && grp.lane == 0)
+      rowMean[r] = mean, rowInv[r] = inv;
+    if (!gx)
+      continue;
+    double sw = 0, swx = 0;
+    for (int64_t j = grp.lane; j < cols; j += grp.size) {
+      T gw = gr[j] * w[j];
+      sw += double(gw);
+      swx += double(gw * ((xr[j] - mean) * inv));
+    }
+    T sumGW = T(groupSum<kMode>(sw)), sumGWX = T(groupSum<kMode>(swx));
+    T d = static_cast<T>(cols);
+    T *gxr = gx + r * cols;
+    for (int64_t j = grp.lane; j < cols; j += grp.size) {
+      T xhat = (xr[j] - mean) * inv;
+      gxr[j] = inv / d * (d * gr[j] * w[j] - sumGW - xhat * sumGWX);
+    }
+  }
+}
+
+/// partials[{0, 1}][chunk][j] = sum over the chunk's rows of g * xhat, g.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    layerNormColumnKernel(const T *__restrict__ x, const T *__restrict__ g,
+                          const T *__restrict__ rowMean,
+                          const T *__restrict__ rowInv, int64_t rows,
+                          int64_t cols, int64_t rowsPerChunk, int64_t chunks,
+                          double *__restrict__ partials) {
+  int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t chunk = blockIdx.y;
+  if (j >= cols)
+    return;
+  int64_t r0 = chunk * rowsPerChunk, r1 = minI64(rows, r0 + rowsPerChunk);
+  double s = 0, b = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t e = r * cols + j;
+    T xhat = (x[e] - rowMean[r]) * rowInv[r];
+    s += double(g[e] * xhat);
+    b += double(g[e]);
+  }
+  partials[chunk * cols + j] = s;
+  partials[(chunks + chunk) * cols + j] = b;
+}
+
+template <typename T>
+__global__ void layerNormColumnSumKernel(const double *__restrict__ partials,
+                                         int64_t cols, int64_t chunks,
+                                         T *gradScale, T *gradBias) {
+  LineGroup<kWarpLine> grp; // a warp per column
+  for (int64_t j = grp.first; j < cols; j += grp.step) {
+    double s = 0, b = 0;
+    for (int64_t k = grp.lane; k < chunks; k += 32) {
+      s += partials[k * cols + j];
+      b += partials[(chunks + k) * cols + j];
+    }
+    s = warpSum(s), b = warpSum(b);
+    if (grp.lane != 0)
+      continue;
+    if (gradScale)
+      gradScale[j] = T(s);
+    if (gradBias)
+      gradBias[j] = T(b);
+  }
+}
+
+template <typename T>
+Status layerNormImpl(const Tensor &input, const Tensor &scale,
+                     const Tensor &bias, double epsilon, const Tensor &out,
+                     int64_t rows, int64_t cols) {
+  if (rows == 0 || cols == 0)
+    return Status();
+  if (cols <= 1024)
+    layerNormKernel<T, kWarpLine><<<blocksFor(rows, 8), 256, 0, stream()>>>(
+        input.as<T>(), scale.as<T>(), bias.as<T>(), out.as<T>(), rows, cols,
+        T(epsilon));
+  else
+    layerNormKernel<T, kBlockLine><<<gridFor(rows), 512, 0, stream()>>>(
+        input.as<T>(), scale.as<T>(), bias.as<T>(), out.as<T>(), rows, cols,
+        T(epsilon));
+  DSC_CUDA_LAUNCHED("layer_norm");
+  return Status();
+}
+
+template <typename T>
+Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
+                             double epsilon, const Tensor &gradOut,
+                             const Tensor &gradIn, const Tensor &gradScale,
+                             const Tensor &gradBias, int64_t rows,
+                             int64_t cols) {
+  bool columns = gradScale.present() || gradBias.present();
+  if (cols == 0 || (!columns && (rows == 0 || !gradIn.present())))
+    return Status();
+  // Fixed by the shape alone: about 32 rows per chunk, at most 1024 chunks.
+  int64_t chunks = std::clamp<int64_t>((rows + 31) / 32, 1, 1024);
+  int64_t rowsPerChunk = (rows + chunks - 1) / chunks;
+  T *rowMean = nullptr, *rowInv = nullptr;
+  double *partials = nullptr;
+  if (columns) {
+    ScratchPlan plan;
+    size_t pMean = plan.add(sizeof(T) * rows),
+           pInv = plan.add(sizeof(T) * rows);
+    size_t pPartials = plan.add(sizeof(double) * 2 * chunks * cols);
+    void *base = nullptr;
+    if (Status st = scratch(plan.bytes, &base); !st.ok())
+      return st;
+    rowMean = carve<T>(base, pMean), rowInv = carve<T>(base, pInv);
+    partials = carve<double>(base, pPartials);
+  }
+  if (rows > 0) {
+    if (cols <= 1024)
+      layerNormBackwardKernel<T, kWarpLine>
+          <<<blocksFor(rows, 8), 256, 0, stream()>>>(
+              input.as<T>(), scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(),
+              rows, cols, T(epsilon), rowMean, rowInv);
+    else
+      layerNormBackwardKernel<T, kBlockLine>
+          <<<gridFor(rows), 512, 0, stream()>>>(
+              input.as<T>(), scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(),
+              rows, cols, T(epsilon), rowMean, rowInv);
+    DSC_CUDA_LAUNCHED("layer_norm_backward");
+  }
+  if (!columns)
+    return Status();
+  layerNormColumnKernel<T>
+      <<<dim3(unsigned((cols + 255) / 256), unsigned(chunks)), 256, 0,
+         stream()>>>(input.as<T>(), gradOut.as<T>(), rowMean, rowInv, rows,
+                     cols, rowsPerChunk, chunks, partials);
+  DSC_CUDA_LAUNCHED("layer_norm_backward_columns");
+  layerNormColumnSumKernel<T><<<blocksFor(cols, 8), 256, 0, stream()>>>(
+      partials, cols, chunks, gradScale.as<T>(), gradBias.as<T>());
+  DSC_CUDA_LAUNCHED("layer_norm_backward_column_sums");
+  return Status();
+}
+
+} // namespace
+
+Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 int64_t axis, double epsilon, const Tensor &out) {
+  Call call("layer_norm");
+  call.arg("input", input)
+      .arg("scale", scale)
+      .arg("bias", bias)
+      .arg("axis", axis)
+      .arg("out", out);
+  if (Status st = checkFloat(call, {&input, &scale, &bias, &out}, input.dtype);
+      !st.ok())
+    return st;
+  if (!sameShape(input, out) || !scale.present())
+    return call.fail("scale is required; the result has the input's shape");
+  int64_t rows, cols;
+  if (Status st = layerNormLayout(call, input, scale, bias, axis, rows, cols);
+      !st.ok())
+    return st;
+  if (input.dtype == DType::F32)
+    return layerNormImpl<float>(input, scale, bias, epsilon, out, rows, cols);
+  return layerNormImpl<double>(input, scale, bias, epsilon, out, rows, cols);
+}
+
+Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                         double epsilon, const Tensor &gradOut,
+                         const Tensor &gradIn, const Tensor &gradScale,
+                         const Tensor &gradBias) {
+  Call call("layer_norm_backward");
+  call.arg("input", input)
+      .arg("scale", scale)
+      .arg("axis", axis)
+      .arg("grad_out", gradOut);
+  if (Status st = checkFloat(
+          call, {&input, &scale, &gradOut, &gradIn, &gradScale, &gradBias},
+          input.dtype);
+      !st.ok())
+    return st;
+  if (!sameShape(input, gradOut) ||
+      (gradIn.present() && !sameShape(input, gradIn)) || !scale.present())
+    return call.fail("scale is required; gradients have the input's shape");
+  int64_t rows, cols;
+  if (Status st =
+          layerNormLayout(call, input, gradScale, gradBias, axis, rows, cols);
+      !st.ok())
+    return st;
+  if (scale.numel() != cols)
+    return call.fail("scale must have the elements of dims [axis, rank)");
+  if (input.dtype == DType::F32)
+    return layerNormBackwardImpl<float>(input, scale, epsilon, gradOut, gradIn,
+                                        gradScale, gradBias, rows, cols);
+  return layerNormBackwardImpl<double>(input, scale, epsilon, gradOut, gradIn,
+                                       gradScale, gradBias, rows, cols);
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(512)
+    softmaxKernel(const T *__restrict__ x, T *__restrict__ y, Lines lines,
+                  bool log) {
+  LineGroup<kMode> grp;
+  const int64_t stride = lines.stride<kMode>();
+  for (int64_t l = grp.first; l < lines.count; l += grp.step) {
+    int64_t base = lines.base(l);
+    const T *xl = x + base;
+    T *yl = y + base;
+    T mx;
+    double sum;
+    lineStats<T, kMode>(xl, lines.dim, stride, grp.lane, grp.size, mx, sum);
+    T sumT = T(sum), lse = T(::log(sum));
+    for (int64_t k = grp.lane; k < lines.dim; k += grp.size) {
+      T z = xl[k * stride] - mx;
+      yl[k * stride] = log ? z - lse : dExp(z) / sumT;
+    }
+  }
+}
+
+/// (outer, dim, inner) of an axis as lines.
+Status axisLines(const Call &call, const Tensor &t, int64_t axis,
+                 Lines &lines) {
+  if (!normalizeAxis(axis, t.rank))
+    return call.fail("axis out of range");
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < t.rank; ++d)
+    if (d < axis)
+      outer *= t.shape[d];
+    else if (d > axis)
+      inner *= t.shape[d];
+  lines = {outer * inner, t.shape[axis], inner};
+  return Status();
+}
+
+template <typename T>
+void launchSoftmax(const LineLaunch &ll, const T *x, T *y, const Lines &lines,
+                   bool log) {
+  byLineMode(ll.mode, [&](auto mode) {
+    softmaxKernel<T, decltype(mode)::value>
+        <<<ll.grid, ll.block, 0, stream()>>>(x, y, lines, log);
+  });
+}
+
+Status softmaxImpl(const char *name, const Tensor &input, int64_t axis,
+                   const Tensor &out, bool log) {
+  Call call(name);
+  call.arg("input", input).arg("axis", axis).arg("out", out);
+  if (Status st = checkFloat(call, {&input, &out}, input.dtype); !st.ok())
+    return st;
+  if (!sameShape(input, out))
+    return call.fail("result must have the input's shape");
+  Lines lines;
+  if (Status st = axisLines(call, input, axis, lines); !st.ok())
+    return st;
+  if (lines.count == 0 || lines.dim == 0)
+    return Status();
+  LineLaunch ll = pickLines(lines.count, lines.dim, lines.inner);
+  if (input.dtype == DType::F32)
+    launchSoftmax<float>(ll, input.as<float>(), out.as<float>(), lines, log);
+  else
+    launchSoftmax<double>(ll, input.as<double>(), out.as<double>(), lines, log);
+  DSC_CUDA_LAUNCHED(name);
+  return Status();
+}
+
+} // namespace
+
+Status softmax(const Tensor &input, int64_t axis, const Tensor &out) {
+  return softmaxImpl("softmax", input, axis, out, false);
+}
+
+Status logSoftmax(const Tensor &input, int64_t axis, const Tensor &out) {
+  return softmaxImpl("log_softmax", input, axis, out, true);
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The shape of a loss over input [N, C, d...]: lines (n, p) of C classes
+/// strided by d, and labels at n * d + p.
+struct LossShape {
+  int64_t n, c, d;
+};
+
+/// The CPU's lossLayout without the label loop, which runs on the device.
+Status lossShape(const Call &call, const Tensor &input, const Tensor &labels,
+                 const Tensor &weights, Reduction reduction, const Tensor &loss,
+                 LossShape &l) {
+  if (Status st = checkFloat(call, {&input, &weights, &loss}, input.dtype);
+      !st.ok())
+    return st;
+  if (!validRank(labels) ||
+      (labels.dtype != DType::I64 && labels.dtype != DType::I32))
+    return call.fail("labels must be i32 or i64");
+  if (input.rank < 2 || labels.rank != input.rank - 1 ||
+      labels.shape[0] != input.shape[0])
+    return call.fail("input must be [N, C, d...] and labels [N, d...]");
+  for (int k = 1; k < labels.rank; ++k)
+    if (labels.shape[k] != input.shape[k + 1])
+      return call.fail("labels must be [N, d...] of input [N, C, d...]");
+  l.n = input.shape[0], l.c = input.shape[1];
+  l.d = labels.numel() / std::max<int64_t>(l.n, 1);
+  if (weights.present() && !shapeIs(weights, {l.c}))
+    return call.fail("weights must be [" + std::to_string(l.c) + "]");
+  if (reduction == Reduction::None ? !sameShape(loss, labels) : loss.rank != 0)
+    return call.fail(reduction == Reduction::None
+                         ? "loss must have the labels' shape"
+                         : "loss must be a scalar");
+  return Status();
+}
+
+LabelView labelView(const Tensor &labels, int64_t classes,
+                    std::optional<int64_t> ignoreIndex) {
+  return {labels.data,
+          labels.dtype == DType::I64,
+          classes,
+          ignoreIndex.has_value(),
+          ignoreIndex.value_or(0),
+          nullptr};
+}
+
+/// Where the per-position losses go: loss itself for None, else
+/// lineLoss/lineWeight in scratch for lossTotalKernel.
+template <typename T> struct LossOut {
+  T *none;
+  double *lineLoss, *lineWeight;
+  __device__ void put(int64_t at, T v, T w) const {
+    if (none) {
+      none[at] = v;
+    } else {
+      lineLoss[at] = double(v);
+      lineWeight[at] = double(w);
+    }
+  }
+};
+
+/// Sum, or Mean = sum / summed weight, of the per-position losses, in one
+/// block in a fixed order.
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    lossTotalKernel(const double *__restrict__ lineLoss,
+                    const double *__restrict__ lineWeight, int64_t count,
+                    bool mean, T *loss) {
+  double s = 0, w = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    s += lineLoss[i];
+    w += lineWeight[i];
+  }
+  s = blockReduce<false>(s);
+  w = blockReduce<false>(w);
+  if (threadIdx.x == 0)
+    *loss = mean ? T(s / w) : T(s); // nan when every label is ignored
+}
+
+/// The summed weight of the labels that are not ignored (for Mean's
+/// backward), in one block in a fixed order.
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    weightSumKernel(LabelView labels, const T *__restrict__ weights,
+                    int64_t count, double *out) {
+  double w = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    int64_t cls = labels.resolve(i, true);
+    if (cls >= 0)
+      w += weights ? double(weights[cls]) : 1.0;
+  }
+  w = blockReduce<false>(w);
+  if (threadIdx.x == 0)
+    *out = w;
+}
+
+/// The coefficient of position `at` in the reduced loss.
+template <typename T>
+__device__ inline T lossCoef(Reduction reduction, const T *gradLoss,
+                             const double *weightSum, int64_t at) {
+  if (reduction == Reduction::None)
+    return gradLoss[at];
+  if (reduction == Reduction::Sum)
+    return gradLoss[0];
+  return gradLoss[0] / T(*weightSum);
+}
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(512)
+    crossEntropyKernel(const T *__restrict__ x, LabelView labels,
+                       const T *__restrict__ weights, Lines lines,
+                       LossOut<T> out) {
+  LineGroup<kMode> grp;
+  const int64_t stride = lines.stride<kMode>();
+  for (int64_t l = grp.first; l < lines.count; l += grp.step) {
+    const T *xl = x + lines.base(l);
+    T mx;
+    double sum;
+    lineStats<T, kMode>(xl, lines.dim, stride, grp.lane, grp.size, mx, sum);
+    if (grp.lane != 0)
+      continue;
+    int64_t cls = labels.resolve(l, true);
+    T w = cls < 0 ? T(0) : weights ? weights[cls] : T(1);
+    T v = T(0);
+    if (cls >= 0) {
+      T logp = (xl[cls * stride] - mx) - T(::log(sum));
+      v = -w * logp;
+    }
+    out.put(l, v, w);
+  }
+}
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(512)
+    crossEntropyBackwardKernel(const T *__restrict__ x, LabelView labels,
+                               const T *__restrict__ weights, Lines lines,
+                               Reduction reduction,
+                               const T *__restrict__ gradLoss,
+                               const double *__restrict__ weightSum,
+                               T *__restrict__ gx) {
+  LineGroup<kMode> grp;
+  const int64_t stride = lines.stride<kMode>();
+  for (int64_t l = grp.first; l < lines.count; l += grp.step) {
+    int64_t base = lines.base(l);
+    const T *xl = x + base;
+    T *gl = gx + base;
+    T mx;
+    double sum;
+    lineStats<T, kMode>(xl, lines.dim, stride, grp.lane, grp.size, mx, sum);
+    T lse = T(::log(sum));
+    int64_t cls = labels.resolve(l, grp.lane == 0);
+    T k = cls < 0 ? T(0)
+                  : lossCoef(reduction, gradLoss, weightSum, l) *
+                        (weights ? weights[cls] : T(1));
+    for (int64_t ch = grp.lane; ch < lines.dim; ch += grp.size) {
+      int64_t e = ch * stride;
+      T logp = (xl[e] - mx) - lse;
+      gl[e] = k * (dExp(logp) - (ch == cls ? T(1) : T(0)));
+    }
+  }
+}
+
+template <typename T>
+__global__ void nllLossKernel(const T *__restrict__ input, LabelView labels,
+                              const T *__restrict__ weights, LossShape l,
+                              LossOut<T> out) {
+  DSC_GRID_STRIDE(at, l.n * l.d) {
+    int64_t i = at / l.d, p = at - i * l.d;
+    int64_t cls = labels.resolve(at, true);
+    T w = cls < 0 ? T(0) : weights ? weights[cls] : T(1);
+    T v = cls < 0 ? T(0) : -w * input[(i * l.c + cls) * l.d + p];
+    out.put(at, v, w);
+  }
+}
+
+template <typename T>
+__global__ void nllLossBackwardKernel(LabelView labels,
+                                      const T *__restrict__ weights,
+                                      LossShape l, Reduction reduction,
+                                      const T *__restrict__ gradLoss,
+                                      const double *__restrict__ weightSum,
+                                      T *__restrict__ gi) {
+  DSC_GRID_STRIDE(at, l.n * l.d) {
+    int64_t i = at / l.d, p = at - i * l.d;
+    int64_t cls = labels.resolve(at, true);
+    if (cls >= 0)
+      gi[(i * l.c + cls) * l.d + p] =
+          -lossCoef(reduction, gradLoss, weightSum, at) *
+          (weights ? weights[cls] : T(1));
+  }
+}
+
+/// Scratch of a loss call: the label flag, the Mean's weight sum and, for a
+/// reduced forward, the per-position losses and weights.
+struct LossScratch {
+  unsigned long long *flag = nullptr;
+  double *weightSum = nullptr, *lineLoss = nullptr, *lineWeight = nullptr;
+};
+
+Status lossScratch(int64_t positions, bool perPosition, LossScratch &s) {
+  ScratchPlan plan;
+  size_t pFlag = plan.add(2 * sizeof(unsigned long long));
+  size_t pSum = plan.add(sizeof(double));
+  size_t pLoss = 0, pWeight = 0;
+  if (perPosition) {
+    pLoss = plan.add(sizeof(double) * positions);
+    pWeight = plan.add(sizeof(double) * positions);
+  }
+  void *base = nullptr;
+  if (Status st = scratch(plan.bytes, &base); !st.ok())
+    return st;
+  s.flag = carve<unsigned long long>(base, pFlag);
+  s.weightSum = carve<double>(base, pSum);
+  if (perPosition) {
+    s.lineLoss = carve<double>(base, pLoss);
+    s.lineWeight = carve<double>(base, pWeight);
+  }
+  return Status();
+}
+
+/// The scalar of a reduced forward, from the per-position values.
+template <typename T>
+Status lossTotal(const LossScratch &s, int64_t positions, Reduction reduction,
+                 const Tensor &loss) {
+  if (reduction == Reduction::None)
+    return Status();
+  lossTotalKernel<T>
+      <<<1, 1024, 0, stream()>>>(s.lineLoss, s.lineWeight, positions,
+                                 reduction == Reduction::Mean, loss.as<T>());
+  DSC_CUDA_LAUNCHED("loss_total");
+  return Status();
+}
+
+/// Mean's summed weight, before a backward kernel.
+template <typename T>
+Status weightSum(const LabelView &labels, const Tensor &weights,
+                 int64_t positions, Reduction reduction, const LossScratch &s) {
+  if (reduction != Reduction::Mean)
+    return Status();
+  weightSumKernel<T><<<1, 1024, 0, stream()>>>(labels, weights.as<T>(),
+                                               positions, s.weightSum);
+  DSC_CUDA_LAUNCHED("loss_weight_sum");
+  return Status();
+}
+
+template <typename T>
+Status crossEntropyImpl(const Call &call, const Tensor &scores,
+                        const Tensor &labels, const Tensor &weights,
+                        Reduction reduction, std::optional<int64_t> ignoreIndex,
+                        const Tensor &loss, const LossShape &l) {
+  int64_t positions = l.n * l.d;
+  bool reduced = reduction != Reduction::None;
+  LossScratch s;
+  if (Status st = lossScratch(positions, reduced, s); !st.ok())
+    return st;
+  LabelView lv = labelView(labels, l.c, ignoreIndex);
+  if (Status st = initLabelFlag(lv, s.flag); !st.ok())
+    return st;
+  if (positions > 0) {
+    Lines lines{positions, l.c, l.d};
+    LossOut<T> out{reduced ? nullptr : loss.as<T>(), s.lineLoss, s.lineWeight};
+    LineLaunch ll = pickLines(lines.count, lines.dim, lines.inner);
+    const T *x = scores.as<T>(), *w = weights.as<T>();
+    byLineMode(ll.mode, [&](auto mode) {
+      crossEntropyKernel<T, decltype(mode)::value>
+          <<<ll.grid, ll.block, 0, stream()>>>(x, lv, w, lines, out);
+    });
+    DSC_CUDA_LAUNCHED("softmax_cross_entropy");
+  }
+  if (Status st = lossTotal<T>(s, positions, reduction, loss); !st.ok())
+    return st;
+  return checkLabelFlag(call, lv);
+}
+
+template <typename T>
+Status crossEntropyBackwardImpl(const Call &call, const Tensor &scores,
+                                const Tensor &labels, const Tensor &weights,
+                                Reduction reduction,
+                                std::optional<int64_t> ignoreIndex,
+                                const Tensor &gradLoss,
+                                const Tensor &gradScores, const LossShape &l) {
+  int64_t positions = l.n * l.d;
+  bool check = syncEveryCall();
+  LossScratch s;
+  if (Status st = lossScratch(positions, false, s); !st.ok())
+    return st;
+  LabelView lv = labelView(labels, l.c, ignoreIndex);
+  if (check)
+    if (Status st = initLabelFlag(lv, s.flag); !st.ok())
+      return st;
+  if (Status st = weightSum<T>(lv, weights, positions, reduction, s); !st.ok())
+    return st;
+  if (positions > 0 && l.c > 0) {
+    Lines lines{positions, l.c, l.d};
+    LineLaunch ll = pickLines(lines.count, lines.dim, lines.inner);
+    const T *x = scores.as<T>(), *w = weights.as<T>(), *gl = gradLoss.as<T>();
+    T *gs = gradScores.as<T>();
+    byLineMode(ll.mode, [&](auto mode) {
+      crossEntropyBackwardKernel<T, decltype(mode)::value>
+          <<<ll.grid, ll.block, 0, stream()>>>(x, lv, w, lines, reduction, gl,
+                                               s.weightSum, gs);
+    });
+    DSC_CUDA_LAUNCHED("softmax_cross_entropy_backward");
+  }
+  return check ? checkLabelFlag(call, lv) : Status();
+}
+
+template <typename T>
+Status nllLossImpl(const Call &call, const Tensor &input, const Tensor &labels,
+                   const Tensor &weights, Reduction reduction,
+                   std::optional<int64_t> ignoreIndex, const Tensor &loss,
+                   const LossShape &l) {
+  int64_t positions = l.n * l.d;
+  bool reduced = reduction != Reduction::None;
+  LossScratch s;
+  if (Status st = lossScratch(positions, reduced, s); !st.ok())
+    return st;
+  LabelView lv = labelView(labels, l.c, ignoreIndex);
+  if (Status st = initLabelFlag(lv, s.flag); !st.ok())
+    return st;
+  if (positions > 0) {
+    LossOut<T> out{reduced ? nullptr : loss.as<T>(), s.lineLoss, s.lineWeight};
+    nllLossKernel<T><<<blocksFor(positions), kThreads, 0, stream()>>>(
+        input.as<T>(), lv, weights.as<T>(), l, out);
+    DSC_CUDA_LAUNCHED("nll_loss");
+  }
+  if (Status st = lossTotal<T>(s, positions, reduction, loss); !st.ok())
+    return st;
+  return checkLabelFlag(call, lv);
+}
+
+template <typename T>
+Status
+nllLossBackwardImpl(const Call &call, const Tensor &input, const Tensor &labels,
+                    const Tensor &weights, Reduction reduction,
+                    std::optional<int64_t> ignoreIndex, const Tensor &gradLoss,
+                    const Tensor &gradInput, const LossShape &l) {
+  int64_t positions = l.n * l.d;
+  bool check = syncEveryCall();
+  LossScratch s;
+  if (Status st = lossScratch(positions, false, s); !st.ok())
+    return st;
+  LabelView lv = labelView(labels, l.c, ignoreIndex);
+  if (check)
+    if (Status st = initLabelFlag(lv, s.flag); !st.ok())
+      return st;
+  if (gradInput.numel() > 0)
+    DSC_CUDA_CHECK(
+        cudaMemsetAsync(gradInput.data, 0, gradInput.nbytes(), stream()));
+  if (Status st = weightSum<T>(lv, weights, positions, reduction, s); !st.ok())
+    return st;
+  if (positions > 0) {
+    nllLossBackwardKernel<T><<<blocksFor(positions), kThreads, 0, stream()>>>(
+        lv, weights.as<T>(), l, reduction, gradLoss.as<T>(), s.weightSum,
+        gradInput.as<T>());
+    DSC_CUDA_LAUNCHED("nll_loss_backward");
+  }
+  return check ? checkLabelFlag(call, lv) : Status();
+}
+
+} // namespace
+
+Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
+                           const Tensor &weights, Reduction reduction,
+                           std::optional<int64_t> ignoreIndex,
+                           const Tensor &loss) {
+  Call call("softmax_cross_entropy");
+  call.arg("scores", scores)
+      .arg("labels", labels)
+      .arg("weights", weights)
+      .arg("loss", loss);
+  LossShape l;
+  if (Status st = lossShape(call, scores, labels, weights, reduction, loss, l);
+      !st.ok())
+    return st;
+  if (scores.dtype == DType::F32)
+    return crossEntropyImpl<float>(call, scores, labels, weights, reduction,
+                                   ignoreIndex, loss, l);
+  return crossEntropyImpl<double>(call, scores, labels, weights, reduction,
+                                  ignoreIndex, loss, l);
+}
+
+Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
+                                   const Tensor &weights, Reduction reduction,
+                                   std::optional<int64_t> ignoreIndex,
+                                   const Tensor &gradLoss,
+                                   const Tensor &gradScores) {
+  Call call("softmax_cross_entropy_backward");
+  call.arg("scores", scores)
+      .arg("labels", labels)
+      .arg("weights", weights)
+      .arg("grad_loss", gradLoss)
+      .arg("grad_scores", gradScores);
+  LossShape l;
+  if (Status st =
+          lossShape(call, scores, labels, weights, reduction, gradLoss, l);
+      !st.ok())
+    return st;
+  if (!sameShape(gradScores, scores) || gradScores.dtype != scores.dtype)
+    return call.fail("grad_scores must have the scores' dtype and shape");
+  if (scores.dtype == DType::F32)
+    return crossEntropyBackwardImpl<float>(call, scores, labels, weights,
+                                           reduction, ignoreIndex, gradLoss,
+                                           gradScores, l);
+  return crossEntropyBackwardImpl<double>(call, scores, labels, weights,
+                                          reduction, ignoreIndex, gradLoss,
+                                          gradScores, l);
+}
+
+Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,
+               Reduction reduction, std::optional<int64_t> ignoreIndex,
+               const Tensor &loss) {
+  Call call("nll_loss");
+  call.arg("input", input)
+      .arg("labels", labels)
+      .arg("weights", weights)
+      .arg("loss", loss);
+  LossShape l;
+  if (Status st = lossShape(call, input, labels, weights, reduction, loss, l);
+      !st.ok())
+    return st;
+  if (input.dtype == DType::F32)
+    return nllLossImpl<float>(call, input, labels, weights, reduction,
+                              ignoreIndex, loss, l);
+  return nllLossImpl<double>(call, input, labels, weights, reduction,
+                             ignoreIndex, loss, l);
+}
+
+Status nllLossBackward(const Tensor &input, const Tensor &labels,
+                       const Tensor &weights, Reduction reduction,
+                       std::optional<int64_t> ignoreIndex,
+                       const Tensor &gradLoss, const Tensor &gradInput) {
+  Call call("nll_loss_backward");
+  call.arg("input", input)
+      .arg("labels", labels)
+      .arg("weights", weights)
+      .arg("grad_loss", gradLoss)
+      .arg("grad_input", gradInput);
+  LossShape l;
+  if (Status st =
+          lossShape(call, input, labels, weights, reduction, gradLoss, l);
+      !st.ok())
+    return st;
+  if (!sameShape(gradInput, input) || gradInput.dtype != input.dtype)
+    return call.fail("grad_input must have the input's dtype and shape");
+  if (input.dtype == DType::F32)
+    return nllLossBackwardImpl<float>(call, input, labels, weights, reduction,
+                                      ignoreIndex, gradLoss, gradInput, l);
+  return nllLossBackwardImpl<double>(call, input, labels, weights, reduction,
+                                     ignoreIndex, gradLoss, gradInput, l);
+}
+
+} // namespace dsc::cuda

@@ -1,2 +1,407 @@
-// placeholder, being written
-#include "cuda/context.h"
+//===- optimizer.cu - CUDA kernels: adamw, sgd, lr_schedule ---------------===//
+//
+// The optimizer ops of step_kernels.h. Hyperparameters and the step are
+// device scalars (the step a program counts on the GPU, the rate an
+// lr_schedule wrote there), so the kernels read them: the host checks only
+// shapes and dtypes and never waits for the device.
+//
+// The arithmetic is the CPU reference's, in the same order and precision:
+// bias corrections, step size and decay in double (one thread per block
+// computes them into shared memory), elements in their own dtype. Element
+// math uses the _rn intrinsics, which the compiler never contracts into
+// FMAs, so each element sees the CPU's roundings; only CUDA's double pow
+// and cos (bias corrections, cosine schedule) may differ from the host's
+// libm in the last bit.
+//
+// One difference from the CPU: a step below 1 cannot be reported, since
+// the step is not read on the host. The kernels then write nothing (the
+// results keep their contents, as they would after the CPU's error).
+//
+// Results may be their operands' storage (newParam == param, ...): each
+// element reads all its operands before writing, and nothing is
+// __restrict__.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+
+#include <cstdint>
+
+namespace dsc::cuda {
+
+using namespace detail;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Host-side checks (as in cpu/step_kernels.cpp)
+//===----------------------------------------------------------------------===//
+
+bool isScalar(const Tensor &t) { return t.present() && t.numel() == 1; }
+
+/// Checks that every hyperparameter is a present float scalar.
+Status checkScalars(const Call &call,
+                    std::initializer_list<const Tensor *> scalars) {
+  for (const Tensor *t : scalars)
+    if (!isScalar(*t) || !validRank(*t) || !isFloat(t->dtype))
+      return call.fail("hyperparameters must be float scalars");
+  return Status();
+}
+
+/// The CPU's checkStep without reading the value, which lives on the
+/// device (a step below 1 is caught by the kernels, see above).
+Status checkStep(const Call &call, const Tensor &step) {
+  if (!isScalar(step) || !validRank(step) ||
+      (step.dtype != DType::I64 && step.dtype != DType::I32))
+    return call.fail("step must be an integer scalar");
+  return Status();
+}
+
+/// Every tensor present, of `like`'s float dtype and shape.
+Status checkLike(const Call &call, const Tensor &like,
+                 std::initializer_list<const Tensor *> ts) {
+  if (!validRank(like) ||
+      (like.dtype != DType::F32 && like.dtype != DType::F64))
+    return call.fail("expects f32 or f64 tensors", StatusCode::Unimplemented);
+  for (const Tensor *t : ts)
+    if (!t->present() || !validRank(*t) || t->dtype != like.dtype ||
+        !sameShape(*t, like))
+      return call.fail("operands and results must share one dtype and shape");
+  return Status();
+}
+
+/// A device scalar and its dtype, by value into kernels.
+struct Scalar {
+  const void *data;
+  DType dtype;
+};
+
+Scalar scalarOf(const Tensor &t) { return {t.data, t.dtype}; }
+
+//===----------------------------------------------------------------------===//
+// Device scalars (the runtime's exact f16/bf16 conversions)
+//===----------------------------------------------------------------------===//
+
+__device__ inline float halfBitsToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  if (exp == 0x1f) // inf or nan
+    return __uint_as_float(sign | 0x7f800000 | (mant << 13));
+  if (exp == 0) { // zero or subnormal: mant * 2^-24
+    float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+__device__ inline uint16_t floatToHalfBits(float f) {
+  uint32_t u = __float_as_uint(f);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
+  uint32_t absu = u & 0x7fffffff;
+  if (absu >= 0x7f800000) // inf or nan (keep nan quiet)
+    return sign | 0x7c00 | (absu > 0x7f800000 ? 0x200 : 0);
+  if (absu >= 0x477ff000) // rounds to >= 65520: overflow to inf
+    return sign | 0x7c00;
+  if (absu < 0x38800000) { // below the smallest normal half, 2^-14
+    float a = __fmul_rn(__uint_as_float(absu), 16777216.0f);
+    uint32_t m = static_cast<uint32_t>(a);
+    float rem = __fsub_rn(a, static_cast<float>(m));
+    if (rem > 0.5f || (rem == 0.5f && (m & 1)))
+      ++m;
+    return sign | static_cast<uint16_t>(m);
+  }
+  uint32_t mant = absu & 0x7fffff;
+  uint32_t exp = (absu >> 23) - 112;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+    ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+
+__device__ inline uint16_t floatToBf16Bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffff) > 0x7f800000) // nan: keep it quiet
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+/// cpu::detail::loadAsDouble of a float scalar.
+__device__ inline double loadScalar(Scalar s) {
+  switch (s.dtype) {
+  case DType::F32:
+    return *static_cast<const float *>(s.data);
+  case DType::F64:
+    return *static_cast<const double *>(s.data);
+  case DType::F16:
+    return halfBitsToFloat(*static_cast<const uint16_t *>(s.data));
+  case DType::BF16:
+    return __uint_as_float(
+        static_cast<uint32_t>(*static_cast<const uint16_t *>(s.data)) << 16);
+  default:
+    return 0;
+  }
+}
+
+/// The step (i64 or i32).
+__device__ inline int64_t loadStep(Scalar s) {
+  if (s.dtype == DType::I32)
+    return *static_cast<const int32_t *>(s.data);
+  return *static_cast<const int64_t *>(s.data);
+}
+
+/// cpu::detail::storeDouble into a float scalar.
+__device__ inline void storeScalar(void *p, DType dt, double v) {
+  switch (dt) {
+  case DType::F32:
+    *static_cast<float *>(p) = static_cast<float>(v);
+    break;
+  case DType::F64:
+    *static_cast<double *>(p) = v;
+    break;
+  case DType::F16:
+    *static_cast<uint16_t *>(p) = floatToHalfBits(static_cast<float>(v));
+    break;
+  case DType::BF16:
+    *static_cast<uint16_t *>(p) = floatToBf16Bits(static_cast<float>(v));
+    break;
+  default:
+    break;
+  }
+}
+
+// Uncontracted arithmetic: each op rounds once, as on the host.
+__device__ inline float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double add(double a, double b) { return __dadd_rn(a, b); }
+__device__ inline float sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ inline double sub(double a, double b) { return __dsub_rn(a, b); }
+__device__ inline float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ inline float quo(float a, float b) { return __fdiv_rn(a, b); }
+__device__ inline double quo(double a, double b) { return __ddiv_rn(a, b); }
+__device__ inline float root(float a) { return __fsqrt_rn(a); }
+__device__ inline double root(double a) { return __dsqrt_rn(a); }
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+struct AdamwScalars {
+  Scalar lr, beta1, beta2, eps, weightDecay, step;
+};
+
+template <typename T>
+__global__ void adamwKernel(const T *p, const T *g, const T *m, const T *v,
+                            T *np, T *nm, T *nv, int64_t n, AdamwScalars s) {
+  // tB1, tB2, tDecay, tStep, tBc2, tEps of the CPU code.
+  __shared__ T c[6];
+  __shared__ bool run;
+  if (threadIdx.x == 0) {
+    int64_t t = loadStep(s.step);
+    run = t >= 1;
+    double lrV = loadScalar(s.lr), b1 = loadScalar(s.beta1),
+           b2 = loadScalar(s.beta2), epsV = loadScalar(s.eps),
+           wd = loadScalar(s.weightDecay);
+    double bc1 = sub(1.0, pow(b1, static_cast<double>(t)));
+    double bc2Sqrt = root(sub(1.0, pow(b2, static_cast<double>(t))));
+    double stepSize = quo(lrV, bc1), decay = sub(1.0, mul(lrV, wd));
+    c[0] = T(b1), c[1] = T(b2), c[2] = T(decay), c[3] = T(stepSize);
+    c[4] = T(bc2Sqrt), c[5] = T(epsV);
+  }
+  __syncthreads();
+  if (!run)
+    return;
+  const T tB1 = c[0], tB2 = c[1], tDecay = c[2], tStep = c[3], tBc2 = c[4],
+          tEps = c[5];
+  const T oneB1 = sub(T(1), tB1), oneB2 = sub(T(1), tB2);
+  DSC_GRID_STRIDE(i, n) {
+    T gi = g[i];
+    T pi = mul(p[i], tDecay);
+    T mi = add(mul(tB1, m[i]), mul(oneB1, gi));
+    T vi = add(mul(tB2, v[i]), mul(mul(oneB2, gi), gi));
+    pi = sub(pi, quo(mul(tStep, mi), add(quo(root(vi), tBc2), tEps)));
+    np[i] = pi;
+    nm[i] = mi;
+    nv[i] = vi;
+  }
+}
+
+struct SgdScalars {
+  Scalar lr, momentum, weightDecay, step;
+};
+
+template <typename T>
+__global__ void sgdKernel(const T *p, const T *g, const T *b, T *np, T *nb,
+                          int64_t n, SgdScalars s, T tDamp, bool nesterov) {
+  // tLr, tMom, tWd of the CPU code; whether momentum != 0; step == 1.
+  __shared__ T c[3];
+  __shared__ bool run, useMomentum, first;
+  if (threadIdx.x == 0) {
+    int64_t t = loadStep(s.step);
+    double mom = loadScalar(s.momentum);
+    run = t >= 1;
+    first = t == 1;
+    useMomentum = mom != 0;
+    c[0] = T(loadScalar(s.lr)), c[1] = T(mom);
+    c[2] = T(loadScalar(s.weightDecay));
+  }
+  __syncthreads();
+  if (!run)
+    return;
+  const T tLr = c[0], tMom = c[1], tWd = c[2];
+  const bool withMomentum = useMomentum, firstStep = first;
+  DSC_GRID_STRIDE(i, n) {
+    T pi = p[i], gi = add(g[i], mul(tWd, pi)), bi = b[i];
+    if (withMomentum) {
+      bi = firstStep ? gi : add(mul(tMom, bi), mul(tDamp, gi));
+      gi = nesterov ? add(gi, mul(tMom, bi)) : bi;
+    }
+    np[i] = sub(pi, mul(tLr, gi));
+    nb[i] = bi;
+  }
+}
+
+constexpr double kPi = 3.14159265358979323846;
+
+__global__ void lrScheduleKernel(Scalar step, Scalar baseLr, LrSchedule kind,
+                                 int64_t warmupSteps, int64_t totalSteps,
+                                 double warmupMinRatio, double minRatio,
+                                 void *lr, DType lrType) {
+  int64_t t = loadStep(step);
+  if (t < 1)
+    return;
+  double ratio = 1;
+  if (t <= warmupSteps) {
+    ratio = add(warmupMinRatio,
+                quo(mul(sub(1.0, warmupMinRatio), static_cast<double>(t)),
+                    static_cast<double>(warmupSteps)));
+  } else if (kind != LrSchedule::Constant) {
+    double p = 1;
+    if (totalSteps > warmupSteps)
+      p = fmin(1.0, quo(static_cast<double>(t - warmupSteps),
+                        static_cast<double>(totalSteps - warmupSteps)));
+    double shape = kind == LrSchedule::WarmupCosine
+                       ? mul(0.5, add(1.0, cos(mul(kPi, p))))
+                       : sub(1.0, p);
+    ratio = add(minRatio, mul(sub(1.0, minRatio), shape));
+  }
+  storeScalar(lr, lrType, mul(loadScalar(baseLr), ratio));
+}
+
+template <typename T> T *ptr(const Tensor &t) {
+  return static_cast<T *>(t.data);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
+             const Tensor &expAvgSq, const Tensor &lr, const Tensor &beta1,
+             const Tensor &beta2, const Tensor &eps, const Tensor &weightDecay,
+             const Tensor &step, const Tensor &newParam,
+             const Tensor &newExpAvg, const Tensor &newExpAvgSq) {
+  Call call("adamw");
+  call.arg("param", param)
+      .arg("grad", grad)
+      .arg("exp_avg", expAvg)
+      .arg("exp_avg_sq", expAvgSq)
+      .arg("step", step);
+  if (Status st = checkLike(
+          call, param,
+          {&grad, &expAvg, &expAvgSq, &newParam, &newExpAvg, &newExpAvgSq});
+      !st.ok())
+    return st;
+  if (Status st = checkScalars(call, {&lr, &beta1, &beta2, &eps, &weightDecay});
+      !st.ok())
+    return st;
+  if (Status st = checkStep(call, step); !st.ok())
+    return st;
+  int64_t n = param.numel();
+  if (n == 0)
+    return Status();
+  AdamwScalars s{scalarOf(lr),  scalarOf(beta1),       scalarOf(beta2),
+                 scalarOf(eps), scalarOf(weightDecay), scalarOf(step)};
+  dim3 grid(blocksFor(n));
+  if (param.dtype == DType::F32)
+    adamwKernel<float><<<grid, kThreads, 0, stream()>>>(
+        ptr<const float>(param), ptr<const float>(grad),
+        ptr<const float>(expAvg), ptr<const float>(expAvgSq),
+        ptr<float>(newParam), ptr<float>(newExpAvg), ptr<float>(newExpAvgSq), n,
+        s);
+  else
+    adamwKernel<double><<<grid, kThreads, 0, stream()>>>(
+        ptr<const double>(param), ptr<const double>(grad),
+        ptr<const double>(expAvg), ptr<const double>(expAvgSq),
+        ptr<double>(newParam), ptr<double>(newExpAvg), ptr<double>(newExpAvgSq),
+        n, s);
+  DSC_CUDA_LAUNCHED("adamw");
+  return Status();
+}
+
+Status sgd(const Tensor &param, const Tensor &grad,
+           const Tensor &momentumBuffer, const Tensor &lr,
+           const Tensor &momentum, const Tensor &weightDecay,
+           const Tensor &step, double dampening, bool nesterov,
+           const Tensor &newParam, const Tensor &newMomentumBuffer) {
+  Call call("sgd");
+  call.arg("param", param)
+      .arg("grad", grad)
+      .arg("momentum_buffer", momentumBuffer)
+      .arg("step", step);
+  if (Status st = checkLike(
+          call, param, {&grad, &momentumBuffer, &newParam, &newMomentumBuffer});
+      !st.ok())
+    return st;
+  if (Status st = checkScalars(call, {&lr, &momentum, &weightDecay}); !st.ok())
+    return st;
+  if (Status st = checkStep(call, step); !st.ok())
+    return st;
+  int64_t n = param.numel();
+  if (n == 0)
+    return Status();
+  SgdScalars s{scalarOf(lr), scalarOf(momentum), scalarOf(weightDecay),
+               scalarOf(step)};
+  dim3 grid(blocksFor(n));
+  if (param.dtype == DType::F32)
+    sgdKernel<float><<<grid, kThreads, 0, stream()>>>(
+        ptr<const float>(param), ptr<const float>(grad),
+        ptr<const float>(momentumBuffer), ptr<float>(newParam),
+        ptr<float>(newMomentumBuffer), n, s, float(1 - dampening), nesterov);
+  else
+    sgdKernel<double><<<grid, kThreads, 0, stream()>>>(
+        ptr<const double>(param), ptr<const double>(grad),
+        ptr<const double>(momentumBuffer), ptr<double>(newParam),
+        ptr<double>(newMomentumBuffer), n, s, 1 - dampening, nesterov);
+  DSC_CUDA_LAUNCHED("sgd");
+  return Status();
+}
+
+Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
+                  int64_t warmupSteps, int64_t totalSteps,
+                  double warmupMinRatio, double minRatio, const Tensor &lr) {
+  Call call("lr_schedule");
+  call.arg("step", step)
+      .arg("base_lr", baseLr)
+      .arg("warmup_steps", warmupSteps)
+      .arg("total_steps", totalSteps)
+      .arg("lr", lr);
+  if (Status st = checkScalars(call, {&baseLr, &lr}); !st.ok())
+    return st;
+  if (Status st = checkStep(call, step); !st.ok())
+    return st;
+  if (warmupSteps < 0 || totalSteps < 0)
+    return call.fail("step counts must not be negative");
+  lrScheduleKernel<<<1, 1, 0, stream()>>>(
+      scalarOf(step), scalarOf(baseLr), kind, warmupSteps, totalSteps,
+      warmupMinRatio, minRatio, lr.data, lr.dtype);
+  DSC_CUDA_LAUNCHED("lr_schedule");
+  return Status();
+}
+
+} // namespace dsc::cuda

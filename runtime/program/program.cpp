@@ -22,6 +22,7 @@
 #include "io/safetensors.h"
 #include "program/convert.h"
 #include "program/data.h"
+#include "program/launch.h"
 #include "program/onnx_weights.h"
 #include "program/rng.h"
 #include "program/run.h"
@@ -939,18 +940,78 @@ Status initWeights(const ProgramSpec &spec, const Options &o,
 
 /// One rank's tensors and scratch. Its Input arguments are views of its
 /// rows of the global batch; everything else is its own.
+/// A rank's arguments, results and arena in device memory (a program
+/// compiled for a device): the host ones keep the initial values and
+/// receive what is printed or dumped.
+struct DeviceMirror {
+  Device *device = nullptr;
+  std::vector<Tensor> args, results;
+  std::vector<void *> memory;
+  HostArena arena;
+
+  DeviceMirror() = default;
+  DeviceMirror(const DeviceMirror &) = delete;
+  DeviceMirror &operator=(const DeviceMirror &) = delete;
+  ~DeviceMirror() {
+    for (void *p : memory)
+      device->release(p);
+  }
+  Status create(Device *d, const std::vector<Tensor> &hostArgs,
+                const std::vector<Tensor> &hostResults, size_t arenaBytes) {
+    device = d;
+    auto mirror = [&](const Tensor &h, Tensor &out) -> Status {
+      void *p = nullptr;
+      if (Status s = d->allocate(h.nbytes(), &p); !s.ok())
+        return s;
+      memory.push_back(p);
+      out = h;
+      out.data = p;
+      return Status();
+    };
+    args.resize(hostArgs.size());
+    results.resize(hostResults.size());
+    for (size_t i = 0; i < hostArgs.size(); ++i)
+      if (Status s = mirror(hostArgs[i], args[i]); !s.ok())
+        return s;
+    for (size_t i = 0; i < hostResults.size(); ++i)
+      if (Status s = mirror(hostResults[i], results[i]); !s.ok())
+        return s;
+    void *base = nullptr;
+    if (Status s = d->allocate(arenaBytes, &base); !s.ok())
+      return Status::error(s.code(), "the step's arena (" +
+                                         std::to_string(arenaBytes) +
+                                         " bytes): " + s.message());
+    memory.push_back(base);
+    return arena.adopt(base, arenaBytes);
+  }
+  /// Host argument i to the device.
+  Status upload(const std::vector<Tensor> &hostArgs, size_t i) {
+    return device->toDevice(args[i].data, hostArgs[i].data,
+                            hostArgs[i].nbytes());
+  }
+  /// Device tensor `d` into host tensor `h` (same type).
+  Status download(const Tensor &d, const Tensor &h) {
+    return device->toHost(h.data, d.data, h.nbytes());
+  }
+};
+
 struct RankState {
+  int id = 0;    // the global rank
+  int gpu = -1;  // its GPU (-1: rank % visible GPUs)
   Args args;
   std::vector<Tensor> results;
   std::vector<Memory> resultMemory;
   HostArena arena;
+  std::unique_ptr<DeviceMirror> dev; // a device program's tensors
 };
 
 /// The full type of every parameter of every bucket: BucketEntry's shape,
 /// else the model's initializer of that name, else [numel].
-std::vector<std::vector<TensorSpec>> bucketShapes(const ProgramSpec &spec) {
+std::vector<std::vector<TensorSpec>> bucketShapes(const ProgramSpec &spec,
+                                                 const std::string &model) {
   std::vector<std::vector<TensorSpec>> shapes(size_t(spec.numBuckets));
-  std::unique_ptr<OnnxWeights> model;
+  const std::string &modelFile = model;
+  std::unique_ptr<OnnxWeights> onnx;
   bool tried = false;
   for (int b = 0; b < spec.numBuckets; ++b) {
     const BucketSpec &bk = spec.buckets[b];
@@ -964,11 +1025,11 @@ std::vector<std::vector<TensorSpec>> bucketShapes(const ProgramSpec &spec) {
       } else {
         if (!tried) {
           tried = true;
-          model = std::make_unique<OnnxWeights>();
-          if (!spec.modelPath || !model->open(spec.modelPath).ok())
-            model.reset();
+          onnx = std::make_unique<OnnxWeights>();
+          if (modelFile.empty() || !onnx->open(modelFile).ok())
+            onnx.reset();
         }
-        const OnnxInitializer *init = model ? model->find(en.param) : nullptr;
+        const OnnxInitializer *init = onnx ? onnx->find(en.param) : nullptr;
         if (init && init->numel() == en.numel &&
             init->dims.size() <= size_t(kMaxRank)) {
           t.rank = int(init->dims.size());
@@ -1028,8 +1089,48 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     return 0;
   }
   const int W = layout.worldSize, G = layout.groupSize;
+  Device *device = spec.device ? spec.device() : nullptr;
+
+  // Where this process stands: every rank as a thread of this process, or
+  // (a device program launched by torchrun, srun, mpirun or dsrun) one rank
+  // per process, talking over NCCL.
+  launch::DistEnv env;
+  if (Status s = launch::readDistEnv(env); !s.ok())
+    return error(s);
+  const bool distributed = env.present && device;
+  if (env.present && !device && env.worldSize > 1)
+    return error(fail(
+        "this program was compiled for the CPU (--target cpu), whose ranks "
+        "are threads of one process, but " +
+        env.source + " started " + std::to_string(env.worldSize) +
+        " processes; run it once without a launcher, or compile with "
+        "--target cuda for one process per GPU"));
+  if (distributed && env.worldSize != W)
+    return error(fail(format(
+        "this program was compiled for %d rank%s (--world-size), but %s "
+        "started %d process%s (WORLD_SIZE); launch %d, or recompile with "
+        "--world-size %d",
+        W, W == 1 ? "" : "s", env.source.c_str(), env.worldSize,
+        env.worldSize == 1 ? "" : "es", W, env.worldSize)));
+  if (distributed && W > 1 &&
+      (!o.dumpGrads.empty() || !o.dumpParams.empty()))
+    return error(fail("--dump-grads and --dump-params are not supported yet "
+                      "in a run of one process per GPU with more than one "
+                      "rank; run the ranks in one process (no launcher) to "
+                      "dump"));
+  if (distributed && env.rank != 0) {
+    o.quiet = true; // rank 0 reports for all
+    o.log.clear();
+  }
+  std::vector<int> ids; // the ranks this process runs
+  if (distributed)
+    ids.push_back(env.rank);
+  else
+    for (int r = 0; r < W; ++r)
+      ids.push_back(r);
+
   double timeout = 0;
-  if (W > 1) {
+  if (W > 1 || distributed) {
     std::string warning;
     timeout = comm::collectiveTimeoutFromEnv(&warning);
     if (!warning.empty())
@@ -1054,8 +1155,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     inputMemory.push_back(std::move(m));
   }
   std::vector<std::unique_ptr<RankState>> ranks;
-  for (int r = 0; r < W; ++r) {
+  for (int r : ids) {
     auto rs = std::make_unique<RankState>();
+    rs->id = r;
     std::string who = W > 1 ? format(" of rank %d", r) : "";
     rs->args.tensors.resize(size_t(spec.numArgs));
     rs->args.memory.resize(size_t(spec.numArgs));
@@ -1087,8 +1189,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
               rs->resultMemory[i], rs->results[i]);
           !s.ok())
         return error(s);
-    if (Status s = rs->arena.init(spec.arenaBytes); !s.ok())
-      return error(s);
+    if (!device) // a device program's arena is in device memory (3b)
+      if (Status s = rs->arena.init(spec.arenaBytes); !s.ok())
+        return error(s);
     ranks.push_back(std::move(rs));
   }
   RankState &rank0 = *ranks[0];
@@ -1096,7 +1199,12 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   // 3. Weights and hyperparameters: rank 0's replicated parameters and
   // buffers, and each sharded bucket packed whole (zeros in the padding);
   // then every rank gets the replicated ones and its shard.
-  std::vector<std::vector<TensorSpec>> shapes = bucketShapes(spec);
+  // Parameter shapes from the model of --init when it is one (the program
+  // may run where the model it was compiled from is not), else that model.
+  std::string shapeModel = spec.modelPath ? spec.modelPath : "";
+  if (endsWith(lower(o.init), ".onnx"))
+    shapeModel = o.init;
+  std::vector<std::vector<TensorSpec>> shapes = bucketShapes(spec, shapeModel);
   std::vector<Memory> packedMemory(size_t(spec.numBuckets));
   std::vector<InitTarget> targets;
   for (int i = 0; i < spec.numArgs; ++i) {
@@ -1125,17 +1233,18 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   std::string initWhat;
   if (Status s = initWeights(spec, o, targets, initWhat); !s.ok())
     return error(s);
-  for (int r = 0; r < W; ++r)
+  for (auto &rsp : ranks)
     for (int i = 0; i < spec.numArgs; ++i) {
+      const int r = rsp->id;
       const ArgSpec &a = spec.args[i];
-      const Tensor &dst = ranks[size_t(r)]->args.tensors[i];
+      const Tensor &dst = rsp->args.tensors[i];
       if (a.role == ArgRole::Param && a.bucket >= 0) {
         int64_t shard = numelOf(a.type);
         std::memcpy(dst.data,
                     static_cast<char *>(packedMemory[size_t(a.bucket)].get()) +
                         size_t((r % G) * shard) * dtypeSize(a.type.dtype),
                     dst.nbytes());
-      } else if (r > 0 &&
+      } else if (rsp.get() != &rank0 &&
                  (a.role == ArgRole::Param || a.role == ArgRole::Buffer)) {
         std::memcpy(dst.data, rank0.args.tensors[i].data, dst.nbytes());
       }
@@ -1152,6 +1261,107 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     }
   if (o.hypers.count("lr"))
     lrHyper = o.hypers["lr"];
+
+  // 3b. A device program: the NCCL communicator of a distributed run, then
+  // every rank's tensors and arena in its GPU's memory, initialized from
+  // the host ones.
+  std::unique_ptr<Communicator> nccl;
+  std::string deviceWhat;
+  if (distributed) {
+    DistributedInit init;
+    init.rank = env.rank;
+    init.worldSize = env.worldSize;
+    init.groupSize = G;
+    init.localRank = env.localRank;
+    init.timeoutSeconds = timeout;
+    init.manifest = spec.collectives;
+    init.numCollectives = spec.numCollectives;
+    init.exchangeId = [&](std::vector<uint8_t> &id) {
+      return launch::exchangeId(env, id, timeout > 0 ? timeout : 300);
+    };
+    if (Status s = device->createDistributed(init, nccl); !s.ok())
+      return error(Status::error(s.code(), format("rank %d: ", env.rank) +
+                                               s.message()));
+    rank0.gpu = env.localRank % std::max(device->count(), 1);
+  }
+  if (device) {
+    for (auto &rs : ranks) {
+      if (Status s = device->bindRank(rs->id, rs->gpu); !s.ok())
+        return error(s);
+      rs->dev = std::make_unique<DeviceMirror>();
+      if (Status s = rs->dev->create(device, rs->args.tensors, rs->results,
+                                     spec.arenaBytes);
+          !s.ok())
+        return error(Status::error(s.code(), format("rank %d: ", rs->id) +
+                                                 s.message()));
+      for (int i = 0; i < spec.numArgs; ++i)
+        if (spec.args[i].role != ArgRole::Input)
+          if (Status s = rs->dev->upload(rs->args.tensors, size_t(i)); !s.ok())
+            return error(s);
+    }
+    if (Status s = device->bindRank(rank0.id, rank0.gpu); !s.ok())
+      return error(s);
+    deviceWhat = device->describe();
+    if (distributed)
+      deviceWhat += format(" | rank %d of %d (%s), NCCL", env.rank,
+                           env.worldSize, env.source.c_str());
+    else if (W > 1)
+      deviceWhat += format(" | %d in-process ranks over %d GPU%s", W,
+                           std::min(W, device->count()),
+                           std::min(W, device->count()) == 1 ? "" : "s");
+  }
+  // Runs rank `rs`'s step on the calling thread. On a device: binds the
+  // thread, uploads the batch and the step (every argument when `all`),
+  // and brings back the scalars the progress line prints.
+  auto stepOn = [&](RankState &rs, Communicator *comm, int64_t step,
+                    bool all) -> Status {
+    RankContext ctx{nullptr, comm, step, static_cast<int64_t>(o.seed)};
+    if (!rs.dev) {
+      rs.arena.reset();
+      ctx.arena = &rs.arena;
+      return spec.trainStep(ctx, rs.args.tensors.data(), rs.results.data());
+    }
+    if (Status s = device->bindRank(rs.id, rs.gpu); !s.ok())
+      return s;
+    for (int i = 0; i < spec.numArgs; ++i) {
+      ArgRole role = spec.args[i].role;
+      if (all || role == ArgRole::Input || role == ArgRole::Step)
+        if (Status s = rs.dev->upload(rs.args.tensors, size_t(i)); !s.ok())
+          return s;
+    }
+    rs.dev->arena.reset();
+    ctx.arena = &rs.dev->arena;
+    if (Status s = spec.trainStep(ctx, rs.dev->args.data(),
+                                  rs.dev->results.data());
+        !s.ok())
+      return s;
+    for (int r : {layout.loss, layout.lr, layout.gradNorm})
+      if (r >= 0)
+        if (Status s = rs.dev->download(rs.dev->results[size_t(r)],
+                                        rs.results[size_t(r)]);
+            !s.ok())
+          return s;
+    return device->synchronize();
+  };
+  // On a device: brings results `which` (or, with args, arguments) of every
+  // rank back into the host tensors.
+  auto fetch = [&](const std::vector<int> &which, bool args) -> Status {
+    if (!device)
+      return Status();
+    for (auto &rs : ranks) {
+      if (Status s = device->bindRank(rs->id, rs->gpu); !s.ok())
+        return s;
+      for (int i : which) {
+        const Tensor &d = args ? rs->dev->args[size_t(i)]
+                               : rs->dev->results[size_t(i)];
+        const Tensor &h = args ? rs->args.tensors[size_t(i)]
+                               : rs->results[size_t(i)];
+        if (Status s = rs->dev->download(d, h); !s.ok())
+          return s;
+      }
+    }
+    return Status();
+  };
 
   // 4. Data, into the global batch.
   BatchShape batch{spec.microBatch, spec.accumSteps, W};
@@ -1231,12 +1441,15 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
                  humanBytes(double(spec.arenaBytes)).c_str(),
                  W > 1 ? " per rank" : "");
     if (W > 1) {
-      std::fprintf(out, " | %d ranks (in-process threads), ZeRO stage %d", W,
+      std::fprintf(out, " | %d ranks (%s), ZeRO stage %d", W,
+                   distributed ? "one process per GPU" : "in-process threads",
                    spec.stage);
       if (G < W)
         std::fprintf(out, ", groups of %d", G);
     }
     std::fprintf(out, "\n");
+    if (device)
+      std::fprintf(out, "device: %s\n", deviceWhat.c_str());
     std::fprintf(out,
                  "init: %s | data: %s | %" PRId64 " steps, seed %" PRIu64 "\n",
                  initWhat.c_str(), dataWhat.c_str(), o.steps, o.seed);
@@ -1254,10 +1467,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     for (int i = 0; i < spec.numArgs; ++i)
       if (spec.args[i].role == ArgRole::Step)
         setIntScalar(args.tensors[i], 1);
+    (void)arena;
     auto lossAt = [&](double &loss) -> Status {
-      arena.reset();
-      Status s = spec.trainStep(RankContext{&arena, nullptr},
-                                args.tensors.data(), results.data());
+      Status s = stepOn(rank0, nccl.get(), 1, /*all=*/true);
       if (s.ok())
         loss = scalarValue(results[layout.loss]);
       return s;
@@ -1274,6 +1486,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     };
     double base = 0;
     if (Status s = lossAt(base); !s.ok())
+      return error(s);
+    if (Status s = fetch(layout.grads, /*args=*/false); !s.ok())
       return error(s);
     std::vector<std::vector<double>> analytic;
     for (int r : layout.grads) {
@@ -1334,30 +1548,32 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   // The ranks: threads of this process around an in-process world whose
   // manifest is the compiled one; one rank runs on this thread.
   std::unique_ptr<comm::InProcessWorld> world;
-  if (W > 1)
+  std::vector<std::unique_ptr<Communicator>> staged; // on a device
+  if (W > 1 && !distributed) {
     world = std::make_unique<comm::InProcessWorld>(
         W, G, spec.collectives, spec.numCollectives, timeout);
+    if (device)
+      for (int r = 0; r < W; ++r)
+        staged.push_back(device->wrapInProcess(world->comm(r)));
+  }
   // Runs one step on every rank; the error lines, empty when all went well.
   auto runStep = [&](int64_t step) -> std::vector<std::string> {
     std::string at = format("step %" PRId64 ": ", step);
     if (!world) {
-      rank0.arena.reset();
-      Status s = spec.trainStep(RankContext{&rank0.arena, nullptr},
-                                rank0.args.tensors.data(),
-                                rank0.results.data());
+      Status s = stepOn(rank0, nccl.get(), step, /*all=*/false);
       if (!s.ok())
-        return {at + s.message()};
+        return {(distributed ? format("rank %d: ", env.rank) : "") + at +
+                s.message()};
       return {};
     }
     world->beginStep();
     std::vector<Status> st(static_cast<size_t>(W));
     auto body = [&](int r) {
       RankState &rs = *ranks[size_t(r)];
-      rs.arena.reset();
       try {
-        st[size_t(r)] = spec.trainStep(RankContext{&rs.arena, world->comm(r)},
-                                       rs.args.tensors.data(),
-                                       rs.results.data());
+        st[size_t(r)] = stepOn(rs, device ? staged[size_t(r)].get()
+                                          : world->comm(r),
+                               step, /*all=*/false);
       } catch (const std::bad_alloc &) {
         st[size_t(r)] =
             Status::error(StatusCode::OutOfMemory, "out of host memory");
@@ -1460,6 +1676,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         layout.gradNorm >= 0 ? scalarValue(results[layout.gradNorm]) : NAN;
     lastLoss = loss;
     if (step == 1 && !o.dumpGrads.empty()) {
+      if (Status s = fetch(layout.grads, /*args=*/false); !s.ok())
+        return error(s);
       std::vector<io::NamedTensor> grads;
       for (int r : layout.grads) {
         if (spec.results[r].bucket < 0) {
@@ -1480,8 +1698,12 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       dumpMemory.clear();
     }
     for (auto &rs : ranks)
-      for (const auto &[r, a] : layout.updates)
+      for (const auto &[r, a] : layout.updates) {
         std::swap(rs->args.tensors[a].data, rs->results[r].data);
+        if (rs->dev)
+          std::swap(rs->dev->args[size_t(a)].data,
+                    rs->dev->results[size_t(r)].data);
+      }
 
     if (!std::isfinite(loss)) {
       if (nonFinite++ == 0) {
@@ -1534,7 +1756,7 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   auto arenaPeak = [&] {
     size_t peak = 0;
     for (auto &rs : ranks)
-      peak = std::max(peak, rs->arena.peak());
+      peak = std::max(peak, rs->dev ? rs->dev->arena.peak() : rs->arena.peak());
     return peak;
   };
   if (nonFinite > 1)
@@ -1551,9 +1773,35 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         trainSeconds > 0 ? perStep * double(o.steps) / trainSeconds : 0.0,
         tokenUnits ? "tok/s" : "samples/s",
         humanBytes(double(arenaPeak())).c_str());
+    if (device) {
+      size_t now = 0, peak = 0, tensorBytes = 0;
+      for (auto &rs : ranks) {
+        size_t n = 0, p = 0;
+        if (device->bindRank(rs->id, rs->gpu).ok() &&
+            device->memoryInUse(n, p).ok())
+          peak = std::max(peak, p), now = std::max(now, n);
+      }
+      for (const Tensor &t : rank0.args.tensors)
+        tensorBytes += t.nbytes();
+      for (const Tensor &t : rank0.results)
+        tensorBytes += t.nbytes();
+      std::fprintf(out,
+                   "gpu memory: peak %s per rank = step tensors %s + arena "
+                   "%s (the compiler's plan) + library workspaces %s\n",
+                   humanBytes(double(peak)).c_str(),
+                   humanBytes(double(tensorBytes)).c_str(),
+                   humanBytes(double(spec.arenaBytes)).c_str(),
+                   humanBytes(double(peak) - double(tensorBytes) -
+                              double(spec.arenaBytes))
+                       .c_str());
+    }
     std::fflush(out);
   }
   if (!o.dumpParams.empty()) {
+    std::vector<int> kept = layout.params;
+    kept.insert(kept.end(), layout.buffers.begin(), layout.buffers.end());
+    if (Status s = fetch(kept, /*args=*/true); !s.ok())
+      return error(s);
     std::vector<io::NamedTensor> tensors;
     for (int i : layout.params) {
       if (spec.args[i].bucket < 0) {

@@ -32,18 +32,26 @@ const char *kCompileUsage =
 
 Compiles the training step of MODEL.onnx (model + scalar loss) into a native
 program: reverse-mode gradients, the optimizer update, the learning-rate
-schedule, clipping and gradient accumulation, lowered to C++ against the dsc
-runtime and built with the system C++ compiler. Weights are not compiled in:
-the program reads them from MODEL.onnx (or --init) when it starts.
+schedule, clipping and gradient accumulation, lowered to C++ (CPU) or CUDA
+C++ (GPU) against the dsc runtime and built with the system C++ compiler or
+nvcc. Weights are not compiled in: the program reads them from MODEL.onnx
+(or --init) when it starts.
 
 target and output:
-  --target cpu               the CPU backend (default; cuda comes with the
-                             CUDA backend)
+  --target cpu|cuda          the CPU backend, or NVIDIA GPUs through CUDA,
+                             cuBLASLt, cuDNN and NCCL (default: cuda when this
+                             dsc was built with its CUDA runtime and nvcc is
+                             found, else cpu)
+  --cuda-arch sm_XY[a]       the GPU code of the program (default sm_90a,
+                             H100/H200), plus PTX for newer cards
   -o FILE                    the program (or the file --emit writes)
   --emit=exe|cpp|mlir        what to write: the program (default), its C++
-                             source, or the dsc IR after all passes
+                             (or CUDA C++) source, or the dsc IR after all
+                             passes
   --print-ir-after-all       print the IR after every pass to stderr
   --cxx PATH                 C++ compiler (default: $CXX, else c++)
+  --nvcc PATH                CUDA compiler (default: $NVCC, else the one dsc
+                             was built with)
 
 model (as for `dsc import`):
   --micro-batch N            examples per micro-batch (sets dim 0 of inputs)
@@ -98,13 +106,55 @@ numerics:
 
 struct CompileOptions {
   ImportOptions import;
-  std::string model, output, emit = "exe", target = "cpu", cxx;
+  std::string model, output, emit = "exe", target, cxx, nvcc,
+      cudaArch = "sm_90a";
   bool printIRAfterAll = false, report = false, f64 = false;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
   bool partition = false, hybridRequested = false;
 };
+
+/// The lowest compute capability (e.g. 90) the CUDA runtime has code for.
+#ifdef DSC_RUNTIME_CUDA_LIBRARY
+constexpr int kRuntimeMinArch = DSC_CUDA_MIN_ARCH;
+#endif
+
+/// 90 for "sm_90" and "sm_90a"; -1 when malformed.
+int cudaArchNumber(const std::string &arch) {
+  llvm::StringRef s(arch);
+  if (!s.consume_front("sm_"))
+    return -1;
+  s.consume_back("a");
+  int n = 0;
+  if (s.empty() || s.getAsInteger(10, n) || n < 10)
+    return -1;
+  return n;
+}
+
+std::string findNvcc(const CompileOptions &o) {
+  std::string nvcc = o.nvcc;
+  if (nvcc.empty())
+    if (const char *env = std::getenv("NVCC"))
+      nvcc = env;
+#ifdef DSC_NVCC
+  if (nvcc.empty() && llvm::sys::fs::can_execute(DSC_NVCC))
+    nvcc = DSC_NVCC;
+#endif
+  if (nvcc.empty())
+    nvcc = "nvcc";
+  auto found = llvm::sys::findProgramByName(nvcc);
+  return found ? *found : std::string();
+}
+
+/// cuda when the CUDA runtime was built and nvcc is found, else cpu.
+std::string defaultTarget(const CompileOptions &o) {
+#ifdef DSC_RUNTIME_CUDA_LIBRARY
+  if (!findNvcc(o).empty() && llvm::sys::fs::exists(DSC_RUNTIME_CUDA_LIBRARY))
+    return "cuda";
+#endif
+  return "cpu";
+}
 
 int parse(std::vector<std::string> args, CompileOptions &o) {
   ArgCursor c(std::move(args));
@@ -238,6 +288,14 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.cxx = *v;
       continue;
     }
+    if (auto v = c.take("--nvcc")) {
+      o.nvcc = *v;
+      continue;
+    }
+    if (auto v = c.take("--cuda-arch")) {
+      o.cudaArch = *v;
+      continue;
+    }
     if (auto v = c.take("-o")) {
       o.output = *v;
       continue;
@@ -275,10 +333,32 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     return usageError("no model given", kCompileUsage);
   if (o.emit != "exe" && o.emit != "cpp" && o.emit != "mlir")
     return usageError("--emit must be exe, cpp or mlir", kCompileUsage);
-  if (o.target != "cpu") {
-    llvm::errs() << "error: --target " << o.target
-                 << " is not available in this build; use --target cpu\n";
+  if (o.target.empty())
+    o.target = defaultTarget(o);
+  if (o.target != "cpu" && o.target != "cuda")
+    return usageError("--target must be cpu or cuda, not '" + o.target + "'",
+                      kCompileUsage);
+  if (o.target == "cuda") {
+#ifndef DSC_RUNTIME_CUDA_LIBRARY
+    llvm::errs() << "error: --target cuda: this dsc was built without its "
+                    "CUDA runtime (no nvcc at build time); rebuild with CUDA "
+                    "installed (/usr/local/cuda) or use --target cpu\n";
     return 1;
+#else
+    if (int arch = cudaArchNumber(o.cudaArch); arch < 0) {
+      return usageError("--cuda-arch expects sm_XY or sm_XYa (e.g. sm_90a), "
+                        "not '" + o.cudaArch + "'",
+                        kCompileUsage);
+    } else if (arch < kRuntimeMinArch) {
+      llvm::errs() << "error: --cuda-arch " << o.cudaArch
+                   << ": the dsc CUDA runtime was built for "
+                   << DSC_CUDA_ARCHITECTURES
+                   << ", which does not run on older GPUs; rebuild dsc with "
+                      "-DDSC_CUDA_ARCHITECTURES=\""
+                   << arch << "-real;" << arch << "-virtual\"\n";
+      return 1;
+    }
+#endif
   }
   if (o.hybridRequested &&
       o.partitionPipeline.find("hybrid-group=") == std::string::npos)
@@ -289,6 +369,58 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
   for (const auto &opt : optimizerOptions)
     o.optimizerPipeline += (o.optimizerPipeline.empty() ? "" : " ") + opt;
   return -1; // go on
+}
+
+int runBuild(const std::string &tool, const std::vector<std::string> &argv,
+             const std::string &sourcePath) {
+  std::vector<llvm::StringRef> refs(argv.begin(), argv.end());
+  std::string err;
+  int rc = llvm::sys::ExecuteAndWait(argv[0], refs, std::nullopt, {}, 0, 0,
+                                     &err);
+  if (rc != 0) {
+    llvm::errs() << "error: building the program failed (" << tool
+                 << " exited with " << rc << (err.empty() ? "" : ": ") << err
+                 << "); the generated source is kept at " << sourcePath << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+/// nvcc: the generated CUDA C++ for --cuda-arch (SASS) plus PTX, linked with
+/// the CUDA runtime of dsc, cuBLASLt, cuDNN and NCCL.
+int buildCuda(const CompileOptions &o, const std::string &cuPath) {
+#ifndef DSC_RUNTIME_CUDA_LIBRARY
+  return 1;
+#else
+  std::string nvcc = findNvcc(o);
+  if (nvcc.empty()) {
+    llvm::errs() << "error: nvcc not found; install the CUDA toolkit "
+                    "(/usr/local/cuda/bin), pass --nvcc PATH, or use --target "
+                    "cpu\n";
+    return 1;
+  }
+  std::string sm = o.cudaArch.substr(3); // "90a"
+  std::string virt = std::to_string(cudaArchNumber(o.cudaArch));
+  std::vector<std::string> argv = {
+      nvcc,
+      "-std=c++17",
+      "-O2",
+      "-gencode=arch=compute_" + sm + ",code=sm_" + sm,
+      "-gencode=arch=compute_" + virt + ",code=compute_" + virt,
+      "-I" DSC_RUNTIME_INCLUDE_DIR,
+      "-I" DSC_RUNTIME_SOURCE_DIR,
+      cuPath,
+      DSC_RUNTIME_CUDA_LIBRARY,
+      DSC_RUNTIME_LIBRARY,
+      "-L" DSC_CUDA_LIBRARY_DIR,
+      "-lcublasLt",
+      "-lcudnn",
+      "-lnccl",
+      "-lpthread",
+      "-o",
+      o.output};
+  return runBuild("nvcc", argv, cuPath);
+#endif
 }
 
 int build(const CompileOptions &o, const std::string &cppPath) {
@@ -314,17 +446,7 @@ int build(const CompileOptions &o, const std::string &cppPath) {
                                    "-lpthread",
                                    "-o",
                                    o.output};
-  std::vector<llvm::StringRef> refs(argv.begin(), argv.end());
-  std::string err;
-  int rc =
-      llvm::sys::ExecuteAndWait(*found, refs, std::nullopt, {}, 0, 0, &err);
-  if (rc != 0) {
-    llvm::errs() << "error: building the program failed (" << cxx
-                 << " exited with " << rc << (err.empty() ? "" : ": ") << err
-                 << "); the generated source is kept at " << cppPath << "\n";
-    return 1;
-  }
-  return 0;
+  return runBuild(cxx, argv, cppPath);
 }
 
 } // namespace
@@ -394,6 +516,7 @@ int runCompile(std::vector<std::string> args) {
     llvm::raw_string_ostream os(source);
     EmitCppOptions options;
     options.promoteF32ToF64 = o.f64;
+    options.cuda = o.target == "cuda";
     if (failed(emitCpp(*module, os, options, &stats)))
       return 1;
   }
@@ -414,10 +537,10 @@ int runCompile(std::vector<std::string> args) {
     }
     return writeAtomically(o.output, writeSource) ? 0 : 1;
   }
-  std::string cppPath = o.output + ".cpp";
+  std::string cppPath = o.output + (o.target == "cuda" ? ".cu" : ".cpp");
   if (!writeAtomically(cppPath, writeSource))
     return 1;
-  if (build(o, cppPath) != 0)
+  if ((o.target == "cuda" ? buildCuda(o, cppPath) : build(o, cppPath)) != 0)
     return 1;
   llvm::sys::fs::remove(cppPath);
   return 0;

@@ -10,7 +10,8 @@
 //
 // Implementations: in-process ranks as threads (runtime/comm/inprocess.*,
 // deterministic: reductions add in rank order, so every rank gets bitwise the
-// same result), NCCL later. Every implementation checks each call against the
+// same result), the same through host memory for ranks on GPUs, and NCCL
+// with one process per GPU (runtime/cuda/comm.cu). Every implementation checks each call against the
 // compiled manifest (the ordered list of collectives every rank issues) when
 // one is given, and names the collective in every error, so a mismatch or a
 // hang says which collective it is.
@@ -60,6 +61,13 @@ public:
   /// the group of in; in's dim 0 is groupSize times out's.
   virtual Status reduceScatter(const Tensor &in, const Tensor &out,
                                GridAxes axes, const char *what) = 0;
+
+  /// The completion of the collective that writes `out` (dsc.wait): work
+  /// issued after it may read `out`, and the collective's input may be
+  /// overwritten. Collectives on a GPU run asynchronously on a stream of
+  /// their own and this makes the compute stream wait for them; the
+  /// synchronous implementations need nothing.
+  virtual Status wait(const Tensor &out, const char *what) { return Status(); }
 };
 
 } // namespace dsc

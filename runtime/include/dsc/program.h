@@ -14,6 +14,7 @@
 #define DSC_PROGRAM_H
 
 #include "dsc/comm.h"
+#include "dsc/device.h"
 #include "dsc/runtime.h"
 
 namespace dsc {
@@ -105,6 +106,10 @@ struct ProgramSpec;
 struct RankContext {
   HostArena *arena;
   Communicator *comm;
+  /// The Step and Seed arguments' values, for a step whose tensors are in
+  /// device memory (the host cannot read them there).
+  int64_t step = 0;
+  int64_t seed = 0;
 };
 
 using TrainStepFn = Status (*)(const RankContext &ctx, const Tensor *args,
@@ -132,6 +137,10 @@ struct ProgramSpec {
   const BucketSpec *buckets;
   int numCollectives;       // the manifest, in the order every rank issues
   const CollectiveSpec *collectives;
+  /// The device the step's tensors live on (--target cuda); null: host
+  /// memory (--target cpu). A function, so that a static spec need not
+  /// construct it.
+  Device *(*device)() = nullptr;
 };
 
 /// The whole program: parses argv, runs the steps, returns the exit code.

@@ -137,6 +137,9 @@ public:
   /// Allocates `capacity` bytes aligned to `alignment` (a power of two, at
   /// least 8), zero-filled. Fails if already initialized.
   Status init(size_t capacity, size_t alignment = 64);
+  /// Hands out [base, base + capacity) of memory owned elsewhere (a device
+  /// allocation the host never touches): not zero-filled, not freed.
+  Status adopt(void *base, size_t capacity, size_t alignment = 64);
   /// Bumps `bytes` rounded up to the alignment; `*out` receives the pointer.
   Status allocate(size_t bytes, void **out);
   /// The planned range [offset, offset + bytes): checked against capacity and
@@ -158,6 +161,7 @@ private:
   size_t alignment_ = 64;
   size_t used_ = 0;
   size_t peak_ = 0;
+  bool owned_ = true;
 };
 
 //===----------------------------------------------------------------------===//

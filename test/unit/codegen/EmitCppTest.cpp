@@ -220,13 +220,13 @@ module attributes {dsc.optimizer = "sgd", dsc.micro_batch = 2 : i64,
   auto has = [&](const char *text) {
     return out.find(text) != std::string::npos;
   };
-  EXPECT_TRUE(has("cpu::unary(cpu::UnaryOp::Relu, v_arg0, v0)"));
+  EXPECT_TRUE(has("rt::unary(rt::UnaryOp::Relu, v_arg0, v0)"));
   EXPECT_TRUE(has("return failed(s, \"@train_step\", \"dsc.relu\", "
                   "\"/net/Relu_1\");"));
-  EXPECT_TRUE(has("cpu::dropoutSeed(ctx.seed, ctx.step, ctx.call, 1)"));
+  EXPECT_TRUE(has("rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, 1)"));
   EXPECT_TRUE(has("const float kConst0[1] = {\n    0.1f,\n};"));
   EXPECT_TRUE(has("const Tensor &v2 = results[0];"));
-  EXPECT_TRUE(has("cpu::reshape(v_arg0, results[1])")); // an argument
+  EXPECT_TRUE(has("rt::reshape(v_arg0, results[1])")); // an argument
   EXPECT_TRUE(
       has("{dsc::ArgRole::Input, \"x\", {DType::F32, 2, {2, 3}}, -1},"));
   EXPECT_TRUE(has("{dsc::ArgRole::Seed, \"seed\", {DType::I64, 0, {}}, -1},"));

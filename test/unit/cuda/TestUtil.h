@@ -100,10 +100,13 @@ public:
     }
     return 0;
   }
+  /// Host bytes to the device; returns when they are there (the kernels
+  /// run on a non-blocking stream that does not wait for cudaMemcpy).
   void upload() {
     EXPECT_EQ(cudaMemcpy(device_.data, bytes_.data(), host_.nbytes(),
                          cudaMemcpyHostToDevice),
               cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   /// The device bytes, copied back after the compute stream is done.
   std::vector<char> download() const {

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# The GPU checks of dsc, in two halves, because the machine that compiles
+# (MLIR, nvcc) need not be the one with the GPU:
+#
+#   scripts/gpu-check.sh build [BUNDLE]   here: compile the check programs for
+#                                         --target cuda into BUNDLE (default
+#                                         gpu-bundle/), with dsc-cuda-tests
+#                                         and dsrun
+#   scripts/gpu-check.sh run [BUNDLE]     on the GPU machine, from the repo
+#                                         root: run every check, print a
+#                                         table, exit 1 if one failed
+#   scripts/gpu-check.sh bench [BUNDLE]   on the GPU machine: GPT-2 124M,
+#                                         20 steps, side by side with PyTorch
+#
+# `run` checks: every CUDA kernel against its CPU reference; the MLP, CNN,
+# nanoGPT and HF GPT-2 fixtures' fp32 gradients (TF32 off) against PyTorch's
+# float64 references within 1e-5 and the first AdamW step within 1e-5; ZeRO
+# stages 0-3 with 4 in-process ranks on the one GPU against the single-rank
+# run (MLP float32 within 1e-6, nanoGPT float64 within 1e-10, as on the
+# CPU); a run under NCCL through `dsrun -n 1`; and the errors of a world size
+# that differs from the compiled one. Results go to $OUT (or out/gpu-check).
+set -uo pipefail
+
+mode=${1:-}
+bundle=${2:-gpu-bundle}
+root=$(cd "$(dirname "$0")/.." && pwd)
+fixtures=test/fixtures
+export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on shared machines
+
+build() {
+  local dsc=${DSC:-$root/build/bin/dsc}
+  [ -x "$dsc" ] || { echo "gpu-check: $dsc not built (make build)" >&2; exit 1; }
+  rm -rf "$bundle" && mkdir -p "$bundle/bin"
+  cp "$root/build/bin/dsc-cuda-tests" "$root/build/bin/dsrun" "$bundle/bin/"
+  local c="$dsc compile --target cuda"
+  set -e
+  # Single rank, float32, as test/e2e/torch_*.test on the CPU.
+  $c --micro-batch 4 $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp"
+  $c --micro-batch 4 $fixtures/models/cnn_opset17.onnx -o "$bundle/bin/cnn"
+  $c --micro-batch 4 $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt"
+  $c --micro-batch 4 $fixtures/models/gpt2_nodrop_opset17.onnx -o "$bundle/bin/gpt2"
+  # ZeRO stages over 4 in-process ranks (test/e2e/zero_stages.test).
+  for s in 0 1 2 3; do
+    $c --micro-batch 1 --stage $s --world-size 4 $fixtures/models/mlp_opset17.onnx \
+      -o "$bundle/bin/mlp_s${s}_n4"
+  done
+  $c --f64 --micro-batch 4 $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64"
+  $c --f64 --micro-batch 1 --stage 3 --world-size 4 \
+    $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_s3_n4"
+  $c --f64 --micro-batch 1 --sharding HYBRID_SHARD --hybrid-group 2 --world-size 4 \
+    $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_hybrid"
+  # GPT-2 124M from shapes alone (bench/gpt2_124m.py export), micro-batch 16.
+  if [ -f "$bundle/../gpt2_124m.onnx" ] || [ -n "${GPT2_124M:-}" ]; then
+    local g=${GPT2_124M:-$bundle/../gpt2_124m.onnx}
+    $c --micro-batch 16 --lr 6e-4 --weight-decay 0.1 "$g" -o "$bundle/bin/gpt2_124m"
+  fi
+  set +e
+  strip "$bundle"/bin/* 2>/dev/null
+  # One compressed file travels to the GPU machine (a few MB, not ~70).
+  tar -cJf "$bundle.tar.xz" -C "$(dirname "$bundle")" "$(basename "$bundle")"
+  du -sh "$bundle" "$bundle.tar.xz"
+}
+
+unpack() {
+  if [ ! -d "$bundle" ] && [ -f "$bundle.tar.xz" ]; then
+    tar -xJf "$bundle.tar.xz" -C "$(dirname "$bundle")"
+  fi
+  [ -d "$bundle/bin" ] || { echo "gpu-check: no $bundle (run 'scripts/gpu-check.sh build' first)" >&2; exit 1; }
+}
+
+# Finds cuBLASLt, cuDNN and NCCL when they are not on the system path (the
+# NVIDIA wheels of a PyTorch install).
+libraries() {
+  local missing
+  missing=$(ldd "$bundle/bin/mlp" 2>/dev/null | grep "not found" || true)
+  [ -z "$missing" ] && return
+  local dirs
+  dirs=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+seen = []
+for r in roots:
+    for d in glob.glob(os.path.join(r, "nvidia", "*", "lib")):
+        if d not in seen:
+            seen.append(d)
+print(":".join(seen))
+PY
+)
+  export LD_LIBRARY_PATH="${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+out=${OUT:-$root/out/gpu-check}
+results=()
+failed=0
+record() { # name status detail
+  results+=("$(printf '%-44s %-6s %s' "$1" "$2" "$3")")
+  [ "$2" = PASS ] || failed=1
+}
+check() { # name command... : PASS when it exits 0; detail = its last line
+  local name=$1; shift
+  local log="$out/$name.log"
+  "$@" >"$log" 2>&1
+  local rc=$?
+  local last
+  last=$(grep -v '^$' "$log" | tail -1 | cut -c1-90)
+  if [ $rc -eq 0 ]; then record "$name" PASS "$last"; else record "$name" FAIL "rc=$rc: $last"; fi
+}
+
+run() {
+  mkdir -p "$out"
+  unpack
+  libraries
+  local b=$bundle/bin ref=$fixtures/ref t=$out/tmp
+  mkdir -p "$t"
+  nvidia-smi -L > "$out/gpu.txt" 2>&1
+  check kernels "$b/dsc-cuda-tests" --gtest_brief=1
+  # Gradients and one AdamW step against PyTorch's float64 references.
+  python3 test/e2e/check_against_torch.py --ref $ref/cnn --write-init "$t/cnn_init.safetensors" >/dev/null
+  for m in mlp cnn nanogpt gpt2; do
+    local r=$m extra="" init=""
+    [ $m = gpt2 ] && r=gpt2_nodrop
+    [ $m = cnn ] && { extra=--buffers; init="--init $t/cnn_init.safetensors"; }
+    [ $m != cnn ] && init="--init $fixtures/models/${r}_opset17.onnx"
+    check "grads_vs_torch_$m" bash -c "'$b/$m' --batch $ref/$r/batch.safetensors $init --steps 1 --quiet \
+      --dump-grads $t/g_$m.safetensors --dump-params $t/p_$m.safetensors && \
+      python3 test/e2e/check_against_torch.py --ref $ref/$r --exporter opset17 $extra \
+      --grads $t/g_$m.safetensors --params $t/p_$m.safetensors --grad-tol 1e-5 --param-tol 1e-5"
+  done
+  # ZeRO stages with 4 in-process ranks on this GPU against one rank.
+  local mi="--init $fixtures/models/mlp_opset17.onnx --batch $ref/mlp/batch.safetensors --steps 5 --quiet"
+  "$b/mlp" $mi --log "$t/mlp1.jsonl" --dump-params "$t/mlp1.safetensors" >"$out/mlp1.log" 2>&1
+  for s in 0 1 2 3; do
+    check "zero_stage${s}_4ranks_mlp_f32" bash -c "'$b/mlp_s${s}_n4' $mi --log $t/r$s.jsonl \
+      --dump-params $t/r$s.safetensors && python3 test/e2e/compare_runs.py $t/mlp1.jsonl \
+      $t/mlp1.safetensors $t/r$s.jsonl $t/r$s.safetensors --tol 1e-6"
+  done
+  local ni="--init $fixtures/models/nanogpt_opset17.onnx --batch $ref/nanogpt/batch.safetensors --steps 5 --quiet"
+  "$b/nanogpt64" $ni --log "$t/g1.jsonl" --dump-params "$t/g1.safetensors" >"$out/g1.log" 2>&1
+  for v in s3_n4 hybrid; do
+    check "zero_${v}_nanogpt_f64" bash -c "'$b/nanogpt64_$v' $ni --log $t/g$v.jsonl \
+      --dump-params $t/g$v.safetensors && python3 test/e2e/compare_runs.py $t/g1.jsonl \
+      $t/g1.safetensors $t/g$v.jsonl $t/g$v.safetensors --tol 1e-10"
+  done
+  # NCCL, one process per GPU, launched by dsrun; the same losses as without.
+  check nccl_dsrun_n1_mlp bash -c "'$b/dsrun' -n 1 '$b/mlp' $mi --log $t/nccl.jsonl \
+    --dump-params $t/nccl.safetensors && python3 test/e2e/compare_runs.py $t/mlp1.jsonl \
+    $t/mlp1.safetensors $t/nccl.jsonl $t/nccl.safetensors --tol 0"
+  check nccl_world_size_mismatch bash -c "! '$b/dsrun' -n 1 '$b/mlp_s3_n4' $mi 2>&1 | tee /dev/stderr | grep -q 'compiled for 4 ranks'"
+  # A collective that differs from the manifest is named, not a hang.
+  echo
+  echo "== dsc GPU checks on $(head -1 "$out/gpu.txt") ($(date -u +%F))"
+  printf '%s\n' "${results[@]}" | tee "$out/summary.txt"
+  [ $failed -eq 0 ] && echo "all passed" || echo "FAILED (logs in $out)"
+  return $failed
+}
+
+bench() {
+  mkdir -p "$out"
+  unpack
+  libraries
+  local b=$bundle/bin
+  [ -x "$b/gpt2_124m" ] || { echo "gpu-check: no $b/gpt2_124m (build with bench/gpt2_124m.py export first)" >&2; return 1; }
+  python3 - "$out/tokens.bin" <<'PY'
+import sys, numpy as np
+np.random.default_rng(0).integers(0, 50257, size=8_000_000, dtype=np.uint16).tofile(sys.argv[1])
+PY
+  local common="--init random --data $out/tokens.bin --steps 20 --print-every 5"
+  echo "== dsc, fp32 (TF32 off)"
+  timeout 240 "$b/gpt2_124m" $common --log "$out/dsc_fp32.jsonl" 2>&1 | tee "$out/dsc_fp32.log"
+  echo "== dsc, fp32 with TF32 GEMMs"
+  DSC_ALLOW_TF32=1 timeout 240 "$b/gpt2_124m" $common --log "$out/dsc_tf32.jsonl" 2>&1 | tee "$out/dsc_tf32.log"
+  echo "== PyTorch on the same card"
+  for flags in "" "--tf32" "--bf16 --sdpa"; do
+    timeout 240 python3 bench/gpt2_124m.py torch --micro-batch 16 --steps 20 $flags | tee -a "$out/torch.jsonl"
+  done
+  python3 - "$out" <<'PY'
+import json, sys, statistics, torch, time
+out = sys.argv[1]
+# The bf16 matmul ceiling of this card, measured now.
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+for _ in range(3): a @ b
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(10): a @ b
+torch.cuda.synchronize(); ceiling = 2 * 8192**3 * 10 / (time.perf_counter() - t) / 1e12
+flops = 6 * 124439808 * 16 * 1024 + 12 * 12 * 1024 * 1024 * 768 * 16  # 6N per token + attention
+rows = []
+for name in ("dsc_fp32", "dsc_tf32"):
+    try:
+        steps = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
+    except OSError:
+        continue
+    if len(steps) < 6:
+        continue
+    t = statistics.median(s["step_time_s"] for s in steps[5:])
+    rows.append(dict(impl="dsc " + name[4:], median_step_s=t, tokens_per_s=16 * 1024 / t))
+for l in open(f"{out}/torch.jsonl"):
+    r = json.loads(l)
+    rows.append(dict(impl=f"pytorch {r['precision']} {r['attention']}", median_step_s=r["median_step_s"],
+                     tokens_per_s=r["tokens_per_s"], peak_gib=r["peak_bytes"] / 2**30))
+print(f"\nbf16 matmul ceiling measured: {ceiling:.0f} TFLOP/s")
+print(f"{'implementation':40} {'ms/step':>9} {'tok/s':>9} {'MFU':>6} {'peak GiB':>9}")
+for r in rows:
+    mfu = flops / r["median_step_s"] / 1e12 / ceiling
+    print(f"{r['impl']:40} {r['median_step_s']*1e3:9.1f} {r['tokens_per_s']:9.0f} {mfu:6.1%} "
+          f"{r.get('peak_gib', float('nan')):9.2f}")
+json.dump(dict(ceiling_tflops=ceiling, rows=rows), open(f"{out}/bench.json", "w"), indent=1)
+PY
+}
+
+case "$mode" in
+build) build ;;
+run) run ;;
+bench) bench ;;
+*) sed -n '2,22p' "$0"; exit 2 ;;
+esac

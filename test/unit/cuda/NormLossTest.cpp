@@ -1,0 +1,678 @@
+//===- NormLossTest.cpp - CUDA norms, softmax, losses against the CPU -----===//
+//
+// Each case runs the CPU kernel on host views and the CUDA kernel on device
+// views of the same random data and compares the results. GPU results start
+// as junk, so an element a kernel fails to write shows up. The shapes reach
+// every launch shape of norm_loss.cu: a line per thread, warp and block,
+// contiguous and strided, several partial sums per channel and per column.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestUtil.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsc::cuda::test {
+namespace {
+
+using Shape = std::vector<int64_t>;
+constexpr DType kFloats[] = {DType::F32, DType::F64};
+
+/// A result computed twice: by the CPU (host view) and the GPU (device
+/// view, junk until the kernel writes it).
+struct Out {
+  DevTensor cpu, gpu;
+  Out(DType dtype, const Shape &shape) : cpu(dtype, shape), gpu(dtype, shape) {
+    gpu.random(1e3, 2e3, 12345);
+  }
+};
+
+DevTensor randomTensor(DType dtype, const Shape &shape, double lo, double hi,
+                       uint32_t seed) {
+  DevTensor t(dtype, shape);
+  t.random(lo, hi, seed);
+  return t;
+}
+
+/// f32 within 1e-5 relative (plus `atol32`), f64 within 1e-9.
+void close(const DevTensor &cpu, const DevTensor &gpu, DType dtype,
+           const std::string &what, double atol32 = 1e-6) {
+  bool f32 = dtype == DType::F32;
+  expectClose(cpu, gpu, f32 ? 1e-5 : 1e-9, f32 ? atol32 : 1e-12,
+              what + " " + dtypeName(dtype));
+}
+
+void close(const Out &o, DType dtype, const std::string &what,
+           double atol32 = 1e-6) {
+  close(o.cpu, o.gpu, dtype, what, atol32);
+}
+
+void expectSameError(const Status &cpu, const Status &gpu) {
+  EXPECT_FALSE(cpu.ok());
+  EXPECT_EQ(cpu.code(), gpu.code());
+  EXPECT_EQ(cpu.message(), gpu.message());
+}
+
+std::string shapeName(DType dtype, const Shape &shape) {
+  std::string r = std::string(dtypeName(dtype)) + "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    r += (i ? "," : "") + std::to_string(shape[i]);
+  return r + "]";
+}
+
+/// The absolute tolerance of an f32 sum of `count` terms of about one: the
+/// CPU adds them one by one in f32 (an error growing with the count), the
+/// GPU in double.
+double sumTol(int64_t count) { return std::max(1e-5, 1e-7 * double(count)); }
+
+Shape without(Shape shape, size_t dim) {
+  shape.erase(shape.begin() + static_cast<std::ptrdiff_t>(dim));
+  return shape;
+}
+
+//===----------------------------------------------------------------------===//
+// Batch norm
+//===----------------------------------------------------------------------===//
+
+void checkBatchNormTrain(DType dt, const Shape &shape) {
+  SCOPED_TRACE(shapeName(dt, shape));
+  Shape ch{shape[1]};
+  DevTensor x = randomTensor(dt, shape, -2, 3, 1);
+  DevTensor scale = randomTensor(dt, ch, 0.5, 1.5, 2);
+  DevTensor bias = randomTensor(dt, ch, -1, 1, 3);
+  DevTensor rm = randomTensor(dt, ch, -1, 1, 4);
+  DevTensor rv = randomTensor(dt, ch, 0.5, 2, 5);
+  Out out(dt, shape), nrm(dt, ch), nrv(dt, ch), sm(dt, ch), sis(dt, ch);
+  DSC_ASSERT_OK(
+      cpu::batchNormTrain(x.host(), scale.host(), bias.host(), rm.host(),
+                          rv.host(), 1e-5, 0.9, out.cpu.host(), nrm.cpu.host(),
+                          nrv.cpu.host(), sm.cpu.host(), sis.cpu.host()));
+  DSC_ASSERT_OK(cuda::batchNormTrain(x.dev(), scale.dev(), bias.dev(), rm.dev(),
+                                     rv.dev(), 1e-5, 0.9, out.gpu.dev(),
+                                     nrm.gpu.dev(), nrv.gpu.dev(), sm.gpu.dev(),
+                                     sis.gpu.dev()));
+  close(out, dt, "out", 1e-5);
+  close(nrm, dt, "new_running_mean");
+  close(nrv, dt, "new_running_var");
+  close(sm, dt, "save_mean");
+  close(sis, dt, "save_inv_std");
+
+  // Without the optional results.
+  Out out2(dt, shape);
+  DSC_ASSERT_OK(cuda::batchNormTrain(x.dev(), scale.dev(), bias.dev(), rm.dev(),
+                                     rv.dev(), 1e-5, 0.9, out2.gpu.dev(),
+                                     Tensor(), Tensor()));
+  close(out.cpu, out2.gpu, dt, "out without running stats", 1e-5);
+}
+
+TEST(CudaNormLoss, BatchNormTrain) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats) {
+    checkBatchNormTrain(dt, {4, 3, 5, 6});
+    checkBatchNormTrain(dt, {64, 7});         // one element per plane
+    checkBatchNormTrain(dt, {16, 3, 48, 48}); // three parts per channel
+    checkBatchNormTrain(dt, {2, 5, 3, 4, 2}); // two spatial dims
+  }
+}
+
+void checkBatchNormTrainBackward(DType dt, const Shape &shape, bool withScale) {
+  SCOPED_TRACE(shapeName(dt, shape) + (withScale ? " scale" : " no scale"));
+  Shape ch{shape[1]};
+  DevTensor x = randomTensor(dt, shape, -2, 3, 11);
+  DevTensor g = randomTensor(dt, shape, -1, 1, 12);
+  DevTensor scale = randomTensor(dt, ch, 0.5, 1.5, 13);
+  Tensor sh = withScale ? scale.host() : Tensor();
+  Tensor sd = withScale ? scale.dev() : Tensor();
+  Out gx(dt, shape), gs(dt, ch), gb(dt, ch);
+  DSC_ASSERT_OK(cpu::batchNormTrainBackward(x.host(), sh, 1e-5, g.host(),
+                                            gx.cpu.host(), gs.cpu.host(),
+                                            gb.cpu.host()));
+  DSC_ASSERT_OK(cuda::batchNormTrainBackward(
+      x.dev(), sd, 1e-5, g.dev(), gx.gpu.dev(), gs.gpu.dev(), gb.gpu.dev()));
+  int64_t count = x.host().numel() / shape[1];
+  close(gx, dt, "grad_in", 1e-5);
+  close(gs, dt, "grad_scale", sumTol(count));
+  close(gb, dt, "grad_bias", sumTol(count));
+
+  // Only the parameter gradients.
+  Out gs2(dt, ch);
+  DSC_ASSERT_OK(cuda::batchNormTrainBackward(
+      x.dev(), sd, 1e-5, g.dev(), Tensor(), gs2.gpu.dev(), Tensor()));
+  close(gs.cpu, gs2.gpu, dt, "grad_scale alone", sumTol(count));
+}
+
+TEST(CudaNormLoss, BatchNormTrainBackward) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats) {
+    checkBatchNormTrainBackward(dt, {4, 3, 5, 6}, true);
+    checkBatchNormTrainBackward(dt, {4, 3, 5, 6}, false);
+    checkBatchNormTrainBackward(dt, {64, 7}, true);
+    checkBatchNormTrainBackward(dt, {16, 3, 48, 48}, true);
+  }
+}
+
+TEST(CudaNormLoss, BatchNormInference) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats)
+    for (const Shape &shape : {Shape{4, 3, 5, 6}, Shape{33, 9}}) {
+      Shape ch{shape[1]};
+      DevTensor x = randomTensor(dt, shape, -2, 3, 21);
+      DevTensor scale = randomTensor(dt, ch, 0.5, 1.5, 22);
+      DevTensor bias = randomTensor(dt, ch, -1, 1, 23);
+      DevTensor mean = randomTensor(dt, ch, -1, 1, 24);
+      DevTensor var = randomTensor(dt, ch, 0.5, 2, 25);
+      Out out(dt, shape);
+      DSC_ASSERT_OK(cpu::batchNorm(x.host(), scale.host(), bias.host(),
+                                   mean.host(), var.host(), 1e-5,
+                                   out.cpu.host()));
+      DSC_ASSERT_OK(cuda::batchNorm(x.dev(), scale.dev(), bias.dev(),
+                                    mean.dev(), var.dev(), 1e-5,
+                                    out.gpu.dev()));
+      close(out, dt, "batch_norm");
+    }
+}
+
+TEST(CudaNormLoss, BatchNormErrors) {
+  DSC_REQUIRE_GPU();
+  DevTensor x(DType::F32, {4, 3, 5}), wrong(DType::F32, {4});
+  DevTensor out(DType::F32, {4, 3, 5}), x64(DType::F64, {4, 3, 5});
+  expectSameError(cpu::batchNormTrain(x.host(), wrong.host(), wrong.host(),
+                                      wrong.host(), wrong.host(), 1e-5, 0.9,
+                                      out.host(), Tensor(), Tensor()),
+                  cuda::batchNormTrain(x.dev(), wrong.dev(), wrong.dev(),
+                                       wrong.dev(), wrong.dev(), 1e-5, 0.9,
+                                       out.dev(), Tensor(), Tensor()));
+  expectSameError(
+      cpu::batchNormTrainBackward(x.host(), Tensor(), 1e-5, x64.host(),
+                                  out.host(), Tensor(), Tensor()),
+      cuda::batchNormTrainBackward(x.dev(), Tensor(), 1e-5, x64.dev(),
+                                   out.dev(), Tensor(), Tensor()));
+  expectSameError(cpu::batchNorm(x.host(), Tensor(), Tensor(), Tensor(),
+                                 Tensor(), 1e-5, out.host()),
+                  cuda::batchNorm(x.dev(), Tensor(), Tensor(), Tensor(),
+                                  Tensor(), 1e-5, out.dev()));
+}
+
+//===----------------------------------------------------------------------===//
+// Layer norm
+//===----------------------------------------------------------------------===//
+
+Shape tail(const Shape &shape, int64_t axis) {
+  if (axis < 0)
+    axis += static_cast<int64_t>(shape.size());
+  return Shape(shape.begin() + axis, shape.end());
+}
+
+void checkLayerNorm(DType dt, const Shape &shape, int64_t axis, bool withBias) {
+  SCOPED_TRACE(shapeName(dt, shape) + " axis " + std::to_string(axis) +
+               (withBias ? " bias" : " no bias"));
+  Shape params = tail(shape, axis);
+  DevTensor x = randomTensor(dt, shape, -2, 3, 31);
+  DevTensor scale = randomTensor(dt, params, 0.5, 1.5, 32);
+  DevTensor bias = randomTensor(dt, params, -1, 1, 33);
+  Out out(dt, shape);
+  DSC_ASSERT_OK(cpu::layerNorm(x.host(), scale.host(),
+                               withBias ? bias.host() : Tensor(), axis, 1e-5,
+                               out.cpu.host()));
+  DSC_ASSERT_OK(cuda::layerNorm(x.dev(), scale.dev(),
+                                withBias ? bias.dev() : Tensor(), axis, 1e-5,
+                                out.gpu.dev()));
+  close(out, dt, "layer_norm", 1e-5);
+}
+
+TEST(CudaNormLoss, LayerNorm) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats) {
+    checkLayerNorm(dt, {6, 5, 40}, -1, true);
+    checkLayerNorm(dt, {6, 5, 40}, 2, false);
+    checkLayerNorm(dt, {6, 5, 40}, 1, true); // rank - 2
+    checkLayerNorm(dt, {6, 5, 40}, -2, false);
+    checkLayerNorm(dt, {64, 768}, -1, true);   // GPT-2's rows
+    checkLayerNorm(dt, {3, 2000}, 1, true);    // a block per row
+    checkLayerNorm(dt, {4, 3, 700}, 1, false); // 2100 columns, rank - 2
+  }
+}
+
+TEST(CudaNormLoss, LayerNormErrors) {
+  DSC_REQUIRE_GPU();
+  DevTensor x(DType::F32, {4, 6}), scale(DType::F32, {6}), bad(DType::F32, {5});
+  DevTensor out(DType::F32, {4, 6});
+  // Absent scale.
+  expectSameError(
+      cpu::layerNorm(x.host(), Tensor(), Tensor(), -1, 1e-5, out.host()),
+      cuda::layerNorm(x.dev(), Tensor(), Tensor(), -1, 1e-5, out.dev()));
+  expectSameError(
+      cpu::layerNorm(x.host(), scale.host(), Tensor(), 2, 1e-5, out.host()),
+      cuda::layerNorm(x.dev(), scale.dev(), Tensor(), 2, 1e-5, out.dev()));
+  expectSameError(
+      cpu::layerNorm(x.host(), scale.host(), bad.host(), 1, 1e-5, out.host()),
+      cuda::layerNorm(x.dev(), scale.dev(), bad.dev(), 1, 1e-5, out.dev()));
+  expectSameError(cpu::layerNormBackward(x.host(), Tensor(), -1, 1e-5, x.host(),
+                                         out.host(), Tensor(), Tensor()),
+                  cuda::layerNormBackward(x.dev(), Tensor(), -1, 1e-5, x.dev(),
+                                          out.dev(), Tensor(), Tensor()));
+  expectSameError(
+      cpu::layerNormBackward(x.host(), scale.host(), -1, 1e-5, x.host(),
+                             out.host(), bad.host(), Tensor()),
+      cuda::layerNormBackward(x.dev(), scale.dev(), -1, 1e-5, x.dev(),
+                              out.dev(), bad.dev(), Tensor()));
+}
+
+/// Which of gradIn, gradScale, gradBias are asked for.
+struct LnGrads {
+  bool in, scale, bias;
+};
+
+void checkLayerNormBackward(DType dt, const Shape &shape, int64_t axis,
+                            LnGrads want) {
+  SCOPED_TRACE(shapeName(dt, shape) + " axis " + std::to_string(axis) +
+               " grads " + std::to_string(want.in) +
+               std::to_string(want.scale) + std::to_string(want.bias));
+  Shape params = tail(shape, axis);
+  DevTensor x = randomTensor(dt, shape, -2, 3, 41);
+  DevTensor g = randomTensor(dt, shape, -1, 1, 42);
+  DevTensor scale = randomTensor(dt, params, 0.5, 1.5, 43);
+  Out gx(dt, shape), gs(dt, params), gb(dt, params);
+  auto h = [](bool on, const DevTensor &t) { return on ? t.host() : Tensor(); };
+  auto d = [](bool on, const DevTensor &t) { return on ? t.dev() : Tensor(); };
+  DSC_ASSERT_OK(cpu::layerNormBackward(
+      x.host(), scale.host(), axis, 1e-5, g.host(), h(want.in, gx.cpu),
+      h(want.scale, gs.cpu), h(want.bias, gb.cpu)));
+  DSC_ASSERT_OK(cuda::layerNormBackward(
+      x.dev(), scale.dev(), axis, 1e-5, g.dev(), d(want.in, gx.gpu),
+      d(want.scale, gs.gpu), d(want.bias, gb.gpu)));
+  if (want.in)
+    close(gx, dt, "grad_in", 1e-5);
+  int64_t rows = x.host().numel() / gs.cpu.host().numel();
+  if (want.scale)
+    close(gs, dt, "grad_scale", sumTol(rows));
+  if (want.bias)
+    close(gb, dt, "grad_bias", sumTol(rows));
+}
+
+TEST(CudaNormLoss, LayerNormBackward) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats) {
+    checkLayerNormBackward(dt, {6, 5, 40}, -1, {true, true, true});
+    checkLayerNormBackward(dt, {6, 5, 40}, 1, {true, true, true});
+    checkLayerNormBackward(dt, {6, 5, 40}, -1, {true, false, false});
+    checkLayerNormBackward(dt, {6, 5, 40}, -1, {false, true, false});
+    checkLayerNormBackward(dt, {6, 5, 40}, -1, {false, false, true});
+    checkLayerNormBackward(dt, {300, 40}, -1, {true, true, true});  // 10 chunks
+    checkLayerNormBackward(dt, {512, 768}, -1, {true, true, true}); // GPT-2
+    checkLayerNormBackward(dt, {5, 3000}, 1, {true, true, true});   // blocks
+    checkLayerNormBackward(dt, {4, 3, 700}, 1, {true, true, false});
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax
+//===----------------------------------------------------------------------===//
+
+void checkSoftmax(DType dt, const Shape &shape, int64_t axis, bool log,
+                  bool masked = false) {
+  SCOPED_TRACE(shapeName(dt, shape) + " axis " + std::to_string(axis) +
+               (log ? " log" : ""));
+  DevTensor x = randomTensor(dt, shape, -8, 8, 51);
+  if (masked) { // -inf in every third element, as attention masks do
+    for (int64_t i = 0; i < x.host().numel(); i += 3)
+      x.set(i, -INFINITY);
+    x.upload();
+  }
+  Out out(dt, shape);
+  if (log) {
+    DSC_ASSERT_OK(cpu::logSoftmax(x.host(), axis, out.cpu.host()));
+    DSC_ASSERT_OK(cuda::logSoftmax(x.dev(), axis, out.gpu.dev()));
+  } else {
+    DSC_ASSERT_OK(cpu::softmax(x.host(), axis, out.cpu.host()));
+    DSC_ASSERT_OK(cuda::softmax(x.dev(), axis, out.gpu.dev()));
+  }
+  close(out, dt, log ? "log_softmax" : "softmax", log ? 1e-5 : 1e-7);
+}
+
+TEST(CudaNormLoss, Softmax) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats)
+    for (bool log : {false, true}) {
+      checkSoftmax(dt, {7, 33}, -1, log);     // a warp per row
+      checkSoftmax(dt, {3, 5000}, 1, log);    // a block per row
+      checkSoftmax(dt, {2, 3, 1024}, 2, log); // a full warp row
+      checkSoftmax(dt, {4, 50, 30}, 1, log);  // middle axis, warps
+      checkSoftmax(dt, {64, 20, 40}, 1, log); // middle axis, threads
+      checkSoftmax(dt, {2, 3000, 3}, 1, log); // middle axis, blocks
+      checkSoftmax(dt, {40, 6}, 0, log);      // first axis
+      checkSoftmax(dt, {5}, 0, log);          // rank 1
+    }
+  for (DType dt : kFloats) {
+    checkSoftmax(dt, {16, 100}, -1, false, true);
+    checkSoftmax(dt, {4, 2000}, -1, false, true);
+    checkSoftmax(dt, {64, 30, 40}, 1, false, true);
+  }
+}
+
+TEST(CudaNormLoss, SoftmaxErrors) {
+  DSC_REQUIRE_GPU();
+  DevTensor x(DType::F32, {4, 6}), out(DType::F32, {4, 6}),
+      other(DType::F32, {6, 4}), ints(DType::I32, {4, 6});
+  expectSameError(cpu::softmax(x.host(), 2, out.host()),
+                  cuda::softmax(x.dev(), 2, out.dev()));
+  expectSameError(cpu::logSoftmax(x.host(), -3, out.host()),
+                  cuda::logSoftmax(x.dev(), -3, out.dev()));
+  expectSameError(cpu::softmax(x.host(), 1, other.host()),
+                  cuda::softmax(x.dev(), 1, other.dev()));
+  expectSameError(cpu::softmax(ints.host(), 1, ints.host()),
+                  cuda::softmax(ints.dev(), 1, ints.dev()));
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+struct LossCase {
+  Shape shape; // [N, C, d...]
+  DType labels;
+  bool weighted;
+  std::optional<int64_t> ignore;
+};
+
+std::string caseName(DType dt, const LossCase &c) {
+  return shapeName(dt, c.shape) + " labels " + dtypeName(c.labels) +
+         (c.weighted ? " weighted" : "") +
+         (c.ignore ? " ignore " + std::to_string(*c.ignore) : "");
+}
+
+/// Labels in [0, C), every fifth the ignore index when there is one.
+DevTensor makeLabels(const LossCase &c, uint32_t seed) {
+  DevTensor labels(c.labels, without(c.shape, 1));
+  labels.random(0, double(c.shape[1]), seed);
+  if (c.ignore) {
+    for (int64_t i = 0; i < labels.host().numel(); i += 5)
+      labels.set(i, double(*c.ignore));
+    labels.upload();
+  }
+  return labels;
+}
+
+constexpr Reduction kReductions[] = {Reduction::None, Reduction::Sum,
+                                     Reduction::Mean};
+
+const char *reductionName(Reduction r) {
+  return r == Reduction::None ? "none" : r == Reduction::Sum ? "sum" : "mean";
+}
+
+/// Forward and backward of softmax_cross_entropy (nll = false) or nll_loss.
+void checkLoss(DType dt, const LossCase &c, bool nll) {
+  SCOPED_TRACE(std::string(nll ? "nll_loss " : "softmax_cross_entropy ") +
+               caseName(dt, c));
+  Shape labelShape = without(c.shape, 1);
+  DevTensor x = nll ? randomTensor(dt, c.shape, -6, 0, 61)
+                    : randomTensor(dt, c.shape, -4, 4, 61);
+  DevTensor labels = makeLabels(c, 62);
+  DevTensor weights = randomTensor(dt, {c.shape[1]}, 0.5, 2, 63);
+  Tensor wh = c.weighted ? weights.host() : Tensor();
+  Tensor wd = c.weighted ? weights.dev() : Tensor();
+  for (Reduction r : kReductions) {
+    SCOPED_TRACE(reductionName(r));
+    Shape lossShape = r == Reduction::None ? labelShape : Shape{};
+    Out loss(dt, lossShape);
+    DevTensor gradLoss = randomTensor(dt, lossShape, 0.5, 1.5, 64);
+    Out grad(dt, c.shape);
+    if (nll) {
+      DSC_ASSERT_OK(cpu::nllLoss(x.host(), labels.host(), wh, r, c.ignore,
+                                 loss.cpu.host()));
+      DSC_ASSERT_OK(cuda::nllLoss(x.dev(), labels.dev(), wd, r, c.ignore,
+                                  loss.gpu.dev()));
+      DSC_ASSERT_OK(cpu::nllLossBackward(x.host(), labels.host(), wh, r,
+                                         c.ignore, gradLoss.host(),
+                                         grad.cpu.host()));
+      DSC_ASSERT_OK(cuda::nllLossBackward(x.dev(), labels.dev(), wd, r,
+                                          c.ignore, gradLoss.dev(),
+                                          grad.gpu.dev()));
+    } else {
+      DSC_ASSERT_OK(cpu::softmaxCrossEntropy(x.host(), labels.host(), wh, r,
+                                             c.ignore, loss.cpu.host()));
+      DSC_ASSERT_OK(cuda::softmaxCrossEntropy(x.dev(), labels.dev(), wd, r,
+                                              c.ignore, loss.gpu.dev()));
+      DSC_ASSERT_OK(cpu::softmaxCrossEntropyBackward(
+          x.host(), labels.host(), wh, r, c.ignore, gradLoss.host(),
+          grad.cpu.host()));
+      DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+          x.dev(), labels.dev(), wd, r, c.ignore, gradLoss.dev(),
+          grad.gpu.dev()));
+    }
+    close(loss, dt, "loss",
+          r == Reduction::Sum ? sumTol(labels.host().numel()) : 1e-6);
+    close(grad, dt, "grad", 1e-7);
+  }
+}
+
+std::vector<LossCase> lossCases() {
+  return {
+      {{37, 11}, DType::I64, false, std::nullopt},
+      {{37, 11}, DType::I64, true, std::nullopt},
+      {{37, 11}, DType::I32, true, -100},
+      {{37, 11}, DType::I64, false, 3},     // an ignore index inside [0, C)
+      {{64, 5000}, DType::I64, true, -100}, // a block per row
+      {{4, 7, 5, 3}, DType::I32, true, -1}, // spatial, a warp per line
+      {{8, 10, 16, 16}, DType::I64, false, -100}, // spatial, a thread per line
+      {{2, 1500, 6}, DType::I64, true, std::nullopt}, // spatial, blocks
+  };
+}
+
+TEST(CudaNormLoss, SoftmaxCrossEntropy) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats)
+    for (const LossCase &c : lossCases())
+      checkLoss(dt, c, false);
+}
+
+TEST(CudaNormLoss, NllLoss) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats)
+    for (const LossCase &c : lossCases())
+      checkLoss(dt, c, true);
+}
+
+TEST(CudaNormLoss, LossAllIgnored) {
+  DSC_REQUIRE_GPU();
+  // Mean over no labels is 0 / 0 on both.
+  DevTensor x = randomTensor(DType::F32, {6, 4}, -2, 2, 71);
+  DevTensor labels(DType::I64, {6});
+  labels.values(std::vector<double>(6, -100));
+  for (bool nll : {false, true}) {
+    Out loss(DType::F32, {});
+    if (nll) {
+      DSC_ASSERT_OK(cpu::nllLoss(x.host(), labels.host(), Tensor(),
+                                 Reduction::Mean, -100, loss.cpu.host()));
+      DSC_ASSERT_OK(cuda::nllLoss(x.dev(), labels.dev(), Tensor(),
+                                  Reduction::Mean, -100, loss.gpu.dev()));
+    } else {
+      DSC_ASSERT_OK(cpu::softmaxCrossEntropy(x.host(), labels.host(), Tensor(),
+                                             Reduction::Mean, -100,
+                                             loss.cpu.host()));
+      DSC_ASSERT_OK(cuda::softmaxCrossEntropy(x.dev(), labels.dev(), Tensor(),
+                                              Reduction::Mean, -100,
+                                              loss.gpu.dev()));
+    }
+    close(loss, DType::F32, nll ? "nll mean" : "cross entropy mean");
+  }
+}
+
+TEST(CudaNormLoss, LabelOutOfRange) {
+  DSC_REQUIRE_GPU();
+  const int64_t n = 40, c = 11;
+  DevTensor x = randomTensor(DType::F32, {n, c}, -2, 2, 81);
+  DevTensor labels = randomTensor(DType::I64, {n}, 0, double(c), 82);
+  labels.set(7, -3); // the first bad one
+  labels.set(9, -100);
+  labels.set(23, double(c));
+  labels.upload();
+  DevTensor gradLoss = randomTensor(DType::F32, {}, 1, 2, 83);
+  for (Reduction r : kReductions) {
+    SCOPED_TRACE(reductionName(r));
+    Shape lossShape = r == Reduction::None ? Shape{n} : Shape{};
+    DevTensor loss(DType::F32, lossShape);
+    Status cpuStatus = cpu::softmaxCrossEntropy(x.host(), labels.host(),
+                                                Tensor(), r, -100, loss.host());
+    EXPECT_EQ(cpuStatus.code(), StatusCode::OutOfRange);
+    expectSameError(cpuStatus,
+                    cuda::softmaxCrossEntropy(x.dev(), labels.dev(), Tensor(),
+                                              r, -100, loss.dev()));
+    expectSameError(
+        cpu::nllLoss(x.host(), labels.host(), Tensor(), r, -100, loss.host()),
+        cuda::nllLoss(x.dev(), labels.dev(), Tensor(), r, -100, loss.dev()));
+  }
+  // Without an ignore index, -100 is out of range too; 7 is still first.
+  DevTensor loss(DType::F32, {});
+  expectSameError(
+      cpu::softmaxCrossEntropy(x.host(), labels.host(), Tensor(),
+                               Reduction::Sum, std::nullopt, loss.host()),
+      cuda::softmaxCrossEntropy(x.dev(), labels.dev(), Tensor(), Reduction::Sum,
+                                std::nullopt, loss.dev()));
+  // i32 labels, a spatial case: the message gives the flat position.
+  DevTensor xs = randomTensor(DType::F64, {2, 5, 3}, -2, 2, 84);
+  DevTensor ls(DType::I32, {2, 3});
+  ls.values({0, 1, 2, 3, 4, 5});
+  DevTensor ws = randomTensor(DType::F64, {5}, 0.5, 2, 85);
+  DevTensor lossS(DType::F64, {2, 3});
+  expectSameError(cpu::nllLoss(xs.host(), ls.host(), ws.host(), Reduction::None,
+                               std::nullopt, lossS.host()),
+                  cuda::nllLoss(xs.dev(), ls.dev(), ws.dev(), Reduction::None,
+                                std::nullopt, lossS.dev()));
+  // The backward kernels check only with DSC_CUDA_SYNC=1 (the forward has
+  // checked the same labels); either way they stay inside their buffers.
+  DevTensor grad(DType::F32, {n, c});
+  Status cpuBack = cpu::softmaxCrossEntropyBackward(
+      x.host(), labels.host(), Tensor(), Reduction::Mean, -100, gradLoss.host(),
+      grad.host());
+  Status gpuBack = cuda::softmaxCrossEntropyBackward(
+      x.dev(), labels.dev(), Tensor(), Reduction::Mean, -100, gradLoss.dev(),
+      grad.dev());
+  if (!gpuBack.ok()) {
+    expectSameError(cpuBack, gpuBack);
+  }
+  gpuBack =
+      cuda::nllLossBackward(x.dev(), labels.dev(), Tensor(), Reduction::Mean,
+                            -100, gradLoss.dev(), grad.dev());
+  if (!gpuBack.ok()) {
+    EXPECT_EQ(gpuBack.code(), StatusCode::OutOfRange);
+  }
+  EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+}
+
+TEST(CudaNormLoss, LossErrors) {
+  DSC_REQUIRE_GPU();
+  DevTensor x(DType::F32, {4, 5}), fl(DType::F32, {4}), l(DType::I64, {4}),
+      l3(DType::I64, {3}), w(DType::F32, {4}), scalar(DType::F32, {}),
+      vec(DType::F32, {4});
+  expectSameError(cpu::softmaxCrossEntropy(x.host(), fl.host(), Tensor(),
+                                           Reduction::Mean, {}, scalar.host()),
+                  cuda::softmaxCrossEntropy(x.dev(), fl.dev(), Tensor(),
+                                            Reduction::Mean, {}, scalar.dev()));
+  expectSameError(cpu::softmaxCrossEntropy(x.host(), l3.host(), Tensor(),
+                                           Reduction::Mean, {}, scalar.host()),
+                  cuda::softmaxCrossEntropy(x.dev(), l3.dev(), Tensor(),
+                                            Reduction::Mean, {}, scalar.dev()));
+  expectSameError(cpu::nllLoss(x.host(), l.host(), w.host(), Reduction::Mean,
+                               {}, scalar.host()),
+                  cuda::nllLoss(x.dev(), l.dev(), w.dev(), Reduction::Mean, {},
+                                scalar.dev()));
+  expectSameError(cpu::nllLoss(x.host(), l.host(), Tensor(), Reduction::None,
+                               {}, scalar.host()),
+                  cuda::nllLoss(x.dev(), l.dev(), Tensor(), Reduction::None, {},
+                                scalar.dev()));
+  expectSameError(cpu::softmaxCrossEntropyBackward(x.host(), l.host(), Tensor(),
+                                                   Reduction::Sum, {},
+                                                   scalar.host(), vec.host()),
+                  cuda::softmaxCrossEntropyBackward(x.dev(), l.dev(), Tensor(),
+                                                    Reduction::Sum, {},
+                                                    scalar.dev(), vec.dev()));
+  expectSameError(
+      cpu::nllLossBackward(x.host(), l.host(), Tensor(), Reduction::Sum, {},
+                           scalar.host(), vec.host()),
+      cuda::nllLossBackward(x.dev(), l.dev(), Tensor(), Reduction::Sum, {},
+                            scalar.dev(), vec.dev()));
+}
+
+/// The largest |a - b| / |b| over the elements (b the reference).
+double maxRelDiff(const Tensor &a, const Tensor &b) {
+  double worst = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    double r = DevTensor::get(b, i), d = std::fabs(DevTensor::get(a, i) - r);
+    worst = std::max(worst, r == 0 ? d : d / std::fabs(r));
+  }
+  return worst;
+}
+
+/// GPT-2's logits for a 2048-token slice of a batch: a block per row of
+/// 50257 classes, and bit-identical results when run again. The CPU's f32
+/// sum of 50257 exponentials drifts by a few 1e-5 (relative), which shows in
+/// the probabilities: the GPU's f32 results are checked within 1e-5 of the
+/// CPU's f64 results on the same values, and within 1e-4 of its f32 ones.
+TEST(CudaNormLoss, CrossEntropyGpt2Rows) {
+  DSC_REQUIRE_GPU();
+  const int64_t n = 2048, c = 50257;
+  const Shape shape{n, c};
+  DevTensor x = randomTensor(DType::F32, shape, -10, 10, 91);
+  DevTensor x64(DType::F64, shape);
+  for (int64_t i = 0; i < n * c; ++i)
+    x64.set(i, DevTensor::get(x.host(), i));
+  LossCase lc{shape, DType::I64, false, -100};
+  DevTensor labels = makeLabels(lc, 92);
+  DevTensor gradLoss(DType::F32, {}), gradLoss64(DType::F64, {});
+  gradLoss.values({1.0});
+  gradLoss64.values({1.0});
+
+  Out none(DType::F32, {n}), mean(DType::F32, {}), grad(DType::F32, shape);
+  DevTensor none64(DType::F64, {n}), mean64(DType::F64, {}),
+      grad64(DType::F64, shape);
+  for (Reduction r : {Reduction::None, Reduction::Mean}) {
+    Out &o = r == Reduction::None ? none : mean;
+    DevTensor &ref = r == Reduction::None ? none64 : mean64;
+    DSC_ASSERT_OK(cpu::softmaxCrossEntropy(x.host(), labels.host(), Tensor(), r,
+                                           -100, o.cpu.host()));
+    DSC_ASSERT_OK(cpu::softmaxCrossEntropy(x64.host(), labels.host(), Tensor(),
+                                           r, -100, ref.host()));
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropy(x.dev(), labels.dev(), Tensor(), r,
+                                            -100, o.gpu.dev()));
+    expectClose(ref, o.gpu, 1e-5, 0, "gpt-2 loss vs f64");
+    expectClose(o.cpu, o.gpu, 1e-5, 0, "gpt-2 loss vs f32");
+  }
+  DSC_ASSERT_OK(cpu::softmaxCrossEntropyBackward(
+      x.host(), labels.host(), Tensor(), Reduction::Mean, -100, gradLoss.host(),
+      grad.cpu.host()));
+  DSC_ASSERT_OK(cpu::softmaxCrossEntropyBackward(
+      x64.host(), labels.host(), Tensor(), Reduction::Mean, -100,
+      gradLoss64.host(), grad64.host()));
+  DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+      x.dev(), labels.dev(), Tensor(), Reduction::Mean, -100, gradLoss.dev(),
+      grad.gpu.dev()));
+  // Probabilities / N: about 1e-13 to 1e-4.
+  expectClose(grad64, grad.gpu, 1e-5, 1e-15, "gpt-2 grad vs f64");
+  expectClose(grad.cpu, grad.gpu, 1e-4, 1e-15, "gpt-2 grad vs f32");
+
+  std::vector<char> first = grad.gpu.download();
+  Tensor gpuGrad = grad.gpu.host();
+  gpuGrad.data = first.data();
+  std::printf("gpt-2 rows: largest relative difference of the gradient: "
+              "cuda f32 vs cpu f64 %.3g, cpu f32 vs cpu f64 %.3g, "
+              "cuda f32 vs cpu f32 %.3g\n",
+              maxRelDiff(gpuGrad, grad64.host()),
+              maxRelDiff(grad.cpu.host(), grad64.host()),
+              maxRelDiff(gpuGrad, grad.cpu.host()));
+  DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+      x.dev(), labels.dev(), Tensor(), Reduction::Mean, -100, gradLoss.dev(),
+      grad.gpu.dev()));
+  std::vector<char> second = grad.gpu.download();
+  EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size()))
+      << "two runs differ";
+}
+
+} // namespace
+} // namespace dsc::cuda::test
