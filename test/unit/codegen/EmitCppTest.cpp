@@ -382,8 +382,8 @@ TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
       << out;
   // The context carries the communicator to every call.
   EXPECT_TRUE(has("return {seed, step, ++*calls, calls, frame + offset, "
-                  "comm};"));
-  EXPECT_TRUE(has("static_cast<char *>(frame), rank.comm};"));
+                  "comm, consts};"));
+  EXPECT_TRUE(has("static_cast<char *>(frame), rank.comm, nullptr};"));
   EXPECT_TRUE(has("Status trainStep(const dsc::RankContext &rank, "));
   EXPECT_TRUE(has("constexpr int64_t kWorldSize = 4;"));
   EXPECT_TRUE(has("constexpr int64_t kGroupSize = 2;"));
