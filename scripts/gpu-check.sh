@@ -194,7 +194,12 @@ for name in ("dsc_fp32", "dsc_tf32"):
     if len(steps) < 6:
         continue
     t = statistics.median(s["step_time_s"] for s in steps[5:])
-    rows.append(dict(impl="dsc " + name[4:], median_step_s=t, tokens_per_s=16 * 1024 / t))
+    row = dict(impl="dsc " + name[4:], median_step_s=t, tokens_per_s=16 * 1024 / t)
+    import re
+    m = re.search(r"gpu memory: peak ([0-9.]+) (GiB|MiB)", open(f"{out}/{name}.log").read())
+    if m:
+        row["peak_gib"] = float(m.group(1)) / (1 if m.group(2) == "GiB" else 1024)
+    rows.append(row)
 for l in open(f"{out}/torch.jsonl"):
     r = json.loads(l)
     rows.append(dict(impl=f"pytorch {r['precision']} {r['attention']}", median_step_s=r["median_step_s"],
