@@ -392,6 +392,22 @@ constexpr const char *kCheckCommunicator = R"cpp(  if (rank.comm && (rank.comm->
 // The emitter
 //===----------------------------------------------------------------------===//
 
+/// A transpose that swaps the last two dims of a rank >= 2 tensor and whose
+/// every user is a dsc.matmul: a GEMM can read its input transposed.
+bool isFoldableTranspose(TransposeOp t) {
+  ArrayRef<int64_t> perm = t.getPerm();
+  int64_t n = static_cast<int64_t>(perm.size());
+  if (n < 2 || t.getResult().use_empty())
+    return false;
+  for (int64_t i = 0; i < n - 2; ++i)
+    if (perm[i] != i)
+      return false;
+  if (perm[n - 2] != n - 1 || perm[n - 1] != n - 2)
+    return false;
+  return llvm::all_of(t.getResult().getUsers(),
+                      [](Operation *user) { return isa<MatMulOp>(user); });
+}
+
 class Emitter {
 public:
   Emitter(ModuleOp module, const EmitCppOptions &options)
@@ -432,6 +448,8 @@ private:
   llvm::DenseSet<Operation *> reachable_; // from the entry
   llvm::DenseMap<Operation *, uint64_t> totalBytes_;
   llvm::DenseMap<Value, std::string> names_;
+  /// Transposes the CUDA matmuls read transposed (this function's).
+  llvm::DenseSet<Operation *> folded_;
   llvm::DenseMap<Attribute, std::string> constants_;
   std::string constantsText_, functionsText_;
   uint64_t constantBytes_ = 0;
@@ -742,6 +760,17 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   planOptions.aliasReshapes = options_.aliasReshapes;
   planOptions.alignment = kAlignment;
   planOptions.asyncCollectives = options_.cuda;
+  // On a GPU a transpose of the last two dims whose every user is a matmul
+  // is not run: cuBLASLt reads the operand transposed.
+  folded_.clear();
+  if (options_.cuda)
+    func.walk([&](TransposeOp t) {
+      if (isFoldableTranspose(t))
+        folded_.insert(t);
+    });
+  planOptions.isFoldedView = [&](Operation *op) {
+    return folded_.contains(op);
+  };
   planOptions.bytes = [&](Value v) -> uint64_t {
     auto type = cast<RankedTensorType>(v.getType());
     auto info = *elementInfo(type.getElementType(), options_.promoteF32ToF64);
@@ -850,6 +879,13 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     os << "  [" << commentText(label.getName().strref()) << "]";
   os << "\n";
 
+  // A folded transpose: its users read its input (see emitFunction).
+  if (folded_.contains(op)) {
+    names_[op->getResult(0)] = names_.lookup(op->getOperand(0));
+    os << "  // (read transposed by the matmuls that use it)\n";
+    return success();
+  }
+
   // The result views.
   for (Value r : op->getResults()) {
     std::string name = identifier(ssaName(r));
@@ -904,6 +940,23 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     lowered.call =
         codegen::cppCall("rt::fill", {names_.lookup(constant.getResult()),
                                        cppDouble(splatValue(attr))});
+  } else if (folded_.contains(op)) {
+    return success();
+  } else if (auto mm = dyn_cast<MatMulOp>(op);
+             mm && (folded_.contains(mm.getLhs().getDefiningOp()) ||
+                    folded_.contains(mm.getRhs().getDefiningOp()))) {
+    // Each folded operand is read as stored, transposed by cuBLASLt.
+    auto operand = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      bool t = folded_.contains(def);
+      return std::make_pair(names_.lookup(t ? def->getOperand(0) : v),
+                            std::string(t ? "true" : "false"));
+    };
+    auto [lhs, tl] = operand(mm.getLhs());
+    auto [rhs, tr] = operand(mm.getRhs());
+    lowered.call = codegen::cppCall(
+        "rt::matmulTransposed",
+        {lhs, tl, rhs, tr, names_.lookup(mm.getResult())});
   } else if (codegen::isViewOp(op) &&
              plan.storage.lookup(op->getResult(0)).kind ==
                  Storage::Kind::Alias) {

@@ -97,6 +97,13 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                                      cppInt(static_cast<int64_t>(o.getAxis())),
                                      ctx.view(o.getResult())});
       })
+      .Case([&](SoftmaxBackwardOp o) {
+        return call(o.getLog() ? "rt::logSoftmaxBackward"
+                               : "rt::softmaxBackward",
+                    {ctx.view(o.getOutput()),
+                     cppInt(static_cast<int64_t>(o.getAxis())),
+                     ctx.view(o.getGrad()), ctx.view(o.getResult())});
+      })
       .Case([&](LogSoftmaxOp o) {
         return call("rt::logSoftmax",
                     {ctx.view(o.getInput()),

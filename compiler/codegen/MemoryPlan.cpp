@@ -119,7 +119,8 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
       Storage s;
       if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
         s.kind = Storage::Kind::Constant;
-      } else if (isViewOp(op) && options.aliasReshapes) {
+      } else if ((isViewOp(op) && options.aliasReshapes) ||
+                 (options.isFoldedView && options.isFoldedView(op))) {
         Value in = op->getOperand(0);
         const Storage &src = plan.storage[in];
         s.kind = Storage::Kind::Alias;

@@ -59,6 +59,10 @@ struct PlanOptions {
   uint64_t alignment = 64;
   /// Bytes of a value's elements.
   std::function<uint64_t(mlir::Value)> bytes;
+  /// Further ops whose result is their first operand's bytes, read in
+  /// another layout by every user (e.g. a transpose folded into the GEMMs
+  /// that use it): planned as aliases whatever aliasReshapes says.
+  std::function<bool(mlir::Operation *)> isFoldedView;
   /// Whether a dsc.constant becomes a static array (else it is filled into
   /// the frame where it is defined).
   std::function<bool(mlir::Operation *)> isStaticConstant;

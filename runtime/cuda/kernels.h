@@ -85,6 +85,12 @@ Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
 //===- GEMMs through cuBLASLt (linalg.cu) ---------------------------------===//
 
 Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
+/// matmul of op(lhs) and op(rhs), where op swaps the last two dims of an
+/// operand whose flag is set: the code generator folds a dsc.transpose whose
+/// only users are matmuls into them (no CPU counterpart: the CPU target
+/// keeps the transpose).
+Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
+                        bool transRhs, const Tensor &out);
 Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
             const GemmAttrs &attrs, const Tensor &out);
 
@@ -130,6 +136,12 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                          const Tensor &gradBias);
 Status softmax(const Tensor &input, int64_t axis, const Tensor &out);
 Status logSoftmax(const Tensor &input, int64_t axis, const Tensor &out);
+/// From the forward result y: gradIn = y * (g - sum(g * y)).
+Status softmaxBackward(const Tensor &out, int64_t axis, const Tensor &gradOut,
+                       const Tensor &gradIn);
+/// From the forward result y: gradIn = g - exp(y) * sum(g).
+Status logSoftmaxBackward(const Tensor &out, int64_t axis,
+                          const Tensor &gradOut, const Tensor &gradIn);
 Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
                            const Tensor &weights, Reduction reduction,
                            std::optional<int64_t> ignoreIndex,

@@ -537,11 +537,22 @@ Status matmulLayout(const Call &call, const Tensor &lhs, const Tensor &rhs,
   return Status();
 }
 
-} // namespace
+/// `t` with its last two dims swapped (the shape only: a transposed read).
+Tensor swapLastTwo(const Tensor &t) {
+  Tensor v = t;
+  if (v.rank >= 2 && v.rank <= kMaxRank)
+    std::swap(v.shape[v.rank - 2], v.shape[v.rank - 1]);
+  return v;
+}
 
-Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
-  Call call("matmul");
-  call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
+/// numpy matmul of op(lhs) and op(rhs), op the transpose of the last two
+/// dims where tl / tr say so (cuBLASLt reads the stored operand transposed).
+Status matmulImpl(const Call &call, const Tensor &storedLhs, bool tl,
+                  const Tensor &storedRhs, bool tr, const Tensor &out) {
+  if ((tl && storedLhs.rank < 2) || (tr && storedRhs.rank < 2))
+    return call.fail("a transposed operand needs rank >= 2");
+  const Tensor lhs = tl ? swapLastTwo(storedLhs) : storedLhs;
+  const Tensor rhs = tr ? swapLastTwo(storedRhs) : storedRhs;
   MatmulLayout l;
   if (Status st = matmulLayout(call, lhs, rhs, out, l); !st.ok())
     return st;
@@ -578,10 +589,11 @@ Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
   Problem p;
   p.dtype = lhs.dtype;
   p.m = l.m, p.n = l.n, p.k = l.k;
+  p.transA = tl, p.transB = tr;
   p.batch = inner;
   p.strideA = cl * l.m * l.k;
   p.strideB = cr * l.k * l.n;
-  if (inner > 1 && cr == 0 && cl == 1) {
+  if (inner > 1 && cr == 0 && cl == 1 && !tl) {
     // One rhs for the whole batch: the lhs batch is just more rows.
     p.m *= inner;
     p.batch = 1;
@@ -614,6 +626,25 @@ Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
   if (Status st = runProduct(p, launches, 1.0, 0.0, nullptr, &ran); !st.ok())
     return st;
   return ran ? Status() : noAlgorithm(call, p);
+}
+
+} // namespace
+
+Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
+  Call call("matmul");
+  call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
+  return matmulImpl(call, lhs, false, rhs, false, out);
+}
+
+Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
+                        bool transRhs, const Tensor &out) {
+  Call call("matmul");
+  call.arg("lhs", lhs)
+      .raw("trans_lhs", transLhs ? "true" : "false")
+      .arg("rhs", rhs)
+      .raw("trans_rhs", transRhs ? "true" : "false")
+      .arg("out", out);
+  return matmulImpl(call, lhs, transLhs, rhs, transRhs, out);
 }
 
 Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,

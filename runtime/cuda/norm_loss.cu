@@ -1099,6 +1099,63 @@ Status softmaxImpl(const char *name, const Tensor &input, int64_t axis,
   return Status();
 }
 
+/// One pass over a line of y and g: the sum (of g * y, or of g with `log`)
+/// in double in a fixed order, then the gradient.
+template <typename T, int kMode>
+__global__ void __launch_bounds__(512)
+    softmaxBackwardKernel(const T *__restrict__ y, const T *__restrict__ g,
+                          T *__restrict__ gi, Lines lines, bool log) {
+  LineGroup<kMode> grp;
+  const int64_t stride = lines.stride<kMode>();
+  for (int64_t l = grp.first; l < lines.count; l += grp.step) {
+    int64_t base = lines.base(l);
+    const T *yl = y + base, *gl = g + base;
+    T *il = gi + base;
+    double part = 0;
+    for (int64_t k = grp.lane; k < lines.dim; k += grp.size) {
+      double gv = double(gl[k * stride]);
+      part += log ? gv : gv * double(yl[k * stride]);
+    }
+    T dot = T(groupSum<kMode>(part));
+    for (int64_t k = grp.lane; k < lines.dim; k += grp.size) {
+      T yv = yl[k * stride], gv = gl[k * stride];
+      il[k * stride] = log ? gv - dExp(yv) * dot : yv * (gv - dot);
+    }
+  }
+}
+
+Status softmaxBackwardImpl(const char *name, const Tensor &out, int64_t axis,
+                           const Tensor &gradOut, const Tensor &gradIn,
+                           bool log) {
+  Call call(name);
+  call.arg("out", out).arg("axis", axis).arg("grad_out", gradOut).arg(
+      "grad_in", gradIn);
+  if (Status st = checkFloat(call, {&out, &gradOut, &gradIn}, out.dtype);
+      !st.ok())
+    return st;
+  if (!sameShape(out, gradOut) || !sameShape(out, gradIn))
+    return call.fail("all three must have one shape");
+  Lines lines;
+  if (Status st = axisLines(call, out, axis, lines); !st.ok())
+    return st;
+  if (lines.count == 0 || lines.dim == 0)
+    return Status();
+  LineLaunch ll = pickLines(lines.count, lines.dim, lines.inner);
+  byLineMode(ll.mode, [&](auto mode) {
+    constexpr int kMode = decltype(mode)::value;
+    if (out.dtype == DType::F32)
+      softmaxBackwardKernel<float, kMode><<<ll.grid, ll.block, 0, stream()>>>(
+          out.as<float>(), gradOut.as<float>(), gradIn.as<float>(), lines,
+          log);
+    else
+      softmaxBackwardKernel<double, kMode><<<ll.grid, ll.block, 0, stream()>>>(
+          out.as<double>(), gradOut.as<double>(), gradIn.as<double>(), lines,
+          log);
+  });
+  DSC_CUDA_LAUNCHED(name);
+  return Status();
+}
+
 } // namespace
 
 Status softmax(const Tensor &input, int64_t axis, const Tensor &out) {
@@ -1107,6 +1164,18 @@ Status softmax(const Tensor &input, int64_t axis, const Tensor &out) {
 
 Status logSoftmax(const Tensor &input, int64_t axis, const Tensor &out) {
   return softmaxImpl("log_softmax", input, axis, out, true);
+}
+
+Status softmaxBackward(const Tensor &out, int64_t axis, const Tensor &gradOut,
+                       const Tensor &gradIn) {
+  return softmaxBackwardImpl("softmax_backward", out, axis, gradOut, gradIn,
+                             false);
+}
+
+Status logSoftmaxBackward(const Tensor &out, int64_t axis,
+                          const Tensor &gradOut, const Tensor &gradIn) {
+  return softmaxBackwardImpl("log_softmax_backward", out, axis, gradOut,
+                             gradIn, true);
 }
 
 //===----------------------------------------------------------------------===//

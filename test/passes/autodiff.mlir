@@ -86,3 +86,21 @@ module {
 func.func @forward(%w: tensor<3xf32> {dsc.param = "w"}) -> tensor<3xf32> {
   return %w : tensor<3xf32>
 }
+
+// -----
+
+// Softmax and log-softmax differentiate to one dsc.softmax_backward each,
+// from the forward result.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[Y:.*]] = dsc.softmax %{{.*}} {axis = 1 : i64}
+// CHECK: %[[L:.*]] = dsc.log_softmax %[[Y]] {axis = 0 : i64}
+// CHECK: %[[G:.*]] = dsc.softmax_backward %{{.*}}, %[[L]] {axis = 0 : i64, log = true}
+// CHECK: dsc.softmax_backward %[[G]], %[[Y]] {axis = 1 : i64}
+func.func @forward(%w: tensor<2x3xf32> {dsc.param = "w"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %0 = dsc.softmax %w {axis = 1 : i64} : tensor<2x3xf32>
+  %1 = dsc.log_softmax %0 {axis = 0 : i64} : tensor<2x3xf32>
+  %2 = dsc.reduce_sum %1 {axes = array<i64: 0, 1>, keepdims = false}
+      : tensor<2x3xf32> -> tensor<f32>
+  return %2 : tensor<f32>
+}

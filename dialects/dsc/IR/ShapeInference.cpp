@@ -578,6 +578,20 @@ LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+LogicalResult SoftmaxBackwardOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<SoftmaxBackwardOp>(ctx, loc, a)))
+    return failure();
+  auto g = rankedType(a.getGrad()), y = rankedType(a.getOutput());
+  if (!g || !y || g != y)
+    return fail(loc, "softmax_backward: grad and output must have one type");
+  if (failed(normalizeAxis((int64_t)a.getAxis(), y.getRank())))
+    return fail(loc, "softmax_backward axis out of range");
+  results.push_back(g);
+  return success();
+}
+
 LogicalResult
 SoftmaxCrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
                                         std::optional<Location> loc, Adaptor a,

@@ -366,7 +366,20 @@ DSC_VJP(MatMulOp) {
   Shape yp(g.ty(g.matmul(a2, b2)).getShape());
   Value gy2 = g.reshape(gy, yp);
   Value ga = g.sumTo(g.matmul(gy2, g.transposeLast2(b2)), ap);
-  Value gb = g.sumTo(g.matmul(g.transposeLast2(a2), gy2), bp);
+  Value gb;
+  if (bp.size() == 2 && ap.size() > 2) {
+    // A matrix shared by every batch (a linear layer's weight): one product
+    // over all rows, [K, rows] x [rows, N], instead of a batched product
+    // and a sum over the batch (which held a [batch, K, N] temporary).
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < ap.size(); ++i)
+      rows *= ap[i];
+    Value aRows = g.reshape(a2, {rows, ap.back()});
+    Value gyRows = g.reshape(gy2, {rows, yp.back()});
+    gb = g.matmul(g.transposeLast2(aRows), gyRows);
+  } else {
+    gb = g.sumTo(g.matmul(g.transposeLast2(a2), gy2), bp);
+  }
   operandGrads.assign({g.reshape(ga, as), g.reshape(gb, bs)});
   return success();
 }
@@ -507,21 +520,20 @@ DSC_VJP(LayerNormOp) {
   return success();
 }
 
+// y * (gy - sum(gy * y)) and gy - exp(y) * sum(gy): dsc.softmax_backward.
 DSC_VJP(SoftmaxOp) {
-  GradBuilder g{builder, getLoc()};
-  Value y = getResult(), gy = resultGrads[0];
-  int64_t axis = getAxis();
-  Value dot = g.reduceSum(g.mul(gy, y), {axis}, true);
-  operandGrads.assign({g.mul(y, g.sub(gy, dot))});
+  operandGrads.assign({SoftmaxBackwardOp::create(
+                           builder, getLoc(), resultGrads[0], getResult(),
+                           getAxisAttr(), builder.getBoolAttr(false))
+                           .getResult()});
   return success();
 }
 
 DSC_VJP(LogSoftmaxOp) {
-  GradBuilder g{builder, getLoc()};
-  Value y = getResult(), gy = resultGrads[0];
-  int64_t axis = getAxis();
-  Value total = g.reduceSum(gy, {axis}, true);
-  operandGrads.assign({g.sub(gy, g.mul(g.exp(y), total))});
+  operandGrads.assign({SoftmaxBackwardOp::create(
+                           builder, getLoc(), resultGrads[0], getResult(),
+                           getAxisAttr(), builder.getBoolAttr(true))
+                           .getResult()});
   return success();
 }
 

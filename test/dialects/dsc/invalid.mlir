@@ -589,3 +589,11 @@ func.func @trilu_rank(%x: tensor<5xf32>) {
   %0 = dsc.trilu %x {upper = true} : tensor<5xf32>
   return
 }
+
+// -----
+
+func.func @softmax_backward_types(%g: tensor<2x3xf32>, %y: tensor<2x4xf32>) {
+  // expected-error @below {{softmax_backward: grad and output must have one type}}
+  %0 = dsc.softmax_backward %g, %y {axis = -1 : i64} : tensor<2x3xf32>, tensor<2x4xf32>
+  return
+}

@@ -229,6 +229,12 @@ func.func @layer_norm_and_softmax(%x: tensor<2x5x8xf32>, %s: tensor<8xf32>,
   %2 = dsc.softmax %x {axis = -1 : i64} : tensor<2x5x8xf32>
   // CHECK: dsc.log_softmax %[[X]] {axis = 1 : i64} : tensor<2x5x8xf32>
   %3 = dsc.log_softmax %x {axis = 1 : i64} : tensor<2x5x8xf32>
+  // CHECK: dsc.softmax_backward %[[X]], %{{.*}} {axis = -1 : i64} : tensor<2x5x8xf32>, tensor<2x5x8xf32>
+  %4 = dsc.softmax_backward %x, %2 {axis = -1 : i64}
+      : tensor<2x5x8xf32>, tensor<2x5x8xf32>
+  // CHECK: dsc.softmax_backward %[[X]], %{{.*}} {axis = 1 : i64, log = true} : tensor<2x5x8xf32>, tensor<2x5x8xf32>
+  %5 = dsc.softmax_backward %x, %3 {axis = 1 : i64, log = true}
+      : tensor<2x5x8xf32>, tensor<2x5x8xf32>
   return
 }
 

@@ -65,7 +65,59 @@ void expectMatmul(DType dtype, std::vector<int64_t> a, std::vector<int64_t> b,
     expectClose(want, got, rtolF32(), atolF32(k), what);
 }
 
+/// matmulTransposed against the CPU matmul of explicitly transposed copies.
+void expectMatmulTransposed(DType dtype, std::vector<int64_t> a, bool tl,
+                            std::vector<int64_t> b, bool tr,
+                            std::vector<int64_t> out, int64_t k) {
+  DevTensor x = rnd(dtype, a, 3), y = rnd(dtype, b, 4);
+  auto swapped = [](const DevTensor &t) {
+    std::vector<int64_t> shape = t.host().dims();
+    std::vector<int64_t> perm(shape.size());
+    for (size_t i = 0; i < perm.size(); ++i)
+      perm[i] = int64_t(i);
+    std::swap(perm[perm.size() - 2], perm[perm.size() - 1]);
+    std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
+    DevTensor r(t.host().dtype, shape);
+    EXPECT_TRUE(cpu::transpose(t.host(), perm, r.host()).ok());
+    return r;
+  };
+  DevTensor xt = tl ? swapped(x) : DevTensor(), yt = tr ? swapped(y) : DevTensor();
+  const Tensor &xl = tl ? xt.host() : x.host(), &yr = tr ? yt.host() : y.host();
+  DevTensor want(dtype, out), got(dtype, out);
+  DSC_ASSERT_OK(cpu::matmul(xl, yr, want.host()));
+  DSC_ASSERT_OK(cuda::matmulTransposed(x.dev(), tl, y.dev(), tr, got.dev()));
+  std::string what = "matmulTransposed " + describe(x.host()) +
+                     (tl ? "^T" : "") + " x " + describe(y.host()) +
+                     (tr ? "^T" : "");
+  if (dtype == DType::F64)
+    expectClose(want, got, 1e-12, 1e-13 * double(k), what);
+  else
+    expectClose(want, got, rtolF32(), atolF32(k), what);
+}
+
 } // namespace
+
+TEST(CudaMatmul, TransposedOperands) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::F64}) {
+    expectMatmulTransposed(dt, {5, 7}, true, {5, 9}, false, {7, 9}, 5);
+    expectMatmulTransposed(dt, {7, 5}, false, {9, 5}, true, {7, 9}, 5);
+    expectMatmulTransposed(dt, {5, 7}, true, {9, 5}, true, {7, 9}, 5);
+    // Batched, both full; rhs shared (no folding into M when lhs is
+    // transposed); lhs shared.
+    expectMatmulTransposed(dt, {2, 3, 16, 8}, true, {2, 3, 16, 4}, false,
+                           {2, 3, 8, 4}, 16);
+    expectMatmulTransposed(dt, {2, 3, 5, 4}, true, {5, 6}, false, {2, 3, 4, 6},
+                           5);
+    expectMatmulTransposed(dt, {2, 3, 4, 5}, false, {6, 5}, true, {2, 3, 4, 6},
+                           5);
+    expectMatmulTransposed(dt, {5, 4}, true, {3, 6, 5}, true, {3, 4, 6}, 5);
+  }
+  DevTensor v(DType::F32, {5}), m(DType::F32, {5, 3}), o(DType::F32, {3});
+  Status s = cuda::matmulTransposed(v.dev(), true, m.dev(), false, o.dev());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rank >= 2"), std::string::npos) << s.message();
+}
 
 TEST(CudaMatmul, TwoD) {
   DSC_REQUIRE_GPU();

@@ -356,6 +356,48 @@ TEST(CudaNormLoss, Softmax) {
   }
 }
 
+/// dsc.softmax_backward: from the forward result y and a random gradient.
+void checkSoftmaxBackward(DType dt, const Shape &shape, int64_t axis,
+                          bool log) {
+  SCOPED_TRACE(shapeName(dt, shape) + " axis " + std::to_string(axis) +
+               (log ? " log" : ""));
+  DevTensor x = randomTensor(dt, shape, -4, 4, 61);
+  DevTensor g = randomTensor(dt, shape, -1, 1, 62);
+  DevTensor y(dt, shape);
+  if (log)
+    DSC_ASSERT_OK(cpu::logSoftmax(x.host(), axis, y.host()));
+  else
+    DSC_ASSERT_OK(cpu::softmax(x.host(), axis, y.host()));
+  y.upload();
+  Out gi(dt, shape);
+  if (log) {
+    DSC_ASSERT_OK(
+        cpu::logSoftmaxBackward(y.host(), axis, g.host(), gi.cpu.host()));
+    DSC_ASSERT_OK(
+        cuda::logSoftmaxBackward(y.dev(), axis, g.dev(), gi.gpu.dev()));
+  } else {
+    DSC_ASSERT_OK(cpu::softmaxBackward(y.host(), axis, g.host(), gi.cpu.host()));
+    DSC_ASSERT_OK(cuda::softmaxBackward(y.dev(), axis, g.dev(), gi.gpu.dev()));
+  }
+  close(gi, dt, log ? "log_softmax_backward" : "softmax_backward", 1e-6);
+}
+
+TEST(CudaNormLoss, SoftmaxBackward) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats)
+    for (bool log : {false, true}) {
+      checkSoftmaxBackward(dt, {7, 33}, -1, log);    // a warp per row
+      checkSoftmaxBackward(dt, {3, 5000}, 1, log);   // a block per row
+      checkSoftmaxBackward(dt, {4, 50, 30}, 1, log); // middle axis
+      checkSoftmaxBackward(dt, {40, 6}, 0, log);     // first axis
+    }
+  DevTensor y(DType::F32, {4, 6}), g(DType::F32, {6, 4}), gi(DType::F32, {4, 6});
+  expectSameError(cpu::softmaxBackward(y.host(), 1, g.host(), gi.host()),
+                  cuda::softmaxBackward(y.dev(), 1, g.dev(), gi.dev()));
+  expectSameError(cpu::softmaxBackward(y.host(), 3, y.host(), gi.host()),
+                  cuda::softmaxBackward(y.dev(), 3, y.dev(), gi.dev()));
+}
+
 TEST(CudaNormLoss, SoftmaxErrors) {
   DSC_REQUIRE_GPU();
   DevTensor x(DType::F32, {4, 6}), out(DType::F32, {4, 6}),
