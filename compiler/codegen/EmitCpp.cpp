@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/codegen/EmitCpp.h"
+#include "compiler/codegen/FuseElementwise.h"
 
 #include "compiler/codegen/Lowering.h"
 #include "compiler/codegen/MemoryPlan.h"
@@ -197,8 +198,10 @@ constexpr const char *kCpuIncludes = R"cpp(#include "cpu/kernels.h"
 #include "cpu/step_kernels.h"
 )cpp";
 
-constexpr const char *kCudaIncludes = R"cpp(#include "cuda/context.h"
+constexpr const char *kCudaIncludes = R"cpp(#include "cuda/common.cuh"
+#include "cuda/context.h"
 #include "cuda/device.h"
+#include "cuda/elementwise_ops.cuh"
 #include "cuda/kernels.h"
 
 #include <map>
@@ -450,6 +453,12 @@ private:
   llvm::DenseMap<Value, std::string> names_;
   /// Transposes the CUDA matmuls read transposed (this function's).
   llvm::DenseSet<Operation *> folded_;
+  /// Elementwise chains run as one generated kernel (this function's), the
+  /// launcher of each, and every function's kernels' text.
+  codegen::FusionPlan fusion_;
+  std::vector<std::string> fusedNames_;
+  std::string fusedText_;
+  unsigned fusedCount_ = 0;
   llvm::DenseMap<Attribute, std::string> constants_;
   std::string constantsText_, functionsText_;
   uint64_t constantBytes_ = 0;
@@ -734,6 +743,8 @@ std::string Emitter::viewDecl(Value v, const Storage &s,
   case Storage::Kind::Alias:
     return "const Tensor " + name + " = view(" + sourceName + ".data, " +
            info.dtype + ", " + shape + ");";
+  case Storage::Kind::None:
+    return "// " + name + ": in registers only";
   case Storage::Kind::Arena:
     return "const Tensor " + name + " = view(ctx.frame + " +
            std::to_string(s.offset) + ", " + info.dtype + ", " + shape + ");";
@@ -770,6 +781,25 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
     });
   planOptions.isFoldedView = [&](Operation *op) {
     return folded_.contains(op);
+  };
+  // On a GPU, chains of elementwise ops are one generated kernel each.
+  fusion_ = codegen::FusionPlan();
+  fusedNames_.clear();
+  if (options_.cuda && options_.fuseElementwise) {
+    llvm::DenseSet<Operation *> dead = codegen::findDeadOps(func);
+    fusion_ = codegen::planFusion(func, [&](Operation *op) {
+      return dead.contains(op) || folded_.contains(op);
+    });
+    for (const codegen::FusionGroup &g : fusion_.groups) {
+      std::string name = "fused" + std::to_string(fusedCount_++);
+      fusedText_ += codegen::emitFusedKernel(g, name);
+      fusedNames_.push_back(name);
+    }
+  }
+  planOptions.isVirtual = [&](Value v) { return fusion_.internal.contains(v); };
+  planOptions.runsAt = [&](Operation *op) -> Operation * {
+    const codegen::FusionGroup *g = fusion_.group(op);
+    return g ? g->ops.back() : nullptr;
   };
   planOptions.bytes = [&](Value v) -> uint64_t {
     auto type = cast<RankedTensorType>(v.getType());
@@ -892,6 +922,10 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     names_[r] = name;
     const Storage &s = plan.storage.lookup(r);
     std::string source, prefix;
+    if (s.kind == Storage::Kind::None) {
+      os << "  // (in registers of the fused kernel)\n";
+      continue;
+    }
     if (s.kind == Storage::Kind::Constant) {
       FailureOr<std::string> array = constantArray(cast<ConstantOp>(op));
       if (failed(array))
@@ -942,6 +976,18 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
                                        cppDouble(splatValue(attr))});
   } else if (folded_.contains(op)) {
     return success();
+  } else if (const codegen::FusionGroup *g = fusion_.group(op)) {
+    // A chain's kernel runs at its last op, reading the chain's inputs and
+    // writing its outputs.
+    if (op != g->ops.back())
+      return success();
+    std::vector<std::string> operands;
+    for (Value v : g->inputs)
+      operands.push_back(names_.lookup(v));
+    for (Value v : g->outputs)
+      operands.push_back(names_.lookup(v));
+    lowered.call =
+        codegen::cppCall(fusedNames_[fusion_.groupOf.lookup(op)], operands);
   } else if (auto mm = dyn_cast<MatMulOp>(op);
              mm && (folded_.contains(mm.getLhs().getDefiningOp()) ||
                     folded_.contains(mm.getRhs().getDefiningOp()))) {
@@ -1537,6 +1583,13 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
       out << "sizeof " << name << ", ";
     out << "0};\n" << kCudaConstants << "\n";
   }
+  if (!fusedText_.empty())
+    out << "//===- Fused elementwise kernels "
+           "-------------------------------------------===//\n\n"
+        << "namespace ops = dsc::cuda::ops;\n"
+        << "namespace detail = dsc::cuda::detail;\n"
+        << "using ops::BinaryOp;\nusing ops::UnaryOp;\n\n"
+        << fusedText_;
   out << "//===- Functions, callees first "
          "-------------------------------------------===//\n\n"
       << functionsText_ << specText;

@@ -58,6 +58,8 @@ struct EmitCppOptions {
   /// Emit for the CUDA runtime (dsc::cuda, tensors in GPU memory,
   /// asynchronous collectives waited for by event); else the CPU runtime.
   bool cuda = false;
+  /// With cuda: chains of elementwise ops as one generated kernel each.
+  bool fuseElementwise = true;
   /// Recorded in the spec when the module has no `dsc.model_path`.
   std::string modelPath;
 };

@@ -38,40 +38,54 @@ std::optional<double> optionalDouble(FloatAttr attr) {
 
 } // namespace
 
+const char *unaryKind(Operation *op) {
+  return llvm::TypeSwitch<Operation *, const char *>(op)
+      .Case([](NegOp) { return "Neg"; })
+      .Case([](AbsOp) { return "Abs"; })
+      .Case([](ExpOp) { return "Exp"; })
+      .Case([](LogOp) { return "Log"; })
+      .Case([](SqrtOp) { return "Sqrt"; })
+      .Case([](ReciprocalOp) { return "Reciprocal"; })
+      .Case([](TanhOp) { return "Tanh"; })
+      .Case([](ErfOp) { return "Erf"; })
+      .Case([](SigmoidOp) { return "Sigmoid"; })
+      .Case([](ReluOp) { return "Relu"; })
+      .Case([](FloorOp) { return "Floor"; })
+      .Case([](CeilOp) { return "Ceil"; })
+      .Case([](SinOp) { return "Sin"; })
+      .Case([](CosOp) { return "Cos"; })
+      .Case([](SoftplusOp) { return "Softplus"; })
+      .Case([](NotOp) { return "Not"; })
+      .Default([](Operation *) { return nullptr; });
+}
+
+const char *binaryKind(Operation *op) {
+  return llvm::TypeSwitch<Operation *, const char *>(op)
+      .Case([](AddOp) { return "Add"; })
+      .Case([](SubOp) { return "Sub"; })
+      .Case([](MulOp) { return "Mul"; })
+      .Case([](DivOp) { return "Div"; })
+      .Case([](PowOp) { return "Pow"; })
+      .Case([](MaxOp) { return "Max"; })
+      .Case([](MinOp) { return "Min"; })
+      .Case([](AndOp) { return "And"; })
+      .Case([](OrOp) { return "Or"; })
+      .Case([](XorOp) { return "Xor"; })
+      .Case([](EqualOp) { return "Equal"; })
+      .Case([](LessOp) { return "Less"; })
+      .Case([](LessEqualOp) { return "LessEqual"; })
+      .Case([](GreaterOp) { return "Greater"; })
+      .Case([](GreaterEqualOp) { return "GreaterEqual"; })
+      .Default([](Operation *) { return nullptr; });
+}
+
 LowerResult lowerElementwise(Operation *op, const LowerContext &ctx) {
   using R = std::optional<LoweredCall>;
+  if (const char *kind = unaryKind(op))
+    return R(unary(ctx, op, kind));
+  if (const char *kind = binaryKind(op))
+    return R(binary(ctx, op, kind));
   return llvm::TypeSwitch<Operation *, R>(op)
-      .Case([&](NegOp o) { return unary(ctx, o, "Neg"); })
-      .Case([&](AbsOp o) { return unary(ctx, o, "Abs"); })
-      .Case([&](ExpOp o) { return unary(ctx, o, "Exp"); })
-      .Case([&](LogOp o) { return unary(ctx, o, "Log"); })
-      .Case([&](SqrtOp o) { return unary(ctx, o, "Sqrt"); })
-      .Case([&](ReciprocalOp o) { return unary(ctx, o, "Reciprocal"); })
-      .Case([&](TanhOp o) { return unary(ctx, o, "Tanh"); })
-      .Case([&](ErfOp o) { return unary(ctx, o, "Erf"); })
-      .Case([&](SigmoidOp o) { return unary(ctx, o, "Sigmoid"); })
-      .Case([&](ReluOp o) { return unary(ctx, o, "Relu"); })
-      .Case([&](FloorOp o) { return unary(ctx, o, "Floor"); })
-      .Case([&](CeilOp o) { return unary(ctx, o, "Ceil"); })
-      .Case([&](SinOp o) { return unary(ctx, o, "Sin"); })
-      .Case([&](CosOp o) { return unary(ctx, o, "Cos"); })
-      .Case([&](SoftplusOp o) { return unary(ctx, o, "Softplus"); })
-      .Case([&](NotOp o) { return unary(ctx, o, "Not"); })
-      .Case([&](AddOp o) { return binary(ctx, o, "Add"); })
-      .Case([&](SubOp o) { return binary(ctx, o, "Sub"); })
-      .Case([&](MulOp o) { return binary(ctx, o, "Mul"); })
-      .Case([&](DivOp o) { return binary(ctx, o, "Div"); })
-      .Case([&](PowOp o) { return binary(ctx, o, "Pow"); })
-      .Case([&](MaxOp o) { return binary(ctx, o, "Max"); })
-      .Case([&](MinOp o) { return binary(ctx, o, "Min"); })
-      .Case([&](AndOp o) { return binary(ctx, o, "And"); })
-      .Case([&](OrOp o) { return binary(ctx, o, "Or"); })
-      .Case([&](XorOp o) { return binary(ctx, o, "Xor"); })
-      .Case([&](EqualOp o) { return binary(ctx, o, "Equal"); })
-      .Case([&](LessOp o) { return binary(ctx, o, "Less"); })
-      .Case([&](LessEqualOp o) { return binary(ctx, o, "LessEqual"); })
-      .Case([&](GreaterOp o) { return binary(ctx, o, "Greater"); })
-      .Case([&](GreaterEqualOp o) { return binary(ctx, o, "GreaterEqual"); })
       .Case([&](WhereOp o) -> R {
         return LoweredCall{
             "", cppCall("rt::where",

@@ -59,6 +59,10 @@ struct LoweredCall {
 using LowerResult = mlir::FailureOr<std::optional<LoweredCall>>;
 
 LowerResult lowerElementwise(mlir::Operation *op, const LowerContext &ctx);
+/// The rt::UnaryOp / rt::BinaryOp enumerator of an elementwise dsc op
+/// ("Tanh", "Add", ...), or null when it is not one.
+const char *unaryKind(mlir::Operation *op);
+const char *binaryKind(mlir::Operation *op);
 LowerResult lowerLinalg(mlir::Operation *op, const LowerContext &ctx);
 LowerResult lowerNormLoss(mlir::Operation *op, const LowerContext &ctx);
 LowerResult lowerDataMovement(mlir::Operation *op, const LowerContext &ctx);

@@ -57,6 +57,23 @@ private:
 
 bool isViewOp(Operation *op) { return isa<dsc::ReshapeOp, dsc::WaitOp>(op); }
 
+llvm::DenseSet<Operation *> findDeadOps(func::FuncOp func) {
+  // A reverse walk sees users before their producers.
+  llvm::DenseSet<Operation *> dead;
+  Block &body = func.getBody().front();
+  for (Operation &opRef : llvm::reverse(body)) {
+    Operation *op = &opRef;
+    if (op->hasTrait<OpTrait::IsTerminator>() || !isMemoryEffectFree(op))
+      continue;
+    bool used = llvm::any_of(op->getUsers(), [&](Operation *user) {
+      return !dead.contains(user);
+    });
+    if (!used)
+      dead.insert(op);
+  }
+  return dead;
+}
+
 FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
   FramePlan plan;
   Block &body = func.getBody().front();
@@ -64,38 +81,34 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
   for (Operation &op : body)
     ops.push_back(&op);
 
-  // 1. Dead ops: side-effect free, every result unused or used only by dead
-  //    ops. A reverse walk sees users before their producers.
-  for (Operation *op : llvm::reverse(ops)) {
-    if (op->hasTrait<OpTrait::IsTerminator>() || !isMemoryEffectFree(op))
-      continue;
-    bool used = llvm::any_of(op->getUsers(), [&](Operation *user) {
-      return !plan.dead.contains(user);
-    });
-    if (!used)
-      plan.dead.insert(op);
-  }
+  // 1. Dead ops.
+  plan.dead = findDeadOps(func);
 
-  // 2. Last uses, by op position.
+  // 2. Last uses, by op position (where the op reads them: a fused chain
+  //    reads at its last op).
+  llvm::DenseMap<Operation *, size_t> positionOf;
+  for (auto [i, op] : llvm::enumerate(ops))
+    positionOf[op] = i;
   llvm::DenseMap<Value, size_t> lastUse;
   for (auto [i, op] : llvm::enumerate(ops)) {
     if (plan.dead.contains(op))
       continue;
+    size_t at = i;
+    if (options.runsAt)
+      if (Operation *runner = options.runsAt(op))
+        at = positionOf.lookup(runner);
     for (Value v : op->getOperands())
-      lastUse[v] = i;
+      lastUse[v] = std::max(lastUse.lookup(v), at);
   }
 
   // 2b. An asynchronous collective reads its input until its dsc.wait.
   if (options.asyncCollectives) {
-    llvm::DenseMap<Operation *, size_t> position;
-    for (auto [i, op] : llvm::enumerate(ops))
-      position[op] = i;
     for (auto [i, op] : llvm::enumerate(ops)) {
       auto wait = dyn_cast<dsc::WaitOp>(op);
       if (!wait || plan.dead.contains(op))
         continue;
       Operation *start = wait.getInput().getDefiningOp();
-      if (!start || !position.count(start))
+      if (!start || !positionOf.count(start))
         continue;
       for (Value v : start->getOperands())
         lastUse[v] = std::max(lastUse.lookup(v), i);
@@ -117,7 +130,9 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
       continue;
     for (Value r : op->getResults()) {
       Storage s;
-      if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
+      if (options.isVirtual && options.isVirtual(r)) {
+        s.kind = Storage::Kind::None;
+      } else if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
         s.kind = Storage::Kind::Constant;
       } else if ((isViewOp(op) && options.aliasReshapes) ||
                  (options.isFoldedView && options.isFoldedView(op))) {

@@ -32,6 +32,7 @@ struct Storage {
     Alias,    // the storage of `source` (which is never itself an Alias);
               // a returned alias's source may be computed into its result
     Arena,    // [offset, offset + bytes) of the function's frame
+    None,     // never stored: computed in registers by a fused kernel
   };
   Kind kind = Kind::Arena;
   unsigned index = 0;
@@ -44,6 +45,10 @@ struct Storage {
 /// (the completion of an asynchronous collective; the CPU runtime's
 /// collectives are synchronous, so it is the identity).
 bool isViewOp(mlir::Operation *op);
+
+/// Ops whose results nobody needs: side-effect free, every result unused or
+/// used only by such ops. Neither planned nor emitted.
+llvm::DenseSet<mlir::Operation *> findDeadOps(mlir::func::FuncOp func);
 
 struct PlanOptions {
   /// Reuse the range of a value after its last use; off, every value keeps
@@ -63,6 +68,11 @@ struct PlanOptions {
   /// another layout by every user (e.g. a transpose folded into the GEMMs
   /// that use it): planned as aliases whatever aliasReshapes says.
   std::function<bool(mlir::Operation *)> isFoldedView;
+  /// Values never stored (inside a fused chain: Storage::Kind::None).
+  std::function<bool(mlir::Value)> isVirtual;
+  /// The op at whose position `op` reads its operands (a fused chain runs
+  /// at its last op); null or returning `op`: its own position.
+  std::function<mlir::Operation *(mlir::Operation *)> runsAt;
   /// Whether a dsc.constant becomes a static array (else it is filled into
   /// the frame where it is defined).
   std::function<bool(mlir::Operation *)> isStaticConstant;

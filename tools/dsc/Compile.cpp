@@ -52,6 +52,8 @@ target and output:
   --cxx PATH                 C++ compiler (default: $CXX, else c++)
   --nvcc PATH                CUDA compiler (default: $NVCC, else the one dsc
                              was built with)
+  --no-fuse                  cuda: one kernel per elementwise op (default:
+                             chains of them are one generated kernel each)
 
 model (as for `dsc import`):
   --micro-batch N            examples per micro-batch (sets dim 0 of inputs)
@@ -108,7 +110,7 @@ struct CompileOptions {
   ImportOptions import;
   std::string model, output, emit = "exe", target, cxx, nvcc,
       cudaArch = "sm_90a";
-  bool printIRAfterAll = false, report = false, f64 = false;
+  bool printIRAfterAll = false, report = false, f64 = false, fuse = true;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
@@ -311,6 +313,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.report = true;
     else if (a == "--f64")
       o.f64 = true;
+    else if (a == "--no-fuse")
+      o.fuse = false;
     else if (a == "--sync-batchnorm") {
       o.partitionPipeline +=
           std::string(o.partitionPipeline.empty() ? "" : " ") +
@@ -405,6 +409,9 @@ int buildCuda(const CompileOptions &o, const std::string &cuPath) {
       nvcc,
       "-std=c++17",
       "-O2",
+      // As the runtime's elementwise kernels: no contracted multiply-adds,
+      // so a fused chain rounds as the ops do one by one.
+      "-fmad=false",
       "-gencode=arch=compute_" + sm + ",code=sm_" + sm,
       "-gencode=arch=compute_" + virt + ",code=compute_" + virt,
       "-I" DSC_RUNTIME_INCLUDE_DIR,
@@ -517,6 +524,7 @@ int runCompile(std::vector<std::string> args) {
     EmitCppOptions options;
     options.promoteF32ToF64 = o.f64;
     options.cuda = o.target == "cuda";
+    options.fuseElementwise = o.fuse;
     if (failed(emitCpp(*module, os, options, &stats)))
       return 1;
   }

@@ -1,0 +1,306 @@
+//===- FuseElementwise.cpp - Elementwise chains as one CUDA kernel --------===//
+
+#include "compiler/codegen/FuseElementwise.h"
+
+#include "compiler/codegen/Lowering.h"
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+using namespace mlir;
+
+namespace dsc::codegen {
+namespace {
+
+RankedTensorType typeOf(Value v) {
+  return dyn_cast<RankedTensorType>(v.getType());
+}
+
+bool isF32(Value v) {
+  auto t = typeOf(v);
+  return t && t.hasStaticShape() && t.getElementType().isF32();
+}
+bool isBool(Value v) {
+  auto t = typeOf(v);
+  return t && t.hasStaticShape() && t.getElementType().isInteger(1);
+}
+bool isF32OrBool(Value v) { return isF32(v) || isBool(v); }
+
+/// A float literal valid in device code (no std::numeric_limits there).
+std::string deviceFloat(float v) {
+  if (std::isnan(v))
+    return "__int_as_float(0x7fc00000)";
+  if (std::isinf(v))
+    return v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+  return cppFloat(v);
+}
+
+/// The device expression of `op` from its operands' expressions, when the
+/// op is fusible on these element types.
+std::optional<std::string> expression(Operation *op,
+                                      llvm::ArrayRef<std::string> in) {
+  if (op->getNumResults() != 1 || !isF32OrBool(op->getResult(0)) ||
+      !llvm::all_of(op->getOperands(), isF32OrBool))
+    return std::nullopt;
+  Value r = op->getResult(0);
+  if (const char *kind = unaryKind(op)) {
+    if (isa<NotOp>(op))
+      return isBool(r) ? std::optional<std::string>("(!" + in[0] + ")")
+                       : std::nullopt;
+    if (!isF32(r) || !isF32(op->getOperand(0)))
+      return std::nullopt;
+    return std::string("ops::applyUnary<float>(UnaryOp::") + kind + ", " +
+           in[0] + ")";
+  }
+  if (const char *kind = binaryKind(op)) {
+    Value a = op->getOperand(0), b = op->getOperand(1);
+    bool compare = isa<EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp>(op);
+    if (isF32(a) && isF32(b)) {
+      if (compare)
+        return isBool(r) ? std::optional<std::string>(
+                               std::string("ops::compare<float>(BinaryOp::") +
+                               kind + ", " + in[0] + ", " + in[1] + ")")
+                         : std::nullopt;
+      if (isa<AndOp, OrOp, XorOp>(op) || !isF32(r))
+        return std::nullopt;
+      return std::string("ops::arith<float>(BinaryOp::") + kind + ", " +
+             in[0] + ", " + in[1] + ")";
+    }
+    if (isBool(a) && isBool(b) && isBool(r)) {
+      // The runtime reads bools as 0/1 bytes: these are its results.
+      if (isa<AndOp>(op))
+        return "(" + in[0] + " && " + in[1] + ")";
+      if (isa<OrOp>(op))
+        return "(" + in[0] + " || " + in[1] + ")";
+      if (isa<XorOp>(op))
+        return "(" + in[0] + " != " + in[1] + ")";
+      if (isa<EqualOp>(op))
+        return "(" + in[0] + " == " + in[1] + ")";
+    }
+    return std::nullopt;
+  }
+  if (auto w = dyn_cast<WhereOp>(op)) {
+    if (isBool(w.getCond()) && isF32(w.getX()) && isF32(w.getY()))
+      return "(" + in[0] + " ? " + in[1] + " : " + in[2] + ")";
+    return std::nullopt;
+  }
+  if (auto c = dyn_cast<CastOp>(op)) {
+    if (isF32(c.getInput()) && isBool(r))
+      return "(" + in[0] + " != 0.0f)";
+    if (isBool(c.getInput()) && isF32(r))
+      return "(" + in[0] + " ? 1.0f : 0.0f)";
+    if (isF32(c.getInput()) && isF32(r))
+      return in[0];
+    return std::nullopt;
+  }
+  if (auto g = dyn_cast<GeluOp>(op)) {
+    if (!isF32(r))
+      return std::nullopt;
+    return "ops::geluOf<float>(" + in[0] + ", " +
+           cppBool(g.getTanhApproximation()) + ")";
+  }
+  if (auto l = dyn_cast<LeakyReluOp>(op)) {
+    if (!isF32(r))
+      return std::nullopt;
+    std::string alpha =
+        deviceFloat(static_cast<float>(l.getAlpha().convertToDouble()));
+    return "(" + in[0] + " > 0.0f ? " + in[0] + " : " + alpha + " * " + in[0] +
+           ")";
+  }
+  return std::nullopt;
+}
+
+bool fusible(Operation *op) {
+  std::vector<std::string> names(op->getNumOperands(), "x");
+  return expression(op, names).has_value();
+}
+
+/// A splat f32 or bool constant's literal, to inline.
+std::optional<std::string> splatLiteral(Value v) {
+  auto c = v.getDefiningOp<ConstantOp>();
+  if (!c)
+    return std::nullopt;
+  auto attr = dyn_cast<DenseElementsAttr>(c.getValue());
+  if (!attr || !attr.isSplat())
+    return std::nullopt;
+  if (isF32(v))
+    return deviceFloat(attr.getSplatValue<APFloat>().convertToFloat());
+  if (isBool(v))
+    return std::string(attr.getSplatValue<APInt>().isZero() ? "false"
+                                                            : "true");
+  return std::nullopt;
+}
+
+} // namespace
+
+FusionPlan planFusion(func::FuncOp func,
+                      const std::function<bool(Operation *)> &skip) {
+  FusionPlan plan;
+  struct Open {
+    std::vector<Operation *> ops;
+    ArrayRef<int64_t> shape;
+    bool open = true;
+  };
+  std::vector<Open> groups;
+  llvm::DenseMap<Operation *, unsigned> member;
+  for (Operation &opRef : func.getBody().front()) {
+    Operation *op = &opRef;
+    if (skip(op))
+      continue;
+    bool canFuse = fusible(op);
+    std::optional<unsigned> join;
+    if (canFuse) {
+      ArrayRef<int64_t> shape = typeOf(op->getResult(0)).getShape();
+      for (Value v : op->getOperands()) {
+        auto it = member.find(v.getDefiningOp());
+        if (it != member.end() && groups[it->second].open &&
+            groups[it->second].shape == shape) {
+          join = it->second;
+          break;
+        }
+      }
+    }
+    // Every other chain this op reads from has now been used outside:
+    // closed, so its values are written before this op runs.
+    for (Value v : op->getOperands()) {
+      auto it = member.find(v.getDefiningOp());
+      if (it != member.end() && (!join || it->second != *join))
+        groups[it->second].open = false;
+    }
+    if (!canFuse)
+      continue;
+    if (!join) {
+      join = groups.size();
+      groups.push_back({{}, typeOf(op->getResult(0)).getShape(), true});
+    }
+    groups[*join].ops.push_back(op);
+    member[op] = *join;
+  }
+
+  for (Open &g : groups) {
+    if (g.ops.size() < 2)
+      continue;
+    FusionGroup fg;
+    fg.ops = g.ops;
+    llvm::DenseSet<Operation *> in(g.ops.begin(), g.ops.end());
+    for (Operation *op : g.ops) {
+      for (Value v : op->getOperands())
+        if (!in.contains(v.getDefiningOp()) && !splatLiteral(v))
+          fg.inputs.insert(v);
+      Value r = op->getResult(0);
+      bool outside = llvm::any_of(r.getUsers(), [&](Operation *user) {
+        return !in.contains(user);
+      });
+      if (outside)
+        fg.outputs.push_back(r);
+      else
+        plan.internal.insert(r);
+    }
+    if (fg.outputs.empty()) { // nothing of it is used: dead code
+      for (Operation *op : g.ops)
+        plan.internal.erase(op->getResult(0));
+      continue;
+    }
+    unsigned index = plan.groups.size();
+    for (Operation *op : g.ops)
+      plan.groupOf[op] = index;
+    plan.groups.push_back(std::move(fg));
+  }
+  return plan;
+}
+
+std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
+  Value first = group.outputs.front();
+  ArrayRef<int64_t> shape = typeOf(first).getShape();
+  int64_t n = typeOf(first).getNumElements();
+  auto cType = [](Value v) { return isBool(v) ? "uint8_t" : "float"; };
+  auto regType = [](Value v) { return isBool(v) ? "bool" : "float"; };
+
+  std::string params, args, loads, body, stores, hostArgs, hostDims;
+  llvm::DenseMap<Value, std::string> expr;
+  for (auto [k, v] : llvm::enumerate(group.inputs)) {
+    std::string in = "in" + std::to_string(k);
+    auto t = typeOf(v);
+    params += std::string("const ") + cType(v) + " *__restrict__ " + in + ", ";
+    hostArgs += "static_cast<const " + std::string(cType(v)) + " *>(" + in +
+                ".data), ";
+    std::string index;
+    if (t.getShape() == shape)
+      index = "i";
+    else if (t.getNumElements() == 1)
+      index = "0";
+    else {
+      index = "detail::offsetOf(i, " + in + "Dims)";
+      params += "detail::Dims " + in + "Dims, ";
+      hostArgs += "detail::broadcastDims(" + in + ", out0), ";
+    }
+    std::string value = in + "[" + index + "]";
+    if (isBool(v))
+      value = "(" + value + " != 0)";
+    std::string reg = "x" + std::to_string(k);
+    loads += "    const " + std::string(regType(v)) + " " + reg + " = " +
+             value + ";\n";
+    expr[v] = reg;
+  }
+  for (auto [k, op] : llvm::enumerate(group.ops)) {
+    std::vector<std::string> in;
+    for (Value v : op->getOperands()) {
+      if (auto it = expr.find(v); it != expr.end())
+        in.push_back(it->second);
+      else
+        in.push_back(*splatLiteral(v));
+    }
+    Value r = op->getResult(0);
+    std::string reg = "t" + std::to_string(k);
+    body += "    const " + std::string(regType(r)) + " " + reg + " = " +
+            *expression(op, in) + "; // " +
+            op->getName().getStringRef().str() + "\n";
+    expr[r] = reg;
+  }
+  std::string outParams, outHost;
+  for (auto [k, v] : llvm::enumerate(group.outputs)) {
+    std::string out = "out" + std::to_string(k);
+    params += std::string(cType(v)) + " *__restrict__ " + out + ", ";
+    outHost += "static_cast<" + std::string(cType(v)) + " *>(" + out +
+               ".data), ";
+    stores += "    " + out + "[i] = " +
+              (isBool(v) ? "uint8_t(" + expr[v] + ")" : expr[v]) + ";\n";
+  }
+  std::string launcherParams;
+  for (size_t k = 0; k < group.inputs.size(); ++k)
+    launcherParams += "const Tensor &in" + std::to_string(k) + ", ";
+  for (size_t k = 0; k < group.outputs.size(); ++k)
+    launcherParams += std::string(k ? ", " : "") + "const Tensor &out" +
+                      std::to_string(k);
+
+  std::string opsList;
+  for (Operation *op : group.ops)
+    opsList += (opsList.empty() ? "" : " ") +
+               op->getName().getStringRef().drop_front(4).str();
+  std::string shapeText = "[";
+  for (auto [i, d] : llvm::enumerate(shape))
+    shapeText += (i ? "," : "") + std::to_string(d);
+  shapeText += "]";
+
+  std::string s;
+  s += "// " + opsList + " over " + shapeText + "\n";
+  s += "__global__ void __launch_bounds__(256)\n    " + name + "_kernel(" +
+       params + "int64_t n) {\n";
+  s += "  DSC_GRID_STRIDE(i, n) {\n" + loads + body + stores + "  }\n}\n\n";
+  s += "Status " + name + "(" + launcherParams + ") {\n";
+  s += "  constexpr int64_t n = " + std::to_string(n) + ";\n";
+  s += "  " + name + "_kernel<<<detail::blocksFor(n), 256, 0, "
+       "dsc::cuda::stream()>>>(" +
+       hostArgs + outHost + "n);\n";
+  s += "  return dsc::cuda::checkLaunch(\"" + name + " (" + opsList +
+       ")\");\n}\n\n";
+  return s;
+}
+
+} // namespace dsc::codegen
