@@ -785,7 +785,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   // On a GPU, chains of elementwise ops are one generated kernel each.
   fusion_ = codegen::FusionPlan();
   fusedNames_.clear();
-  if (options_.cuda && options_.fuseElementwise) {
+  // (Not under promoteF32ToF64: the kernels are written for the IR's f32.)
+  if (options_.cuda && options_.fuseElementwise && !options_.promoteF32ToF64) {
     llvm::DenseSet<Operation *> dead = codegen::findDeadOps(func);
     fusion_ = codegen::planFusion(func, [&](Operation *op) {
       return dead.contains(op) || folded_.contains(op);
