@@ -141,6 +141,62 @@ __device__ inline double loadAsDouble(const void *p, DType t, int64_t i) {
   return 0;
 }
 
+//===----------------------------------------------------------------------===//
+// Exact f16/bf16 conversions (the runtime's, core/runtime.cpp), not the
+// intrinsics, so NaN payloads and rounding match the CPU
+//===----------------------------------------------------------------------===//
+
+__device__ inline float halfBitsToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  if (exp == 0x1f) // inf or nan
+    return __uint_as_float(sign | 0x7f800000 | (mant << 13));
+  if (exp == 0) { // zero or subnormal: mant * 2^-24
+    float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+__device__ inline uint16_t floatToHalfBits(float f) {
+  uint32_t u = __float_as_uint(f);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
+  uint32_t absu = u & 0x7fffffff;
+  if (absu >= 0x7f800000) // inf or nan (keep nan quiet)
+    return sign | 0x7c00 | (absu > 0x7f800000 ? 0x200 : 0);
+  if (absu >= 0x477ff000) // rounds to >= 65520: overflow to inf
+    return sign | 0x7c00;
+  if (absu < 0x38800000) { // below the smallest normal half, 2^-14
+    // Subnormal: an integer count of 2^-24, rounded to even. Exact in f32.
+    float a = __fmul_rn(__uint_as_float(absu), 16777216.0f);
+    uint32_t m = static_cast<uint32_t>(a);
+    float rem = __fsub_rn(a, static_cast<float>(m));
+    if (rem > 0.5f || (rem == 0.5f && (m & 1)))
+      ++m;
+    return sign | static_cast<uint16_t>(m);
+  }
+  uint32_t mant = absu & 0x7fffff;
+  uint32_t exp = (absu >> 23) - 112;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+    ++h; // may carry into the exponent, which is right
+  return sign | static_cast<uint16_t>(h);
+}
+
+__device__ inline float bf16BitsToFloat(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+
+__device__ inline uint16_t floatToBf16Bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffff) > 0x7f800000) // nan: keep it quiet
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
 } // namespace dsc::cuda::detail
 
 #endif // DSC_RUNTIME_CUDA_COMMON_CUH
