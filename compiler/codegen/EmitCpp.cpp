@@ -112,9 +112,9 @@ std::optional<ElementInfo> elementInfo(Type type, bool promote) {
 /// The runtime's DType enumerator of an element name ("f32").
 const char *dtypeEnumerator(StringRef name) {
   static const std::pair<const char *, const char *> table[] = {
-      {"f32", "DType::F32"},   {"f64", "DType::F64"}, {"f16", "DType::F16"},
+      {"f32", "DType::F32"},   {"f64", "DType::F64"},   {"f16", "DType::F16"},
       {"bf16", "DType::BF16"}, {"bool", "DType::Bool"}, {"i64", "DType::I64"},
-      {"i32", "DType::I32"},   {"i8", "DType::I8"},   {"u8", "DType::U8"}};
+      {"i32", "DType::I32"},   {"i8", "DType::I8"},     {"u8", "DType::U8"}};
   for (auto [n, e] : table)
     if (name == n)
       return e;
@@ -380,7 +380,8 @@ constexpr const char *kCommPrelude = R"cpp(
 )cpp";
 
 /// The entry's check of a Communicator against the grid compiled for.
-constexpr const char *kCheckCommunicator = R"cpp(  if (rank.comm && (rank.comm->size() != kWorldSize ||
+constexpr const char *kCheckCommunicator =
+    R"cpp(  if (rank.comm && (rank.comm->size() != kWorldSize ||
                     rank.comm->groupSize(dsc::GridAxes{2u}) != kGroupSize))
     return Status::error(
         dsc::StatusCode::InvalidArgument,
@@ -471,7 +472,7 @@ private:
   // The collectives each emitted function issues, its calls' expanded.
   llvm::DenseMap<Operation *, std::vector<CollectiveEntry>> manifests_;
   std::vector<CollectiveEntry> current_; // of the function being emitted
-  std::vector<int64_t> bucketPadded_;     // paddedNumel of each bucket
+  std::vector<int64_t> bucketPadded_;    // paddedNumel of each bucket
 };
 
 LogicalResult Emitter::checkGrid() {
@@ -479,8 +480,8 @@ LogicalResult Emitter::checkGrid() {
   for (auto g : module_.getOps<shard::GridOp>()) {
     if (grid)
       return g.emitError("codegen: a second rank grid @")
-             << g.getSymName() << "; a module has one (@"
-             << grid.getSymName() << ")";
+             << g.getSymName() << "; a module has one (@" << grid.getSymName()
+             << ")";
     grid = g;
   }
   auto optionalInt = [&](StringRef name) -> FailureOr<std::optional<int64_t>> {
@@ -524,8 +525,7 @@ LogicalResult Emitter::checkGrid() {
   }
   stage_ = stage->value_or(0);
   if (stage_ < 0 || stage_ > 3)
-    return module_.emitError("codegen: dsc.stage must be 0..3, got ")
-           << stage_;
+    return module_.emitError("codegen: dsc.stage must be 0..3, got ") << stage_;
   return success();
 }
 
@@ -736,9 +736,9 @@ std::string Emitter::viewDecl(Value v, const Storage &s,
   case Storage::Kind::Constant:
     // On a GPU, the copy of array kConst<i> in the device's memory.
     return "const Tensor " + name + " = view(" +
-           (options_.cuda ? "ctx.consts[" +
-                                sourceName.substr(strlen(kConstPrefix)) + "]"
-                          : sourceName) +
+           (options_.cuda
+                ? "ctx.consts[" + sourceName.substr(strlen(kConstPrefix)) + "]"
+                : sourceName) +
            ", " + info.dtype + ", " + shape + ");";
   case Storage::Kind::Alias:
     return "const Tensor " + name + " = view(" + sourceName + ".data, " +
@@ -974,7 +974,7 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     auto attr = cast<DenseElementsAttr>(constant.getValue());
     lowered.call =
         codegen::cppCall("rt::fill", {names_.lookup(constant.getResult()),
-                                       cppDouble(splatValue(attr))});
+                                      cppDouble(splatValue(attr))});
   } else if (folded_.contains(op)) {
     return success();
   } else if (const codegen::FusionGroup *g = fusion_.group(op)) {
@@ -1001,9 +1001,9 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     };
     auto [lhs, tl] = operand(mm.getLhs());
     auto [rhs, tr] = operand(mm.getRhs());
-    lowered.call = codegen::cppCall(
-        "rt::matmulTransposed",
-        {lhs, tl, rhs, tr, names_.lookup(mm.getResult())});
+    lowered.call =
+        codegen::cppCall("rt::matmulTransposed",
+                         {lhs, tl, rhs, tr, names_.lookup(mm.getResult())});
   } else if (codegen::isViewOp(op) &&
              plan.storage.lookup(op->getResult(0)).kind ==
                  Storage::Kind::Alias) {
@@ -1056,9 +1056,9 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     }
     using LowerFn = codegen::LowerResult (*)(Operation *, const LowerContext &);
     static const LowerFn families[] = {
-        codegen::lowerElementwise, codegen::lowerLinalg, codegen::lowerNormLoss,
-        codegen::lowerDataMovement, codegen::lowerOptimizer,
-        codegen::lowerCollectives};
+        codegen::lowerElementwise, codegen::lowerLinalg,
+        codegen::lowerNormLoss,    codegen::lowerDataMovement,
+        codegen::lowerOptimizer,   codegen::lowerCollectives};
     bool handled = !lowered.call.empty();
     for (LowerFn lower : families) {
       if (handled)
@@ -1290,16 +1290,15 @@ FailureOr<std::string> Emitter::emitBuckets(func::FuncOp entry,
                      std::to_string(offset.getInt()) + ", " +
                      std::to_string(numel.getInt());
       if (shape)
-        entriesText += ", " + std::to_string(shape->size()) + ", " +
-                       cppInts(*shape);
+        entriesText +=
+            ", " + std::to_string(shape->size()) + ", " + cppInts(*shape);
       entriesText += "},\n";
     }
     if (!entries.empty())
       entriesText += "};\n";
-    specsText += "    {" + cppString(name.getValue()) + ", " +
-                 info->dtype + ", " + std::to_string(padded) + ", " +
-                 std::to_string(entries.size()) + ", " + entriesName +
-                 "},\n";
+    specsText += "    {" + cppString(name.getValue()) + ", " + info->dtype +
+                 ", " + std::to_string(padded) + ", " +
+                 std::to_string(entries.size()) + ", " + entriesName + "},\n";
     bucketPadded_.push_back(padded);
   }
   numBuckets = static_cast<int>(list.size());
@@ -1450,8 +1449,8 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
        << "const dsc::CollectiveSpec kCollectives[] = {\n";
     for (const CollectiveEntry &c : collectives) {
       os << "    {" << cppString(c.kind) << ", " << cppString(c.what) << ", "
-         << dtypeEnumerator(c.dtype) << ", " << c.inNumel << ", "
-         << c.outNumel << ", " << c.axesMask << "u},\n";
+         << dtypeEnumerator(c.dtype) << ", " << c.inNumel << ", " << c.outNumel
+         << ", " << c.axesMask << "u},\n";
     }
     os << "};\n";
   }
@@ -1479,22 +1478,20 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "  if (Status s = rank.arena->at(0, kArenaBytes, &frame); !s.ok())\n"
      << "    return s;\n"
      << "  int64_t calls = 0;\n"
-     << (options_.cuda
-             ? "  const void *const *consts = nullptr;\n"
-               "  if (Status s = deviceConstants(&consts); !s.ok())\n"
-               "    return s;\n"
-             : "")
+     << (options_.cuda ? "  const void *const *consts = nullptr;\n"
+                         "  if (Status s = deviceConstants(&consts); !s.ok())\n"
+                         "    return s;\n"
+                       : "")
      << "  const Context ctx{"
      << (options_.cuda // device memory: the host's copies from the context
              ? std::string("static_cast<uint64_t>(rank.seed)")
-         : seedArg >= 0 ? "static_cast<uint64_t>(*args[" +
-                              std::to_string(seedArg) + "].as<int64_t>())"
-                        : std::string("0"))
+             : seedArg >= 0 ? "static_cast<uint64_t>(*args[" +
+                                  std::to_string(seedArg) + "].as<int64_t>())"
+                            : std::string("0"))
      << ", "
-     << (options_.cuda ? std::string("rank.step")
-         : stepArg >= 0
-             ? "*args[" + std::to_string(stepArg) + "].as<int64_t>()"
-             : std::string("0"))
+     << (options_.cuda  ? std::string("rank.step")
+         : stepArg >= 0 ? "*args[" + std::to_string(stepArg) + "].as<int64_t>()"
+                        : std::string("0"))
      << ", 0, &calls,\n                    static_cast<char *>(frame), "
         "rank.comm, "
      << (options_.cuda ? "consts" : "nullptr") << "};\n"
@@ -1520,8 +1517,7 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "    /*numBuckets=*/" << numBuckets << ",\n    kBuckets,\n"
      << "    /*numCollectives=*/" << collectives.size()
      << ",\n    kCollectives,\n"
-     << (options_.cuda ? "    /*device=*/dsc::cuda::device,\n" : "")
-     << "};\n";
+     << (options_.cuda ? "    /*device=*/dsc::cuda::device,\n" : "") << "};\n";
   return success();
 }
 

@@ -60,7 +60,8 @@ std::optional<std::string> expression(Operation *op,
   }
   if (const char *kind = binaryKind(op)) {
     Value a = op->getOperand(0), b = op->getOperand(1);
-    bool compare = isa<EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp>(op);
+    bool compare =
+        isa<EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp>(op);
     if (isF32(a) && isF32(b)) {
       if (compare)
         return isBool(r) ? std::optional<std::string>(
@@ -69,8 +70,8 @@ std::optional<std::string> expression(Operation *op,
                          : std::nullopt;
       if (isa<AndOp, OrOp, XorOp>(op) || !isF32(r))
         return std::nullopt;
-      return std::string("ops::arith<float>(BinaryOp::") + kind + ", " +
-             in[0] + ", " + in[1] + ")";
+      return std::string("ops::arith<float>(BinaryOp::") + kind + ", " + in[0] +
+             ", " + in[1] + ")";
     }
     if (isBool(a) && isBool(b) && isBool(r)) {
       // The runtime reads bools as 0/1 bytes: these are its results.
@@ -132,8 +133,7 @@ std::optional<std::string> splatLiteral(Value v) {
   if (isF32(v))
     return deviceFloat(attr.getSplatValue<APFloat>().convertToFloat());
   if (isBool(v))
-    return std::string(attr.getSplatValue<APInt>().isZero() ? "false"
-                                                            : "true");
+    return std::string(attr.getSplatValue<APInt>().isZero() ? "false" : "true");
   return std::nullopt;
 }
 
@@ -194,9 +194,8 @@ FusionPlan planFusion(func::FuncOp func,
         if (!in.contains(v.getDefiningOp()) && !splatLiteral(v))
           fg.inputs.insert(v);
       Value r = op->getResult(0);
-      bool outside = llvm::any_of(r.getUsers(), [&](Operation *user) {
-        return !in.contains(user);
-      });
+      bool outside = llvm::any_of(
+          r.getUsers(), [&](Operation *user) { return !in.contains(user); });
       if (outside)
         fg.outputs.push_back(r);
       else
@@ -228,8 +227,8 @@ std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
     std::string in = "in" + std::to_string(k);
     auto t = typeOf(v);
     params += std::string("const ") + cType(v) + " *__restrict__ " + in + ", ";
-    hostArgs += "static_cast<const " + std::string(cType(v)) + " *>(" + in +
-                ".data), ";
+    hostArgs +=
+        "static_cast<const " + std::string(cType(v)) + " *>(" + in + ".data), ";
     std::string index;
     if (t.getShape() == shape)
       index = "i";
@@ -259,25 +258,26 @@ std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
     Value r = op->getResult(0);
     std::string reg = "t" + std::to_string(k);
     body += "    const " + std::string(regType(r)) + " " + reg + " = " +
-            *expression(op, in) + "; // " +
-            op->getName().getStringRef().str() + "\n";
+            *expression(op, in) + "; // " + op->getName().getStringRef().str() +
+            "\n";
     expr[r] = reg;
   }
   std::string outParams, outHost;
   for (auto [k, v] : llvm::enumerate(group.outputs)) {
     std::string out = "out" + std::to_string(k);
     params += std::string(cType(v)) + " *__restrict__ " + out + ", ";
-    outHost += "static_cast<" + std::string(cType(v)) + " *>(" + out +
-               ".data), ";
-    stores += "    " + out + "[i] = " +
-              (isBool(v) ? "uint8_t(" + expr[v] + ")" : expr[v]) + ";\n";
+    outHost +=
+        "static_cast<" + std::string(cType(v)) + " *>(" + out + ".data), ";
+    stores += "    " + out +
+              "[i] = " + (isBool(v) ? "uint8_t(" + expr[v] + ")" : expr[v]) +
+              ";\n";
   }
   std::string launcherParams;
   for (size_t k = 0; k < group.inputs.size(); ++k)
     launcherParams += "const Tensor &in" + std::to_string(k) + ", ";
   for (size_t k = 0; k < group.outputs.size(); ++k)
-    launcherParams += std::string(k ? ", " : "") + "const Tensor &out" +
-                      std::to_string(k);
+    launcherParams +=
+        std::string(k ? ", " : "") + "const Tensor &out" + std::to_string(k);
 
   std::string opsList;
   for (Operation *op : group.ops)
@@ -295,7 +295,8 @@ std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
   s += "  DSC_GRID_STRIDE(i, n) {\n" + loads + body + stores + "  }\n}\n\n";
   s += "Status " + name + "(" + launcherParams + ") {\n";
   s += "  constexpr int64_t n = " + std::to_string(n) + ";\n";
-  s += "  " + name + "_kernel<<<detail::blocksFor(n), 256, 0, "
+  s += "  " + name +
+       "_kernel<<<detail::blocksFor(n), 256, 0, "
        "dsc::cuda::stream()>>>(" +
        hostArgs + outHost + "n);\n";
   s += "  return dsc::cuda::checkLaunch(\"" + name + " (" + opsList +

@@ -1,4 +1,5 @@
-//===- FuseElementwise.h - Elementwise chains as one CUDA kernel -*- C++ -*-===//
+//===- FuseElementwise.h - Elementwise chains as one CUDA kernel -*- C++
+//-*-===//
 //
 // Internal to compiler/codegen, for --target cuda. Groups the elementwise ops
 // of a function (unary, binary, comparisons, where, f32/bool casts, gelu,
@@ -30,8 +31,8 @@
 namespace dsc::codegen {
 
 struct FusionGroup {
-  std::vector<mlir::Operation *> ops; // in program order; the kernel runs
-                                      // at the last
+  std::vector<mlir::Operation *> ops;  // in program order; the kernel runs
+                                       // at the last
   llvm::SetVector<mlir::Value> inputs; // read from memory, in first-use order
   std::vector<mlir::Value> outputs;    // written (used outside the chain)
 };

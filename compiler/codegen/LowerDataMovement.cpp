@@ -64,7 +64,9 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
       })
       // Stage-3 release: storage is freed by the memory plan after its last
       // use, which this op is; nothing to call.
-      .Case([&](ReleaseOp) { return LoweredCall{"", "Status()"}; })
+      .Case([&](ReleaseOp) {
+        return LoweredCall{"", "Status()"};
+      })
       .Case([&](TransposeOp o) {
         return call("rt::transpose",
                     {ctx.view(o.getInput()), cppInts(o.getPerm()),
@@ -90,8 +92,8 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
             "const Tensor " + list + "[] = " + viewList(ctx, o.getInputs()) +
                 ";\n",
             cppCall("rt::concat", {list, std::to_string(o.getInputs().size()),
-                                    cppInt(static_cast<int64_t>(o.getAxis())),
-                                    ctx.view(o.getResult())})};
+                                   cppInt(static_cast<int64_t>(o.getAxis())),
+                                   ctx.view(o.getResult())})};
       })
       .Case([&](SplitOp o) -> R {
         std::string list = "split" + std::to_string(ctx.opIndex);
@@ -117,14 +119,13 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
       })
       .Case([&](PadOp o) {
         return call("rt::pad", {ctx.view(o.getInput()), cppInts(o.getPads()),
-                                 cppDouble(o.getValue().convertToDouble()),
-                                 ctx.view(o.getResult())});
+                                cppDouble(o.getValue().convertToDouble()),
+                                ctx.view(o.getResult())});
       })
       .Case([&](TriluOp o) {
-        return call("rt::trilu",
-                    {ctx.view(o.getInput()), cppBool(o.getUpper()),
-                     cppInt(static_cast<int64_t>(o.getK())),
-                     ctx.view(o.getResult())});
+        return call("rt::trilu", {ctx.view(o.getInput()), cppBool(o.getUpper()),
+                                  cppInt(static_cast<int64_t>(o.getK())),
+                                  ctx.view(o.getResult())});
       })
       .Default([](Operation *) { return R(); });
 }

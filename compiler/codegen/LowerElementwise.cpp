@@ -19,8 +19,8 @@ namespace {
 
 LoweredCall unary(const LowerContext &ctx, Operation *op, const char *kind) {
   return {"", cppCall("rt::unary", {std::string("rt::UnaryOp::") + kind,
-                                     ctx.view(op->getOperand(0)),
-                                     ctx.view(op->getResult(0))})};
+                                    ctx.view(op->getOperand(0)),
+                                    ctx.view(op->getResult(0))})};
 }
 
 LoweredCall binary(const LowerContext &ctx, Operation *op, const char *kind) {
@@ -94,28 +94,28 @@ LowerResult lowerElementwise(Operation *op, const LowerContext &ctx) {
       })
       .Case([&](CastOp o) -> R {
         return LoweredCall{"", cppCall("rt::cast", {ctx.view(o.getInput()),
-                                                     ctx.view(o.getResult())})};
+                                                    ctx.view(o.getResult())})};
       })
       .Case([&](ClipOp o) -> R {
         return LoweredCall{
             "",
             cppCall("rt::clip", {ctx.view(o.getInput()),
-                                  cppOptional(optionalDouble(o.getMinAttr())),
-                                  cppOptional(optionalDouble(o.getMaxAttr())),
-                                  ctx.view(o.getResult())})};
+                                 cppOptional(optionalDouble(o.getMinAttr())),
+                                 cppOptional(optionalDouble(o.getMaxAttr())),
+                                 ctx.view(o.getResult())})};
       })
       .Case([&](GeluOp o) -> R {
         return LoweredCall{
             "", cppCall("rt::gelu", {ctx.view(o.getInput()),
-                                      cppBool(o.getTanhApproximation()),
-                                      ctx.view(o.getResult())})};
+                                     cppBool(o.getTanhApproximation()),
+                                     ctx.view(o.getResult())})};
       })
       .Case([&](LeakyReluOp o) -> R {
-        return LoweredCall{"",
-                           cppCall("rt::leakyRelu",
-                                   {ctx.view(o.getInput()),
-                                    cppDouble(o.getAlpha().convertToDouble()),
-                                    ctx.view(o.getResult())})};
+        return LoweredCall{
+            "",
+            cppCall("rt::leakyRelu", {ctx.view(o.getInput()),
+                                      cppDouble(o.getAlpha().convertToDouble()),
+                                      ctx.view(o.getResult())})};
       })
       .Default([](Operation *) { return R(); });
 }

@@ -47,7 +47,7 @@ LowerResult lowerLinalg(Operation *op, const LowerContext &ctx) {
   return llvm::TypeSwitch<Operation *, LowerResult>(op)
       .Case([&](MatMulOp o) {
         return call("rt::matmul", {ctx.view(o.getLhs()), ctx.view(o.getRhs()),
-                                    ctx.view(o.getResult())});
+                                   ctx.view(o.getResult())});
       })
       .Case([&](GemmOp o) {
         std::string attrs =
@@ -55,8 +55,8 @@ LowerResult lowerLinalg(Operation *op, const LowerContext &ctx) {
             ", " + cppDouble(o.getBeta().convertToDouble()) + ", " +
             cppBool(o.getTransA()) + ", " + cppBool(o.getTransB()) + "}";
         return call("rt::gemm", {ctx.view(o.getA()), ctx.view(o.getB()),
-                                  optionalView(ctx, o.getC()), attrs,
-                                  ctx.view(o.getResult())});
+                                 optionalView(ctx, o.getC()), attrs,
+                                 ctx.view(o.getResult())});
       })
       .Case([&](ConvOp o) {
         return call("rt::conv",
@@ -82,11 +82,11 @@ LowerResult lowerLinalg(Operation *op, const LowerContext &ctx) {
       })
       .Case([&](MaxPoolOp o) {
         return call("rt::maxPool", {ctx.view(o.getInput()), poolAttrsOf(o),
-                                     ctx.view(o.getResult())});
+                                    ctx.view(o.getResult())});
       })
       .Case([&](AvgPoolOp o) {
         return call("rt::avgPool", {ctx.view(o.getInput()), poolAttrsOf(o),
-                                     ctx.view(o.getResult())});
+                                    ctx.view(o.getResult())});
       })
       .Case([&](GlobalAvgPoolOp o) {
         return call("rt::globalAvgPool",

@@ -94,15 +94,14 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
       })
       .Case([&](SoftmaxOp o) {
         return call("rt::softmax", {ctx.view(o.getInput()),
-                                     cppInt(static_cast<int64_t>(o.getAxis())),
-                                     ctx.view(o.getResult())});
+                                    cppInt(static_cast<int64_t>(o.getAxis())),
+                                    ctx.view(o.getResult())});
       })
       .Case([&](SoftmaxBackwardOp o) {
-        return call(o.getLog() ? "rt::logSoftmaxBackward"
-                               : "rt::softmaxBackward",
-                    {ctx.view(o.getOutput()),
-                     cppInt(static_cast<int64_t>(o.getAxis())),
-                     ctx.view(o.getGrad()), ctx.view(o.getResult())});
+        return call(
+            o.getLog() ? "rt::logSoftmaxBackward" : "rt::softmaxBackward",
+            {ctx.view(o.getOutput()), cppInt(static_cast<int64_t>(o.getAxis())),
+             ctx.view(o.getGrad()), ctx.view(o.getResult())});
       })
       .Case([&](LogSoftmaxOp o) {
         return call("rt::logSoftmax",

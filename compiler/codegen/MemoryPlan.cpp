@@ -65,9 +65,8 @@ llvm::DenseSet<Operation *> findDeadOps(func::FuncOp func) {
     Operation *op = &opRef;
     if (op->hasTrait<OpTrait::IsTerminator>() || !isMemoryEffectFree(op))
       continue;
-    bool used = llvm::any_of(op->getUsers(), [&](Operation *user) {
-      return !dead.contains(user);
-    });
+    bool used = llvm::any_of(
+        op->getUsers(), [&](Operation *user) { return !dead.contains(user); });
     if (!used)
       dead.insert(op);
   }

@@ -4,10 +4,11 @@
 // storage for the generated C++: an argument view, the caller's result
 // storage (a value the function returns is computed straight into it), a
 // static constant array, an alias of another value (a reshape, or the
-// dsc.wait of a collective, that moves no data), or a byte range of the function's arena frame. Frame ranges are
-// reused after a value's last use (first fit), never while an operand of
-// the same op still needs them. A func.call's callee frame starts above
-// everything live at the call, so nested frames stack without overlap.
+// dsc.wait of a collective, that moves no data), or a byte range of the
+// function's arena frame. Frame ranges are reused after a value's last use
+// (first fit), never while an operand of the same op still needs them. A
+// func.call's callee frame starts above everything live at the call, so nested
+// frames stack without overlap.
 //
 //===----------------------------------------------------------------------===//
 

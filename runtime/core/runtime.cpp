@@ -122,7 +122,6 @@ HostArena::~HostArena() {
     std::free(base_);
 }
 
-
 static std::string arenaCall(const char *call, size_t a, size_t b) {
   return std::string("HostArena::") + call + "(" + std::to_string(a) + ", " +
          std::to_string(b) + ")";

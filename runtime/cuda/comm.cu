@@ -110,14 +110,31 @@ Status checkNccl(ncclResult_t r, const char *call) {
 
 bool ncclTypeOf(DType t, ncclDataType_t &out) {
   switch (t) {
-  case DType::F32: out = ncclFloat32; return true;
-  case DType::F64: out = ncclFloat64; return true;
-  case DType::F16: out = ncclFloat16; return true;
-  case DType::BF16: out = ncclBfloat16; return true;
-  case DType::I64: out = ncclInt64; return true;
-  case DType::I32: out = ncclInt32; return true;
-  case DType::I8: out = ncclInt8; return true;
-  case DType::U8: case DType::Bool: out = ncclUint8; return true;
+  case DType::F32:
+    out = ncclFloat32;
+    return true;
+  case DType::F64:
+    out = ncclFloat64;
+    return true;
+  case DType::F16:
+    out = ncclFloat16;
+    return true;
+  case DType::BF16:
+    out = ncclBfloat16;
+    return true;
+  case DType::I64:
+    out = ncclInt64;
+    return true;
+  case DType::I32:
+    out = ncclInt32;
+    return true;
+  case DType::I8:
+    out = ncclInt8;
+    return true;
+  case DType::U8:
+  case DType::Bool:
+    out = ncclUint8;
+    return true;
   }
   return false;
 }
@@ -173,10 +190,10 @@ public:
     if (G == size_) {
       group_ = world_;
     } else {
-      DSC_NCCL_CHECK(ncclCommSplit(world_, rank_ / G, rank_ % G, &group_,
-                                   nullptr));
-      DSC_NCCL_CHECK(ncclCommSplit(world_, rank_ % G, rank_ / G, &replicas_,
-                                   nullptr));
+      DSC_NCCL_CHECK(
+          ncclCommSplit(world_, rank_ / G, rank_ % G, &group_, nullptr));
+      DSC_NCCL_CHECK(
+          ncclCommSplit(world_, rank_ % G, rank_ / G, &replicas_, nullptr));
     }
     if (size_ / G == 1)
       replicas_ = nullptr; // one replica: axis 0 has one member
@@ -188,18 +205,26 @@ public:
   int size() const override { return size_; }
   int groupRank(GridAxes axes) const override {
     switch (axes.mask & 3u) {
-    case 3u: return rank_;
-    case 2u: return rank_ % group_size_;
-    case 1u: return rank_ / group_size_;
-    default: return 0;
+    case 3u:
+      return rank_;
+    case 2u:
+      return rank_ % group_size_;
+    case 1u:
+      return rank_ / group_size_;
+    default:
+      return 0;
     }
   }
   int groupSize(GridAxes axes) const override {
     switch (axes.mask & 3u) {
-    case 3u: return size_;
-    case 2u: return group_size_;
-    case 1u: return size_ / group_size_;
-    default: return 1;
+    case 3u:
+      return size_;
+    case 2u:
+      return group_size_;
+    case 1u:
+      return size_ / group_size_;
+    default:
+      return 1;
     }
   }
 
@@ -250,8 +275,8 @@ public:
                           .count();
       if (timeoutSeconds > 0 && waited > timeoutSeconds)
         return hung(waited);
-      std::this_thread::sleep_for(std::chrono::microseconds(
-          spins < 1000 ? 20 : 1000));
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(spins < 1000 ? 20 : 1000));
     }
     // Every collective of the step is done: recycle their events.
     for (auto &p : pending_) {
@@ -280,8 +305,7 @@ private:
     for (auto &p : pending_)
       if (cudaEventQuery(p.done) == cudaErrorNotReady) {
         which = std::string(kindName(p.kind)) + " \"" + p.what +
-                "\" (collective #" + std::to_string(p.index) +
-                " of the step)";
+                "\" (collective #" + std::to_string(p.index) + " of the step)";
         break;
       }
     if (world_)
@@ -293,8 +317,7 @@ private:
     world_ = group_ = replicas_ = nullptr;
     return callFailed(
         "NCCL collective",
-        which + " has not completed after " +
-            std::to_string(int(waited)) +
+        which + " has not completed after " + std::to_string(int(waited)) +
             " s; another rank has not reached it (crashed, stuck, or issuing "
             "a different collective). Raise DSC_COLLECTIVE_TIMEOUT if the "
             "step is just slow",
@@ -303,10 +326,14 @@ private:
 
   ncclComm_t commFor(uint32_t mask) const {
     switch (mask & 3u) {
-    case 3u: return world_;
-    case 2u: return group_;
-    case 1u: return replicas_;
-    default: return nullptr;
+    case 3u:
+      return world_;
+    case 2u:
+      return group_;
+    case 1u:
+      return replicas_;
+    default:
+      return nullptr;
     }
   }
 
@@ -323,8 +350,8 @@ private:
           m.inNumel != in.numel() || m.outNumel != out.numel() ||
           m.axesMask != axes.mask)
         return fail("collective #" + std::to_string(index % numCollectives_) +
-                    " of the step is " + describe(in) + " -> " +
-                    describe(out) + " over axes " + std::to_string(axes.mask) +
+                    " of the step is " + describe(in) + " -> " + describe(out) +
+                    " over axes " + std::to_string(axes.mask) +
                     ", but the compiled manifest says " + m.kind + " \"" +
                     m.what + "\" " + dtypeName(m.dtype) + "[" +
                     std::to_string(m.inNumel) + "] -> [" +
@@ -336,7 +363,7 @@ private:
     if (!ncclTypeOf(in.dtype, type) || in.dtype != out.dtype)
       return fail("unsupported dtypes " + describe(in) + " -> " +
                   describe(out));
-    int64_t want = kind == 0 ? in.numel()
+    int64_t want = kind == 0   ? in.numel()
                    : kind == 1 ? in.numel() * n
                                : in.numel() / n;
     if (out.numel() != want || (kind == 2 && in.numel() % n))
@@ -361,8 +388,8 @@ private:
                                    ncclSum, c, rd.comm));
       break;
     case 1:
-      DSC_NCCL_CHECK(ncclAllGather(in.data, out.data, size_t(in.numel()),
-                                   type, c, rd.comm));
+      DSC_NCCL_CHECK(ncclAllGather(in.data, out.data, size_t(in.numel()), type,
+                                   c, rd.comm));
       break;
     default:
       DSC_NCCL_CHECK(ncclReduceScatter(in.data, out.data, size_t(out.numel()),
@@ -380,7 +407,8 @@ private:
     for (auto &p : pending_)
       if (p.out == out.data)
         p.out = nullptr;
-    pending_.push_back({out.data, done, what, index % std::max(numCollectives_, 1), kind});
+    pending_.push_back(
+        {out.data, done, what, index % std::max(numCollectives_, 1), kind});
     return Status();
   }
 

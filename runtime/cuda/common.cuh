@@ -127,16 +127,24 @@ template <typename T> __device__ inline T blockMax(T v) {
 /// dtype-generic paths; hot kernels are templated on the element type).
 __device__ inline double loadAsDouble(const void *p, DType t, int64_t i) {
   switch (t) {
-  case DType::F32: return static_cast<const float *>(p)[i];
-  case DType::F64: return static_cast<const double *>(p)[i];
-  case DType::F16: return __half2float(static_cast<const __half *>(p)[i]);
+  case DType::F32:
+    return static_cast<const float *>(p)[i];
+  case DType::F64:
+    return static_cast<const double *>(p)[i];
+  case DType::F16:
+    return __half2float(static_cast<const __half *>(p)[i]);
   case DType::BF16:
     return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-  case DType::I64: return double(static_cast<const int64_t *>(p)[i]);
-  case DType::I32: return static_cast<const int32_t *>(p)[i];
-  case DType::I8: return static_cast<const int8_t *>(p)[i];
-  case DType::U8: return static_cast<const uint8_t *>(p)[i];
-  case DType::Bool: return static_cast<const uint8_t *>(p)[i] != 0;
+  case DType::I64:
+    return double(static_cast<const int64_t *>(p)[i]);
+  case DType::I32:
+    return static_cast<const int32_t *>(p)[i];
+  case DType::I8:
+    return static_cast<const int8_t *>(p)[i];
+  case DType::U8:
+    return static_cast<const uint8_t *>(p)[i];
+  case DType::Bool:
+    return static_cast<const uint8_t *>(p)[i] != 0;
   }
   return 0;
 }

@@ -114,27 +114,27 @@ Status callFailed(const char *call, const std::string &what, StatusCode code) {
   if (bound)
     where = " on rank " + std::to_string(bound->rank) + " (GPU " +
             std::to_string(bound->device) + ")";
-  return Status::error(code, std::string(call) + " failed" + where + ": " +
-                                 what);
+  return Status::error(code,
+                       std::string(call) + " failed" + where + ": " + what);
 }
 
 Status check(cudaError_t err, const char *call) {
   if (err == cudaSuccess)
     return Status();
-  StatusCode code = err == cudaErrorMemoryAllocation ? StatusCode::OutOfMemory
-                                                     : StatusCode::InvalidArgument;
-  return callFailed(call,
-                    std::string(cudaGetErrorName(err)) + ": " +
-                        cudaGetErrorString(err),
-                    code);
+  StatusCode code = err == cudaErrorMemoryAllocation
+                        ? StatusCode::OutOfMemory
+                        : StatusCode::InvalidArgument;
+  return callFailed(
+      call, std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err),
+      code);
 }
 
 Status check(cublasStatus_t err, const char *call) {
   if (err == CUBLAS_STATUS_SUCCESS)
     return Status();
-  return callFailed(call, std::string("cuBLAS status ") +
-                              cublasLtGetStatusName(err) + ": " +
-                              cublasLtGetStatusString(err),
+  return callFailed(call,
+                    std::string("cuBLAS status ") + cublasLtGetStatusName(err) +
+                        ": " + cublasLtGetStatusString(err),
                     err == CUBLAS_STATUS_ALLOC_FAILED
                         ? StatusCode::OutOfMemory
                         : StatusCode::InvalidArgument);

@@ -35,7 +35,7 @@ struct RankDevice {
   cublasLtHandle_t lt = nullptr;
   void *ltWorkspace = nullptr; // kLtWorkspaceBytes of device memory
   cudnnHandle_t cudnn = nullptr;
-  void *scratch = nullptr;     // see scratch()
+  void *scratch = nullptr; // see scratch()
   size_t scratchBytes = 0;
 };
 
@@ -75,15 +75,15 @@ Status checkLaunch(const char *kernel);
 /// (a cudaError_t, cublasStatus_t or cudnnStatus_t) is not success.
 #define DSC_CUDA_CHECK(expr)                                                   \
   do {                                                                         \
-    if (::dsc::Status dsc_s_ = ::dsc::cuda::check((expr), #expr); !dsc_s_.ok()) \
+    if (::dsc::Status dsc_s_ = ::dsc::cuda::check((expr), #expr);              \
+        !dsc_s_.ok())                                                          \
       return dsc_s_;                                                           \
   } while (0)
 
 /// Same for a kernel launch just issued (named `kernel` in messages).
 #define DSC_CUDA_LAUNCHED(kernel)                                              \
   do {                                                                         \
-    if (::dsc::Status dsc_s_ = ::dsc::cuda::checkLaunch(kernel);               \
-        !dsc_s_.ok())                                                          \
+    if (::dsc::Status dsc_s_ = ::dsc::cuda::checkLaunch(kernel); !dsc_s_.ok()) \
       return dsc_s_;                                                           \
   } while (0)
 

@@ -46,10 +46,10 @@ public:
     size_t rounded = std::max<size_t>((bytes + 255) / 256 * 256, 256);
     void *p = nullptr;
     if (Status s = check(cudaMalloc(&p, rounded), "cudaMalloc"); !s.ok())
-      return Status::error(s.code(), s.message() + " (" + std::to_string(bytes) +
-                                         " bytes)");
-    if (Status s = check(cudaMemsetAsync(p, 0, rounded, stream()),
-                         "cudaMemsetAsync");
+      return Status::error(s.code(), s.message() + " (" +
+                                         std::to_string(bytes) + " bytes)");
+    if (Status s =
+            check(cudaMemsetAsync(p, 0, rounded, stream()), "cudaMemsetAsync");
         !s.ok())
       return s;
     std::lock_guard<std::mutex> lock(mu_);
@@ -79,9 +79,9 @@ public:
     if (!bytes)
       return Status();
     // Pageable host memory: the copy has left `src` when the call returns.
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
-                                 stream()),
-                 "cudaMemcpyAsync (host to device)");
+    return check(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()),
+        "cudaMemcpyAsync (host to device)");
   }
 
   Status toHost(void *dst, const void *src, size_t bytes) override {
@@ -89,9 +89,9 @@ public:
       return s;
     if (!bytes)
       return Status();
-    if (Status s = check(cudaMemcpyAsync(dst, src, bytes,
-                                         cudaMemcpyDeviceToHost, stream()),
-                         "cudaMemcpyAsync (device to host)");
+    if (Status s = check(
+            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()),
+            "cudaMemcpyAsync (device to host)");
         !s.ok())
       return s;
     return check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
@@ -130,7 +130,8 @@ public:
 
   Status createDistributed(const DistributedInit &init,
                            std::unique_ptr<Communicator> &out) override {
-    if (Status s = cuda::bindRank(init.rank, init.localRank % std::max(count(), 1));
+    if (Status s =
+            cuda::bindRank(init.rank, init.localRank % std::max(count(), 1));
         !s.ok())
       return s;
     NcclComm *comm = nullptr;

@@ -67,7 +67,6 @@ const char *binaryName(BinaryOp op) {
   return names[static_cast<int>(op)];
 }
 
-
 /// Checks an elementwise call: float input, out of the same dtype and shape.
 Status checkSameFloat(const Call &call, const Tensor &in, const Tensor &out) {
   if (!validRank(in) || !validRank(out))
@@ -92,7 +91,6 @@ template <typename T> inline T *ptr(const Tensor &t) {
 }
 
 inline dim3 grid(int64_t n) { return dim3(blocksFor(n)); }
-
 
 /// cpu::detail::loadAsDouble, loadAsInt, storeInt and storeDouble.
 __device__ inline double loadD(const void *p, DType dt, int64_t i) {
@@ -294,7 +292,6 @@ __device__ inline void offsetsAt(int64_t linear, const Bcast<K> &b,
 // Unary, activations, clip
 //===----------------------------------------------------------------------===//
 
-
 template <typename T>
 __global__ void unaryFloatKernel(UnaryOp op, const T *x, T *y, int64_t n) {
   DSC_GRID_STRIDE(i, n) { y[i] = applyUnary(op, x[i]); }
@@ -321,7 +318,6 @@ __global__ void leakyReluKernel(const T *x, T *y, int64_t n, T alpha) {
     y[i] = v > 0 ? v : alpha * v;
   }
 }
-
 
 template <typename T>
 __global__ void geluKernel(const T *x, T *y, int64_t n, bool tanhApprox) {
@@ -357,7 +353,6 @@ Status launchClip(const Tensor &in, const Tensor &out, double lo, double hi) {
 //===----------------------------------------------------------------------===//
 // Binary
 //===----------------------------------------------------------------------===//
-
 
 /// out = op(lhs, rhs) over out's shape; bool operands are uint8 with
 /// `isBool` set (read as 0/1); comparisons write bool.

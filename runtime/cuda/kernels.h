@@ -162,8 +162,8 @@ Status nllLossBackward(const Tensor &input, const Tensor &labels,
 //===- Optimizer (optimizer.cu) -------------------------------------------===//
 
 /// One fused kernel over the whole (flat, bucketed) parameter: the
-/// multi-tensor AdamW of PyTorch's foreach/fused paths, since dsc-zero-partition
-/// packs every parameter of a bucket into one tensor.
+/// multi-tensor AdamW of PyTorch's foreach/fused paths, since
+/// dsc-zero-partition packs every parameter of a bucket into one tensor.
 Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
              const Tensor &expAvgSq, const Tensor &lr, const Tensor &beta1,
              const Tensor &beta2, const Tensor &eps, const Tensor &weightDecay,

@@ -1128,8 +1128,10 @@ Status softmaxBackwardImpl(const char *name, const Tensor &out, int64_t axis,
                            const Tensor &gradOut, const Tensor &gradIn,
                            bool log) {
   Call call(name);
-  call.arg("out", out).arg("axis", axis).arg("grad_out", gradOut).arg(
-      "grad_in", gradIn);
+  call.arg("out", out)
+      .arg("axis", axis)
+      .arg("grad_out", gradOut)
+      .arg("grad_in", gradIn);
   if (Status st = checkFloat(call, {&out, &gradOut, &gradIn}, out.dtype);
       !st.ok())
     return st;
@@ -1145,8 +1147,7 @@ Status softmaxBackwardImpl(const char *name, const Tensor &out, int64_t axis,
     constexpr int kMode = decltype(mode)::value;
     if (out.dtype == DType::F32)
       softmaxBackwardKernel<float, kMode><<<ll.grid, ll.block, 0, stream()>>>(
-          out.as<float>(), gradOut.as<float>(), gradIn.as<float>(), lines,
-          log);
+          out.as<float>(), gradOut.as<float>(), gradIn.as<float>(), lines, log);
     else
       softmaxBackwardKernel<double, kMode><<<ll.grid, ll.block, 0, stream()>>>(
           out.as<double>(), gradOut.as<double>(), gradIn.as<double>(), lines,
@@ -1174,8 +1175,8 @@ Status softmaxBackward(const Tensor &out, int64_t axis, const Tensor &gradOut,
 
 Status logSoftmaxBackward(const Tensor &out, int64_t axis,
                           const Tensor &gradOut, const Tensor &gradIn) {
-  return softmaxBackwardImpl("log_softmax_backward", out, axis, gradOut,
-                             gradIn, true);
+  return softmaxBackwardImpl("log_softmax_backward", out, axis, gradOut, gradIn,
+                             true);
 }
 
 //===----------------------------------------------------------------------===//

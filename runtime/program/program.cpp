@@ -361,13 +361,13 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
   int64_t G = spec.groupSize <= 0 ? W : spec.groupSize;
   if (W > 4096 || G > W || W % G != 0)
     return bug("world size " + std::to_string(W) + " and group size " +
-               std::to_string(G) + " (the group size must divide the world "
+               std::to_string(G) +
+               " (the group size must divide the world "
                "size)");
   if (spec.stage < 0 || spec.stage > 3)
     return bug("ZeRO stage " + std::to_string(spec.stage));
   if (spec.numBuckets < 0 || (spec.numBuckets > 0 && !spec.buckets) ||
-      spec.numCollectives < 0 ||
-      (spec.numCollectives > 0 && !spec.collectives))
+      spec.numCollectives < 0 || (spec.numCollectives > 0 && !spec.collectives))
     return bug("bucket or collective lists are missing");
   layout.worldSize = int(W);
   layout.groupSize = int(G);
@@ -377,10 +377,9 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     if (!bk.name || bk.numEntries < 0 || (bk.numEntries > 0 && !bk.entries))
       return bug(what + " has no name or no entry list");
     if (bk.paddedNumel < 0 || bk.paddedNumel % G != 0)
-      return bug(what + " '" + bk.name + "' has " +
-                 std::to_string(bk.paddedNumel) +
-                 " elements, not a multiple of the group size " +
-                 std::to_string(G));
+      return bug(
+          what + " '" + bk.name + "' has " + std::to_string(bk.paddedNumel) +
+          " elements, not a multiple of the group size " + std::to_string(G));
     for (int e = 0; e < bk.numEntries; ++e) {
       const BucketEntry &en = bk.entries[e];
       if (!en.param || en.offset < 0 || en.numel < 0 ||
@@ -446,7 +445,8 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
                  "' and its argument are in different buckets");
   for (int c = 0; c < spec.numCollectives; ++c)
     if (!spec.collectives[c].kind)
-      return bug("collective " + std::to_string(c) + " of the manifest has "
+      return bug("collective " + std::to_string(c) +
+                 " of the manifest has "
                  "no kind");
   return Status();
 }
@@ -463,9 +463,9 @@ struct Options {
   bool dataTypeGiven = false;
   bool help = false, quiet = false;
   std::map<std::string, double> hypers; // spec name -> value
-  int64_t printEvery = 1;    // progress line every N steps
-  int64_t gradcheck = 0;     // elements per parameter; 0 = off
-  double gradcheckTol = -1;  // < 0: by dtype
+  int64_t printEvery = 1;               // progress line every N steps
+  int64_t gradcheck = 0;                // elements per parameter; 0 = off
+  double gradcheckTol = -1;             // < 0: by dtype
 };
 
 const char *hyperHelp(const std::string &name) {
@@ -544,9 +544,9 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
     hyperOptions[optionName(spec.hypers[h].name)] = spec.hypers[h].name;
   }
   static const std::set<std::string> valued = {
-      "--steps", "--seed", "--batch",      "--data",       "--data-dtype",
-      "--init",  "--log",  "--dump-grads", "--dump-params",
-      "--gradcheck", "--gradcheck-tol", "--print-every"};
+      "--steps",       "--seed",      "--batch",         "--data",
+      "--data-dtype",  "--init",      "--log",           "--dump-grads",
+      "--dump-params", "--gradcheck", "--gradcheck-tol", "--print-every"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i] ? argv[i] : "";
     if (arg == "--help" || arg == "-h") {
@@ -619,8 +619,7 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
       o.dumpParams = value;
     } else if (name == "--print-every") {
       if (!parseInt(value, o.printEvery) || o.printEvery < 1)
-        return fail("--print-every expects a count >= 1, not '" + value +
-                    "'");
+        return fail("--print-every expects a count >= 1, not '" + value + "'");
     } else if (name == "--gradcheck") {
       if (!parseInt(value, o.gradcheck) || o.gradcheck < 1)
         return fail("--gradcheck expects a count >= 1, not '" + value + "'");
@@ -628,8 +627,8 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
       char *end = nullptr;
       o.gradcheckTol = std::strtod(value.c_str(), &end);
       if (value.empty() || *end || !(o.gradcheckTol > 0))
-        return fail("--gradcheck-tol expects a positive number, not '" +
-                    value + "'");
+        return fail("--gradcheck-tol expects a positive number, not '" + value +
+                    "'");
     }
     if (value.empty())
       return fail(name + " needs a value");
@@ -656,7 +655,8 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
       return s;
   if (o.gradcheck > 0 && layout.worldSize > 1)
     return fail("--gradcheck needs a program compiled for one rank; this one "
-                "is compiled for " + std::to_string(layout.worldSize) +
+                "is compiled for " +
+                std::to_string(layout.worldSize) +
                 " (compile it without --world-size to check its gradients)");
   if (!layout.inputs.empty() && o.batch.empty() && o.data.empty()) {
     std::string names;
@@ -693,16 +693,14 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
     std::fprintf(out, ", of %" PRId64 " tokens each", spec.tokensPerExample);
   std::fprintf(out, ".\n");
   if (layout.worldSize > 1) {
-    std::fprintf(out,
-                 "Compiled for %d ranks (ZeRO stage %d", layout.worldSize,
+    std::fprintf(out, "Compiled for %d ranks (ZeRO stage %d", layout.worldSize,
                  spec.stage);
     if (layout.groupSize < layout.worldSize)
       std::fprintf(out, ", sharded in groups of %d", layout.groupSize);
-    std::fprintf(out,
-                 "); they run as threads of this process, rank r on rows\n"
-                 "[r B, (r + 1) B) of the global batch (B = micro-batch x "
-                 "accumulation steps).\nDSC_COLLECTIVE_TIMEOUT=S: give up "
-                 "on a collective after S seconds (default 300).\n");
+    std::fprintf(out, "); they run as threads of this process, rank r on rows\n"
+                      "[r B, (r + 1) B) of the global batch (B = micro-batch x "
+                      "accumulation steps).\nDSC_COLLECTIVE_TIMEOUT=S: give up "
+                      "on a collective after S seconds (default 300).\n");
   }
   std::fprintf(out, "\n");
 
@@ -996,8 +994,8 @@ struct DeviceMirror {
 };
 
 struct RankState {
-  int id = 0;    // the global rank
-  int gpu = -1;  // its GPU (-1: rank % visible GPUs)
+  int id = 0;   // the global rank
+  int gpu = -1; // its GPU (-1: rank % visible GPUs)
   Args args;
   std::vector<Tensor> results;
   std::vector<Memory> resultMemory;
@@ -1008,7 +1006,7 @@ struct RankState {
 /// The full type of every parameter of every bucket: BucketEntry's shape,
 /// else the model's initializer of that name, else [numel].
 std::vector<std::vector<TensorSpec>> bucketShapes(const ProgramSpec &spec,
-                                                 const std::string &model) {
+                                                  const std::string &model) {
   std::vector<std::vector<TensorSpec>> shapes(size_t(spec.numBuckets));
   const std::string &modelFile = model;
   std::unique_ptr<OnnxWeights> onnx;
@@ -1052,9 +1050,10 @@ void unpackBucket(const ProgramSpec &spec,
   for (int e = 0; e < bk.numEntries; ++e) {
     const BucketEntry &en = bk.entries[e];
     const TensorSpec &t = shapes[size_t(b)][size_t(e)];
-    out.push_back({en.param,
-                   Tensor::of(static_cast<char *>(flat) + size_t(en.offset) * es,
-                              bk.dtype, I64s(t.shape, size_t(t.rank)))});
+    out.push_back(
+        {en.param,
+         Tensor::of(static_cast<char *>(flat) + size_t(en.offset) * es,
+                    bk.dtype, I64s(t.shape, size_t(t.rank)))});
   }
 }
 
@@ -1112,8 +1111,7 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         "--world-size %d",
         W, W == 1 ? "" : "s", env.source.c_str(), env.worldSize,
         env.worldSize == 1 ? "" : "es", W, env.worldSize)));
-  if (distributed && W > 1 &&
-      (!o.dumpGrads.empty() || !o.dumpParams.empty()))
+  if (distributed && W > 1 && (!o.dumpGrads.empty() || !o.dumpParams.empty()))
     return error(fail("--dump-grads and --dump-params are not supported yet "
                       "in a run of one process per GPU with more than one "
                       "rank; run the ranks in one process (no launcher) to "
@@ -1182,11 +1180,11 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     rs->results.resize(size_t(spec.numResults));
     rs->resultMemory.resize(size_t(spec.numResults));
     for (int i = 0; i < spec.numResults; ++i)
-      if (Status s = allocateTensor(
-              spec.results[i].type,
-              std::string(resultRoleName(spec.results[i].role)) +
-                  " result '" + spec.results[i].name + "'" + who,
-              rs->resultMemory[i], rs->results[i]);
+      if (Status s =
+              allocateTensor(spec.results[i].type,
+                             std::string(resultRoleName(spec.results[i].role)) +
+                                 " result '" + spec.results[i].name + "'" + who,
+                             rs->resultMemory[i], rs->results[i]);
           !s.ok())
         return error(s);
     if (!device) // a device program's arena is in device memory (3b)
@@ -1218,9 +1216,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       if (m)
         continue; // a bucket is one argument; be safe with two
       Tensor flat;
-      if (Status s = allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
-                                    std::string("bucket '") + bk.name + "'",
-                                    m, flat);
+      if (Status s =
+              allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
+                             std::string("bucket '") + bk.name + "'", m, flat);
           !s.ok())
         return error(s);
       std::vector<io::NamedTensor> views;
@@ -1280,8 +1278,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       return launch::exchangeId(env, id, timeout > 0 ? timeout : 300);
     };
     if (Status s = device->createDistributed(init, nccl); !s.ok())
-      return error(Status::error(s.code(), format("rank %d: ", env.rank) +
-                                               s.message()));
+      return error(
+          Status::error(s.code(), format("rank %d: ", env.rank) + s.message()));
     rank0.gpu = env.localRank % std::max(device->count(), 1);
   }
   if (device) {
@@ -1292,8 +1290,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       if (Status s = rs->dev->create(device, rs->args.tensors, rs->results,
                                      spec.arenaBytes);
           !s.ok())
-        return error(Status::error(s.code(), format("rank %d: ", rs->id) +
-                                                 s.message()));
+        return error(
+            Status::error(s.code(), format("rank %d: ", rs->id) + s.message()));
       for (int i = 0; i < spec.numArgs; ++i)
         if (spec.args[i].role != ArgRole::Input)
           if (Status s = rs->dev->upload(rs->args.tensors, size_t(i)); !s.ok())
@@ -1331,8 +1329,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     }
     rs.dev->arena.reset();
     ctx.arena = &rs.dev->arena;
-    if (Status s = spec.trainStep(ctx, rs.dev->args.data(),
-                                  rs.dev->results.data());
+    if (Status s =
+            spec.trainStep(ctx, rs.dev->args.data(), rs.dev->results.data());
         !s.ok())
       return s;
     for (int r : {layout.loss, layout.lr, layout.gradNorm})
@@ -1352,10 +1350,10 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       if (Status s = device->bindRank(rs->id, rs->gpu); !s.ok())
         return s;
       for (int i : which) {
-        const Tensor &d = args ? rs->dev->args[size_t(i)]
-                               : rs->dev->results[size_t(i)];
-        const Tensor &h = args ? rs->args.tensors[size_t(i)]
-                               : rs->results[size_t(i)];
+        const Tensor &d =
+            args ? rs->dev->args[size_t(i)] : rs->dev->results[size_t(i)];
+        const Tensor &h =
+            args ? rs->args.tensors[size_t(i)] : rs->results[size_t(i)];
         if (Status s = rs->dev->download(d, h); !s.ok())
           return s;
       }
@@ -1420,17 +1418,16 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         const BucketSpec &bk = spec.buckets[a.bucket];
         for (int e = 0; e < bk.numEntries; ++e) {
           paramElems += double(bk.entries[e].numel);
-          paramBytes += double(bk.entries[e].numel) * double(dtypeSize(bk.dtype));
+          paramBytes +=
+              double(bk.entries[e].numel) * double(dtypeSize(bk.dtype));
         }
       }
     }
-    std::fprintf(out,
-                 "%s: %s | %s | %s parameters (%s) | global batch %" PRId64
-                 " = ",
-                 program.c_str(),
-                 baseName(spec.modelPath ? spec.modelPath : "?").c_str(),
-                 spec.optimizer, humanCount(paramElems).c_str(),
-                 humanBytes(paramBytes).c_str(), global);
+    std::fprintf(
+        out, "%s: %s | %s | %s parameters (%s) | global batch %" PRId64 " = ",
+        program.c_str(),
+        baseName(spec.modelPath ? spec.modelPath : "?").c_str(), spec.optimizer,
+        humanCount(paramElems).c_str(), humanBytes(paramBytes).c_str(), global);
     if (W > 1)
       std::fprintf(out, "%d ranks x ", W);
     std::fprintf(out, "%" PRId64 " x %" PRId64, spec.microBatch,
@@ -1517,7 +1514,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       int64_t n = p.numel(), count = std::min<int64_t>(n, o.gradcheck);
       double maxErr = 0;
       for (int64_t j = 0; j < count; ++j) {
-        int64_t idx = count == n ? j : j * (n - 1) / std::max<int64_t>(count - 1, 1);
+        int64_t idx =
+            count == n ? j : j * (n - 1) / std::max<int64_t>(count - 1, 1);
         double orig = get(p, idx), lp = 0, lm = 0;
         set(p, idx, orig + h);
         Status sp = lossAt(lp);
@@ -1529,13 +1527,14 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         if (!sm.ok())
           return error(sm);
         double fd = (lp - lm) / (2 * h), an = analytic[k][idx];
-        double err = std::fabs(fd - an) /
-                     std::max({std::fabs(fd), std::fabs(an), 1e-3});
+        double err =
+            std::fabs(fd - an) / std::max({std::fabs(fd), std::fabs(an), 1e-3});
         maxErr = std::max(maxErr, err);
       }
       worst = std::max(worst, maxErr / tol);
-      std::fprintf(out, "gradcheck %-40s %6" PRId64 " of %8" PRId64
-                        " elements | max rel error %.2e%s\n",
+      std::fprintf(out,
+                   "gradcheck %-40s %6" PRId64 " of %8" PRId64
+                   " elements | max rel error %.2e%s\n",
                    name, count, n, maxErr, maxErr > tol ? "  <-- FAIL" : "");
     }
     bool ok = worst <= 1.0;
@@ -1571,9 +1570,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     auto body = [&](int r) {
       RankState &rs = *ranks[size_t(r)];
       try {
-        st[size_t(r)] = stepOn(rs, device ? staged[size_t(r)].get()
-                                          : world->comm(r),
-                               step, /*all=*/false);
+        st[size_t(r)] =
+            stepOn(rs, device ? staged[size_t(r)].get() : world->comm(r), step,
+                   /*all=*/false);
       } catch (const std::bad_alloc &) {
         st[size_t(r)] =
             Status::error(StatusCode::OutOfMemory, "out of host memory");
@@ -1633,9 +1632,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     const BucketSpec &bk = spec.buckets[b];
     Memory m;
     Tensor flat;
-    if (Status s = allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
-                                  std::string("bucket '") + bk.name + "'", m,
-                                  flat);
+    if (Status s =
+            allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
+                           std::string("bucket '") + bk.name + "'", m, flat);
         !s.ok())
       return s;
     size_t shardBytes = size_t(bk.paddedNumel / G) * dtypeSize(bk.dtype);
@@ -1721,8 +1720,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       }
     }
     double rate = dt > 0 ? perStep / dt : 0;
-    if (!o.quiet && (step == 1 || step == o.steps ||
-                     step % o.printEvery == 0)) {
+    if (!o.quiet &&
+        (step == 1 || step == o.steps || step % o.printEvery == 0)) {
       std::string line = format("step %" PRId64 "/%" PRId64 " | loss %.4f",
                                 step, o.steps, loss);
       if (std::isfinite(lr) || layout.lr >= 0)

@@ -109,7 +109,7 @@ numerics:
 struct CompileOptions {
   ImportOptions import;
   std::string model, output, emit = "exe", target, cxx, nvcc,
-      cudaArch = "sm_90a";
+                             cudaArch = "sm_90a";
   bool printIRAfterAll = false, report = false, f64 = false, fuse = true;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
@@ -351,7 +351,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
 #else
     if (int arch = cudaArchNumber(o.cudaArch); arch < 0) {
       return usageError("--cuda-arch expects sm_XY or sm_XYa (e.g. sm_90a), "
-                        "not '" + o.cudaArch + "'",
+                        "not '" +
+                            o.cudaArch + "'",
                         kCompileUsage);
     } else if (arch < kRuntimeMinArch) {
       llvm::errs() << "error: --cuda-arch " << o.cudaArch
@@ -379,8 +380,8 @@ int runBuild(const std::string &tool, const std::vector<std::string> &argv,
              const std::string &sourcePath) {
   std::vector<llvm::StringRef> refs(argv.begin(), argv.end());
   std::string err;
-  int rc = llvm::sys::ExecuteAndWait(argv[0], refs, std::nullopt, {}, 0, 0,
-                                     &err);
+  int rc =
+      llvm::sys::ExecuteAndWait(argv[0], refs, std::nullopt, {}, 0, 0, &err);
   if (rc != 0) {
     llvm::errs() << "error: building the program failed (" << tool
                  << " exited with " << rc << (err.empty() ? "" : ": ") << err
@@ -406,26 +407,14 @@ int buildCuda(const CompileOptions &o, const std::string &cuPath) {
   std::string sm = o.cudaArch.substr(3); // "90a"
   std::string virt = std::to_string(cudaArchNumber(o.cudaArch));
   std::vector<std::string> argv = {
-      nvcc,
-      "-std=c++17",
-      "-O2",
+      nvcc, "-std=c++17", "-O2",
       // As the runtime's elementwise kernels: no contracted multiply-adds,
       // so a fused chain rounds as the ops do one by one.
-      "-fmad=false",
-      "-gencode=arch=compute_" + sm + ",code=sm_" + sm,
+      "-fmad=false", "-gencode=arch=compute_" + sm + ",code=sm_" + sm,
       "-gencode=arch=compute_" + virt + ",code=compute_" + virt,
-      "-I" DSC_RUNTIME_INCLUDE_DIR,
-      "-I" DSC_RUNTIME_SOURCE_DIR,
-      cuPath,
-      DSC_RUNTIME_CUDA_LIBRARY,
-      DSC_RUNTIME_LIBRARY,
-      "-L" DSC_CUDA_LIBRARY_DIR,
-      "-lcublasLt",
-      "-lcudnn",
-      "-lnccl",
-      "-lpthread",
-      "-o",
-      o.output};
+      "-I" DSC_RUNTIME_INCLUDE_DIR, "-I" DSC_RUNTIME_SOURCE_DIR, cuPath,
+      DSC_RUNTIME_CUDA_LIBRARY, DSC_RUNTIME_LIBRARY, "-L" DSC_CUDA_LIBRARY_DIR,
+      "-lcublasLt", "-lcudnn", "-lnccl", "-lpthread", "-o", o.output};
   return runBuild("nvcc", argv, cuPath);
 #endif
 }

@@ -578,9 +578,10 @@ LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
-LogicalResult SoftmaxBackwardOp::inferReturnTypes(
-    MLIRContext *ctx, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+SoftmaxBackwardOp::inferReturnTypes(MLIRContext *ctx,
+                                    std::optional<Location> loc, Adaptor a,
+                                    SmallVectorImpl<Type> &results) {
   if (failed(completeAttrs<SoftmaxBackwardOp>(ctx, loc, a)))
     return failure();
   auto g = rankedType(a.getGrad()), y = rankedType(a.getOutput());

@@ -522,18 +522,18 @@ DSC_VJP(LayerNormOp) {
 
 // y * (gy - sum(gy * y)) and gy - exp(y) * sum(gy): dsc.softmax_backward.
 DSC_VJP(SoftmaxOp) {
-  operandGrads.assign({SoftmaxBackwardOp::create(
-                           builder, getLoc(), resultGrads[0], getResult(),
-                           getAxisAttr(), builder.getBoolAttr(false))
-                           .getResult()});
+  operandGrads.assign(
+      {SoftmaxBackwardOp::create(builder, getLoc(), resultGrads[0], getResult(),
+                                 getAxisAttr(), builder.getBoolAttr(false))
+           .getResult()});
   return success();
 }
 
 DSC_VJP(LogSoftmaxOp) {
-  operandGrads.assign({SoftmaxBackwardOp::create(
-                           builder, getLoc(), resultGrads[0], getResult(),
-                           getAxisAttr(), builder.getBoolAttr(true))
-                           .getResult()});
+  operandGrads.assign(
+      {SoftmaxBackwardOp::create(builder, getLoc(), resultGrads[0], getResult(),
+                                 getAxisAttr(), builder.getBoolAttr(true))
+           .getResult()});
   return success();
 }
 

@@ -1,4 +1,5 @@
-//===- comm.h - collectives between the ranks of a training step -*- C++ -*-===//
+//===- comm.h - collectives between the ranks of a training step -*- C++
+//-*-===//
 //
 // Generated code calls these for the collectives dsc-zero-partition inserts
 // (shard.all_reduce / all_gather / reduce_scatter). The ranks form a 2-D grid
@@ -11,10 +12,10 @@
 // Implementations: in-process ranks as threads (runtime/comm/inprocess.*,
 // deterministic: reductions add in rank order, so every rank gets bitwise the
 // same result), the same through host memory for ranks on GPUs, and NCCL
-// with one process per GPU (runtime/cuda/comm.cu). Every implementation checks each call against the
-// compiled manifest (the ordered list of collectives every rank issues) when
-// one is given, and names the collective in every error, so a mismatch or a
-// hang says which collective it is.
+// with one process per GPU (runtime/cuda/comm.cu). Every implementation checks
+// each call against the compiled manifest (the ordered list of collectives
+// every rank issues) when one is given, and names the collective in every
+// error, so a mismatch or a hang says which collective it is.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,11 +35,11 @@ struct GridAxes {
 
 /// One entry of the compiled collective manifest.
 struct CollectiveSpec {
-  const char *kind;  // "all_reduce", "all_gather" or "reduce_scatter"
-  const char *what;  // e.g. "bucket 0 gradients", for messages
+  const char *kind; // "all_reduce", "all_gather" or "reduce_scatter"
+  const char *what; // e.g. "bucket 0 gradients", for messages
   DType dtype;
-  int64_t inNumel;   // elements this rank sends
-  int64_t outNumel;  // elements this rank receives
+  int64_t inNumel;  // elements this rank sends
+  int64_t outNumel; // elements this rank receives
   uint32_t axesMask;
 };
 

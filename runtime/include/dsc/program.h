@@ -1,4 +1,5 @@
-//===- program.h - what a compiled training program hands the runtime -*- C++ -*-===//
+//===- program.h - what a compiled training program hands the runtime -*- C++
+//-*-===//
 //
 // `dsc compile` generates C++ that fills a ProgramSpec (the tensors of the
 // train step, their roles and shapes, the optimizer's default
@@ -40,13 +41,13 @@ enum class ArgRole : uint8_t {
 
 /// What a result of train_step is.
 enum class ResultRole : uint8_t {
-  Loss,        // scalar: the loss averaged over the accumulated micro-batches
-  Param,       // updated parameter (same name as its argument)
-  OptState,    // updated optimizer state (same name as its argument)
-  BufferUpdate,// updated buffer (same name as its argument)
-  Grad,        // gradient of a parameter (name = param), before clipping
-  GradNorm,    // scalar: global gradient norm before clipping
-  Lr,          // scalar: the learning rate used at this step
+  Loss,         // scalar: the loss averaged over the accumulated micro-batches
+  Param,        // updated parameter (same name as its argument)
+  OptState,     // updated optimizer state (same name as its argument)
+  BufferUpdate, // updated buffer (same name as its argument)
+  Grad,         // gradient of a parameter (name = param), before clipping
+  GradNorm,     // scalar: global gradient norm before clipping
+  Lr,           // scalar: the learning rate used at this step
 };
 
 struct ArgSpec {
@@ -130,12 +131,12 @@ struct ProgramSpec {
   size_t arenaBytes;
   TrainStepFn trainStep;
   // Sharding (dsc-zero-partition); a program for one rank leaves these 0.
-  int64_t worldSize;        // ranks the step was compiled for (0 = 1)
-  int64_t groupSize;        // ranks that shard state (hybrid); else worldSize
-  int stage;                // ZeRO stage 0..3
+  int64_t worldSize; // ranks the step was compiled for (0 = 1)
+  int64_t groupSize; // ranks that shard state (hybrid); else worldSize
+  int stage;         // ZeRO stage 0..3
   int numBuckets;
   const BucketSpec *buckets;
-  int numCollectives;       // the manifest, in the order every rank issues
+  int numCollectives; // the manifest, in the order every rank issues
   const CollectiveSpec *collectives;
   /// The device the step's tensors live on (--target cuda); null: host
   /// memory (--target cpu). A function, so that a static spec need not

@@ -528,17 +528,19 @@ TEST_F(CodegenTest, ReportsWhatItCannotShard) {
       {wrap("    return %x : tensor<4x2xf32>",
             "dsc.buckets = [{name = \"bucket0\", entries = []}]"),
        "dsc.buckets[0] must be {name"},
-      {wrap("    return %x : tensor<4x2xf32>",
-            "dsc.buckets = [{name = \"bucket0\", padded = 8 : i64, "
-            "entries = []}]",
-            "shard.grid @dsc_ranks(shape = 2x2)",
-            "%x: tensor<4x2xf32> {dsc.input = \"x\"}, "
-            "%p: tensor<8xf32> {dsc.param = \"bucket0\", dsc.bucket = 0 : i64}"),
+      {wrap(
+           "    return %x : tensor<4x2xf32>",
+           "dsc.buckets = [{name = \"bucket0\", padded = 8 : i64, "
+           "entries = []}]",
+           "shard.grid @dsc_ranks(shape = 2x2)",
+           "%x: tensor<4x2xf32> {dsc.input = \"x\"}, "
+           "%p: tensor<8xf32> {dsc.param = \"bucket0\", dsc.bucket = 0 : i64}"),
        "must be 1-D of 4 elements, got 'tensor<8xf32>'"},
-      {wrap("    return %x : tensor<4x2xf32>", "",
-            "shard.grid @dsc_ranks(shape = 2x2)",
-            "%x: tensor<4x2xf32> {dsc.input = \"x\"}, "
-            "%p: tensor<4xf32> {dsc.param = \"bucket0\", dsc.bucket = 0 : i64}"),
+      {wrap(
+           "    return %x : tensor<4x2xf32>", "",
+           "shard.grid @dsc_ranks(shape = 2x2)",
+           "%x: tensor<4x2xf32> {dsc.input = \"x\"}, "
+           "%p: tensor<4xf32> {dsc.param = \"bucket0\", dsc.bucket = 0 : i64}"),
        "names no bucket (the module has 0)"},
   };
   for (const Case &c : cases) {

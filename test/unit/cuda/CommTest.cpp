@@ -106,8 +106,7 @@ TEST(NcclComm, WorldOfOne) {
   expectClose(in, out, 0, 0, "all_reduce over one rank");
   Status bad = c->allReduce(in.dev(), out.dev(), GridAxes{3u}, "oops");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.message().find("manifest"), std::string::npos)
-      << bad.message();
+  EXPECT_NE(bad.message().find("manifest"), std::string::npos) << bad.message();
   DSC_ASSERT_OK(device()->synchronize());
 }
 

@@ -81,7 +81,8 @@ void expectMatmulTransposed(DType dtype, std::vector<int64_t> a, bool tl,
     EXPECT_TRUE(cpu::transpose(t.host(), perm, r.host()).ok());
     return r;
   };
-  DevTensor xt = tl ? swapped(x) : DevTensor(), yt = tr ? swapped(y) : DevTensor();
+  DevTensor xt = tl ? swapped(x) : DevTensor(),
+            yt = tr ? swapped(y) : DevTensor();
   const Tensor &xl = tl ? xt.host() : x.host(), &yr = tr ? yt.host() : y.host();
   DevTensor want(dtype, out), got(dtype, out);
   DSC_ASSERT_OK(cpu::matmul(xl, yr, want.host()));

@@ -376,7 +376,8 @@ void checkSoftmaxBackward(DType dt, const Shape &shape, int64_t axis,
     DSC_ASSERT_OK(
         cuda::logSoftmaxBackward(y.dev(), axis, g.dev(), gi.gpu.dev()));
   } else {
-    DSC_ASSERT_OK(cpu::softmaxBackward(y.host(), axis, g.host(), gi.cpu.host()));
+    DSC_ASSERT_OK(
+        cpu::softmaxBackward(y.host(), axis, g.host(), gi.cpu.host()));
     DSC_ASSERT_OK(cuda::softmaxBackward(y.dev(), axis, g.dev(), gi.gpu.dev()));
   }
   close(gi, dt, log ? "log_softmax_backward" : "softmax_backward", 1e-6);
@@ -391,7 +392,8 @@ TEST(CudaNormLoss, SoftmaxBackward) {
       checkSoftmaxBackward(dt, {4, 50, 30}, 1, log); // middle axis
       checkSoftmaxBackward(dt, {40, 6}, 0, log);     // first axis
     }
-  DevTensor y(DType::F32, {4, 6}), g(DType::F32, {6, 4}), gi(DType::F32, {4, 6});
+  DevTensor y(DType::F32, {4, 6}), g(DType::F32, {6, 4}),
+      gi(DType::F32, {4, 6});
   expectSameError(cpu::softmaxBackward(y.host(), 1, g.host(), gi.host()),
                   cuda::softmaxBackward(y.dev(), 1, g.dev(), gi.dev()));
   expectSameError(cpu::softmaxBackward(y.host(), 3, y.host(), gi.host()),

@@ -75,28 +75,55 @@ public:
   }
   void set(int64_t i, double v) {
     switch (host_.dtype) {
-    case DType::F32: host_.as<float>()[i] = float(v); break;
-    case DType::F64: host_.as<double>()[i] = v; break;
-    case DType::F16: host_.as<uint16_t>()[i] = floatToHalf(float(v)); break;
-    case DType::BF16: host_.as<uint16_t>()[i] = floatToBfloat16(float(v)); break;
-    case DType::I64: host_.as<int64_t>()[i] = int64_t(v); break;
-    case DType::I32: host_.as<int32_t>()[i] = int32_t(v); break;
-    case DType::I8: host_.as<int8_t>()[i] = int8_t(v); break;
-    case DType::U8: host_.as<uint8_t>()[i] = uint8_t(v); break;
-    case DType::Bool: host_.as<uint8_t>()[i] = v != 0; break;
+    case DType::F32:
+      host_.as<float>()[i] = float(v);
+      break;
+    case DType::F64:
+      host_.as<double>()[i] = v;
+      break;
+    case DType::F16:
+      host_.as<uint16_t>()[i] = floatToHalf(float(v));
+      break;
+    case DType::BF16:
+      host_.as<uint16_t>()[i] = floatToBfloat16(float(v));
+      break;
+    case DType::I64:
+      host_.as<int64_t>()[i] = int64_t(v);
+      break;
+    case DType::I32:
+      host_.as<int32_t>()[i] = int32_t(v);
+      break;
+    case DType::I8:
+      host_.as<int8_t>()[i] = int8_t(v);
+      break;
+    case DType::U8:
+      host_.as<uint8_t>()[i] = uint8_t(v);
+      break;
+    case DType::Bool:
+      host_.as<uint8_t>()[i] = v != 0;
+      break;
     }
   }
   static double get(const Tensor &t, int64_t i) {
     switch (t.dtype) {
-    case DType::F32: return t.as<float>()[i];
-    case DType::F64: return t.as<double>()[i];
-    case DType::F16: return halfToFloat(t.as<uint16_t>()[i]);
-    case DType::BF16: return bfloat16ToFloat(t.as<uint16_t>()[i]);
-    case DType::I64: return double(t.as<int64_t>()[i]);
-    case DType::I32: return t.as<int32_t>()[i];
-    case DType::I8: return t.as<int8_t>()[i];
-    case DType::U8: return t.as<uint8_t>()[i];
-    case DType::Bool: return t.as<uint8_t>()[i] != 0;
+    case DType::F32:
+      return t.as<float>()[i];
+    case DType::F64:
+      return t.as<double>()[i];
+    case DType::F16:
+      return halfToFloat(t.as<uint16_t>()[i]);
+    case DType::BF16:
+      return bfloat16ToFloat(t.as<uint16_t>()[i]);
+    case DType::I64:
+      return double(t.as<int64_t>()[i]);
+    case DType::I32:
+      return t.as<int32_t>()[i];
+    case DType::I8:
+      return t.as<int8_t>()[i];
+    case DType::U8:
+      return t.as<uint8_t>()[i];
+    case DType::Bool:
+      return t.as<uint8_t>()[i] != 0;
     }
     return 0;
   }
