@@ -235,9 +235,13 @@ std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
     else if (t.getNumElements() == 1)
       index = "0";
     else {
-      index = "detail::offsetOf(i, " + in + "Dims)";
+      // Strides simplified on the host; 32-bit index math when it fits.
+      index = n < (int64_t(1) << 31)
+                  ? "detail::offsetOf32(uint32_t(i), " + in + "Dims)"
+                  : "detail::offsetOf(i, " + in + "Dims)";
       params += "detail::Dims " + in + "Dims, ";
-      hostArgs += "detail::broadcastDims(" + in + ", out0), ";
+      hostArgs +=
+          "detail::simplified(detail::broadcastDims(" + in + ", out0)), ";
     }
     std::string value = in + "[" + index + "]";
     if (isBool(v))

@@ -59,6 +59,48 @@ inline Dims broadcastDims(const Tensor &in, const Tensor &out) {
   return d;
 }
 
+/// `d` with size-1 dims dropped, neighbours merged where the outer stride
+/// continues the inner one, and outermost dims of stride 0 (broadcast)
+/// dropped, whose index does not move the offset: the same offsets with
+/// fewer divisions (a bias over [B, T, C] is one modulo).
+inline Dims simplified(const Dims &d) {
+  Dims r;
+  for (int i = 0; i < d.rank; ++i) {
+    if (d.size[i] == 1)
+      continue;
+    if (r.rank > 0 && r.stride[r.rank - 1] == d.stride[i] * d.size[i]) {
+      r.size[r.rank - 1] *= d.size[i];
+      r.stride[r.rank - 1] = d.stride[i];
+      continue;
+    }
+    r.size[r.rank] = d.size[i];
+    r.stride[r.rank] = d.stride[i];
+    ++r.rank;
+  }
+  int lead = 0;
+  while (lead < r.rank && r.stride[lead] == 0)
+    ++lead;
+  Dims out;
+  for (int i = lead; i < r.rank; ++i) {
+    out.size[out.rank] = r.size[i];
+    out.stride[out.rank] = r.stride[i];
+    ++out.rank;
+  }
+  return out;
+}
+
+/// offsetOf for shapes of fewer than 2^31 elements: 32-bit divisions.
+__host__ __device__ inline int64_t offsetOf32(uint32_t linear, const Dims &d) {
+  int64_t off = 0;
+  for (int i = d.rank - 1; i >= 0; --i) {
+    uint32_t n = static_cast<uint32_t>(d.size[i]);
+    uint32_t idx = linear % n;
+    linear /= n;
+    off += int64_t(idx) * d.stride[i];
+  }
+  return off;
+}
+
 /// The offset in a strided operand of the element at row-major position
 /// `linear` of the shape `d.size`.
 __host__ __device__ inline int64_t offsetOf(int64_t linear, const Dims &d) {
