@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_layout.h"
 #include "cpu/kernel_util.h"
 #include "cpu/kernels.h"
 
@@ -17,56 +18,51 @@ namespace dsc::cpu {
 
 using namespace detail;
 
+namespace detail {
+
+void Windows::build() {
+  inSize = kernelSize = outSize = 1;
+  for (int d = 0; d < dims; ++d)
+    inSize *= in[d], kernelSize *= kernel[d], outSize *= out[d];
+  table.assign(outSize * kernelSize, -1);
+  std::vector<int64_t> o(dims, 0), k(dims, 0);
+  for (int64_t oi = 0; oi < outSize; ++oi) {
+    std::fill(k.begin(), k.end(), 0);
+    for (int64_t ki = 0; ki < kernelSize; ++ki) {
+      int64_t flat = 0;
+      bool inside = true;
+      for (int d = 0; d < dims; ++d) {
+        int64_t x = o[d] * strides[d] - padBegin[d] + k[d] * dilations[d];
+        inside &= x >= 0 && x < in[d];
+        flat = flat * in[d] + x;
+      }
+      table[oi * kernelSize + ki] = inside ? flat : -1;
+      for (int d = dims - 1; d >= 0 && ++k[d] == kernel[d]; --d)
+        k[d] = 0;
+    }
+    for (int d = dims - 1; d >= 0 && ++o[d] == out[d]; --d)
+      o[d] = 0;
+  }
+}
+
+int64_t Windows::paddedCount(int64_t oi) const {
+  int64_t count = 1;
+  for (int d = dims - 1; d >= 0; --d) {
+    int64_t od = oi % out[d];
+    oi /= out[d];
+    int64_t c = 0;
+    for (int64_t j = 0; j < kernel[d]; ++j) {
+      int64_t x = od * strides[d] - padBegin[d] + j * dilations[d];
+      c += x >= -padBegin[d] && x < in[d] + padEnd[d];
+    }
+    count *= c;
+  }
+  return count;
+}
+
+} // namespace detail
+
 namespace {
-
-/// Window geometry over the spatial dims.
-struct Windows {
-  int dims = 0;
-  std::vector<int64_t> in, kernel, out, strides, padBegin, padEnd, dilations;
-  int64_t inSize = 1, kernelSize = 1, outSize = 1;
-  std::vector<int64_t> table; // [outSize * kernelSize], -1 in the padding
-
-  void build() {
-    inSize = kernelSize = outSize = 1;
-    for (int d = 0; d < dims; ++d)
-      inSize *= in[d], kernelSize *= kernel[d], outSize *= out[d];
-    table.assign(outSize * kernelSize, -1);
-    std::vector<int64_t> o(dims, 0), k(dims, 0);
-    for (int64_t oi = 0; oi < outSize; ++oi) {
-      std::fill(k.begin(), k.end(), 0);
-      for (int64_t ki = 0; ki < kernelSize; ++ki) {
-        int64_t flat = 0;
-        bool inside = true;
-        for (int d = 0; d < dims; ++d) {
-          int64_t x = o[d] * strides[d] - padBegin[d] + k[d] * dilations[d];
-          inside &= x >= 0 && x < in[d];
-          flat = flat * in[d] + x;
-        }
-        table[oi * kernelSize + ki] = inside ? flat : -1;
-        for (int d = dims - 1; d >= 0 && ++k[d] == kernel[d]; --d)
-          k[d] = 0;
-      }
-      for (int d = dims - 1; d >= 0 && ++o[d] == out[d]; --d)
-        o[d] = 0;
-    }
-  }
-
-  /// Window positions inside [-padBegin, in + padEnd) (count_include_pad).
-  int64_t paddedCount(int64_t oi) const {
-    int64_t count = 1;
-    for (int d = dims - 1; d >= 0; --d) {
-      int64_t od = oi % out[d];
-      oi /= out[d];
-      int64_t c = 0;
-      for (int64_t j = 0; j < kernel[d]; ++j) {
-        int64_t x = od * strides[d] - padBegin[d] + j * dilations[d];
-        c += x >= -padBegin[d] && x < in[d] + padEnd[d];
-      }
-      count *= c;
-    }
-    return count;
-  }
-};
 
 /// Fills defaults and checks the per-dim attribute lists.
 Status resolveAttrs(const Call &call, int dims, std::vector<int64_t> strides,
@@ -94,14 +90,11 @@ Status resolveAttrs(const Call &call, int dims, std::vector<int64_t> strides,
   return Status();
 }
 
-struct ConvLayout {
-  int64_t n, c, m, group, cPerGroup, mPerGroup;
-  Windows w;
-};
-
+/// The checks and geometry of a convolution; the window table is left
+/// unbuilt.
 Status convLayout(const Call &call, const Tensor &input, const Tensor &weight,
                   const Tensor &bias, const ConvAttrs &attrs, const Tensor &out,
-                  ConvLayout &l) {
+                  FloatTypes types, ConvLayout &l) {
   if (!validRank(input) || !validRank(weight) || !validRank(out))
     return call.fail("rank above 8");
   if (input.rank < 3 || weight.rank != input.rank)
@@ -109,8 +102,9 @@ Status convLayout(const Call &call, const Tensor &input, const Tensor &weight,
                      "the same rank >= 3");
   if (input.dtype != weight.dtype || out.dtype != input.dtype ||
       (bias.present() && bias.dtype != input.dtype) ||
-      (input.dtype != DType::F32 && input.dtype != DType::F64))
-    return call.fail("expects f32 or f64 operands of one dtype");
+      !takesFloat(types, input.dtype))
+    return call.fail(std::string("expects ") + floatNames(types) +
+                     " operands of one dtype");
   int dims = input.rank - 2;
   l.n = input.shape[0], l.c = input.shape[1], l.m = weight.shape[0];
   l.group = attrs.group;
@@ -142,15 +136,16 @@ Status convLayout(const Call &call, const Tensor &input, const Tensor &weight,
   }
   if (!shapeIs(out, want))
     return call.fail("result shape must be " + describe(I64s(want)));
-  l.w.build();
   return Status();
 }
 
 } // namespace
 
-Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
-            const ConvAttrs &attrs, const Tensor &out, int threads) {
-  Call call("conv");
+namespace detail {
+
+Status checkConv(Call &call, const Tensor &input, const Tensor &weight,
+                 const Tensor &bias, const ConvAttrs &attrs, const Tensor &out,
+                 FloatTypes types, ConvLayout &layout) {
   call.arg("input", input)
       .arg("weight", weight)
       .arg("bias", bias)
@@ -159,10 +154,62 @@ Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
       .arg("dilations", attrs.dilations)
       .arg("group", attrs.group)
       .arg("out", out);
-  ConvLayout l;
-  if (Status st = convLayout(call, input, weight, bias, attrs, out, l);
+  return convLayout(call, input, weight, bias, attrs, out, types, layout);
+}
+
+Status checkConvBackward(Call &call, const Tensor &input, const Tensor &weight,
+                         const ConvAttrs &attrs, const Tensor &gradOut,
+                         const Tensor &gradInput, const Tensor &gradWeight,
+                         const Tensor &gradBias, FloatTypes types,
+                         ConvLayout &l) {
+  call.arg("input", input)
+      .arg("weight", weight)
+      .arg("strides", attrs.strides)
+      .arg("pads", attrs.pads)
+      .arg("dilations", attrs.dilations)
+      .arg("group", attrs.group)
+      .arg("grad_out", gradOut);
+  if (Status st =
+          convLayout(call, input, weight, Tensor(), attrs, gradOut, types, l);
       !st.ok())
     return st;
+  if ((gradInput.present() &&
+       (!sameShape(gradInput, input) || gradInput.dtype != input.dtype)) ||
+      (gradWeight.present() &&
+       (!sameShape(gradWeight, weight) || gradWeight.dtype != input.dtype)) ||
+      (gradBias.present() &&
+       (!shapeIs(gradBias, {l.m}) || gradBias.dtype != input.dtype)))
+    return call.fail("gradients must have their operands' dtype and shape");
+  return Status();
+}
+
+Status checkConvBackwardInput(Call &call, const Tensor &gradOut,
+                              const Tensor &weight, const Tensor &gradInput) {
+  call.arg("grad_out", gradOut).arg("weight", weight);
+  if (!gradInput.present())
+    return call.fail("grad_input must be present");
+  return Status();
+}
+
+Status checkConvBackwardWeight(Call &call, const Tensor &gradOut,
+                               const Tensor &input, const Tensor &gradWeight) {
+  call.arg("grad_out", gradOut).arg("input", input);
+  if (!gradWeight.present())
+    return call.fail("grad_weight must be present");
+  return Status();
+}
+
+} // namespace detail
+
+Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
+            const ConvAttrs &attrs, const Tensor &out, int threads) {
+  Call call("conv");
+  ConvLayout l;
+  if (Status st = checkConv(call, input, weight, bias, attrs, out,
+                            FloatTypes::F32F64, l);
+      !st.ok())
+    return st;
+  l.w.build();
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     const Windows &w = l.w;
@@ -202,24 +249,13 @@ Status convBackward(const Tensor &input, const Tensor &weight,
                     const Tensor &gradInput, const Tensor &gradWeight,
                     const Tensor &gradBias, int threads) {
   Call call("conv_backward");
-  call.arg("input", input)
-      .arg("weight", weight)
-      .arg("strides", attrs.strides)
-      .arg("pads", attrs.pads)
-      .arg("dilations", attrs.dilations)
-      .arg("group", attrs.group)
-      .arg("grad_out", gradOut);
   ConvLayout l;
-  if (Status st = convLayout(call, input, weight, Tensor(), attrs, gradOut, l);
+  if (Status st =
+          checkConvBackward(call, input, weight, attrs, gradOut, gradInput,
+                            gradWeight, gradBias, FloatTypes::F32F64, l);
       !st.ok())
     return st;
-  if ((gradInput.present() &&
-       (!sameShape(gradInput, input) || gradInput.dtype != input.dtype)) ||
-      (gradWeight.present() &&
-       (!sameShape(gradWeight, weight) || gradWeight.dtype != input.dtype)) ||
-      (gradBias.present() &&
-       (!shapeIs(gradBias, {l.m}) || gradBias.dtype != input.dtype)))
-    return call.fail("gradients must have their operands' dtype and shape");
+  l.w.build();
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     const Windows &w = l.w;
@@ -329,6 +365,7 @@ Status poolLayout(const Call &call, const Tensor &input, const PoolAttrs &attrs,
   return Status();
 }
 
+/// poolLayout and the result's shape; the window table is left unbuilt.
 Status poolChecked(const Call &call, const Tensor &input,
                    const PoolAttrs &attrs, const Tensor &out, Windows &w) {
   if (Status st = poolLayout(call, input, attrs, w); !st.ok())
@@ -338,7 +375,13 @@ Status poolChecked(const Call &call, const Tensor &input,
   if (!shapeIs(out, want) || out.dtype != input.dtype)
     return call.fail("result must be " + std::string(dtypeName(input.dtype)) +
                      describe(I64s(want)));
-  w.build();
+  return Status();
+}
+
+Status checkGradIn(const Call &call, const Tensor &input,
+                   const Tensor &gradIn) {
+  if (!sameShape(gradIn, input) || gradIn.dtype != input.dtype)
+    return call.fail("grad_in must have the input's dtype and shape");
   return Status();
 }
 
@@ -360,6 +403,59 @@ int64_t argmaxWindow(const Windows &w, const T *plane, int64_t o) {
 
 } // namespace
 
+namespace detail {
+
+Status checkMaxPool(Call &call, const Tensor &input, const PoolAttrs &attrs,
+                    const Tensor &out, const Tensor &indices, Windows &w) {
+  call.arg("input", input)
+      .arg("kernel_shape", attrs.kernelShape)
+      .arg("strides", attrs.strides)
+      .arg("pads", attrs.pads)
+      .arg("out", out);
+  if (Status st = poolChecked(call, input, attrs, out, w); !st.ok())
+    return st;
+  if (indices.present() &&
+      (indices.dtype != DType::I64 || !sameShape(indices, out)))
+    return call.fail("indices must be i64 with the result's shape");
+  return Status();
+}
+
+Status checkMaxPoolBackward(Call &call, const Tensor &input,
+                            const PoolAttrs &attrs, const Tensor &gradOut,
+                            const Tensor &gradIn, Windows &w) {
+  call.arg("input", input)
+      .arg("kernel_shape", attrs.kernelShape)
+      .arg("grad_out", gradOut)
+      .arg("grad_in", gradIn);
+  if (Status st = poolChecked(call, input, attrs, gradOut, w); !st.ok())
+    return st;
+  return checkGradIn(call, input, gradIn);
+}
+
+Status checkAvgPool(Call &call, const Tensor &input, const PoolAttrs &attrs,
+                    const Tensor &out, Windows &w) {
+  call.arg("input", input)
+      .arg("kernel_shape", attrs.kernelShape)
+      .arg("strides", attrs.strides)
+      .arg("pads", attrs.pads)
+      .arg("out", out);
+  return poolChecked(call, input, attrs, out, w);
+}
+
+Status checkAvgPoolBackward(Call &call, const Tensor &input,
+                            const PoolAttrs &attrs, const Tensor &gradOut,
+                            const Tensor &gradIn, Windows &w) {
+  call.arg("input", input)
+      .arg("kernel_shape", attrs.kernelShape)
+      .arg("grad_out", gradOut)
+      .arg("grad_in", gradIn);
+  if (Status st = poolChecked(call, input, attrs, gradOut, w); !st.ok())
+    return st;
+  return checkGradIn(call, input, gradIn);
+}
+
+} // namespace detail
+
 Status poolOutputShape(const Tensor &input, const PoolAttrs &attrs,
                        std::vector<int64_t> &outShape) {
   Call call("pool_output_shape");
@@ -375,17 +471,10 @@ Status poolOutputShape(const Tensor &input, const PoolAttrs &attrs,
 Status maxPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out,
                const Tensor &indices) {
   Call call("max_pool");
-  call.arg("input", input)
-      .arg("kernel_shape", attrs.kernelShape)
-      .arg("strides", attrs.strides)
-      .arg("pads", attrs.pads)
-      .arg("out", out);
   Windows w;
-  if (Status st = poolChecked(call, input, attrs, out, w); !st.ok())
+  if (Status st = checkMaxPool(call, input, attrs, out, indices, w); !st.ok())
     return st;
-  if (indices.present() &&
-      (indices.dtype != DType::I64 || !sameShape(indices, out)))
-    return call.fail("indices must be i64 with the result's shape");
+  w.build();
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     int64_t planes = input.shape[0] * input.shape[1];
@@ -406,15 +495,11 @@ Status maxPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out,
 Status maxPoolBackward(const Tensor &input, const PoolAttrs &attrs,
                        const Tensor &gradOut, const Tensor &gradIn) {
   Call call("max_pool_backward");
-  call.arg("input", input)
-      .arg("kernel_shape", attrs.kernelShape)
-      .arg("grad_out", gradOut)
-      .arg("grad_in", gradIn);
   Windows w;
-  if (Status st = poolChecked(call, input, attrs, gradOut, w); !st.ok())
+  if (Status st = checkMaxPoolBackward(call, input, attrs, gradOut, gradIn, w);
+      !st.ok())
     return st;
-  if (!sameShape(gradIn, input) || gradIn.dtype != input.dtype)
-    return call.fail("grad_in must have the input's dtype and shape");
+  w.build();
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     std::fill(gradIn.as<T>(), gradIn.as<T>() + gradIn.numel(), T(0));
@@ -454,14 +539,10 @@ std::vector<int64_t> avgDivisors(const Windows &w, bool countIncludePad) {
 
 Status avgPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out) {
   Call call("avg_pool");
-  call.arg("input", input)
-      .arg("kernel_shape", attrs.kernelShape)
-      .arg("strides", attrs.strides)
-      .arg("pads", attrs.pads)
-      .arg("out", out);
   Windows w;
-  if (Status st = poolChecked(call, input, attrs, out, w); !st.ok())
+  if (Status st = checkAvgPool(call, input, attrs, out, w); !st.ok())
     return st;
+  w.build();
   std::vector<int64_t> div = avgDivisors(w, attrs.countIncludePad);
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -485,15 +566,11 @@ Status avgPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out) {
 Status avgPoolBackward(const Tensor &input, const PoolAttrs &attrs,
                        const Tensor &gradOut, const Tensor &gradIn) {
   Call call("avg_pool_backward");
-  call.arg("input", input)
-      .arg("kernel_shape", attrs.kernelShape)
-      .arg("grad_out", gradOut)
-      .arg("grad_in", gradIn);
   Windows w;
-  if (Status st = poolChecked(call, input, attrs, gradOut, w); !st.ok())
+  if (Status st = checkAvgPoolBackward(call, input, attrs, gradOut, gradIn, w);
+      !st.ok())
     return st;
-  if (!sameShape(gradIn, input) || gradIn.dtype != input.dtype)
-    return call.fail("grad_in must have the input's dtype and shape");
+  w.build();
   std::vector<int64_t> div = avgDivisors(w, attrs.countIncludePad);
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -534,11 +611,26 @@ Status globalLayout(const Call &call, const Tensor &input, const Tensor &out,
 
 } // namespace
 
+namespace detail {
+
+Status checkGlobalAvgPool(Call &call, const Tensor &input, const Tensor &out,
+                          int64_t &planes, int64_t &size) {
+  call.arg("input", input).arg("out", out);
+  return globalLayout(call, input, out, planes, size);
+}
+
+Status checkGlobalMaxPool(Call &call, const Tensor &input, const Tensor &out,
+                          int64_t &planes, int64_t &size) {
+  call.arg("input", input).arg("out", out);
+  return globalLayout(call, input, out, planes, size);
+}
+
+} // namespace detail
+
 Status globalAvgPool(const Tensor &input, const Tensor &out) {
   Call call("global_avg_pool");
-  call.arg("input", input).arg("out", out);
   int64_t planes, size;
-  if (Status st = globalLayout(call, input, out, planes, size); !st.ok())
+  if (Status st = checkGlobalAvgPool(call, input, out, planes, size); !st.ok())
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -554,9 +646,8 @@ Status globalAvgPool(const Tensor &input, const Tensor &out) {
 
 Status globalMaxPool(const Tensor &input, const Tensor &out) {
   Call call("global_max_pool");
-  call.arg("input", input).arg("out", out);
   int64_t planes, size;
-  if (Status st = globalLayout(call, input, out, planes, size); !st.ok())
+  if (Status st = checkGlobalMaxPool(call, input, out, planes, size); !st.ok())
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -591,8 +682,8 @@ Status globalMaxPoolBackward(const Tensor &input, const Tensor &gradOut,
   int64_t planes, size;
   if (Status st = globalLayout(call, input, gradOut, planes, size); !st.ok())
     return st;
-  if (!sameShape(gradIn, input) || gradIn.dtype != input.dtype)
-    return call.fail("grad_in must have the input's dtype and shape");
+  if (Status st = checkGradIn(call, input, gradIn); !st.ok())
+    return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t p = 0; p < planes; ++p) {

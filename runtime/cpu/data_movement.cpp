@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_layout.h"
 #include "cpu/kernel_util.h"
 #include "cpu/kernels.h"
 
@@ -61,20 +62,20 @@ bool validPerm(I64s perm, int rank, std::array<int64_t, kMaxRank> &inverse) {
 
 } // namespace
 
-Status reshape(const Tensor &input, const Tensor &out) {
-  Call call("reshape");
+namespace detail {
+
+Status checkReshape(Call &call, const Tensor &input, const Tensor &out) {
   call.arg("input", input).arg("out", out);
   if (Status st = checkRanks(call, {&input, &out}); !st.ok())
     return st;
   if (input.dtype != out.dtype || input.numel() != out.numel())
     return call.fail("dtype and element count must be kept");
-  if (input.data != out.data)
-    std::memmove(out.data, input.data, input.nbytes());
   return Status();
 }
 
-Status transpose(const Tensor &input, I64s perm, const Tensor &out) {
-  Call call("transpose");
+Status checkTranspose(Call &call, const Tensor &input, I64s perm,
+                      const Tensor &out,
+                      std::array<int64_t, kMaxRank> &strides) {
   call.arg("input", input).arg("perm", perm).arg("out", out);
   if (Status st = checkRanks(call, {&input, &out}); !st.ok())
     return st;
@@ -84,13 +85,43 @@ Status transpose(const Tensor &input, I64s perm, const Tensor &out) {
   if (out.dtype != input.dtype || out.rank != input.rank)
     return call.fail("result must have the input's dtype and rank");
   auto inStrides = stridesOf(input);
-  Walker<1> w{out.rank, out.shape, {}};
+  strides.fill(0);
   for (int i = 0; i < out.rank; ++i) {
     if (out.shape[i] != input.shape[perm[i]])
       return call.fail("result dim " + std::to_string(i) + " must be " +
                        std::to_string(input.shape[perm[i]]));
-    w.strides[0][i] = inStrides[perm[i]];
+    strides[i] = inStrides[perm[i]];
   }
+  return Status();
+}
+
+Status checkExpand(Call &call, const Tensor &input, const Tensor &out,
+                   std::array<int64_t, kMaxRank> &strides) {
+  call.arg("input", input).arg("out", out);
+  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+    return st;
+  if (input.dtype != out.dtype || !broadcastStrides(input, out, strides))
+    return call.fail("input must broadcast to the result, same dtype");
+  return Status();
+}
+
+} // namespace detail
+
+Status reshape(const Tensor &input, const Tensor &out) {
+  Call call("reshape");
+  if (Status st = checkReshape(call, input, out); !st.ok())
+    return st;
+  if (input.data != out.data)
+    std::memmove(out.data, input.data, input.nbytes());
+  return Status();
+}
+
+Status transpose(const Tensor &input, I64s perm, const Tensor &out) {
+  Call call("transpose");
+  Walker<1> w{out.rank, out.shape, {}};
+  if (Status st = checkTranspose(call, input, perm, out, w.strides[0]);
+      !st.ok())
+    return st;
   gatherBytes(input, out, w, 0);
   return Status();
 }
@@ -108,23 +139,19 @@ Status transposeBackward(const Tensor &gradOut, I64s perm,
 
 Status expand(const Tensor &input, const Tensor &out) {
   Call call("expand");
-  call.arg("input", input).arg("out", out);
-  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
-    return st;
   Walker<1> w{out.rank, out.shape, {}};
-  if (input.dtype != out.dtype || !broadcastStrides(input, out, w.strides[0]))
-    return call.fail("input must broadcast to the result, same dtype");
+  if (Status st = checkExpand(call, input, out, w.strides[0]); !st.ok())
+    return st;
   gatherBytes(input, out, w, 0);
   return Status();
 }
 
 namespace {
 
-/// Checks a strided slice and gives the walker strides and base offset of
-/// the sliced elements inside `full`.
+/// Checks a strided slice and gives the strides and base offset of the
+/// sliced elements inside `full`.
 Status sliceLayout(const Call &call, const Tensor &full, I64s offsets,
-                   I64s strides, const Tensor &part, Walker<1> &w,
-                   int64_t &base) {
+                   I64s strides, const Tensor &part, SliceLayout &l) {
   if (Status st = checkRanks(call, {&full, &part}); !st.ok())
     return st;
   int rank = full.rank;
@@ -134,7 +161,7 @@ Status sliceLayout(const Call &call, const Tensor &full, I64s offsets,
   if (part.dtype != full.dtype)
     return call.fail("dtypes differ");
   auto fs = stridesOf(full);
-  base = 0;
+  l = SliceLayout();
   for (int d = 0; d < rank; ++d) {
     int64_t size = part.shape[d];
     if (strides[d] == 0)
@@ -147,50 +174,65 @@ Status sliceLayout(const Call &call, const Tensor &full, I64s offsets,
       return call.fail("dim " + std::to_string(d) + " reads outside [0, " +
                            std::to_string(full.shape[d]) + ")",
                        StatusCode::OutOfRange);
-    base += offsets[d] * fs[d];
-    w.strides[0][d] = strides[d] * fs[d];
+    l.base += offsets[d] * fs[d];
+    l.strides[d] = strides[d] * fs[d];
   }
   return Status();
 }
 
 } // namespace
 
-Status slice(const Tensor &input, I64s offsets, I64s strides,
-             const Tensor &out) {
-  Call call("slice");
+namespace detail {
+
+Status checkSlice(Call &call, const Tensor &input, I64s offsets, I64s strides,
+                  const Tensor &out, SliceLayout &layout) {
   call.arg("input", input)
       .arg("offsets", offsets)
       .arg("strides", strides)
       .arg("out", out);
-  Walker<1> w{out.rank, out.shape, {}};
-  int64_t base = 0;
-  if (Status st = sliceLayout(call, input, offsets, strides, out, w, base);
-      !st.ok())
+  return sliceLayout(call, input, offsets, strides, out, layout);
+}
+
+Status checkSliceBackward(Call &call, const Tensor &gradOut, I64s offsets,
+                          I64s strides, const Tensor &gradIn,
+                          SliceLayout &layout) {
+  call.arg("grad_out", gradOut)
+      .arg("offsets", offsets)
+      .arg("strides", strides)
+      .arg("grad_in", gradIn);
+  return sliceLayout(call, gradIn, offsets, strides, gradOut, layout);
+}
+
+} // namespace detail
+
+Status slice(const Tensor &input, I64s offsets, I64s strides,
+             const Tensor &out) {
+  Call call("slice");
+  SliceLayout l;
+  if (Status st = checkSlice(call, input, offsets, strides, out, l); !st.ok())
     return st;
+  Walker<1> w{out.rank, out.shape, {l.strides}};
   if (out.numel() > 0)
-    gatherBytes(input, out, w, base);
+    gatherBytes(input, out, w, l.base);
   return Status();
 }
 
 Status sliceBackward(const Tensor &gradOut, I64s offsets, I64s strides,
                      const Tensor &gradIn) {
   Call call("slice_backward");
-  call.arg("grad_out", gradOut)
-      .arg("offsets", offsets)
-      .arg("strides", strides)
-      .arg("grad_in", gradIn);
-  Walker<1> w{gradOut.rank, gradOut.shape, {}};
-  int64_t base = 0;
-  if (Status st = sliceLayout(call, gradIn, offsets, strides, gradOut, w, base);
+  SliceLayout l;
+  if (Status st =
+          checkSliceBackward(call, gradOut, offsets, strides, gradIn, l);
       !st.ok())
     return st;
+  Walker<1> w{gradOut.rank, gradOut.shape, {l.strides}};
   std::memset(gradIn.data, 0, gradIn.nbytes());
   size_t es = dtypeSize(gradIn.dtype);
   const char *src = gradOut.as<char>();
   char *dst = gradIn.as<char>();
   // A slice reads each element at most once, so a plain scatter suffices.
   for (int64_t i = 0, n = gradOut.numel(); i < n; ++i, w.next())
-    std::memcpy(dst + es * (base + w.off[0]), src + es * i, es);
+    std::memcpy(dst + es * (l.base + w.off[0]), src + es * i, es);
   return Status();
 }
 
@@ -250,11 +292,26 @@ void stack(const Tensor *parts, int count, int64_t axis, const Tensor &whole,
 
 } // namespace
 
+namespace detail {
+
+Status checkConcat(Call &call, const Tensor *inputs, int count, int64_t &axis,
+                   const Tensor &out) {
+  call.arg("count", count).arg("axis", axis).arg("out", out);
+  return checkStack(call, inputs, count, axis, out);
+}
+
+Status checkSplit(Call &call, const Tensor &input, int64_t &axis,
+                  const Tensor *outs, int count) {
+  call.arg("input", input).arg("axis", axis).arg("count", count);
+  return checkStack(call, outs, count, axis, input);
+}
+
+} // namespace detail
+
 Status concat(const Tensor *inputs, int count, int64_t axis,
               const Tensor &out) {
   Call call("concat");
-  call.arg("count", count).arg("axis", axis).arg("out", out);
-  if (Status st = checkStack(call, inputs, count, axis, out); !st.ok())
+  if (Status st = checkConcat(call, inputs, count, axis, out); !st.ok())
     return st;
   stack(inputs, count, axis, out, true);
   return Status();
@@ -262,8 +319,7 @@ Status concat(const Tensor *inputs, int count, int64_t axis,
 
 Status split(const Tensor &input, int64_t axis, const Tensor *outs, int count) {
   Call call("split");
-  call.arg("input", input).arg("axis", axis).arg("count", count);
-  if (Status st = checkStack(call, outs, count, axis, input); !st.ok())
+  if (Status st = checkSplit(call, input, axis, outs, count); !st.ok())
     return st;
   stack(outs, count, axis, input, false);
   return Status();
@@ -281,10 +337,9 @@ Status splitBackward(const Tensor *gradOuts, int count, int64_t axis,
 
 namespace {
 
-/// Checks a gather and resolves (wraps) its indices.
+/// Checks a gather's shapes and dtypes (not the index values).
 Status gatherLayout(const Call &call, const Tensor &data, const Tensor &indices,
-                    int64_t &axis, const Tensor &out, std::vector<int64_t> &idx,
-                    int64_t &outer, int64_t &inner) {
+                    int64_t axis, const Tensor &out, GatherLayout &l) {
   if (Status st = checkRanks(call, {&data, &indices, &out}); !st.ok())
     return st;
   if (indices.dtype != DType::I64 && indices.dtype != DType::I32)
@@ -297,46 +352,76 @@ Status gatherLayout(const Call &call, const Tensor &data, const Tensor &indices,
   if (!shapeIs(out, want) || out.dtype != data.dtype)
     return call.fail("result must be " + std::string(dtypeName(data.dtype)) +
                      describe(I64s(want)));
-  int64_t dim = data.shape[axis];
+  l.dim = data.shape[axis];
+  l.outer = 1, l.inner = 1;
+  for (int d = 0; d < axis; ++d)
+    l.outer *= data.shape[d];
+  for (int d = static_cast<int>(axis) + 1; d < data.rank; ++d)
+    l.inner *= data.shape[d];
+  return Status();
+}
+
+/// Reads the indices (host memory) wrapped into [0, dim); fails on the first
+/// outside [-dim, dim).
+Status resolveIndices(const Call &call, const Tensor &indices, int64_t dim,
+                      std::vector<int64_t> &idx) {
   idx.resize(indices.numel());
   for (size_t j = 0; j < idx.size(); ++j) {
     int64_t v = loadAsInt(indices.data, indices.dtype, j);
     if (v < -dim || v >= dim)
-      return call.fail("index " + std::to_string(v) + " at " +
-                           std::to_string(j) + " outside [-" +
-                           std::to_string(dim) + ", " + std::to_string(dim) +
-                           ")",
-                       StatusCode::OutOfRange);
+      return gatherIndexError(call, v, static_cast<int64_t>(j), dim);
     idx[j] = v < 0 ? v + dim : v;
   }
-  outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d)
-    outer *= data.shape[d];
-  for (int d = static_cast<int>(axis) + 1; d < data.rank; ++d)
-    inner *= data.shape[d];
   return Status();
 }
 
 } // namespace
 
-Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
-              const Tensor &out) {
-  Call call("gather");
+namespace detail {
+
+Status checkGather(Call &call, const Tensor &data, const Tensor &indices,
+                   int64_t axis, const Tensor &out, GatherLayout &layout) {
   call.arg("data", data)
       .arg("indices", indices)
       .arg("axis", axis)
       .arg("out", out);
-  std::vector<int64_t> idx;
-  int64_t outer, inner;
-  if (Status st =
-          gatherLayout(call, data, indices, axis, out, idx, outer, inner);
-      !st.ok())
+  return gatherLayout(call, data, indices, axis, out, layout);
+}
+
+Status checkGatherBackward(Call &call, const Tensor &gradOut,
+                           const Tensor &indices, int64_t axis,
+                           const Tensor &gradData, GatherLayout &layout) {
+  call.arg("grad_out", gradOut)
+      .arg("indices", indices)
+      .arg("axis", axis)
+      .arg("grad_data", gradData);
+  return gatherLayout(call, gradData, indices, axis, gradOut, layout);
+}
+
+Status gatherIndexError(const Call &call, int64_t value, int64_t at,
+                        int64_t dim) {
+  return call.fail("index " + std::to_string(value) + " at " +
+                       std::to_string(at) + " outside [-" +
+                       std::to_string(dim) + ", " + std::to_string(dim) + ")",
+                   StatusCode::OutOfRange);
+}
+
+} // namespace detail
+
+Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
+              const Tensor &out) {
+  Call call("gather");
+  GatherLayout l;
+  if (Status st = checkGather(call, data, indices, axis, out, l); !st.ok())
     return st;
-  size_t es = dtypeSize(data.dtype), row = static_cast<size_t>(inner) * es;
-  int64_t dim = data.shape[axis], m = static_cast<int64_t>(idx.size());
+  std::vector<int64_t> idx;
+  if (Status st = resolveIndices(call, indices, l.dim, idx); !st.ok())
+    return st;
+  size_t es = dtypeSize(data.dtype), row = static_cast<size_t>(l.inner) * es;
+  int64_t dim = l.dim, m = static_cast<int64_t>(idx.size());
   const char *src = data.as<char>();
   char *dst = out.as<char>();
-  for (int64_t o = 0; o < outer; ++o)
+  for (int64_t o = 0; o < l.outer; ++o)
     for (int64_t j = 0; j < m; ++j)
       std::memcpy(dst + (o * m + j) * row, src + (o * dim + idx[j]) * row, row);
   return Status();
@@ -345,22 +430,21 @@ Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
 Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
                       int64_t axis, const Tensor &gradData) {
   Call call("gather_backward");
-  call.arg("grad_out", gradOut)
-      .arg("indices", indices)
-      .arg("axis", axis)
-      .arg("grad_data", gradData);
-  std::vector<int64_t> idx;
-  int64_t outer, inner;
-  if (Status st = gatherLayout(call, gradData, indices, axis, gradOut, idx,
-                               outer, inner);
+  GatherLayout l;
+  if (Status st =
+          checkGatherBackward(call, gradOut, indices, axis, gradData, l);
       !st.ok())
     return st;
+  std::vector<int64_t> idx;
+  if (Status st = resolveIndices(call, indices, l.dim, idx); !st.ok())
+    return st;
+  int64_t outer = l.outer, inner = l.inner;
   if (!dispatchFloat(gradData.dtype, [&](auto tag) {
         using T = decltype(tag);
         T *gd = gradData.as<T>();
         const T *g = gradOut.as<T>();
         std::fill(gd, gd + gradData.numel(), T(0));
-        int64_t dim = gradData.shape[axis], m = idx.size();
+        int64_t dim = l.dim, m = idx.size();
         for (int64_t o = 0; o < outer; ++o)
           for (int64_t j = 0; j < m; ++j) {
             T *dst = gd + (o * dim + idx[j]) * inner;
@@ -375,8 +459,8 @@ Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
 
 namespace {
 
-Status checkPad(const Call &call, const Tensor &small, I64s pads,
-                const Tensor &big) {
+Status padLayout(const Call &call, const Tensor &small, I64s pads,
+                 const Tensor &big) {
   if (Status st = checkRanks(call, {&small, &big}); !st.ok())
     return st;
   int rank = small.rank;
@@ -394,9 +478,27 @@ Status checkPad(const Call &call, const Tensor &small, I64s pads,
 
 } // namespace
 
+namespace detail {
+
+Status checkPad(Call &call, const Tensor &input, I64s pads, const Tensor &out) {
+  call.arg("input", input).arg("pads", pads).arg("out", out);
+  return padLayout(call, input, pads, out);
+}
+
+Status checkTrilu(Call &call, const Tensor &input, int64_t k,
+                  const Tensor &out) {
+  call.arg("input", input).arg("k", k).arg("out", out);
+  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+    return st;
+  if (input.rank < 2 || !sameShape(input, out) || input.dtype != out.dtype)
+    return call.fail("needs rank >= 2 and a result like the input");
+  return Status();
+}
+
+} // namespace detail
+
 Status pad(const Tensor &input, I64s pads, double value, const Tensor &out) {
   Call call("pad");
-  call.arg("input", input).arg("pads", pads).arg("out", out);
   if (Status st = checkPad(call, input, pads, out); !st.ok())
     return st;
   size_t es = dtypeSize(out.dtype);
@@ -422,7 +524,7 @@ Status pad(const Tensor &input, I64s pads, double value, const Tensor &out) {
 Status padBackward(const Tensor &gradOut, I64s pads, const Tensor &gradIn) {
   Call call("pad_backward");
   call.arg("grad_out", gradOut).arg("pads", pads).arg("grad_in", gradIn);
-  if (Status st = checkPad(call, gradIn, pads, gradOut); !st.ok())
+  if (Status st = padLayout(call, gradIn, pads, gradOut); !st.ok())
     return st;
   size_t es = dtypeSize(gradIn.dtype);
   auto outStrides = stridesOf(gradOut);
@@ -447,11 +549,8 @@ Status padBackward(const Tensor &gradOut, I64s pads, const Tensor &gradIn) {
 
 Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out) {
   Call call("trilu");
-  call.arg("input", input).arg("k", k).arg("out", out);
-  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+  if (Status st = checkTrilu(call, input, k, out); !st.ok())
     return st;
-  if (input.rank < 2 || !sameShape(input, out) || input.dtype != out.dtype)
-    return call.fail("needs rank >= 2 and a result like the input");
   size_t es = dtypeSize(input.dtype);
   int64_t rows = input.shape[input.rank - 2],
           cols = input.shape[input.rank - 1];

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/kernels.h"
+#include "cpu/checks_math.h"
 #include "cpu/kernel_util.h"
 
 #include <cmath>
@@ -18,9 +19,7 @@ namespace dsc::cpu {
 
 using namespace detail;
 
-namespace {
-
-const char *unaryName(UnaryOp op) {
+const char *detail::unaryName(UnaryOp op) {
   static const char *names[] = {"neg",     "abs",        "exp",      "log",
                                 "sqrt",    "reciprocal", "tanh",     "erf",
                                 "sigmoid", "relu",       "floor",    "ceil",
@@ -28,13 +27,15 @@ const char *unaryName(UnaryOp op) {
   return names[static_cast<int>(op)];
 }
 
-const char *binaryName(BinaryOp op) {
+const char *detail::binaryName(BinaryOp op) {
   static const char *names[] = {"add",        "sub",     "mul",          "div",
                                 "pow",        "max",     "min",          "and",
                                 "or",         "xor",     "equal",        "less",
                                 "less_equal", "greater", "greater_equal"};
   return names[static_cast<int>(op)];
 }
+
+namespace {
 
 template <typename T> T sigmoidOf(T x) {
   if (x >= 0)
@@ -307,41 +308,61 @@ template <typename Fn> bool dispatchArith(DType dtype, Fn &&fn) {
   }
 }
 
+/// The dtypes dispatchArith takes.
+bool isArith(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::I64 ||
+         t == DType::I32 || t == DType::I8 || t == DType::U8;
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
 // Unary, activations, clip
 //===----------------------------------------------------------------------===//
 
-Status unary(UnaryOp op, const Tensor &input, const Tensor &out) {
-  Call call(unaryName(op));
+Status detail::checkUnary(Call &call, UnaryOp op, const Tensor &input,
+                          const Tensor &out, UnaryPath &path) {
   call.arg("input", input).arg("out", out);
   if (op == UnaryOp::Not) {
+    path = UnaryPath::Not;
     if (input.dtype != DType::Bool || out.dtype != DType::Bool ||
         !sameShape(input, out))
       return call.fail("expects bool input and result of the same shape");
+    return Status();
+  }
+  if ((op == UnaryOp::Neg || op == UnaryOp::Abs) &&
+      (input.dtype == DType::I64 || input.dtype == DType::I32 ||
+       input.dtype == DType::I8)) {
+    path = UnaryPath::SignedInt;
+    if (out.dtype != input.dtype || !sameShape(input, out))
+      return call.fail("result must have the input's dtype and shape");
+    return Status();
+  }
+  path = UnaryPath::Float;
+  return checkSameFloat(call, input, out);
+}
+
+Status unary(UnaryOp op, const Tensor &input, const Tensor &out) {
+  Call call(unaryName(op));
+  UnaryPath path;
+  if (Status st = checkUnary(call, op, input, out, path); !st.ok())
+    return st;
+  if (path == UnaryPath::Not) {
     const bool *x = input.as<bool>();
     bool *y = out.as<bool>();
     for (int64_t i = 0, n = input.numel(); i < n; ++i)
       y[i] = !x[i];
     return Status();
   }
-  if ((op == UnaryOp::Neg || op == UnaryOp::Abs) &&
-      (input.dtype == DType::I64 || input.dtype == DType::I32 ||
-       input.dtype == DType::I8)) {
-    if (out.dtype != input.dtype || !sameShape(input, out))
-      return call.fail("result must have the input's dtype and shape");
-    Status st;
+  if (path == UnaryPath::SignedInt) {
     dispatchArith(input.dtype, [&](auto tag) {
       using T = decltype(tag);
       mapInto<T>(input, out, [op](T x) {
         return static_cast<T>(op == UnaryOp::Neg ? -x : (x < 0 ? -x : x));
       });
     });
-    return st;
+    return Status();
   }
-  if (Status st = checkSameFloat(call, input, out); !st.ok())
-    return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     mapInto<T>(input, out, [op](T x) { return applyUnary(op, x); });
@@ -370,10 +391,15 @@ Status unaryBackward(UnaryOp op, const Tensor &input, const Tensor &gradOut,
   return Status();
 }
 
+Status detail::checkLeakyRelu(Call &call, const Tensor &input, double alpha,
+                              const Tensor &out) {
+  call.arg("input", input).raw("alpha", std::to_string(alpha)).arg("out", out);
+  return checkSameFloat(call, input, out);
+}
+
 Status leakyRelu(const Tensor &input, double alpha, const Tensor &out) {
   Call call("leaky_relu");
-  call.arg("input", input).raw("alpha", std::to_string(alpha)).arg("out", out);
-  if (Status st = checkSameFloat(call, input, out); !st.ok())
+  if (Status st = checkLeakyRelu(call, input, alpha, out); !st.ok())
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -398,10 +424,14 @@ Status leakyReluBackward(const Tensor &input, double alpha,
   return Status();
 }
 
+Status detail::checkGelu(Call &call, const Tensor &input, const Tensor &out) {
+  call.arg("input", input).arg("out", out);
+  return checkSameFloat(call, input, out);
+}
+
 Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out) {
   Call call("gelu");
-  call.arg("input", input).arg("out", out);
-  if (Status st = checkSameFloat(call, input, out); !st.ok())
+  if (Status st = checkGelu(call, input, out); !st.ok())
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -429,15 +459,26 @@ Status geluBackward(const Tensor &input, bool tanhApproximation,
   return Status();
 }
 
-Status clip(const Tensor &input, std::optional<double> min,
-            std::optional<double> max, const Tensor &out) {
-  Call call("clip");
+Status detail::checkClip(Call &call, const Tensor &input,
+                         std::optional<double> min, std::optional<double> max,
+                         const Tensor &out, double &lo, double &hi) {
   call.arg("input", input).arg("out", out);
   if (out.dtype != input.dtype || !sameShape(input, out))
     return call.fail("result must have the input's dtype and shape");
-  double lo = min.value_or(-std::numeric_limits<double>::infinity());
-  double hi = max.value_or(std::numeric_limits<double>::infinity());
-  bool handled = dispatchArith(input.dtype, [&](auto tag) {
+  lo = min.value_or(-std::numeric_limits<double>::infinity());
+  hi = max.value_or(std::numeric_limits<double>::infinity());
+  if (!isArith(input.dtype))
+    return call.fail("unsupported dtype", StatusCode::Unimplemented);
+  return Status();
+}
+
+Status clip(const Tensor &input, std::optional<double> min,
+            std::optional<double> max, const Tensor &out) {
+  Call call("clip");
+  double lo, hi;
+  if (Status st = checkClip(call, input, min, max, out, lo, hi); !st.ok())
+    return st;
+  dispatchArith(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     mapInto<T>(input, out, [lo, hi](T x) {
       double v = static_cast<double>(x);
@@ -446,8 +487,6 @@ Status clip(const Tensor &input, std::optional<double> min,
       return static_cast<T>(v < lo ? lo : v > hi ? hi : v);
     });
   });
-  if (!handled)
-    return call.fail("unsupported dtype", StatusCode::Unimplemented);
   return Status();
 }
 
@@ -480,9 +519,8 @@ static bool isCompare(BinaryOp op) {
          op == BinaryOp::GreaterEqual;
 }
 
-Status binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
-              const Tensor &out) {
-  Call call(binaryName(op));
+Status detail::checkBinary(Call &call, BinaryOp op, const Tensor &lhs,
+                           const Tensor &rhs, const Tensor &out) {
   call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
   if (!validRank(lhs) || !validRank(rhs) || !validRank(out))
     return call.fail("rank above 8");
@@ -496,20 +534,36 @@ Status binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
   DType want = isCompare(op) ? DType::Bool : lhs.dtype;
   if (out.dtype != want)
     return call.fail(std::string("result dtype must be ") + dtypeName(want));
+  bool logical =
+      op == BinaryOp::And || op == BinaryOp::Or || op == BinaryOp::Xor;
+  if (lhs.dtype == DType::Bool) {
+    if (!isCompare(op) && !logical)
+      return call.fail("bool operands take only and/or/xor and comparisons");
+    return Status();
+  }
+  if (!isArith(lhs.dtype))
+    return call.fail("unsupported dtype", StatusCode::Unimplemented);
+  if (logical)
+    return call.fail("and/or/xor take bool operands");
+  return Status();
+}
+
+Status binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
+              const Tensor &out) {
+  Call call(binaryName(op));
+  if (Status st = checkBinary(call, op, lhs, rhs, out); !st.ok())
+    return st;
   if (lhs.dtype == DType::Bool)
     return binaryTyped<bool>(call, op, lhs, rhs, out);
-  Status st;
-  bool handled = dispatchArith(lhs.dtype, [&](auto tag) {
+  Status st; // integer division by zero
+  dispatchArith(lhs.dtype, [&](auto tag) {
     st = binaryTyped<decltype(tag)>(call, op, lhs, rhs, out);
   });
-  if (!handled)
-    return call.fail("unsupported dtype", StatusCode::Unimplemented);
   return st;
 }
 
-Status where(const Tensor &cond, const Tensor &x, const Tensor &y,
-             const Tensor &out) {
-  Call call("where");
+Status detail::checkWhere(Call &call, const Tensor &cond, const Tensor &x,
+                          const Tensor &y, const Tensor &out) {
   call.arg("cond", cond).arg("x", x).arg("y", y).arg("out", out);
   if (!validRank(cond) || !validRank(x) || !validRank(y) || !validRank(out))
     return call.fail("rank above 8");
@@ -518,12 +572,19 @@ Status where(const Tensor &cond, const Tensor &x, const Tensor &y,
   if (x.dtype != y.dtype || out.dtype != x.dtype)
     return call.fail("x, y and the result must share a dtype");
   std::vector<int64_t> xy, all;
-  Tensor tmp;
   if (!broadcastShape(x, y, xy))
     return call.fail("shapes do not broadcast");
-  tmp = Tensor::of(nullptr, x.dtype, xy);
+  Tensor tmp = Tensor::of(nullptr, x.dtype, xy);
   if (!broadcastShape(cond, tmp, all) || !shapeIs(out, all))
     return call.fail("result shape must be the broadcast of all three");
+  return Status();
+}
+
+Status where(const Tensor &cond, const Tensor &x, const Tensor &y,
+             const Tensor &out) {
+  Call call("where");
+  if (Status st = checkWhere(call, cond, x, y, out); !st.ok())
+    return st;
   Walker<3> w{out.rank, out.shape, {}};
   broadcastStrides(cond, out, w.strides[0]);
   broadcastStrides(x, out, w.strides[1]);
@@ -633,11 +694,17 @@ void storeDouble(void *p, DType dt, int64_t i, double v) {
 
 } // namespace detail
 
-Status cast(const Tensor &input, const Tensor &out) {
-  Call call("cast");
+Status detail::checkCast(Call &call, const Tensor &input, const Tensor &out) {
   call.arg("input", input).arg("out", out);
   if (!validRank(input) || !sameShape(input, out))
     return call.fail("result must have the input's shape");
+  return Status();
+}
+
+Status cast(const Tensor &input, const Tensor &out) {
+  Call call("cast");
+  if (Status st = checkCast(call, input, out); !st.ok())
+    return st;
   int64_t n = input.numel();
   if (input.dtype == out.dtype) {
     if (input.data != out.data)
@@ -824,19 +891,19 @@ Status whereBackward(const Tensor &cond, const Tensor &gradOut,
 // Reductions
 //===----------------------------------------------------------------------===//
 
-namespace {
-
-const char *reduceName(ReduceOp op) {
+const char *detail::reduceName(ReduceOp op) {
   static const char *names[] = {"reduce_sum", "reduce_mean", "reduce_max",
                                 "reduce_min", "reduce_prod"};
   return names[static_cast<int>(op)];
 }
 
+namespace {
+
 /// Resolves axes into a mask and checks out's shape; `keptShape` is the
 /// input shape with reduced dims set to 1.
-Status checkReduce(const Call &call, const Tensor &input, I64s axes,
-                   bool keepdims, const Tensor &out, bool (&reduced)[kMaxRank],
-                   Tensor &keptShape) {
+Status checkReduceAxes(const Call &call, const Tensor &input, I64s axes,
+                       bool keepdims, const Tensor &out,
+                       bool (&reduced)[kMaxRank], Tensor &keptShape) {
   if (!validRank(input) || !validRank(out))
     return call.fail("rank above 8");
   std::fill(reduced, reduced + kMaxRank, axes.empty());
@@ -910,31 +977,43 @@ void reduceTyped(ReduceOp op, const Tensor &input, const Tensor &kept, T *out) {
 
 } // namespace
 
-Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
-              const Tensor &out) {
-  Call call(reduceName(op));
+Status detail::checkReduce(Call &call, ReduceOp op, const Tensor &input,
+                           I64s axes, bool keepdims, const Tensor &out,
+                           bool (&reduced)[kMaxRank], Tensor &kept) {
   call.arg("input", input).arg("axes", axes).arg("out", out);
-  bool reduced[kMaxRank];
-  Tensor kept;
-  if (Status st = checkReduce(call, input, axes, keepdims, out, reduced, kept);
+  if (Status st =
+          checkReduceAxes(call, input, axes, keepdims, out, reduced, kept);
       !st.ok())
     return st;
   if (out.dtype != input.dtype)
     return call.fail("result dtype must be the input's");
-  bool handled = false;
-  if (op == ReduceOp::Mean)
-    handled = dispatchFloat(input.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      reduceTyped<T>(op, input, kept, out.as<T>());
-    });
-  else if (input.dtype == DType::F32 || input.dtype == DType::F64 ||
-           input.dtype == DType::I64 || input.dtype == DType::I32)
-    handled = dispatchArith(input.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      reduceTyped<T>(op, input, kept, out.as<T>());
-    });
-  if (!handled)
+  DType dt = input.dtype;
+  bool isF = dt == DType::F32 || dt == DType::F64;
+  if (!(isF ||
+        (op != ReduceOp::Mean && (dt == DType::I64 || dt == DType::I32))))
     return call.fail("unsupported dtype", StatusCode::Unimplemented);
+  return Status();
+}
+
+Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
+              const Tensor &out) {
+  Call call(reduceName(op));
+  bool reduced[kMaxRank];
+  Tensor kept;
+  if (Status st =
+          checkReduce(call, op, input, axes, keepdims, out, reduced, kept);
+      !st.ok())
+    return st;
+  if (op == ReduceOp::Mean)
+    dispatchFloat(input.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      reduceTyped<T>(op, input, kept, out.as<T>());
+    });
+  else
+    dispatchArith(input.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      reduceTyped<T>(op, input, kept, out.as<T>());
+    });
   return Status();
 }
 
@@ -950,7 +1029,7 @@ Status reduceBackward(ReduceOp op, const Tensor &input, I64s axes,
   bool reduced[kMaxRank];
   Tensor kept;
   if (Status st =
-          checkReduce(call, input, axes, keepdims, gradOut, reduced, kept);
+          checkReduceAxes(call, input, axes, keepdims, gradOut, reduced, kept);
       !st.ok())
     return st;
   if (gradOut.dtype != input.dtype || gradIn.dtype != input.dtype ||

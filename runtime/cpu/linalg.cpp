@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_layout.h"
 #include "cpu/kernel_util.h"
 #include "cpu/kernels.h"
 
@@ -53,21 +54,55 @@ void product(MatView<T> a, MatView<T> b, T *c, int64_t m, int64_t n, int64_t k,
   });
 }
 
-/// The shapes of a numpy matmul, 1-D operands promoted.
-struct MatmulLayout {
-  int64_t m, k, n;
-  Tensor lhsBatch, rhsBatch, outBatch; // batch dims only, data unused
-};
+/// Calls fn(batch, lhsBatch, rhsBatch) over the broadcast batch in order.
+template <typename Fn> void forEachBatch(const MatmulLayout &l, Fn fn) {
+  Walker<2> w{l.outBatch.rank, l.outBatch.shape, {}};
+  broadcastStrides(l.lhsBatch, l.outBatch, w.strides[0]);
+  broadcastStrides(l.rhsBatch, l.outBatch, w.strides[1]);
+  for (int64_t b = 0, nb = l.outBatch.numel(); b < nb; ++b, w.next())
+    fn(b, w.off[0], w.off[1]);
+}
+
+Status gemmLayout(const Call &call, const Tensor &a, const Tensor &b,
+                  const Tensor &c, const GemmAttrs &attrs, const Tensor &out,
+                  FloatTypes types, GemmLayout &l) {
+  if (!validRank(a) || !validRank(b) || !validRank(c) || !validRank(out))
+    return call.fail("rank above 8");
+  if (a.rank != 2 || b.rank != 2)
+    return call.fail("a and b must be matrices");
+  if (a.dtype != b.dtype || out.dtype != a.dtype ||
+      (c.present() && c.dtype != a.dtype) || !takesFloat(types, a.dtype))
+    return call.fail(std::string("expects ") + floatNames(types) +
+                     " operands of one dtype");
+  l.m = attrs.transA ? a.shape[1] : a.shape[0];
+  l.k = attrs.transA ? a.shape[0] : a.shape[1];
+  int64_t k2 = attrs.transB ? b.shape[1] : b.shape[0];
+  l.n = attrs.transB ? b.shape[0] : b.shape[1];
+  if (l.k != k2)
+    return call.fail("inner dims " + std::to_string(l.k) + " vs " +
+                     std::to_string(k2));
+  if (!shapeIs(out, {l.m, l.n}))
+    return call.fail("result shape must be " + describe({l.m, l.n}));
+  l.cStrides.fill(0);
+  if (c.present() && !broadcastStrides(c, out, l.cStrides))
+    return call.fail("c does not broadcast to [M, N]");
+  return Status();
+}
+
+} // namespace
+
+namespace detail {
 
 Status matmulLayout(const Call &call, const Tensor &lhs, const Tensor &rhs,
-                    const Tensor &out, MatmulLayout &l) {
+                    const Tensor &out, FloatTypes types, MatmulLayout &l) {
   if (!validRank(lhs) || !validRank(rhs) || !validRank(out))
     return call.fail("rank above 8");
   if (lhs.rank < 1 || rhs.rank < 1)
     return call.fail("operands need rank >= 1");
   if (lhs.dtype != rhs.dtype || out.dtype != lhs.dtype ||
-      (lhs.dtype != DType::F32 && lhs.dtype != DType::F64))
-    return call.fail("expects f32 or f64 operands and result of one dtype");
+      !takesFloat(types, lhs.dtype))
+    return call.fail(std::string("expects ") + floatNames(types) +
+                     " operands and result of one dtype");
   l.m = lhs.rank >= 2 ? lhs.shape[lhs.rank - 2] : 1;
   l.k = lhs.shape[lhs.rank - 1];
   int64_t k2 = rhs.rank >= 2 ? rhs.shape[rhs.rank - 2] : rhs.shape[0];
@@ -93,23 +128,27 @@ Status matmulLayout(const Call &call, const Tensor &lhs, const Tensor &rhs,
   return Status();
 }
 
-/// Calls fn(batch, lhsBatch, rhsBatch) over the broadcast batch in order.
-template <typename Fn> void forEachBatch(const MatmulLayout &l, Fn fn) {
-  Walker<2> w{l.outBatch.rank, l.outBatch.shape, {}};
-  broadcastStrides(l.lhsBatch, l.outBatch, w.strides[0]);
-  broadcastStrides(l.rhsBatch, l.outBatch, w.strides[1]);
-  for (int64_t b = 0, nb = l.outBatch.numel(); b < nb; ++b, w.next())
-    fn(b, w.off[0], w.off[1]);
+Status checkMatmul(Call &call, const Tensor &lhs, const Tensor &rhs,
+                   const Tensor &out, FloatTypes types, MatmulLayout &layout) {
+  call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
+  return matmulLayout(call, lhs, rhs, out, types, layout);
 }
 
-} // namespace
+Status checkGemm(Call &call, const Tensor &a, const Tensor &b, const Tensor &c,
+                 const GemmAttrs &attrs, const Tensor &out, FloatTypes types,
+                 GemmLayout &layout) {
+  call.arg("a", a).arg("b", b).arg("c", c).arg("out", out);
+  return gemmLayout(call, a, b, c, attrs, out, types, layout);
+}
+
+} // namespace detail
 
 Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
               int threads) {
   Call call("matmul");
-  call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
   MatmulLayout l;
-  if (Status st = matmulLayout(call, lhs, rhs, out, l); !st.ok())
+  if (Status st = checkMatmul(call, lhs, rhs, out, FloatTypes::F32F64, l);
+      !st.ok())
     return st;
   dispatchFloat(lhs.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -145,7 +184,8 @@ Status matmulBackward(const Tensor &lhs, const Tensor &rhs,
       .arg("grad_lhs", gradLhs)
       .arg("grad_rhs", gradRhs);
   MatmulLayout l;
-  if (Status st = matmulLayout(call, lhs, rhs, gradOut, l); !st.ok())
+  if (Status st = matmulLayout(call, lhs, rhs, gradOut, FloatTypes::F32F64, l);
+      !st.ok())
     return st;
   if ((gradLhs.present() &&
        (!sameShape(gradLhs, lhs) || gradLhs.dtype != lhs.dtype)) ||
@@ -176,43 +216,14 @@ Status matmulBackward(const Tensor &lhs, const Tensor &rhs,
   return Status();
 }
 
-namespace {
-
-Status gemmLayout(const Call &call, const Tensor &a, const Tensor &b,
-                  const Tensor &c, const GemmAttrs &attrs, const Tensor &out,
-                  int64_t &m, int64_t &n, int64_t &k) {
-  if (!validRank(a) || !validRank(b) || !validRank(c) || !validRank(out))
-    return call.fail("rank above 8");
-  if (a.rank != 2 || b.rank != 2)
-    return call.fail("a and b must be matrices");
-  if (a.dtype != b.dtype || out.dtype != a.dtype ||
-      (c.present() && c.dtype != a.dtype) ||
-      (a.dtype != DType::F32 && a.dtype != DType::F64))
-    return call.fail("expects f32 or f64 operands of one dtype");
-  m = attrs.transA ? a.shape[1] : a.shape[0];
-  k = attrs.transA ? a.shape[0] : a.shape[1];
-  int64_t k2 = attrs.transB ? b.shape[1] : b.shape[0];
-  n = attrs.transB ? b.shape[0] : b.shape[1];
-  if (k != k2)
-    return call.fail("inner dims " + std::to_string(k) + " vs " +
-                     std::to_string(k2));
-  if (!shapeIs(out, {m, n}))
-    return call.fail("result shape must be " + describe({m, n}));
-  std::array<int64_t, kMaxRank> s;
-  if (c.present() && !broadcastStrides(c, out, s))
-    return call.fail("c does not broadcast to [M, N]");
-  return Status();
-}
-
-} // namespace
-
 Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
             const GemmAttrs &attrs, const Tensor &out, int threads) {
   Call call("gemm");
-  call.arg("a", a).arg("b", b).arg("c", c).arg("out", out);
-  int64_t m, n, k;
-  if (Status st = gemmLayout(call, a, b, c, attrs, out, m, n, k); !st.ok())
+  GemmLayout l;
+  if (Status st = checkGemm(call, a, b, c, attrs, out, FloatTypes::F32F64, l);
+      !st.ok())
     return st;
+  int64_t m = l.m, n = l.n, k = l.k;
   dispatchFloat(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     MatView<T> av = attrs.transA ? MatView<T>{a.as<T>(), 1, m}
@@ -237,9 +248,12 @@ Status gemmBackward(const Tensor &a, const Tensor &b, const Tensor &c,
                     const Tensor &gradC, int threads) {
   Call call("gemm_backward");
   call.arg("a", a).arg("b", b).arg("c", c).arg("grad_out", gradOut);
-  int64_t m, n, k;
-  if (Status st = gemmLayout(call, a, b, c, attrs, gradOut, m, n, k); !st.ok())
+  GemmLayout l;
+  if (Status st =
+          gemmLayout(call, a, b, c, attrs, gradOut, FloatTypes::F32F64, l);
+      !st.ok())
     return st;
+  int64_t m = l.m, n = l.n, k = l.k;
   if ((gradA.present() && (!sameShape(gradA, a) || gradA.dtype != a.dtype)) ||
       (gradB.present() && (!sameShape(gradB, b) || gradB.dtype != b.dtype)))
     return call.fail("gradients must have their operands' dtype and shape");

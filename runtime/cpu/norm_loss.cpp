@@ -1,5 +1,6 @@
 //===- norm_loss.cpp - CPU kernels: norms, softmax, losses, dropout -------===//
 
+#include "cpu/checks_math.h"
 #include "cpu/kernel_util.h"
 #include "cpu/kernels.h"
 
@@ -54,13 +55,12 @@ void channelStats(const T *x, int64_t n, int64_t c, int64_t s,
 
 } // namespace
 
-Status batchNormTrain(const Tensor &input, const Tensor &scale,
-                      const Tensor &bias, const Tensor &runningMean,
-                      const Tensor &runningVar, double epsilon, double momentum,
-                      const Tensor &out, const Tensor &newRunningMean,
-                      const Tensor &newRunningVar, const Tensor &saveMean,
-                      const Tensor &saveInvStd) {
-  Call call("batch_norm_train");
+Status detail::checkBatchNormTrain(
+    Call &call, const Tensor &input, const Tensor &scale, const Tensor &bias,
+    const Tensor &runningMean, const Tensor &runningVar, const Tensor &out,
+    const Tensor &newRunningMean, const Tensor &newRunningVar,
+    const Tensor &saveMean, const Tensor &saveInvStd, int64_t &n, int64_t &c,
+    int64_t &s) {
   call.arg("input", input)
       .arg("scale", scale)
       .arg("bias", bias)
@@ -76,7 +76,6 @@ Status batchNormTrain(const Tensor &input, const Tensor &scale,
     return st;
   if (input.rank < 2 || !sameShape(input, out))
     return call.fail("input must be [N, C, ...] and the result like it");
-  int64_t n, c, s;
   channelLayout(input, n, c, s);
   for (const Tensor *t :
        {&scale, &bias, &runningMean, &runningVar, &newRunningMean,
@@ -87,6 +86,22 @@ Status batchNormTrain(const Tensor &input, const Tensor &scale,
   if (!scale.present() || !bias.present() || !runningMean.present() ||
       !runningVar.present())
     return call.fail("scale, bias and running statistics are required");
+  return Status();
+}
+
+Status batchNormTrain(const Tensor &input, const Tensor &scale,
+                      const Tensor &bias, const Tensor &runningMean,
+                      const Tensor &runningVar, double epsilon, double momentum,
+                      const Tensor &out, const Tensor &newRunningMean,
+                      const Tensor &newRunningVar, const Tensor &saveMean,
+                      const Tensor &saveInvStd) {
+  Call call("batch_norm_train");
+  int64_t n, c, s;
+  if (Status st = checkBatchNormTrain(
+          call, input, scale, bias, runningMean, runningVar, out,
+          newRunningMean, newRunningVar, saveMean, saveInvStd, n, c, s);
+      !st.ok())
+    return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     std::vector<T> mean, var;
@@ -116,11 +131,10 @@ Status batchNormTrain(const Tensor &input, const Tensor &scale,
   return Status();
 }
 
-Status batchNormTrainBackward(const Tensor &input, const Tensor &scale,
-                              double epsilon, const Tensor &gradOut,
-                              const Tensor &gradIn, const Tensor &gradScale,
-                              const Tensor &gradBias) {
-  Call call("batch_norm_train_backward");
+Status detail::checkBatchNormTrainBackward(
+    Call &call, const Tensor &input, const Tensor &scale, const Tensor &gradOut,
+    const Tensor &gradIn, const Tensor &gradScale, const Tensor &gradBias,
+    int64_t &n, int64_t &c, int64_t &s) {
   call.arg("input", input).arg("scale", scale).arg("grad_out", gradOut);
   if (Status st = checkFloat(
           call, {&input, &scale, &gradOut, &gradIn, &gradScale, &gradBias},
@@ -130,12 +144,24 @@ Status batchNormTrainBackward(const Tensor &input, const Tensor &scale,
   if (input.rank < 2 || !sameShape(input, gradOut) ||
       (gradIn.present() && !sameShape(input, gradIn)))
     return call.fail("grad_out and grad_in must have the input's shape");
-  int64_t n, c, s;
   channelLayout(input, n, c, s);
   for (const Tensor *t : {&scale, &gradScale, &gradBias})
     if (t->present() && !shapeIs(*t, {c}))
       return call.fail("per-channel operands must be [" + std::to_string(c) +
                        "]");
+  return Status();
+}
+
+Status batchNormTrainBackward(const Tensor &input, const Tensor &scale,
+                              double epsilon, const Tensor &gradOut,
+                              const Tensor &gradIn, const Tensor &gradScale,
+                              const Tensor &gradBias) {
+  Call call("batch_norm_train_backward");
+  int64_t n, c, s;
+  if (Status st = checkBatchNormTrainBackward(
+          call, input, scale, gradOut, gradIn, gradScale, gradBias, n, c, s);
+      !st.ok())
+    return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     std::vector<T> mean, var;
@@ -169,10 +195,11 @@ Status batchNormTrainBackward(const Tensor &input, const Tensor &scale,
   return Status();
 }
 
-Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
-                 const Tensor &mean, const Tensor &var, double epsilon,
-                 const Tensor &out) {
-  Call call("batch_norm");
+Status detail::checkBatchNorm(Call &call, const Tensor &input,
+                              const Tensor &scale, const Tensor &bias,
+                              const Tensor &mean, const Tensor &var,
+                              const Tensor &out, int64_t &n, int64_t &c,
+                              int64_t &s) {
   call.arg("input", input)
       .arg("scale", scale)
       .arg("bias", bias)
@@ -185,12 +212,23 @@ Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
     return st;
   if (input.rank < 2 || !sameShape(input, out))
     return call.fail("input must be [N, C, ...] and the result like it");
-  int64_t n, c, s;
   channelLayout(input, n, c, s);
   for (const Tensor *t : {&scale, &bias, &mean, &var})
     if (!t->present() || !shapeIs(*t, {c}))
       return call.fail("per-channel operands must be [" + std::to_string(c) +
                        "]");
+  return Status();
+}
+
+Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 const Tensor &mean, const Tensor &var, double epsilon,
+                 const Tensor &out) {
+  Call call("batch_norm");
+  int64_t n, c, s;
+  if (Status st =
+          checkBatchNorm(call, input, scale, bias, mean, var, out, n, c, s);
+      !st.ok())
+    return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t ch = 0; ch < c; ++ch) {
@@ -273,9 +311,10 @@ Status layerNormLayout(const Call &call, const Tensor &input,
 
 } // namespace
 
-Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
-                 int64_t axis, double epsilon, const Tensor &out) {
-  Call call("layer_norm");
+Status detail::checkLayerNorm(Call &call, const Tensor &input,
+                              const Tensor &scale, const Tensor &bias,
+                              int64_t axis, const Tensor &out, int64_t &rows,
+                              int64_t &cols) {
   call.arg("input", input)
       .arg("scale", scale)
       .arg("bias", bias)
@@ -286,8 +325,15 @@ Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
     return st;
   if (!sameShape(input, out) || !scale.present())
     return call.fail("scale is required; the result has the input's shape");
+  return layerNormLayout(call, input, scale, bias, axis, rows, cols);
+}
+
+Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 int64_t axis, double epsilon, const Tensor &out) {
+  Call call("layer_norm");
   int64_t rows, cols;
-  if (Status st = layerNormLayout(call, input, scale, bias, axis, rows, cols);
+  if (Status st =
+          checkLayerNorm(call, input, scale, bias, axis, out, rows, cols);
       !st.ok())
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
@@ -310,11 +356,10 @@ Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
   return Status();
 }
 
-Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
-                         double epsilon, const Tensor &gradOut,
-                         const Tensor &gradIn, const Tensor &gradScale,
-                         const Tensor &gradBias) {
-  Call call("layer_norm_backward");
+Status detail::checkLayerNormBackward(
+    Call &call, const Tensor &input, const Tensor &scale, int64_t axis,
+    const Tensor &gradOut, const Tensor &gradIn, const Tensor &gradScale,
+    const Tensor &gradBias, int64_t &rows, int64_t &cols) {
   call.arg("input", input)
       .arg("scale", scale)
       .arg("axis", axis)
@@ -327,13 +372,26 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
   if (!sameShape(input, gradOut) ||
       (gradIn.present() && !sameShape(input, gradIn)) || !scale.present())
     return call.fail("scale is required; gradients have the input's shape");
-  int64_t rows, cols;
   if (Status st =
           layerNormLayout(call, input, gradScale, gradBias, axis, rows, cols);
       !st.ok())
     return st;
   if (scale.numel() != cols)
     return call.fail("scale must have the elements of dims [axis, rank)");
+  return Status();
+}
+
+Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                         double epsilon, const Tensor &gradOut,
+                         const Tensor &gradIn, const Tensor &gradScale,
+                         const Tensor &gradBias) {
+  Call call("layer_norm_backward");
+  int64_t rows, cols;
+  if (Status st =
+          checkLayerNormBackward(call, input, scale, axis, gradOut, gradIn,
+                                 gradScale, gradBias, rows, cols);
+      !st.ok())
+    return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *w = scale.as<T>();
@@ -375,13 +433,12 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
 
 namespace {
 
-/// (outer, dim, inner) of an axis; fn(base) for each of the outer * inner
-/// lines, whose elements are base + i * inner.
-Status axisLines(const Call &call, const Tensor &t, int64_t axis, int64_t &dim,
-                 int64_t &inner, std::vector<int64_t> &bases) {
+/// (outer, dim, inner) of an axis.
+Status axisLines(const Call &call, const Tensor &t, int64_t axis,
+                 int64_t &outer, int64_t &dim, int64_t &inner) {
   if (!normalizeAxis(axis, t.rank))
     return call.fail("axis out of range");
-  int64_t outer = 1;
+  outer = 1;
   inner = 1;
   for (int d = 0; d < t.rank; ++d)
     if (d < axis)
@@ -389,11 +446,17 @@ Status axisLines(const Call &call, const Tensor &t, int64_t axis, int64_t &dim,
     else if (d > axis)
       inner *= t.shape[d];
   dim = t.shape[axis];
-  bases.clear();
+  return Status();
+}
+
+/// The first element of each of the outer * inner lines, whose elements are
+/// base + i * inner.
+std::vector<int64_t> lineBases(int64_t outer, int64_t dim, int64_t inner) {
+  std::vector<int64_t> bases;
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i)
       bases.push_back(o * dim * inner + i);
-  return Status();
+  return bases;
 }
 
 template <typename T>
@@ -411,18 +474,45 @@ void softmaxLine(const T *x, T *y, int64_t dim, int64_t inner, bool log) {
   }
 }
 
-Status softmaxImpl(const char *name, const Tensor &input, int64_t axis,
-                   const Tensor &out, bool log) {
-  Call call(name);
+} // namespace
+
+Status detail::checkSoftmax(Call &call, const Tensor &input, int64_t axis,
+                            const Tensor &out, int64_t &outer, int64_t &dim,
+                            int64_t &inner) {
   call.arg("input", input).arg("axis", axis).arg("out", out);
   if (Status st = checkFloat(call, {&input, &out}, input.dtype); !st.ok())
     return st;
   if (!sameShape(input, out))
     return call.fail("result must have the input's shape");
-  int64_t dim, inner;
-  std::vector<int64_t> bases;
-  if (Status st = axisLines(call, input, axis, dim, inner, bases); !st.ok())
+  return axisLines(call, input, axis, outer, dim, inner);
+}
+
+Status detail::checkSoftmaxBackward(Call &call, const Tensor &out, int64_t axis,
+                                    const Tensor &gradOut, const Tensor &gradIn,
+                                    int64_t &outer, int64_t &dim,
+                                    int64_t &inner) {
+  call.arg("out", out)
+      .arg("axis", axis)
+      .arg("grad_out", gradOut)
+      .arg("grad_in", gradIn);
+  if (Status st = checkFloat(call, {&out, &gradOut, &gradIn}, out.dtype);
+      !st.ok())
     return st;
+  if (!sameShape(out, gradOut) || !sameShape(out, gradIn))
+    return call.fail("all three must have one shape");
+  return axisLines(call, out, axis, outer, dim, inner);
+}
+
+namespace {
+
+Status softmaxImpl(const char *name, const Tensor &input, int64_t axis,
+                   const Tensor &out, bool log) {
+  Call call(name);
+  int64_t outer, dim, inner;
+  if (Status st = checkSoftmax(call, input, axis, out, outer, dim, inner);
+      !st.ok())
+    return st;
+  std::vector<int64_t> bases = lineBases(outer, dim, inner);
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t b : bases)
@@ -435,19 +525,12 @@ Status softmaxBackwardImpl(const char *name, const Tensor &out, int64_t axis,
                            const Tensor &gradOut, const Tensor &gradIn,
                            bool log) {
   Call call(name);
-  call.arg("out", out)
-      .arg("axis", axis)
-      .arg("grad_out", gradOut)
-      .arg("grad_in", gradIn);
-  if (Status st = checkFloat(call, {&out, &gradOut, &gradIn}, out.dtype);
+  int64_t outer, dim, inner;
+  if (Status st = checkSoftmaxBackward(call, out, axis, gradOut, gradIn, outer,
+                                       dim, inner);
       !st.ok())
     return st;
-  if (!sameShape(out, gradOut) || !sameShape(out, gradIn))
-    return call.fail("all three must have one shape");
-  int64_t dim, inner;
-  std::vector<int64_t> bases;
-  if (Status st = axisLines(call, out, axis, dim, inner, bases); !st.ok())
-    return st;
+  std::vector<int64_t> bases = lineBases(outer, dim, inner);
   dispatchFloat(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t b : bases) {
@@ -507,19 +590,16 @@ Status parseReduction(const std::string &name, Reduction &out) {
 
 namespace {
 
-/// Resolved labels of a loss over [N, C, d...]: per position (n, p) the
-/// class or -1 when ignored, and its weight.
-struct LossLayout {
-  int64_t n, c, d;
-  std::vector<int64_t> label;
-  std::vector<double> weight;
-  double weightSum = 0;
-};
+/// The shape of a loss over [N, C, d...] and its labels resolved: per
+/// position (n, p) the class or -1 when ignored, and its weight.
+struct LossLayout : LossShape, LossLabels {};
 
+/// The checks every loss call starts with: shapes, then with `hostLabels`
+/// the labels (see checks_math.h).
 Status lossLayout(const Call &call, const Tensor &input, const Tensor &labels,
                   const Tensor &weights, Reduction reduction,
                   std::optional<int64_t> ignoreIndex, const Tensor &loss,
-                  LossLayout &l) {
+                  LossShape &l, LossLabels *hostLabels) {
   if (Status st = checkFloat(call, {&input, &weights, &loss}, input.dtype);
       !st.ok())
     return st;
@@ -540,14 +620,17 @@ Status lossLayout(const Call &call, const Tensor &input, const Tensor &labels,
     return call.fail(reduction == Reduction::None
                          ? "loss must have the labels' shape"
                          : "loss must be a scalar");
+  if (!hostLabels)
+    return Status();
+  LossLabels &h = *hostLabels;
   int64_t count = labels.numel();
-  l.label.resize(count);
-  l.weight.resize(count);
-  l.weightSum = 0;
+  h.label.resize(count);
+  h.weight.resize(count);
+  h.weightSum = 0;
   for (int64_t i = 0; i < count; ++i) {
     int64_t v = loadAsInt(labels.data, labels.dtype, i);
     if (ignoreIndex && v == *ignoreIndex) {
-      l.label[i] = -1, l.weight[i] = 0;
+      h.label[i] = -1, h.weight[i] = 0;
       continue;
     }
     if (v < 0 || v >= l.c)
@@ -555,10 +638,10 @@ Status lossLayout(const Call &call, const Tensor &input, const Tensor &labels,
                            std::to_string(i) + " outside [0, " +
                            std::to_string(l.c) + ")",
                        StatusCode::OutOfRange);
-    l.label[i] = v;
-    l.weight[i] =
+    h.label[i] = v;
+    h.weight[i] =
         weights.present() ? loadAsDouble(weights.data, weights.dtype, v) : 1.0;
-    l.weightSum += l.weight[i];
+    h.weightSum += h.weight[i];
   }
   return Status();
 }
@@ -608,18 +691,29 @@ void logSoftmaxOverC(const Tensor &scores, const LossLayout &l,
 
 } // namespace
 
+Status detail::checkSoftmaxCrossEntropy(Call &call, const Tensor &scores,
+                                        const Tensor &labels,
+                                        const Tensor &weights,
+                                        Reduction reduction,
+                                        std::optional<int64_t> ignoreIndex,
+                                        const Tensor &loss, LossShape &shape,
+                                        LossLabels *hostLabels) {
+  call.arg("scores", scores)
+      .arg("labels", labels)
+      .arg("weights", weights)
+      .arg("loss", loss);
+  return lossLayout(call, scores, labels, weights, reduction, ignoreIndex, loss,
+                    shape, hostLabels);
+}
+
 Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
                            const Tensor &weights, Reduction reduction,
                            std::optional<int64_t> ignoreIndex,
                            const Tensor &loss) {
   Call call("softmax_cross_entropy");
-  call.arg("scores", scores)
-      .arg("labels", labels)
-      .arg("weights", weights)
-      .arg("loss", loss);
   LossLayout l;
-  if (Status st = lossLayout(call, scores, labels, weights, reduction,
-                             ignoreIndex, loss, l);
+  if (Status st = checkSoftmaxCrossEntropy(call, scores, labels, weights,
+                                           reduction, ignoreIndex, loss, l, &l);
       !st.ok())
     return st;
   dispatchFloat(scores.dtype, [&](auto tag) {
@@ -631,24 +725,37 @@ Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
   return Status();
 }
 
+Status detail::checkSoftmaxCrossEntropyBackward(
+    Call &call, const Tensor &scores, const Tensor &labels,
+    const Tensor &weights, Reduction reduction,
+    std::optional<int64_t> ignoreIndex, const Tensor &gradLoss,
+    const Tensor &gradScores, LossShape &shape, LossLabels *hostLabels) {
+  call.arg("scores", scores)
+      .arg("labels", labels)
+      .arg("weights", weights)
+      .arg("grad_loss", gradLoss)
+      .arg("grad_scores", gradScores);
+  if (Status st = lossLayout(call, scores, labels, weights, reduction,
+                             ignoreIndex, gradLoss, shape, hostLabels);
+      !st.ok())
+    return st;
+  if (!sameShape(gradScores, scores) || gradScores.dtype != scores.dtype)
+    return call.fail("grad_scores must have the scores' dtype and shape");
+  return Status();
+}
+
 Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
                                    const Tensor &weights, Reduction reduction,
                                    std::optional<int64_t> ignoreIndex,
                                    const Tensor &gradLoss,
                                    const Tensor &gradScores) {
   Call call("softmax_cross_entropy_backward");
-  call.arg("scores", scores)
-      .arg("labels", labels)
-      .arg("weights", weights)
-      .arg("grad_loss", gradLoss)
-      .arg("grad_scores", gradScores);
   LossLayout l;
-  if (Status st = lossLayout(call, scores, labels, weights, reduction,
-                             ignoreIndex, gradLoss, l);
+  if (Status st = checkSoftmaxCrossEntropyBackward(
+          call, scores, labels, weights, reduction, ignoreIndex, gradLoss,
+          gradScores, l, &l);
       !st.ok())
     return st;
-  if (!sameShape(gradScores, scores) || gradScores.dtype != scores.dtype)
-    return call.fail("grad_scores must have the scores' dtype and shape");
   dispatchFloat(scores.dtype, [&](auto tag) {
     using T = decltype(tag);
     std::vector<T> logp;
@@ -669,17 +776,27 @@ Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
   return Status();
 }
 
-Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,
-               Reduction reduction, std::optional<int64_t> ignoreIndex,
-               const Tensor &loss) {
-  Call call("nll_loss");
+Status detail::checkNllLoss(Call &call, const Tensor &input,
+                            const Tensor &labels, const Tensor &weights,
+                            Reduction reduction,
+                            std::optional<int64_t> ignoreIndex,
+                            const Tensor &loss, LossShape &shape,
+                            LossLabels *hostLabels) {
   call.arg("input", input)
       .arg("labels", labels)
       .arg("weights", weights)
       .arg("loss", loss);
+  return lossLayout(call, input, labels, weights, reduction, ignoreIndex, loss,
+                    shape, hostLabels);
+}
+
+Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,
+               Reduction reduction, std::optional<int64_t> ignoreIndex,
+               const Tensor &loss) {
+  Call call("nll_loss");
   LossLayout l;
-  if (Status st = lossLayout(call, input, labels, weights, reduction,
-                             ignoreIndex, loss, l);
+  if (Status st = checkNllLoss(call, input, labels, weights, reduction,
+                               ignoreIndex, loss, l, &l);
       !st.ok())
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
@@ -689,23 +806,37 @@ Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,
   return Status();
 }
 
-Status nllLossBackward(const Tensor &input, const Tensor &labels,
-                       const Tensor &weights, Reduction reduction,
-                       std::optional<int64_t> ignoreIndex,
-                       const Tensor &gradLoss, const Tensor &gradInput) {
-  Call call("nll_loss_backward");
+Status detail::checkNllLossBackward(Call &call, const Tensor &input,
+                                    const Tensor &labels, const Tensor &weights,
+                                    Reduction reduction,
+                                    std::optional<int64_t> ignoreIndex,
+                                    const Tensor &gradLoss,
+                                    const Tensor &gradInput, LossShape &shape,
+                                    LossLabels *hostLabels) {
   call.arg("input", input)
       .arg("labels", labels)
       .arg("weights", weights)
       .arg("grad_loss", gradLoss)
       .arg("grad_input", gradInput);
-  LossLayout l;
   if (Status st = lossLayout(call, input, labels, weights, reduction,
-                             ignoreIndex, gradLoss, l);
+                             ignoreIndex, gradLoss, shape, hostLabels);
       !st.ok())
     return st;
   if (!sameShape(gradInput, input) || gradInput.dtype != input.dtype)
     return call.fail("grad_input must have the input's dtype and shape");
+  return Status();
+}
+
+Status nllLossBackward(const Tensor &input, const Tensor &labels,
+                       const Tensor &weights, Reduction reduction,
+                       std::optional<int64_t> ignoreIndex,
+                       const Tensor &gradLoss, const Tensor &gradInput) {
+  Call call("nll_loss_backward");
+  LossLayout l;
+  if (Status st = checkNllLossBackward(call, input, labels, weights, reduction,
+                                       ignoreIndex, gradLoss, gradInput, l, &l);
+      !st.ok())
+    return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     T *gi = gradInput.as<T>();
@@ -742,9 +873,9 @@ double uniformAt(uint64_t seed, uint64_t index) {
 
 } // namespace
 
-Status dropout(const Tensor &input, double ratio, uint64_t seed,
-               const Tensor &out, const Tensor &mask) {
-  Call call("dropout");
+Status detail::checkDropout(Call &call, const Tensor &input, double ratio,
+                            uint64_t seed, const Tensor &out,
+                            const Tensor &mask) {
   call.arg("input", input)
       .raw("ratio", std::to_string(ratio))
       .raw("seed", std::to_string(seed))
@@ -757,6 +888,14 @@ Status dropout(const Tensor &input, double ratio, uint64_t seed,
     return call.fail("result and mask (bool) must have the input's shape");
   if (!(ratio >= 0 && ratio <= 1))
     return call.fail("ratio must be in [0, 1]");
+  return Status();
+}
+
+Status dropout(const Tensor &input, double ratio, uint64_t seed,
+               const Tensor &out, const Tensor &mask) {
+  Call call("dropout");
+  if (Status st = checkDropout(call, input, ratio, seed, out, mask); !st.ok())
+    return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
     T scale = ratio < 1 ? T(1 / (1 - ratio)) : T(0);

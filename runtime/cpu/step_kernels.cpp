@@ -8,6 +8,8 @@
 
 #include "cpu/step_kernels.h"
 
+#include "cpu/checks_layout.h"
+#include "cpu/checks_math.h"
 #include "cpu/kernel_util.h"
 
 #include <cmath>
@@ -31,11 +33,14 @@ Status checkScalars(const Call &call,
   return Status();
 }
 
-Status checkStep(const Call &call, const Tensor &step, int64_t &t) {
+/// An integer scalar; with `value` (host memory) read into it and at least 1.
+Status checkStep(const Call &call, const Tensor &step, int64_t *value) {
   if (!isScalar(step) || !validRank(step) ||
       (step.dtype != DType::I64 && step.dtype != DType::I32))
     return call.fail("step must be an integer scalar");
-  t = loadAsInt(step.data, step.dtype, 0);
+  if (!value)
+    return Status();
+  int64_t t = *value = loadAsInt(step.data, step.dtype, 0);
   if (t < 1)
     return call.fail("step must be at least 1, got " + std::to_string(t),
                      StatusCode::OutOfRange);
@@ -66,13 +71,19 @@ uint64_t splitmix64(uint64_t x) {
 
 } // namespace
 
-Status fill(const Tensor &out, double value) {
-  Call call("fill");
+Status detail::checkFill(Call &call, const Tensor &out, double value) {
   call.arg("out", out).raw("value", std::to_string(value));
   if (!validRank(out))
     return call.fail("rank above 8");
   if (!out.present() && out.numel() != 0)
     return call.fail("result must be present");
+  return Status();
+}
+
+Status fill(const Tensor &out, double value) {
+  Call call("fill");
+  if (Status st = checkFill(call, out, value); !st.ok())
+    return st;
   for (int64_t i = 0, n = out.numel(); i < n; ++i)
     storeDouble(out.data, out.dtype, i, value);
   return Status();
@@ -81,11 +92,11 @@ Status fill(const Tensor &out, double value) {
 Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
                          const ConvAttrs &attrs, const Tensor &gradInput,
                          int threads) {
-  if (!gradInput.present())
-    return Call("conv_backward_input")
-        .arg("grad_out", gradOut)
-        .arg("weight", weight)
-        .fail("grad_input must be present");
+  Call call("conv_backward_input");
+  if (Status st =
+          detail::checkConvBackwardInput(call, gradOut, weight, gradInput);
+      !st.ok())
+    return st;
   // convBackward reads the input only for the weight gradient: a view with
   // the input's shape and no data describes it.
   Tensor input = gradInput;
@@ -97,11 +108,11 @@ Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
 Status convBackwardWeight(const Tensor &gradOut, const Tensor &input,
                           const ConvAttrs &attrs, const Tensor &gradWeight,
                           int threads) {
-  if (!gradWeight.present())
-    return Call("conv_backward_weight")
-        .arg("grad_out", gradOut)
-        .arg("input", input)
-        .fail("grad_weight must be present");
+  Call call("conv_backward_weight");
+  if (Status st =
+          detail::checkConvBackwardWeight(call, gradOut, input, gradWeight);
+      !st.ok())
+    return st;
   // Likewise the weight is read only for the input gradient.
   Tensor weight = gradWeight;
   weight.data = nullptr;
@@ -109,12 +120,13 @@ Status convBackwardWeight(const Tensor &gradOut, const Tensor &input,
                       Tensor(), threads);
 }
 
-Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
-             const Tensor &expAvgSq, const Tensor &lr, const Tensor &beta1,
-             const Tensor &beta2, const Tensor &eps, const Tensor &weightDecay,
-             const Tensor &step, const Tensor &newParam,
-             const Tensor &newExpAvg, const Tensor &newExpAvgSq) {
-  Call call("adamw");
+Status detail::checkAdamw(Call &call, const Tensor &param, const Tensor &grad,
+                          const Tensor &expAvg, const Tensor &expAvgSq,
+                          const Tensor &lr, const Tensor &beta1,
+                          const Tensor &beta2, const Tensor &eps,
+                          const Tensor &weightDecay, const Tensor &step,
+                          const Tensor &newParam, const Tensor &newExpAvg,
+                          const Tensor &newExpAvgSq, int64_t *stepValue) {
   call.arg("param", param)
       .arg("grad", grad)
       .arg("exp_avg", expAvg)
@@ -128,8 +140,20 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
   if (Status st = checkScalars(call, {&lr, &beta1, &beta2, &eps, &weightDecay});
       !st.ok())
     return st;
+  return checkStep(call, step, stepValue);
+}
+
+Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
+             const Tensor &expAvgSq, const Tensor &lr, const Tensor &beta1,
+             const Tensor &beta2, const Tensor &eps, const Tensor &weightDecay,
+             const Tensor &step, const Tensor &newParam,
+             const Tensor &newExpAvg, const Tensor &newExpAvgSq) {
+  Call call("adamw");
   int64_t t = 0;
-  if (Status st = checkStep(call, step, t); !st.ok())
+  if (Status st =
+          checkAdamw(call, param, grad, expAvg, expAvgSq, lr, beta1, beta2, eps,
+                     weightDecay, step, newParam, newExpAvg, newExpAvgSq, &t);
+      !st.ok())
     return st;
   const double lrV = scalar(lr), b1 = scalar(beta1), b2 = scalar(beta2),
                epsV = scalar(eps), wd = scalar(weightDecay);
@@ -158,12 +182,11 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
   return Status();
 }
 
-Status sgd(const Tensor &param, const Tensor &grad,
-           const Tensor &momentumBuffer, const Tensor &lr,
-           const Tensor &momentum, const Tensor &weightDecay,
-           const Tensor &step, double dampening, bool nesterov,
-           const Tensor &newParam, const Tensor &newMomentumBuffer) {
-  Call call("sgd");
+Status detail::checkSgd(Call &call, const Tensor &param, const Tensor &grad,
+                        const Tensor &momentumBuffer, const Tensor &lr,
+                        const Tensor &momentum, const Tensor &weightDecay,
+                        const Tensor &step, const Tensor &newParam,
+                        const Tensor &newMomentumBuffer, int64_t *stepValue) {
   call.arg("param", param)
       .arg("grad", grad)
       .arg("momentum_buffer", momentumBuffer)
@@ -174,8 +197,19 @@ Status sgd(const Tensor &param, const Tensor &grad,
     return st;
   if (Status st = checkScalars(call, {&lr, &momentum, &weightDecay}); !st.ok())
     return st;
+  return checkStep(call, step, stepValue);
+}
+
+Status sgd(const Tensor &param, const Tensor &grad,
+           const Tensor &momentumBuffer, const Tensor &lr,
+           const Tensor &momentum, const Tensor &weightDecay,
+           const Tensor &step, double dampening, bool nesterov,
+           const Tensor &newParam, const Tensor &newMomentumBuffer) {
+  Call call("sgd");
   int64_t t = 0;
-  if (Status st = checkStep(call, step, t); !st.ok())
+  if (Status st = checkSgd(call, param, grad, momentumBuffer, lr, momentum,
+                           weightDecay, step, newParam, newMomentumBuffer, &t);
+      !st.ok())
     return st;
   const double lrV = scalar(lr), mom = scalar(momentum),
                wd = scalar(weightDecay);
@@ -211,10 +245,10 @@ Status parseLrSchedule(const std::string &name, LrSchedule &out) {
   return Status();
 }
 
-Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
-                  int64_t warmupSteps, int64_t totalSteps,
-                  double warmupMinRatio, double minRatio, const Tensor &lr) {
-  Call call("lr_schedule");
+Status detail::checkLrSchedule(Call &call, const Tensor &step,
+                               const Tensor &baseLr, int64_t warmupSteps,
+                               int64_t totalSteps, const Tensor &lr,
+                               int64_t *stepValue) {
   call.arg("step", step)
       .arg("base_lr", baseLr)
       .arg("warmup_steps", warmupSteps)
@@ -222,11 +256,22 @@ Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
       .arg("lr", lr);
   if (Status st = checkScalars(call, {&baseLr, &lr}); !st.ok())
     return st;
-  int64_t t = 0;
-  if (Status st = checkStep(call, step, t); !st.ok())
+  if (Status st = checkStep(call, step, stepValue); !st.ok())
     return st;
   if (warmupSteps < 0 || totalSteps < 0)
     return call.fail("step counts must not be negative");
+  return Status();
+}
+
+Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
+                  int64_t warmupSteps, int64_t totalSteps,
+                  double warmupMinRatio, double minRatio, const Tensor &lr) {
+  Call call("lr_schedule");
+  int64_t t = 0;
+  if (Status st =
+          checkLrSchedule(call, step, baseLr, warmupSteps, totalSteps, lr, &t);
+      !st.ok())
+    return st;
   double ratio = 1;
   if (t <= warmupSteps) {
     ratio = warmupMinRatio + (1 - warmupMinRatio) * static_cast<double>(t) /

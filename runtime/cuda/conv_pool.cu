@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_layout.h"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -30,7 +31,19 @@
 namespace dsc::cuda {
 
 using namespace detail;
-using cpu::detail::shapeIs;
+using cpu::detail::checkAvgPool;
+using cpu::detail::checkAvgPoolBackward;
+using cpu::detail::checkConv;
+using cpu::detail::checkConvBackward;
+using cpu::detail::checkConvBackwardInput;
+using cpu::detail::checkConvBackwardWeight;
+using cpu::detail::checkGlobalAvgPool;
+using cpu::detail::checkGlobalMaxPool;
+using cpu::detail::checkMaxPool;
+using cpu::detail::checkMaxPoolBackward;
+using cpu::detail::ConvLayout;
+using cpu::detail::FloatTypes;
+using cpu::detail::Windows;
 
 namespace {
 
@@ -136,88 +149,8 @@ Status addBias(const Tensor &out, const Tensor &bias) {
   return Status();
 }
 
-//===----------------------------------------------------------------------===//
-// Convolution geometry and checks (as the CPU reference's)
-//===----------------------------------------------------------------------===//
-
-struct ConvGeom {
-  int64_t n = 0, c = 0, m = 0, group = 1, cPerGroup = 0, mPerGroup = 0;
-  int dims = 0;
-  std::vector<int64_t> in, kernel, out, strides, padBegin, padEnd, dilations;
-};
-
-Status resolveConvAttrs(const Call &call, int dims, const ConvAttrs &attrs,
-                        ConvGeom &g) {
-  std::vector<int64_t> strides = attrs.strides, pads = attrs.pads,
-                       dilations = attrs.dilations;
-  if (strides.empty())
-    strides.assign(dims, 1);
-  if (dilations.empty())
-    dilations.assign(dims, 1);
-  if (pads.empty())
-    pads.assign(2 * dims, 0);
-  if (static_cast<int>(strides.size()) != dims ||
-      static_cast<int>(dilations.size()) != dims ||
-      static_cast<int>(pads.size()) != 2 * dims)
-    return call.fail("strides and dilations need one entry per spatial dim, "
-                     "pads two");
-  for (int d = 0; d < dims; ++d)
-    if (strides[d] < 1 || dilations[d] < 1 || pads[d] < 0 || pads[d + dims] < 0)
-      return call.fail("strides and dilations must be >= 1, pads >= 0");
-  g.dims = dims;
-  g.strides = strides;
-  g.dilations = dilations;
-  g.padBegin.assign(pads.begin(), pads.begin() + dims);
-  g.padEnd.assign(pads.begin() + dims, pads.end());
-  return Status();
-}
-
-bool convDtype(DType t) {
-  return t == DType::F32 || t == DType::F64 || t == DType::F16 ||
-         t == DType::BF16;
-}
-
-Status convLayout(const Call &call, const Tensor &input, const Tensor &weight,
-                  const Tensor &bias, const ConvAttrs &attrs, const Tensor &out,
-                  ConvGeom &g) {
-  if (!validRank(input) || !validRank(weight) || !validRank(out))
-    return call.fail("rank above 8");
-  if (input.rank < 3 || weight.rank != input.rank)
-    return call.fail("input [N, C, x...] and weight [M, C/group, k...] need "
-                     "the same rank >= 3");
-  if (input.dtype != weight.dtype || out.dtype != input.dtype ||
-      (bias.present() && bias.dtype != input.dtype) || !convDtype(input.dtype))
-    return call.fail("expects f32, f64, f16 or bf16 operands of one dtype");
-  int dims = input.rank - 2;
-  g.n = input.shape[0], g.c = input.shape[1], g.m = weight.shape[0];
-  g.group = attrs.group;
-  if (g.group < 1 || g.c % g.group || g.m % g.group ||
-      weight.shape[1] != g.c / g.group)
-    return call.fail("channels " + std::to_string(g.c) + " and filters " +
-                     std::to_string(g.m) + " must split into " +
-                     std::to_string(g.group) + " groups");
-  g.cPerGroup = g.c / g.group, g.mPerGroup = g.m / g.group;
-  if (bias.present() && !shapeIs(bias, {g.m}))
-    return call.fail("bias must be [" + std::to_string(g.m) + "]");
-  if (Status st = resolveConvAttrs(call, dims, attrs, g); !st.ok())
-    return st;
-  std::vector<int64_t> want = {g.n, g.m};
-  for (int d = 0; d < dims; ++d) {
-    g.in.push_back(input.shape[d + 2]);
-    g.kernel.push_back(weight.shape[d + 2]);
-    int64_t span = g.dilations[d] * (g.kernel[d] - 1) + 1;
-    int64_t o =
-        (g.in[d] + g.padBegin[d] + g.padEnd[d] - span) / g.strides[d] + 1;
-    if (o < 1)
-      return call.fail("kernel larger than the padded input in dim " +
-                       std::to_string(d));
-    g.out.push_back(o);
-    want.push_back(o);
-  }
-  if (!shapeIs(out, want))
-    return call.fail("result shape must be " + describe(I64s(want)));
-  return Status();
-}
+/// cuDNN's dtypes, beyond the CPU's f32 and f64.
+constexpr FloatTypes kConvTypes = FloatTypes::F32F64F16BF16;
 
 //===----------------------------------------------------------------------===//
 // cuDNN plans
@@ -239,13 +172,13 @@ struct CudnnConv {
   bool explicitPad = false;
 };
 
-Status describeConv(const Call &call, const ConvGeom &g, DType dtype,
+Status describeConv(const Call &call, const ConvLayout &g, DType dtype,
                     CudnnConv &cc) {
-  if (g.dims > 3)
+  if (g.w.dims > 3)
     return call.fail("cuDNN convolutions take 1 to 3 spatial dims",
                      StatusCode::Unimplemented);
   cc.dtype = dtype;
-  int sd = std::max(g.dims, 2), lead = sd - g.dims;
+  int sd = std::max(g.w.dims, 2), lead = sd - g.w.dims;
   cc.nb = sd + 2;
   cc.group = int(g.group);
   std::vector<int64_t> x = {g.n, g.c}, w = {g.m, g.cPerGroup}, y = {g.n, g.m};
@@ -254,19 +187,19 @@ Status describeConv(const Call &call, const ConvGeom &g, DType dtype,
     x.push_back(1), w.push_back(1), y.push_back(1);
     pad.push_back(0), stride.push_back(1), dil.push_back(1);
   }
-  cc.extraBegin.assign(g.dims, 0);
-  cc.extraEnd.assign(g.dims, 0);
-  cc.paddedIn = g.in;
-  for (int d = 0; d < g.dims; ++d) {
-    int64_t common = std::min(g.padBegin[d], g.padEnd[d]);
-    cc.extraBegin[d] = g.padBegin[d] - common;
-    cc.extraEnd[d] = g.padEnd[d] - common;
+  cc.extraBegin.assign(g.w.dims, 0);
+  cc.extraEnd.assign(g.w.dims, 0);
+  cc.paddedIn = g.w.in;
+  for (int d = 0; d < g.w.dims; ++d) {
+    int64_t common = std::min(g.w.padBegin[d], g.w.padEnd[d]);
+    cc.extraBegin[d] = g.w.padBegin[d] - common;
+    cc.extraEnd[d] = g.w.padEnd[d] - common;
     cc.explicitPad |= cc.extraBegin[d] || cc.extraEnd[d];
-    cc.paddedIn[d] = g.in[d] + cc.extraBegin[d] + cc.extraEnd[d];
-    x.push_back(cc.paddedIn[d]), w.push_back(g.kernel[d]);
-    y.push_back(g.out[d]);
-    pad.push_back(common), stride.push_back(g.strides[d]);
-    dil.push_back(g.dilations[d]);
+    cc.paddedIn[d] = g.w.in[d] + cc.extraBegin[d] + cc.extraEnd[d];
+    x.push_back(cc.paddedIn[d]), w.push_back(g.w.kernel[d]);
+    y.push_back(g.w.out[d]);
+    pad.push_back(common), stride.push_back(g.w.strides[d]);
+    dil.push_back(g.w.dilations[d]);
   }
   auto fits = [](const std::vector<int64_t> &v) {
     int64_t total = 1;
@@ -516,11 +449,11 @@ size_t alignUp(size_t v) { return (v + 255) / 256 * 256; }
 
 /// The explicit padding (off >= 0) or cropping (off <= 0) between the ONNX
 /// input shape and cuDNN's padded one.
-CopyGeom padGeom(const ConvGeom &g, const CudnnConv &cc, bool crop) {
+CopyGeom padGeom(const ConvLayout &g, const CudnnConv &cc, bool crop) {
   CopyGeom p;
-  p.rank = g.dims + 2;
+  p.rank = g.w.dims + 2;
   std::vector<int64_t> in = {g.n, g.c}, padded = {g.n, g.c};
-  in.insert(in.end(), g.in.begin(), g.in.end());
+  in.insert(in.end(), g.w.in.begin(), g.w.in.end());
   padded.insert(padded.end(), cc.paddedIn.begin(), cc.paddedIn.end());
   for (int d = 0; d < p.rank; ++d) {
     int64_t extra = d < 2 ? 0 : cc.extraBegin[d - 2];
@@ -547,7 +480,7 @@ Status convScratch(size_t paddedBytes, size_t workspace, void **padded,
   return Status();
 }
 
-size_t paddedBytes(const ConvGeom &g, const CudnnConv &cc, DType dtype) {
+size_t paddedBytes(const ConvLayout &g, const CudnnConv &cc, DType dtype) {
   if (!cc.explicitPad)
     return 0;
   size_t n = size_t(g.n * g.c);
@@ -560,22 +493,12 @@ Status convBackwardImpl(const Tensor &input, const Tensor &weight,
                         const ConvAttrs &attrs, const Tensor &gradOut,
                         const Tensor &gradInput, const Tensor &gradWeight) {
   Call call("conv_backward");
-  call.arg("input", input)
-      .arg("weight", weight)
-      .arg("strides", attrs.strides)
-      .arg("pads", attrs.pads)
-      .arg("dilations", attrs.dilations)
-      .arg("group", attrs.group)
-      .arg("grad_out", gradOut);
-  ConvGeom g;
-  if (Status st = convLayout(call, input, weight, Tensor(), attrs, gradOut, g);
+  ConvLayout g;
+  if (Status st =
+          checkConvBackward(call, input, weight, attrs, gradOut, gradInput,
+                            gradWeight, Tensor(), kConvTypes, g);
       !st.ok())
     return st;
-  if ((gradInput.present() &&
-       (!sameShape(gradInput, input) || gradInput.dtype != input.dtype)) ||
-      (gradWeight.present() &&
-       (!sameShape(gradWeight, weight) || gradWeight.dtype != input.dtype)))
-    return call.fail("gradients must have their operands' dtype and shape");
   const Tensor &result = gradInput.present() ? gradInput : gradWeight;
   if (result.numel() == 0)
     return Status();
@@ -631,16 +554,9 @@ Status convBackwardImpl(const Tensor &input, const Tensor &weight,
 Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
             const ConvAttrs &attrs, const Tensor &out) {
   Call call("conv");
-  call.arg("input", input)
-      .arg("weight", weight)
-      .arg("bias", bias)
-      .arg("strides", attrs.strides)
-      .arg("pads", attrs.pads)
-      .arg("dilations", attrs.dilations)
-      .arg("group", attrs.group)
-      .arg("out", out);
-  ConvGeom g;
-  if (Status st = convLayout(call, input, weight, bias, attrs, out, g);
+  ConvLayout g;
+  if (Status st =
+          checkConv(call, input, weight, bias, attrs, out, kConvTypes, g);
       !st.ok())
     return st;
   if (out.numel() == 0)
@@ -681,11 +597,10 @@ Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
 
 Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
                          const ConvAttrs &attrs, const Tensor &gradInput) {
-  if (!gradInput.present())
-    return Call("conv_backward_input")
-        .arg("grad_out", gradOut)
-        .arg("weight", weight)
-        .fail("grad_input must be present");
+  Call call("conv_backward_input");
+  if (Status st = checkConvBackwardInput(call, gradOut, weight, gradInput);
+      !st.ok())
+    return st;
   // As the CPU's: the input is described by a view with its shape, no data.
   Tensor input = gradInput;
   input.data = nullptr;
@@ -694,11 +609,10 @@ Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
 
 Status convBackwardWeight(const Tensor &gradOut, const Tensor &input,
                           const ConvAttrs &attrs, const Tensor &gradWeight) {
-  if (!gradWeight.present())
-    return Call("conv_backward_weight")
-        .arg("grad_out", gradOut)
-        .arg("input", input)
-        .fail("grad_weight must be present");
+  Call call("conv_backward_weight");
+  if (Status st = checkConvBackwardWeight(call, gradOut, input, gradWeight);
+      !st.ok())
+    return st;
   Tensor weight = gradWeight;
   weight.data = nullptr;
   return convBackwardImpl(input, weight, attrs, gradOut, Tensor(), gradWeight);
@@ -722,38 +636,25 @@ struct PoolGeom {
   bool countIncludePad = false;
 };
 
-/// The reason of a "call(args): reason" message.
-std::string reasonOf(const Status &st) {
-  const std::string &msg = st.message();
-  size_t at = msg.find("): ");
-  return at == std::string::npos ? msg : msg.substr(at + 3);
-}
-
-/// The CPU's checks and output shape (cpu::poolOutputShape), then `out`'s.
-Status poolGeometry(const Call &call, const Tensor &input,
-                    const PoolAttrs &attrs, const Tensor &out, PoolGeom &g) {
-  std::vector<int64_t> shape;
-  if (Status st = cpu::poolOutputShape(input, attrs, shape); !st.ok())
-    return call.fail(reasonOf(st), st.code());
-  if (!shapeIs(out, shape) || out.dtype != input.dtype)
-    return call.fail("result must be " + std::string(dtypeName(input.dtype)) +
-                     describe(I64s(shape)));
-  int dims = input.rank - 2;
-  g.dims = dims;
+/// The kernels' geometry of the checked windows `w` of `input`.
+PoolGeom poolGeom(const Tensor &input, const PoolAttrs &attrs,
+                  const Windows &w) {
+  PoolGeom g;
+  g.dims = w.dims;
   g.planes = input.shape[0] * input.shape[1];
   g.countIncludePad = attrs.countIncludePad;
-  for (int d = 0; d < dims; ++d) {
-    g.in[d] = input.shape[d + 2];
-    g.out[d] = shape[d + 2];
-    g.kernel[d] = attrs.kernelShape[d];
-    g.stride[d] = attrs.strides.empty() ? 1 : attrs.strides[d];
-    g.dil[d] = attrs.dilations.empty() ? 1 : attrs.dilations[d];
-    g.padBegin[d] = attrs.pads.empty() ? 0 : attrs.pads[d];
-    g.padEnd[d] = attrs.pads.empty() ? 0 : attrs.pads[d + dims];
+  for (int d = 0; d < w.dims; ++d) {
+    g.in[d] = w.in[d];
+    g.out[d] = w.out[d];
+    g.kernel[d] = w.kernel[d];
+    g.stride[d] = w.strides[d];
+    g.dil[d] = w.dilations[d];
+    g.padBegin[d] = w.padBegin[d];
+    g.padEnd[d] = w.padEnd[d];
     g.inSize *= g.in[d];
     g.outSize *= g.out[d];
   }
-  return Status();
+  return g;
 }
 
 /// Calls f(at) for each kernel position of window o in row-major order, with
@@ -985,37 +886,15 @@ unsigned planeBlocks(int64_t planes) {
   return static_cast<unsigned>(std::min<int64_t>(planes, 65535 * 8));
 }
 
-Status globalLayout(const Call &call, const Tensor &input, const Tensor &out,
-                    int64_t &planes, int64_t &size) {
-  if (!validRank(input) || input.rank < 3 || !validRank(out))
-    return call.fail("input must be [N, C, x...]");
-  if (input.dtype != DType::F32 && input.dtype != DType::F64)
-    return call.fail("expects f32 or f64", StatusCode::Unimplemented);
-  std::vector<int64_t> want(input.rank, 1);
-  want[0] = input.shape[0], want[1] = input.shape[1];
-  if (!shapeIs(out, want) || out.dtype != input.dtype)
-    return call.fail("result must be " + describe(I64s(want)));
-  planes = input.shape[0] * input.shape[1];
-  size = planes ? input.numel() / planes : 0;
-  return Status();
-}
-
 } // namespace
 
 Status maxPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out,
                const Tensor &indices) {
   Call call("max_pool");
-  call.arg("input", input)
-      .arg("kernel_shape", attrs.kernelShape)
-      .arg("strides", attrs.strides)
-      .arg("pads", attrs.pads)
-      .arg("out", out);
-  PoolGeom g;
-  if (Status st = poolGeometry(call, input, attrs, out, g); !st.ok())
+  Windows w;
+  if (Status st = checkMaxPool(call, input, attrs, out, indices, w); !st.ok())
     return st;
-  if (indices.present() &&
-      (indices.dtype != DType::I64 || !sameShape(indices, out)))
-    return call.fail("indices must be i64 with the result's shape");
+  PoolGeom g = poolGeom(input, attrs, w);
   int64_t n = out.numel();
   if (n == 0)
     return Status();
@@ -1034,15 +913,11 @@ Status maxPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out,
 Status maxPoolBackward(const Tensor &input, const PoolAttrs &attrs,
                        const Tensor &gradOut, const Tensor &gradIn) {
   Call call("max_pool_backward");
-  call.arg("input", input)
-      .arg("kernel_shape", attrs.kernelShape)
-      .arg("grad_out", gradOut)
-      .arg("grad_in", gradIn);
-  PoolGeom g;
-  if (Status st = poolGeometry(call, input, attrs, gradOut, g); !st.ok())
+  Windows w;
+  if (Status st = checkMaxPoolBackward(call, input, attrs, gradOut, gradIn, w);
+      !st.ok())
     return st;
-  if (!sameShape(gradIn, input) || gradIn.dtype != input.dtype)
-    return call.fail("grad_in must have the input's dtype and shape");
+  PoolGeom g = poolGeom(input, attrs, w);
   int64_t n = gradIn.numel();
   if (n == 0)
     return Status();
@@ -1088,14 +963,10 @@ Status maxPoolBackward(const Tensor &input, const PoolAttrs &attrs,
 
 Status avgPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out) {
   Call call("avg_pool");
-  call.arg("input", input)
-      .arg("kernel_shape", attrs.kernelShape)
-      .arg("strides", attrs.strides)
-      .arg("pads", attrs.pads)
-      .arg("out", out);
-  PoolGeom g;
-  if (Status st = poolGeometry(call, input, attrs, out, g); !st.ok())
+  Windows w;
+  if (Status st = checkAvgPool(call, input, attrs, out, w); !st.ok())
     return st;
+  PoolGeom g = poolGeom(input, attrs, w);
   int64_t n = out.numel();
   if (n == 0)
     return Status();
@@ -1113,15 +984,11 @@ Status avgPool(const Tensor &input, const PoolAttrs &attrs, const Tensor &out) {
 Status avgPoolBackward(const Tensor &input, const PoolAttrs &attrs,
                        const Tensor &gradOut, const Tensor &gradIn) {
   Call call("avg_pool_backward");
-  call.arg("input", input)
-      .arg("kernel_shape", attrs.kernelShape)
-      .arg("grad_out", gradOut)
-      .arg("grad_in", gradIn);
-  PoolGeom g;
-  if (Status st = poolGeometry(call, input, attrs, gradOut, g); !st.ok())
+  Windows w;
+  if (Status st = checkAvgPoolBackward(call, input, attrs, gradOut, gradIn, w);
+      !st.ok())
     return st;
-  if (!sameShape(gradIn, input) || gradIn.dtype != input.dtype)
-    return call.fail("grad_in must have the input's dtype and shape");
+  PoolGeom g = poolGeom(input, attrs, w);
   int64_t n = gradIn.numel();
   if (n == 0)
     return Status();
@@ -1138,9 +1005,8 @@ Status avgPoolBackward(const Tensor &input, const PoolAttrs &attrs,
 
 Status globalAvgPool(const Tensor &input, const Tensor &out) {
   Call call("global_avg_pool");
-  call.arg("input", input).arg("out", out);
   int64_t planes, size;
-  if (Status st = globalLayout(call, input, out, planes, size); !st.ok())
+  if (Status st = checkGlobalAvgPool(call, input, out, planes, size); !st.ok())
     return st;
   if (planes == 0)
     return Status();
@@ -1157,9 +1023,8 @@ Status globalAvgPool(const Tensor &input, const Tensor &out) {
 
 Status globalMaxPool(const Tensor &input, const Tensor &out) {
   Call call("global_max_pool");
-  call.arg("input", input).arg("out", out);
   int64_t planes, size;
-  if (Status st = globalLayout(call, input, out, planes, size); !st.ok())
+  if (Status st = checkGlobalMaxPool(call, input, out, planes, size); !st.ok())
     return st;
   if (planes == 0)
     return Status();

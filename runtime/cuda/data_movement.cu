@@ -24,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_layout.h"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -42,11 +43,19 @@ using namespace detail;
 
 namespace {
 
-using cpu::detail::broadcastStrides;
-using cpu::detail::normalizeAxis;
-using cpu::detail::shapeIs;
+using cpu::detail::checkConcat;
+using cpu::detail::checkExpand;
+using cpu::detail::checkGather;
+using cpu::detail::checkGatherBackward;
+using cpu::detail::checkPad;
+using cpu::detail::checkReshape;
+using cpu::detail::checkSlice;
+using cpu::detail::checkSliceBackward;
+using cpu::detail::checkSplit;
+using cpu::detail::checkTranspose;
+using cpu::detail::GatherLayout;
+using cpu::detail::SliceLayout;
 using cpu::detail::storeDouble;
-using cpu::detail::stridesOf;
 
 //===----------------------------------------------------------------------===//
 // Helpers
@@ -170,27 +179,6 @@ RowsCols rowsCols(int64_t rows, int64_t cols) {
   _Pragma("unroll 4") for (int64_t c =                                         \
                                int64_t(blockIdx.x) * blockDim.x + threadIdx.x; \
                            c < (cols); c += int64_t(blockDim.x) * gridDim.x)
-
-Status checkRanks(const Call &call, std::initializer_list<const Tensor *> ts) {
-  for (const Tensor *t : ts)
-    if (!validRank(*t))
-      return call.fail("rank above 8");
-  return Status();
-}
-
-bool validPerm(I64s perm, int rank, std::array<int64_t, kMaxRank> &inverse) {
-  if (static_cast<int>(perm.size()) != rank)
-    return false;
-  bool seen[kMaxRank] = {};
-  for (int i = 0; i < rank; ++i) {
-    int64_t p = perm[i];
-    if (p < 0 || p >= rank || seen[p])
-      return false;
-    seen[p] = true;
-    inverse[p] = i;
-  }
-  return true;
-}
 
 //===----------------------------------------------------------------------===//
 // Strided copies: transpose, expand, slice, sliceBackward
@@ -429,31 +417,6 @@ Status copyRows(const char *src, char *dst, int64_t rows, int64_t width,
   }
 }
 
-/// Checks that `parts` stack along `axis` into `whole`.
-Status checkStack(const Call &call, const Tensor *parts, int count,
-                  int64_t &axis, const Tensor &whole) {
-  if (!validRank(whole) || count < 1 || !parts)
-    return call.fail("needs at least one piece");
-  if (!normalizeAxis(axis, whole.rank))
-    return call.fail("axis out of range");
-  int64_t total = 0;
-  for (int k = 0; k < count; ++k) {
-    const Tensor &p = parts[k];
-    if (!validRank(p) || p.rank != whole.rank || p.dtype != whole.dtype)
-      return call.fail("piece " + std::to_string(k) + " (" + describe(p) +
-                       ") differs in rank or dtype");
-    for (int d = 0; d < whole.rank; ++d)
-      if (d != axis && p.shape[d] != whole.shape[d])
-        return call.fail("piece " + std::to_string(k) + " (" + describe(p) +
-                         ") differs off the axis");
-    total += p.shape[axis];
-  }
-  if (total != whole.shape[axis])
-    return call.fail("pieces add up to " + std::to_string(total) +
-                     " along the axis");
-  return Status();
-}
-
 /// Copies between the pieces and the whole: toWhole picks the direction.
 Status stack(const Tensor *parts, int count, int64_t axis, const Tensor &whole,
              bool toWhole) {
@@ -484,32 +447,6 @@ Status stack(const Tensor *parts, int count, int64_t axis, const Tensor &whole,
 //===----------------------------------------------------------------------===//
 // Gather and its scatter-add backward
 //===----------------------------------------------------------------------===//
-
-/// Checks a gather (shapes and dtypes, not the index values) and gives its
-/// [outer, dim, inner] layout; m is the number of indices.
-Status gatherLayout(const Call &call, const Tensor &data, const Tensor &indices,
-                    int64_t &axis, const Tensor &out, int64_t &outer,
-                    int64_t &dim, int64_t &inner) {
-  if (Status st = checkRanks(call, {&data, &indices, &out}); !st.ok())
-    return st;
-  if (indices.dtype != DType::I64 && indices.dtype != DType::I32)
-    return call.fail("indices must be i32 or i64");
-  if (!normalizeAxis(axis, data.rank))
-    return call.fail("axis out of range");
-  std::vector<int64_t> want(data.shape, data.shape + axis);
-  want.insert(want.end(), indices.shape, indices.shape + indices.rank);
-  want.insert(want.end(), data.shape + axis + 1, data.shape + data.rank);
-  if (!shapeIs(out, want) || out.dtype != data.dtype)
-    return call.fail("result must be " + std::string(dtypeName(data.dtype)) +
-                     describe(I64s(want)));
-  dim = data.shape[axis];
-  outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d)
-    outer *= data.shape[d];
-  for (int d = static_cast<int>(axis) + 1; d < data.rank; ++d)
-    inner *= data.shape[d];
-  return Status();
-}
 
 __device__ __forceinline__ int64_t loadIndex(const void *p, bool wide,
                                              int64_t j) {
@@ -590,10 +527,7 @@ Status checkIndices(const Call &call, const Tensor &indices, int64_t dim,
     v = v32;
   }
   DSC_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  return call.fail("index " + std::to_string(v) + " at " + std::to_string(j) +
-                       " outside [-" + std::to_string(dim) + ", " +
-                       std::to_string(dim) + ")",
-                   StatusCode::OutOfRange);
+  return cpu::detail::gatherIndexError(call, v, j, dim);
 }
 
 /// out[o, j, :] = data[o, wrap(indices[j]), :], rows of `inner` words.
@@ -771,60 +705,20 @@ Status launchPad(const Tensor &input, I64s pads, const Tensor &out,
   return launchPadAs<Word<N>, int64_t>(input, pads, out, fillBytes);
 }
 
-Status checkPad(const Call &call, const Tensor &small, I64s pads,
-                const Tensor &big) {
-  if (Status st = checkRanks(call, {&small, &big}); !st.ok())
-    return st;
-  int rank = small.rank;
-  if (static_cast<int>(pads.size()) != 2 * rank || big.rank != rank ||
-      big.dtype != small.dtype)
-    return call.fail("pads needs 2 * rank entries; dtypes and ranks agree");
-  for (int d = 0; d < rank; ++d)
-    if (big.shape[d] != small.shape[d] + pads[d] + pads[d + rank] ||
-        big.shape[d] < 0)
-      return call.fail(
-          "padded dim " + std::to_string(d) + " must be " +
-          std::to_string(small.shape[d] + pads[d] + pads[d + rank]));
-  return Status();
-}
-
 //===----------------------------------------------------------------------===//
 // Slices
 //===----------------------------------------------------------------------===//
 
-/// Checks a strided slice and gives the strides (in `d`, over part's shape)
-/// and base offset of the sliced elements inside `full`.
-Status sliceLayout(const Call &call, const Tensor &full, I64s offsets,
-                   I64s strides, const Tensor &part, Dims &d, int64_t &base) {
-  if (Status st = checkRanks(call, {&full, &part}); !st.ok())
-    return st;
-  int rank = full.rank;
-  if (part.rank != rank || static_cast<int>(offsets.size()) != rank ||
-      static_cast<int>(strides.size()) != rank)
-    return call.fail("offsets, strides and the slice need the input's rank");
-  if (part.dtype != full.dtype)
-    return call.fail("dtypes differ");
-  auto fs = stridesOf(full);
-  base = 0;
-  d = Dims();
-  d.rank = rank;
-  for (int k = 0; k < rank; ++k) {
-    int64_t size = part.shape[k];
-    d.size[k] = size;
-    if (strides[k] == 0)
-      return call.fail("stride of dim " + std::to_string(k) + " is zero");
-    if (size == 0)
-      continue;
-    int64_t last = offsets[k] + (size - 1) * strides[k];
-    if (offsets[k] < 0 || offsets[k] >= full.shape[k] || last < 0 ||
-        last >= full.shape[k])
-      return call.fail("dim " + std::to_string(k) + " reads outside [0, " +
-                           std::to_string(full.shape[k]) + ")",
-                       StatusCode::OutOfRange);
-    base += offsets[k] * fs[k];
-    d.stride[k] = strides[k] * fs[k];
+/// The strided walk over a slice `part` laid out by `l` (sizes of part,
+/// strides in the full tensor).
+Dims sliceDims(const Tensor &part, const SliceLayout &l) {
+  Dims d;
+  d.rank = part.rank;
+  for (int k = 0; k < part.rank; ++k) {
+    d.size[k] = part.shape[k];
+    d.stride[k] = l.strides[k];
   }
-  return Status();
+  return d;
 }
 
 } // namespace
@@ -835,11 +729,8 @@ Status sliceLayout(const Call &call, const Tensor &full, I64s offsets,
 
 Status reshape(const Tensor &input, const Tensor &out) {
   Call call("reshape");
-  call.arg("input", input).arg("out", out);
-  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+  if (Status st = checkReshape(call, input, out); !st.ok())
     return st;
-  if (input.dtype != out.dtype || input.numel() != out.numel())
-    return call.fail("dtype and element count must be kept");
   if (input.data != out.data && input.nbytes() > 0)
     DSC_CUDA_CHECK(cudaMemcpyAsync(out.data, input.data, input.nbytes(),
                                    cudaMemcpyDeviceToDevice, stream()));
@@ -848,23 +739,14 @@ Status reshape(const Tensor &input, const Tensor &out) {
 
 Status transpose(const Tensor &input, I64s perm, const Tensor &out) {
   Call call("transpose");
-  call.arg("input", input).arg("perm", perm).arg("out", out);
-  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+  std::array<int64_t, kMaxRank> strides;
+  if (Status st = checkTranspose(call, input, perm, out, strides); !st.ok())
     return st;
-  std::array<int64_t, kMaxRank> inverse{};
-  if (!validPerm(perm, input.rank, inverse))
-    return call.fail("perm is not a permutation of the input dims");
-  if (out.dtype != input.dtype || out.rank != input.rank)
-    return call.fail("result must have the input's dtype and rank");
-  auto inStrides = stridesOf(input);
   Dims d;
   d.rank = out.rank;
   for (int i = 0; i < out.rank; ++i) {
-    if (out.shape[i] != input.shape[perm[i]])
-      return call.fail("result dim " + std::to_string(i) + " must be " +
-                       std::to_string(input.shape[perm[i]]));
     d.size[i] = out.shape[i];
-    d.stride[i] = inStrides[perm[i]];
+    d.stride[i] = strides[i];
   }
   int64_t n = out.numel();
   if (n == 0)
@@ -888,12 +770,9 @@ Status transpose(const Tensor &input, I64s perm, const Tensor &out) {
 
 Status expand(const Tensor &input, const Tensor &out) {
   Call call("expand");
-  call.arg("input", input).arg("out", out);
-  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
-    return st;
   std::array<int64_t, kMaxRank> strides;
-  if (input.dtype != out.dtype || !broadcastStrides(input, out, strides))
-    return call.fail("input must broadcast to the result, same dtype");
+  if (Status st = checkExpand(call, input, out, strides); !st.ok())
+    return st;
   int64_t n = out.numel();
   if (n == 0)
     return Status();
@@ -910,32 +789,22 @@ Status expand(const Tensor &input, const Tensor &out) {
 Status slice(const Tensor &input, I64s offsets, I64s strides,
              const Tensor &out) {
   Call call("slice");
-  call.arg("input", input)
-      .arg("offsets", offsets)
-      .arg("strides", strides)
-      .arg("out", out);
-  Dims d;
-  int64_t base = 0;
-  if (Status st = sliceLayout(call, input, offsets, strides, out, d, base);
-      !st.ok())
+  SliceLayout l;
+  if (Status st = checkSlice(call, input, offsets, strides, out, l); !st.ok())
     return st;
   int64_t n = out.numel();
   if (n == 0)
     return Status();
-  return copyStrided(input.data, out.data, dtypeSize(out.dtype), d, base, n,
-                     false);
+  return copyStrided(input.data, out.data, dtypeSize(out.dtype),
+                     sliceDims(out, l), l.base, n, false);
 }
 
 Status sliceBackward(const Tensor &gradOut, I64s offsets, I64s strides,
                      const Tensor &gradIn) {
   Call call("slice_backward");
-  call.arg("grad_out", gradOut)
-      .arg("offsets", offsets)
-      .arg("strides", strides)
-      .arg("grad_in", gradIn);
-  Dims d;
-  int64_t base = 0;
-  if (Status st = sliceLayout(call, gradIn, offsets, strides, gradOut, d, base);
+  SliceLayout l;
+  if (Status st =
+          checkSliceBackward(call, gradOut, offsets, strides, gradIn, l);
       !st.ok())
     return st;
   if (gradIn.nbytes() > 0)
@@ -945,23 +814,21 @@ Status sliceBackward(const Tensor &gradOut, I64s offsets, I64s strides,
     return Status();
   // A slice reads each element at most once (nonzero strides, in-range
   // positions), so the scatter writes every gradIn element at most once.
-  return copyStrided(gradOut.data, gradIn.data, dtypeSize(gradIn.dtype), d,
-                     base, n, true);
+  return copyStrided(gradOut.data, gradIn.data, dtypeSize(gradIn.dtype),
+                     sliceDims(gradOut, l), l.base, n, true);
 }
 
 Status concat(const Tensor *inputs, int count, int64_t axis,
               const Tensor &out) {
   Call call("concat");
-  call.arg("count", count).arg("axis", axis).arg("out", out);
-  if (Status st = checkStack(call, inputs, count, axis, out); !st.ok())
+  if (Status st = checkConcat(call, inputs, count, axis, out); !st.ok())
     return st;
   return stack(inputs, count, axis, out, true);
 }
 
 Status split(const Tensor &input, int64_t axis, const Tensor *outs, int count) {
   Call call("split");
-  call.arg("input", input).arg("axis", axis).arg("count", count);
-  if (Status st = checkStack(call, outs, count, axis, input); !st.ok())
+  if (Status st = checkSplit(call, input, axis, outs, count); !st.ok())
     return st;
   return stack(outs, count, axis, input, false);
 }
@@ -969,15 +836,10 @@ Status split(const Tensor &input, int64_t axis, const Tensor *outs, int count) {
 Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
               const Tensor &out) {
   Call call("gather");
-  call.arg("data", data)
-      .arg("indices", indices)
-      .arg("axis", axis)
-      .arg("out", out);
-  int64_t outer, dim, inner;
-  if (Status st =
-          gatherLayout(call, data, indices, axis, out, outer, dim, inner);
-      !st.ok())
+  GatherLayout l;
+  if (Status st = checkGather(call, data, indices, axis, out, l); !st.ok())
     return st;
+  int64_t outer = l.outer, dim = l.dim, inner = l.inner;
   int64_t m = indices.numel();
   if (m > 0) {
     void *flag = nullptr;
@@ -1015,15 +877,12 @@ Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
 Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
                       int64_t axis, const Tensor &gradData) {
   Call call("gather_backward");
-  call.arg("grad_out", gradOut)
-      .arg("indices", indices)
-      .arg("axis", axis)
-      .arg("grad_data", gradData);
-  int64_t outer, dim, inner;
-  if (Status st = gatherLayout(call, gradData, indices, axis, gradOut, outer,
-                               dim, inner);
+  GatherLayout l;
+  if (Status st =
+          checkGatherBackward(call, gradOut, indices, axis, gradData, l);
       !st.ok())
     return st;
+  int64_t outer = l.outer, dim = l.dim, inner = l.inner;
   int64_t m = indices.numel();
   // The sort runs on 32-bit keys and positions.
   if (m > INT32_MAX || dim > static_cast<int64_t>(UINT32_MAX))
@@ -1095,7 +954,6 @@ Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
 
 Status pad(const Tensor &input, I64s pads, double value, const Tensor &out) {
   Call call("pad");
-  call.arg("input", input).arg("pads", pads).arg("out", out);
   if (Status st = checkPad(call, input, pads, out); !st.ok())
     return st;
   if (out.numel() == 0)

@@ -1,9 +1,10 @@
 //===- elementwise.cu - CUDA kernels: elementwise, cast, fill, dropout ----===//
 //
 // The elementwise ops of kernels.h. Each call checks its operands on the
-// host exactly as its CPU reference does (same Call messages and status
-// codes), returns at once for zero elements, and otherwise enqueues one
-// grid-stride kernel on the rank's compute stream.
+// host with its CPU reference's own checks (cpu/checks_math.h, and
+// cpu/checks_layout.h for trilu: the same Call messages and status codes),
+// returns at once for zero elements, and otherwise enqueues one grid-stride
+// kernel on the rank's compute stream.
 //
 // Kernels are templated on the element type only; the op is a kernel
 // argument (a warp-uniform switch), which keeps the instantiations few.
@@ -28,63 +29,35 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_layout.h"
+#include "cpu/checks_math.h"
 #include "cuda/common.cuh"
 #include "cuda/elementwise_ops.cuh"
 #include "cuda/kernels.h"
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <type_traits>
-#include <vector>
 
 namespace dsc::cuda {
 
 using namespace detail;
 using namespace ops;
-using cpu::detail::broadcastShape;
-using cpu::detail::shapeIs;
+// The host-side checks are the CPU kernels' own (cpu/checks_math.h).
+using cpu::detail::binaryName;
+using cpu::detail::checkBinary;
+using cpu::detail::checkCast;
+using cpu::detail::checkClip;
+using cpu::detail::checkDropout;
+using cpu::detail::checkFill;
+using cpu::detail::checkGelu;
+using cpu::detail::checkLeakyRelu;
+using cpu::detail::checkUnary;
+using cpu::detail::checkWhere;
+using cpu::detail::unaryName;
+using cpu::detail::UnaryPath;
 
 namespace {
-
-//===----------------------------------------------------------------------===//
-// Names and host-side checks (as in cpu/kernels.cpp)
-//===----------------------------------------------------------------------===//
-
-const char *unaryName(UnaryOp op) {
-  static const char *names[] = {"neg",     "abs",        "exp",      "log",
-                                "sqrt",    "reciprocal", "tanh",     "erf",
-                                "sigmoid", "relu",       "floor",    "ceil",
-                                "sin",     "cos",        "softplus", "not"};
-  return names[static_cast<int>(op)];
-}
-
-const char *binaryName(BinaryOp op) {
-  static const char *names[] = {"add",        "sub",     "mul",          "div",
-                                "pow",        "max",     "min",          "and",
-                                "or",         "xor",     "equal",        "less",
-                                "less_equal", "greater", "greater_equal"};
-  return names[static_cast<int>(op)];
-}
-
-/// Checks an elementwise call: float input, out of the same dtype and shape.
-Status checkSameFloat(const Call &call, const Tensor &in, const Tensor &out) {
-  if (!validRank(in) || !validRank(out))
-    return call.fail("rank above 8");
-  if (!isFloat(in.dtype) || (in.dtype != DType::F32 && in.dtype != DType::F64))
-    return call.fail("expects f32 or f64", StatusCode::Unimplemented);
-  if (out.dtype != in.dtype || !sameShape(in, out))
-    return call.fail("result must have the input's dtype and shape");
-  if (!in.present() || !out.present())
-    return call.fail("missing data");
-  return Status();
-}
-
-/// The arithmetic dtypes binary and clip accept (cpu dispatchArith).
-bool isArith(DType t) {
-  return t == DType::F32 || t == DType::F64 || t == DType::I64 ||
-         t == DType::I32 || t == DType::I8 || t == DType::U8;
-}
 
 template <typename T> inline T *ptr(const Tensor &t) {
   return static_cast<T *>(t.data);
@@ -585,29 +558,21 @@ template <typename Fn> Status dispatchBytes(size_t bytes, Fn &&fn) {
 //===----------------------------------------------------------------------===//
 
 Status unary(UnaryOp op, const Tensor &input, const Tensor &out) {
-  Call call(unaryName(op));
-  call.arg("input", input).arg("out", out);
   const char *name = unaryName(op);
-  if (op == UnaryOp::Not) {
-    if (input.dtype != DType::Bool || out.dtype != DType::Bool ||
-        !sameShape(input, out))
-      return call.fail("expects bool input and result of the same shape");
-    int64_t n = input.numel();
-    if (n == 0)
-      return Status();
+  Call call(name);
+  UnaryPath path;
+  if (Status st = checkUnary(call, op, input, out, path); !st.ok())
+    return st;
+  int64_t n = input.numel();
+  if (n == 0)
+    return Status();
+  if (path == UnaryPath::Not) {
     notKernel<<<grid(n), kThreads, 0, stream()>>>(ptr<const uint8_t>(input),
                                                   ptr<uint8_t>(out), n);
     DSC_CUDA_LAUNCHED(name);
     return Status();
   }
-  if ((op == UnaryOp::Neg || op == UnaryOp::Abs) &&
-      (input.dtype == DType::I64 || input.dtype == DType::I32 ||
-       input.dtype == DType::I8)) {
-    if (out.dtype != input.dtype || !sameShape(input, out))
-      return call.fail("result must have the input's dtype and shape");
-    int64_t n = input.numel();
-    if (n == 0)
-      return Status();
+  if (path == UnaryPath::SignedInt) {
     bool neg = op == UnaryOp::Neg;
     dim3 g = grid(n);
     cudaStream_t s = stream();
@@ -623,11 +588,6 @@ Status unary(UnaryOp op, const Tensor &input, const Tensor &out) {
     DSC_CUDA_LAUNCHED(name);
     return Status();
   }
-  if (Status st = checkSameFloat(call, input, out); !st.ok())
-    return st;
-  int64_t n = input.numel();
-  if (n == 0)
-    return Status();
   if (input.dtype == DType::F32)
     unaryFloatKernel<float><<<grid(n), kThreads, 0, stream()>>>(
         op, ptr<const float>(input), ptr<float>(out), n);
@@ -640,8 +600,7 @@ Status unary(UnaryOp op, const Tensor &input, const Tensor &out) {
 
 Status leakyRelu(const Tensor &input, double alpha, const Tensor &out) {
   Call call("leaky_relu");
-  call.arg("input", input).raw("alpha", std::to_string(alpha)).arg("out", out);
-  if (Status st = checkSameFloat(call, input, out); !st.ok())
+  if (Status st = checkLeakyRelu(call, input, alpha, out); !st.ok())
     return st;
   int64_t n = input.numel();
   if (n == 0)
@@ -658,8 +617,7 @@ Status leakyRelu(const Tensor &input, double alpha, const Tensor &out) {
 
 Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out) {
   Call call("gelu");
-  call.arg("input", input).arg("out", out);
-  if (Status st = checkSameFloat(call, input, out); !st.ok())
+  if (Status st = checkGelu(call, input, out); !st.ok())
     return st;
   int64_t n = input.numel();
   if (n == 0)
@@ -677,13 +635,9 @@ Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out) {
 Status clip(const Tensor &input, std::optional<double> min,
             std::optional<double> max, const Tensor &out) {
   Call call("clip");
-  call.arg("input", input).arg("out", out);
-  if (out.dtype != input.dtype || !sameShape(input, out))
-    return call.fail("result must have the input's dtype and shape");
-  double lo = min.value_or(-std::numeric_limits<double>::infinity());
-  double hi = max.value_or(std::numeric_limits<double>::infinity());
-  if (!isArith(input.dtype))
-    return call.fail("unsupported dtype", StatusCode::Unimplemented);
+  double lo, hi;
+  if (Status st = checkClip(call, input, min, max, out, lo, hi); !st.ok())
+    return st;
   if (input.numel() == 0)
     return Status();
   switch (input.dtype) {
@@ -705,30 +659,10 @@ Status clip(const Tensor &input, std::optional<double> min,
 Status binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
               const Tensor &out) {
   Call call(binaryName(op));
-  call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
-  if (!validRank(lhs) || !validRank(rhs) || !validRank(out))
-    return call.fail("rank above 8");
-  if (lhs.dtype != rhs.dtype)
-    return call.fail("operand dtypes differ");
-  std::vector<int64_t> shape;
-  if (!broadcastShape(lhs, rhs, shape))
-    return call.fail("operand shapes do not broadcast");
-  if (!shapeIs(out, shape))
-    return call.fail("result shape must be " + describe(I64s(shape)));
-  DType want = isCompare(op) ? DType::Bool : lhs.dtype;
-  if (out.dtype != want)
-    return call.fail(std::string("result dtype must be ") + dtypeName(want));
-  bool logical =
-      op == BinaryOp::And || op == BinaryOp::Or || op == BinaryOp::Xor;
-  if (lhs.dtype == DType::Bool) {
-    if (!isCompare(op) && !logical)
-      return call.fail("bool operands take only and/or/xor and comparisons");
+  if (Status st = checkBinary(call, op, lhs, rhs, out); !st.ok())
+    return st;
+  if (lhs.dtype == DType::Bool)
     return launchBinary<uint8_t>(call, op, true, lhs, rhs, out);
-  }
-  if (!isArith(lhs.dtype))
-    return call.fail("unsupported dtype", StatusCode::Unimplemented);
-  if (logical)
-    return call.fail("and/or/xor take bool operands");
   switch (lhs.dtype) {
   case DType::F32:
     return launchBinary<float>(call, op, false, lhs, rhs, out);
@@ -748,19 +682,8 @@ Status binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs,
 Status where(const Tensor &cond, const Tensor &x, const Tensor &y,
              const Tensor &out) {
   Call call("where");
-  call.arg("cond", cond).arg("x", x).arg("y", y).arg("out", out);
-  if (!validRank(cond) || !validRank(x) || !validRank(y) || !validRank(out))
-    return call.fail("rank above 8");
-  if (cond.dtype != DType::Bool)
-    return call.fail("cond must be bool");
-  if (x.dtype != y.dtype || out.dtype != x.dtype)
-    return call.fail("x, y and the result must share a dtype");
-  std::vector<int64_t> xy, all;
-  if (!broadcastShape(x, y, xy))
-    return call.fail("shapes do not broadcast");
-  Tensor tmp = Tensor::of(nullptr, x.dtype, xy);
-  if (!broadcastShape(cond, tmp, all) || !shapeIs(out, all))
-    return call.fail("result shape must be the broadcast of all three");
+  if (Status st = checkWhere(call, cond, x, y, out); !st.ok())
+    return st;
   if (out.numel() == 0)
     return Status();
   return dispatchBytes(dtypeSize(out.dtype), [&](auto tag) {
@@ -770,9 +693,8 @@ Status where(const Tensor &cond, const Tensor &x, const Tensor &y,
 
 Status cast(const Tensor &input, const Tensor &out) {
   Call call("cast");
-  call.arg("input", input).arg("out", out);
-  if (!validRank(input) || !sameShape(input, out))
-    return call.fail("result must have the input's shape");
+  if (Status st = checkCast(call, input, out); !st.ok())
+    return st;
   int64_t n = input.numel();
   if (n == 0)
     return Status();
@@ -796,11 +718,8 @@ Status cast(const Tensor &input, const Tensor &out) {
 
 Status fill(const Tensor &out, double value) {
   Call call("fill");
-  call.arg("out", out).raw("value", std::to_string(value));
-  if (!validRank(out))
-    return call.fail("rank above 8");
-  if (!out.present() && out.numel() != 0)
-    return call.fail("result must be present");
+  if (Status st = checkFill(call, out, value); !st.ok())
+    return st;
   int64_t n = out.numel();
   if (n == 0)
     return Status();
@@ -821,22 +740,8 @@ Status fill(const Tensor &out, double value) {
 Status dropout(const Tensor &input, double ratio, uint64_t seed,
                const Tensor &out, const Tensor &mask) {
   Call call("dropout");
-  call.arg("input", input)
-      .raw("ratio", std::to_string(ratio))
-      .raw("seed", std::to_string(seed))
-      .arg("out", out)
-      .arg("mask", mask);
-  // cpu checkFloat(call, {&input, &out}, input.dtype)
-  if (input.dtype != DType::F32 && input.dtype != DType::F64)
-    return call.fail("expects f32 or f64", StatusCode::Unimplemented);
-  for (const Tensor *t : {&input, &out})
-    if (t->present() && (!validRank(*t) || t->dtype != input.dtype))
-      return call.fail("operands and results must share one float dtype");
-  if (!sameShape(input, out) || (mask.present() && (mask.dtype != DType::Bool ||
-                                                    !sameShape(input, mask))))
-    return call.fail("result and mask (bool) must have the input's shape");
-  if (!(ratio >= 0 && ratio <= 1))
-    return call.fail("ratio must be in [0, 1]");
+  if (Status st = checkDropout(call, input, ratio, seed, out, mask); !st.ok())
+    return st;
   if (input.numel() == 0)
     return Status();
   if (input.dtype == DType::F32)
@@ -846,11 +751,8 @@ Status dropout(const Tensor &input, double ratio, uint64_t seed,
 
 Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out) {
   Call call("trilu");
-  call.arg("input", input).arg("k", k).arg("out", out);
-  if (!validRank(input) || !validRank(out))
-    return call.fail("rank above 8");
-  if (input.rank < 2 || !sameShape(input, out) || input.dtype != out.dtype)
-    return call.fail("needs rank >= 2 and a result like the input");
+  if (Status st = cpu::detail::checkTrilu(call, input, k, out); !st.ok())
+    return st;
   int64_t rows = input.shape[input.rank - 2],
           cols = input.shape[input.rank - 1];
   if (input.numel() == 0)

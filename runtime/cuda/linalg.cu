@@ -24,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_layout.h"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -35,13 +36,16 @@
 namespace dsc::cuda {
 
 using namespace detail;
+using cpu::detail::checkGemm;
+using cpu::detail::checkMatmul;
+using cpu::detail::FloatTypes;
+using cpu::detail::GemmLayout;
+using cpu::detail::MatmulLayout;
 
 namespace {
 
-bool gemmDtype(DType t) {
-  return t == DType::F32 || t == DType::F64 || t == DType::F16 ||
-         t == DType::BF16;
-}
+/// cuBLASLt's dtypes, beyond the CPU's f32 and f64.
+constexpr FloatTypes kGemmTypes = FloatTypes::F32F64F16BF16;
 
 cudaDataType_t cudaTypeOf(DType t) {
   switch (t) {
@@ -497,46 +501,6 @@ Status broadcastScale(const Tensor &c, const Tensor &out, double scale) {
   return Status();
 }
 
-/// The shapes of a numpy matmul, 1-D operands promoted (as the CPU's).
-struct MatmulLayout {
-  int64_t m, k, n;
-  Tensor lhsBatch, rhsBatch, outBatch; // batch dims only, data unused
-};
-
-Status matmulLayout(const Call &call, const Tensor &lhs, const Tensor &rhs,
-                    const Tensor &out, MatmulLayout &l) {
-  if (!validRank(lhs) || !validRank(rhs) || !validRank(out))
-    return call.fail("rank above 8");
-  if (lhs.rank < 1 || rhs.rank < 1)
-    return call.fail("operands need rank >= 1");
-  if (lhs.dtype != rhs.dtype || out.dtype != lhs.dtype || !gemmDtype(lhs.dtype))
-    return call.fail(
-        "expects f32, f64, f16 or bf16 operands and result of one dtype");
-  l.m = lhs.rank >= 2 ? lhs.shape[lhs.rank - 2] : 1;
-  l.k = lhs.shape[lhs.rank - 1];
-  int64_t k2 = rhs.rank >= 2 ? rhs.shape[rhs.rank - 2] : rhs.shape[0];
-  l.n = rhs.rank >= 2 ? rhs.shape[rhs.rank - 1] : 1;
-  if (l.k != k2)
-    return call.fail("inner dims " + std::to_string(l.k) + " vs " +
-                     std::to_string(k2));
-  l.lhsBatch = Tensor::of(nullptr, lhs.dtype,
-                          I64s(lhs.shape, std::max(lhs.rank - 2, 0)));
-  l.rhsBatch = Tensor::of(nullptr, rhs.dtype,
-                          I64s(rhs.shape, std::max(rhs.rank - 2, 0)));
-  std::vector<int64_t> batch;
-  if (!cpu::detail::broadcastShape(l.lhsBatch, l.rhsBatch, batch))
-    return call.fail("batch dims do not broadcast");
-  l.outBatch = Tensor::of(nullptr, out.dtype, batch);
-  std::vector<int64_t> want = batch;
-  if (lhs.rank >= 2)
-    want.push_back(l.m);
-  if (rhs.rank >= 2)
-    want.push_back(l.n);
-  if (!cpu::detail::shapeIs(out, want))
-    return call.fail("result shape must be " + describe(I64s(want)));
-  return Status();
-}
-
 /// `t` with its last two dims swapped (the shape only: a transposed read).
 Tensor swapLastTwo(const Tensor &t) {
   Tensor v = t;
@@ -545,17 +509,12 @@ Tensor swapLastTwo(const Tensor &t) {
   return v;
 }
 
-/// numpy matmul of op(lhs) and op(rhs), op the transpose of the last two
-/// dims where tl / tr say so (cuBLASLt reads the stored operand transposed).
-Status matmulImpl(const Call &call, const Tensor &storedLhs, bool tl,
-                  const Tensor &storedRhs, bool tr, const Tensor &out) {
-  if ((tl && storedLhs.rank < 2) || (tr && storedRhs.rank < 2))
-    return call.fail("a transposed operand needs rank >= 2");
-  const Tensor lhs = tl ? swapLastTwo(storedLhs) : storedLhs;
-  const Tensor rhs = tr ? swapLastTwo(storedRhs) : storedRhs;
-  MatmulLayout l;
-  if (Status st = matmulLayout(call, lhs, rhs, out, l); !st.ok())
-    return st;
+/// numpy matmul of lhs and rhs, checked into `l`: each the view of a stored
+/// operand, transposed in its last two dims where tl / tr say so (cuBLASLt
+/// reads the stored operand transposed).
+Status matmulImpl(const Call &call, const Tensor &lhs, bool tl,
+                  const Tensor &rhs, bool tr, const Tensor &out,
+                  const MatmulLayout &l) {
   if (out.numel() == 0)
     return Status();
   if (l.k == 0) {
@@ -632,8 +591,10 @@ Status matmulImpl(const Call &call, const Tensor &storedLhs, bool tl,
 
 Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out) {
   Call call("matmul");
-  call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
-  return matmulImpl(call, lhs, false, rhs, false, out);
+  MatmulLayout l;
+  if (Status st = checkMatmul(call, lhs, rhs, out, kGemmTypes, l); !st.ok())
+    return st;
+  return matmulImpl(call, lhs, false, rhs, false, out, l);
 }
 
 Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
@@ -644,32 +605,26 @@ Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
       .arg("rhs", rhs)
       .raw("trans_rhs", transRhs ? "true" : "false")
       .arg("out", out);
-  return matmulImpl(call, lhs, transLhs, rhs, transRhs, out);
+  if ((transLhs && lhs.rank < 2) || (transRhs && rhs.rank < 2))
+    return call.fail("a transposed operand needs rank >= 2");
+  const Tensor opLhs = transLhs ? swapLastTwo(lhs) : lhs;
+  const Tensor opRhs = transRhs ? swapLastTwo(rhs) : rhs;
+  MatmulLayout l;
+  if (Status st =
+          cpu::detail::matmulLayout(call, opLhs, opRhs, out, kGemmTypes, l);
+      !st.ok())
+    return st;
+  return matmulImpl(call, opLhs, transLhs, opRhs, transRhs, out, l);
 }
 
 Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
             const GemmAttrs &attrs, const Tensor &out) {
   Call call("gemm");
-  call.arg("a", a).arg("b", b).arg("c", c).arg("out", out);
-  if (!validRank(a) || !validRank(b) || !validRank(c) || !validRank(out))
-    return call.fail("rank above 8");
-  if (a.rank != 2 || b.rank != 2)
-    return call.fail("a and b must be matrices");
-  if (a.dtype != b.dtype || out.dtype != a.dtype ||
-      (c.present() && c.dtype != a.dtype) || !gemmDtype(a.dtype))
-    return call.fail("expects f32, f64, f16 or bf16 operands of one dtype");
-  int64_t m = attrs.transA ? a.shape[1] : a.shape[0];
-  int64_t k = attrs.transA ? a.shape[0] : a.shape[1];
-  int64_t k2 = attrs.transB ? b.shape[1] : b.shape[0];
-  int64_t n = attrs.transB ? b.shape[0] : b.shape[1];
-  if (k != k2)
-    return call.fail("inner dims " + std::to_string(k) + " vs " +
-                     std::to_string(k2));
-  if (!cpu::detail::shapeIs(out, {m, n}))
-    return call.fail("result shape must be " + describe({m, n}));
-  std::array<int64_t, kMaxRank> cs{};
-  if (c.present() && !cpu::detail::broadcastStrides(c, out, cs))
-    return call.fail("c does not broadcast to [M, N]");
+  GemmLayout l;
+  if (Status st = checkGemm(call, a, b, c, attrs, out, kGemmTypes, l); !st.ok())
+    return st;
+  int64_t m = l.m, n = l.n, k = l.k;
+  const std::array<int64_t, kMaxRank> &cs = l.cStrides;
   if (m == 0 || n == 0)
     return Status();
   // beta == 0 ignores c (as BLAS does): no 0 * inf.

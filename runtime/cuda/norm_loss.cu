@@ -1,7 +1,7 @@
 //===- norm_loss.cu - CUDA kernels: norms, softmax, losses ----------------===//
 //
-// The CUDA versions of cpu/norm_loss.cpp, with its argument checks and
-// messages. Numerics:
+// The CUDA versions of cpu/norm_loss.cpp, with its argument checks
+// (cpu/checks_math.h, so the same messages). Numerics:
 //
 //  - Every reduction (batch statistics, row statistics, loss totals, column
 //    sums of layer-norm gradients) accumulates in double, for f32 as for
@@ -38,6 +38,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_math.h"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -51,24 +52,24 @@
 namespace dsc::cuda {
 
 using namespace detail;
-using cpu::detail::normalizeAxis;
-using cpu::detail::shapeIs;
+using cpu::detail::checkBatchNorm;
+using cpu::detail::checkBatchNormTrain;
+using cpu::detail::checkBatchNormTrainBackward;
+using cpu::detail::checkLayerNorm;
+using cpu::detail::checkLayerNormBackward;
+using cpu::detail::checkNllLoss;
+using cpu::detail::checkNllLossBackward;
+using cpu::detail::checkSoftmax;
+using cpu::detail::checkSoftmaxBackward;
+using cpu::detail::checkSoftmaxCrossEntropy;
+using cpu::detail::checkSoftmaxCrossEntropyBackward;
+using cpu::detail::LossShape;
 
 namespace {
 
 //===----------------------------------------------------------------------===//
 // Host-side helpers
 //===----------------------------------------------------------------------===//
-
-Status checkFloat(const Call &call, std::initializer_list<const Tensor *> ts,
-                  DType dtype) {
-  if (dtype != DType::F32 && dtype != DType::F64)
-    return call.fail("expects f32 or f64", StatusCode::Unimplemented);
-  for (const Tensor *t : ts)
-    if (t->present() && (!validRank(*t) || t->dtype != dtype))
-      return call.fail("operands and results must share one float dtype");
-  return Status();
-}
 
 /// Carves one scratch() request into 256-byte aligned pieces.
 struct ScratchPlan {
@@ -351,13 +352,6 @@ Status checkLabelFlag(const Call &call, const LabelView &labels) {
 //===----------------------------------------------------------------------===//
 
 namespace {
-
-/// [N, C, rest...] as (N, C, rest) for per-channel statistics.
-void channelLayout(const Tensor &x, int64_t &n, int64_t &c, int64_t &s) {
-  n = x.shape[0], c = x.shape[1], s = 1;
-  for (int d = 2; d < x.rank; ++d)
-    s *= x.shape[d];
-}
 
 enum BnPass : int { kBnSum = 0, kBnSquares = 1, kBnGrads = 2 };
 
@@ -677,32 +671,12 @@ Status batchNormTrain(const Tensor &input, const Tensor &scale,
                       const Tensor &newRunningVar, const Tensor &saveMean,
                       const Tensor &saveInvStd) {
   Call call("batch_norm_train");
-  call.arg("input", input)
-      .arg("scale", scale)
-      .arg("bias", bias)
-      .arg("running_mean", runningMean)
-      .arg("running_var", runningVar)
-      .arg("out", out);
-  if (Status st =
-          checkFloat(call,
-                     {&input, &scale, &bias, &runningMean, &runningVar, &out,
-                      &newRunningMean, &newRunningVar, &saveMean, &saveInvStd},
-                     input.dtype);
+  int64_t n, c, s;
+  if (Status st = checkBatchNormTrain(
+          call, input, scale, bias, runningMean, runningVar, out,
+          newRunningMean, newRunningVar, saveMean, saveInvStd, n, c, s);
       !st.ok())
     return st;
-  if (input.rank < 2 || !sameShape(input, out))
-    return call.fail("input must be [N, C, ...] and the result like it");
-  int64_t n, c, s;
-  channelLayout(input, n, c, s);
-  for (const Tensor *t :
-       {&scale, &bias, &runningMean, &runningVar, &newRunningMean,
-        &newRunningVar, &saveMean, &saveInvStd})
-    if (t->present() && !shapeIs(*t, {c}))
-      return call.fail("per-channel operands must be [" + std::to_string(c) +
-                       "]");
-  if (!scale.present() || !bias.present() || !runningMean.present() ||
-      !runningVar.present())
-    return call.fail("scale, bias and running statistics are required");
   if (Status st = checkChannels(call, c); !st.ok())
     return st;
   if (input.dtype == DType::F32)
@@ -719,21 +693,11 @@ Status batchNormTrainBackward(const Tensor &input, const Tensor &scale,
                               const Tensor &gradIn, const Tensor &gradScale,
                               const Tensor &gradBias) {
   Call call("batch_norm_train_backward");
-  call.arg("input", input).arg("scale", scale).arg("grad_out", gradOut);
-  if (Status st = checkFloat(
-          call, {&input, &scale, &gradOut, &gradIn, &gradScale, &gradBias},
-          input.dtype);
+  int64_t n, c, s;
+  if (Status st = checkBatchNormTrainBackward(
+          call, input, scale, gradOut, gradIn, gradScale, gradBias, n, c, s);
       !st.ok())
     return st;
-  if (input.rank < 2 || !sameShape(input, gradOut) ||
-      (gradIn.present() && !sameShape(input, gradIn)))
-    return call.fail("grad_out and grad_in must have the input's shape");
-  int64_t n, c, s;
-  channelLayout(input, n, c, s);
-  for (const Tensor *t : {&scale, &gradScale, &gradBias})
-    if (t->present() && !shapeIs(*t, {c}))
-      return call.fail("per-channel operands must be [" + std::to_string(c) +
-                       "]");
   if (Status st = checkChannels(call, c); !st.ok())
     return st;
   if (input.dtype == DType::F32)
@@ -747,24 +711,11 @@ Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
                  const Tensor &mean, const Tensor &var, double epsilon,
                  const Tensor &out) {
   Call call("batch_norm");
-  call.arg("input", input)
-      .arg("scale", scale)
-      .arg("bias", bias)
-      .arg("mean", mean)
-      .arg("var", var)
-      .arg("out", out);
-  if (Status st = checkFloat(call, {&input, &scale, &bias, &mean, &var, &out},
-                             input.dtype);
+  int64_t n, c, s;
+  if (Status st =
+          checkBatchNorm(call, input, scale, bias, mean, var, out, n, c, s);
       !st.ok())
     return st;
-  if (input.rank < 2 || !sameShape(input, out))
-    return call.fail("input must be [N, C, ...] and the result like it");
-  int64_t n, c, s;
-  channelLayout(input, n, c, s);
-  for (const Tensor *t : {&scale, &bias, &mean, &var})
-    if (!t->present() || !shapeIs(*t, {c}))
-      return call.fail("per-channel operands must be [" + std::to_string(c) +
-                       "]");
   if (input.dtype == DType::F32)
     return batchNormImpl<float>(input, scale, bias, mean, var, epsilon, out, c,
                                 s);
@@ -777,21 +728,6 @@ Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
 //===----------------------------------------------------------------------===//
 
 namespace {
-
-Status layerNormLayout(const Call &call, const Tensor &input,
-                       const Tensor &scale, const Tensor &bias, int64_t axis,
-                       int64_t &rows, int64_t &cols) {
-  if (!normalizeAxis(axis, input.rank))
-    return call.fail("axis out of range");
-  rows = 1, cols = 1;
-  for (int d = 0; d < input.rank; ++d)
-    (d < axis ? rows : cols) *= input.shape[d];
-  for (const Tensor *t : {&scale, &bias})
-    if (t->present() && t->numel() != cols)
-      return call.fail("scale and bias must have the " + std::to_string(cols) +
-                       " elements of dims [axis, rank)");
-  return Status();
-}
 
 /// A row's mean and 1 / sqrt(var + eps), rounded to T as the CPU has them.
 template <typename T, int kMode>
@@ -976,18 +912,9 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
 Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
                  int64_t axis, double epsilon, const Tensor &out) {
   Call call("layer_norm");
-  call.arg("input", input)
-      .arg("scale", scale)
-      .arg("bias", bias)
-      .arg("axis", axis)
-      .arg("out", out);
-  if (Status st = checkFloat(call, {&input, &scale, &bias, &out}, input.dtype);
-      !st.ok())
-    return st;
-  if (!sameShape(input, out) || !scale.present())
-    return call.fail("scale is required; the result has the input's shape");
   int64_t rows, cols;
-  if (Status st = layerNormLayout(call, input, scale, bias, axis, rows, cols);
+  if (Status st =
+          checkLayerNorm(call, input, scale, bias, axis, out, rows, cols);
       !st.ok())
     return st;
   if (input.dtype == DType::F32)
@@ -1000,25 +927,12 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                          const Tensor &gradIn, const Tensor &gradScale,
                          const Tensor &gradBias) {
   Call call("layer_norm_backward");
-  call.arg("input", input)
-      .arg("scale", scale)
-      .arg("axis", axis)
-      .arg("grad_out", gradOut);
-  if (Status st = checkFloat(
-          call, {&input, &scale, &gradOut, &gradIn, &gradScale, &gradBias},
-          input.dtype);
-      !st.ok())
-    return st;
-  if (!sameShape(input, gradOut) ||
-      (gradIn.present() && !sameShape(input, gradIn)) || !scale.present())
-    return call.fail("scale is required; gradients have the input's shape");
   int64_t rows, cols;
   if (Status st =
-          layerNormLayout(call, input, gradScale, gradBias, axis, rows, cols);
+          checkLayerNormBackward(call, input, scale, axis, gradOut, gradIn,
+                                 gradScale, gradBias, rows, cols);
       !st.ok())
     return st;
-  if (scale.numel() != cols)
-    return call.fail("scale must have the elements of dims [axis, rank)");
   if (input.dtype == DType::F32)
     return layerNormBackwardImpl<float>(input, scale, epsilon, gradOut, gradIn,
                                         gradScale, gradBias, rows, cols);
@@ -1053,21 +967,6 @@ __global__ void __launch_bounds__(512)
   }
 }
 
-/// (outer, dim, inner) of an axis as lines.
-Status axisLines(const Call &call, const Tensor &t, int64_t axis,
-                 Lines &lines) {
-  if (!normalizeAxis(axis, t.rank))
-    return call.fail("axis out of range");
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < t.rank; ++d)
-    if (d < axis)
-      outer *= t.shape[d];
-    else if (d > axis)
-      inner *= t.shape[d];
-  lines = {outer * inner, t.shape[axis], inner};
-  return Status();
-}
-
 template <typename T>
 void launchSoftmax(const LineLaunch &ll, const T *x, T *y, const Lines &lines,
                    bool log) {
@@ -1080,14 +979,11 @@ void launchSoftmax(const LineLaunch &ll, const T *x, T *y, const Lines &lines,
 Status softmaxImpl(const char *name, const Tensor &input, int64_t axis,
                    const Tensor &out, bool log) {
   Call call(name);
-  call.arg("input", input).arg("axis", axis).arg("out", out);
-  if (Status st = checkFloat(call, {&input, &out}, input.dtype); !st.ok())
+  int64_t outer, dim, inner;
+  if (Status st = checkSoftmax(call, input, axis, out, outer, dim, inner);
+      !st.ok())
     return st;
-  if (!sameShape(input, out))
-    return call.fail("result must have the input's shape");
-  Lines lines;
-  if (Status st = axisLines(call, input, axis, lines); !st.ok())
-    return st;
+  Lines lines{outer * inner, dim, inner};
   if (lines.count == 0 || lines.dim == 0)
     return Status();
   LineLaunch ll = pickLines(lines.count, lines.dim, lines.inner);
@@ -1128,18 +1024,12 @@ Status softmaxBackwardImpl(const char *name, const Tensor &out, int64_t axis,
                            const Tensor &gradOut, const Tensor &gradIn,
                            bool log) {
   Call call(name);
-  call.arg("out", out)
-      .arg("axis", axis)
-      .arg("grad_out", gradOut)
-      .arg("grad_in", gradIn);
-  if (Status st = checkFloat(call, {&out, &gradOut, &gradIn}, out.dtype);
+  int64_t outer, dim, inner;
+  if (Status st = checkSoftmaxBackward(call, out, axis, gradOut, gradIn, outer,
+                                       dim, inner);
       !st.ok())
     return st;
-  if (!sameShape(out, gradOut) || !sameShape(out, gradIn))
-    return call.fail("all three must have one shape");
-  Lines lines;
-  if (Status st = axisLines(call, out, axis, lines); !st.ok())
-    return st;
+  Lines lines{outer * inner, dim, inner};
   if (lines.count == 0 || lines.dim == 0)
     return Status();
   LineLaunch ll = pickLines(lines.count, lines.dim, lines.inner);
@@ -1185,38 +1075,8 @@ Status logSoftmaxBackward(const Tensor &out, int64_t axis,
 
 namespace {
 
-/// The shape of a loss over input [N, C, d...]: lines (n, p) of C classes
-/// strided by d, and labels at n * d + p.
-struct LossShape {
-  int64_t n, c, d;
-};
-
-/// The CPU's lossLayout without the label loop, which runs on the device.
-Status lossShape(const Call &call, const Tensor &input, const Tensor &labels,
-                 const Tensor &weights, Reduction reduction, const Tensor &loss,
-                 LossShape &l) {
-  if (Status st = checkFloat(call, {&input, &weights, &loss}, input.dtype);
-      !st.ok())
-    return st;
-  if (!validRank(labels) ||
-      (labels.dtype != DType::I64 && labels.dtype != DType::I32))
-    return call.fail("labels must be i32 or i64");
-  if (input.rank < 2 || labels.rank != input.rank - 1 ||
-      labels.shape[0] != input.shape[0])
-    return call.fail("input must be [N, C, d...] and labels [N, d...]");
-  for (int k = 1; k < labels.rank; ++k)
-    if (labels.shape[k] != input.shape[k + 1])
-      return call.fail("labels must be [N, d...] of input [N, C, d...]");
-  l.n = input.shape[0], l.c = input.shape[1];
-  l.d = labels.numel() / std::max<int64_t>(l.n, 1);
-  if (weights.present() && !shapeIs(weights, {l.c}))
-    return call.fail("weights must be [" + std::to_string(l.c) + "]");
-  if (reduction == Reduction::None ? !sameShape(loss, labels) : loss.rank != 0)
-    return call.fail(reduction == Reduction::None
-                         ? "loss must have the labels' shape"
-                         : "loss must be a scalar");
-  return Status();
-}
+// The kernels take the checks' LossShape: lines (n, p) of C classes strided
+// by d, and labels at n * d + p.
 
 LabelView labelView(const Tensor &labels, int64_t classes,
                     std::optional<int64_t> ignoreIndex) {
@@ -1549,12 +1409,10 @@ Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
                            std::optional<int64_t> ignoreIndex,
                            const Tensor &loss) {
   Call call("softmax_cross_entropy");
-  call.arg("scores", scores)
-      .arg("labels", labels)
-      .arg("weights", weights)
-      .arg("loss", loss);
   LossShape l;
-  if (Status st = lossShape(call, scores, labels, weights, reduction, loss, l);
+  if (Status st = checkSoftmaxCrossEntropy(call, scores, labels, weights,
+                                           reduction, ignoreIndex, loss, l,
+                                           /*hostLabels=*/nullptr);
       !st.ok())
     return st;
   if (scores.dtype == DType::F32)
@@ -1570,18 +1428,12 @@ Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
                                    const Tensor &gradLoss,
                                    const Tensor &gradScores) {
   Call call("softmax_cross_entropy_backward");
-  call.arg("scores", scores)
-      .arg("labels", labels)
-      .arg("weights", weights)
-      .arg("grad_loss", gradLoss)
-      .arg("grad_scores", gradScores);
   LossShape l;
-  if (Status st =
-          lossShape(call, scores, labels, weights, reduction, gradLoss, l);
+  if (Status st = checkSoftmaxCrossEntropyBackward(
+          call, scores, labels, weights, reduction, ignoreIndex, gradLoss,
+          gradScores, l, /*hostLabels=*/nullptr);
       !st.ok())
     return st;
-  if (!sameShape(gradScores, scores) || gradScores.dtype != scores.dtype)
-    return call.fail("grad_scores must have the scores' dtype and shape");
   if (scores.dtype == DType::F32)
     return crossEntropyBackwardImpl<float>(call, scores, labels, weights,
                                            reduction, ignoreIndex, gradLoss,
@@ -1595,12 +1447,9 @@ Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,
                Reduction reduction, std::optional<int64_t> ignoreIndex,
                const Tensor &loss) {
   Call call("nll_loss");
-  call.arg("input", input)
-      .arg("labels", labels)
-      .arg("weights", weights)
-      .arg("loss", loss);
   LossShape l;
-  if (Status st = lossShape(call, input, labels, weights, reduction, loss, l);
+  if (Status st = checkNllLoss(call, input, labels, weights, reduction,
+                               ignoreIndex, loss, l, /*hostLabels=*/nullptr);
       !st.ok())
     return st;
   if (input.dtype == DType::F32)
@@ -1615,18 +1464,12 @@ Status nllLossBackward(const Tensor &input, const Tensor &labels,
                        std::optional<int64_t> ignoreIndex,
                        const Tensor &gradLoss, const Tensor &gradInput) {
   Call call("nll_loss_backward");
-  call.arg("input", input)
-      .arg("labels", labels)
-      .arg("weights", weights)
-      .arg("grad_loss", gradLoss)
-      .arg("grad_input", gradInput);
   LossShape l;
-  if (Status st =
-          lossShape(call, input, labels, weights, reduction, gradLoss, l);
+  if (Status st = checkNllLossBackward(call, input, labels, weights, reduction,
+                                       ignoreIndex, gradLoss, gradInput, l,
+                                       /*hostLabels=*/nullptr);
       !st.ok())
     return st;
-  if (!sameShape(gradInput, input) || gradInput.dtype != input.dtype)
-    return call.fail("grad_input must have the input's dtype and shape");
   if (input.dtype == DType::F32)
     return nllLossBackwardImpl<float>(call, input, labels, weights, reduction,
                                       ignoreIndex, gradLoss, gradInput, l);

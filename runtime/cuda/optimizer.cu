@@ -13,8 +13,9 @@
 // and cos (bias corrections, cosine schedule) may differ from the host's
 // libm in the last bit.
 //
-// One difference from the CPU: a step below 1 cannot be reported, since
-// the step is not read on the host. The kernels then write nothing (the
+// The host-side checks are the CPU reference's (cpu/checks_math.h), with one
+// difference: a step below 1 cannot be reported, since the step is not read
+// on the host (no stepValue is passed). The kernels then write nothing (the
 // results keep their contents, as they would after the CPU's error).
 //
 // Results may be their operands' storage (newParam == param, ...): each
@@ -23,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_math.h"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -31,45 +33,11 @@
 namespace dsc::cuda {
 
 using namespace detail;
+using cpu::detail::checkAdamw;
+using cpu::detail::checkLrSchedule;
+using cpu::detail::checkSgd;
 
 namespace {
-
-//===----------------------------------------------------------------------===//
-// Host-side checks (as in cpu/step_kernels.cpp)
-//===----------------------------------------------------------------------===//
-
-bool isScalar(const Tensor &t) { return t.present() && t.numel() == 1; }
-
-/// Checks that every hyperparameter is a present float scalar.
-Status checkScalars(const Call &call,
-                    std::initializer_list<const Tensor *> scalars) {
-  for (const Tensor *t : scalars)
-    if (!isScalar(*t) || !validRank(*t) || !isFloat(t->dtype))
-      return call.fail("hyperparameters must be float scalars");
-  return Status();
-}
-
-/// The CPU's checkStep without reading the value, which lives on the
-/// device (a step below 1 is caught by the kernels, see above).
-Status checkStep(const Call &call, const Tensor &step) {
-  if (!isScalar(step) || !validRank(step) ||
-      (step.dtype != DType::I64 && step.dtype != DType::I32))
-    return call.fail("step must be an integer scalar");
-  return Status();
-}
-
-/// Every tensor present, of `like`'s float dtype and shape.
-Status checkLike(const Call &call, const Tensor &like,
-                 std::initializer_list<const Tensor *> ts) {
-  if (!validRank(like) ||
-      (like.dtype != DType::F32 && like.dtype != DType::F64))
-    return call.fail("expects f32 or f64 tensors", StatusCode::Unimplemented);
-  for (const Tensor *t : ts)
-    if (!t->present() || !validRank(*t) || t->dtype != like.dtype ||
-        !sameShape(*t, like))
-      return call.fail("operands and results must share one dtype and shape");
-  return Status();
-}
 
 /// A device scalar and its dtype, by value into kernels.
 struct Scalar {
@@ -257,20 +225,10 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
              const Tensor &step, const Tensor &newParam,
              const Tensor &newExpAvg, const Tensor &newExpAvgSq) {
   Call call("adamw");
-  call.arg("param", param)
-      .arg("grad", grad)
-      .arg("exp_avg", expAvg)
-      .arg("exp_avg_sq", expAvgSq)
-      .arg("step", step);
-  if (Status st = checkLike(
-          call, param,
-          {&grad, &expAvg, &expAvgSq, &newParam, &newExpAvg, &newExpAvgSq});
+  if (Status st = checkAdamw(call, param, grad, expAvg, expAvgSq, lr, beta1,
+                             beta2, eps, weightDecay, step, newParam, newExpAvg,
+                             newExpAvgSq, /*stepValue=*/nullptr);
       !st.ok())
-    return st;
-  if (Status st = checkScalars(call, {&lr, &beta1, &beta2, &eps, &weightDecay});
-      !st.ok())
-    return st;
-  if (Status st = checkStep(call, step); !st.ok())
     return st;
   int64_t n = param.numel();
   if (n == 0)
@@ -300,17 +258,10 @@ Status sgd(const Tensor &param, const Tensor &grad,
            const Tensor &step, double dampening, bool nesterov,
            const Tensor &newParam, const Tensor &newMomentumBuffer) {
   Call call("sgd");
-  call.arg("param", param)
-      .arg("grad", grad)
-      .arg("momentum_buffer", momentumBuffer)
-      .arg("step", step);
-  if (Status st = checkLike(
-          call, param, {&grad, &momentumBuffer, &newParam, &newMomentumBuffer});
+  if (Status st = checkSgd(call, param, grad, momentumBuffer, lr, momentum,
+                           weightDecay, step, newParam, newMomentumBuffer,
+                           /*stepValue=*/nullptr);
       !st.ok())
-    return st;
-  if (Status st = checkScalars(call, {&lr, &momentum, &weightDecay}); !st.ok())
-    return st;
-  if (Status st = checkStep(call, step); !st.ok())
     return st;
   int64_t n = param.numel();
   if (n == 0)
@@ -336,17 +287,10 @@ Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
                   int64_t warmupSteps, int64_t totalSteps,
                   double warmupMinRatio, double minRatio, const Tensor &lr) {
   Call call("lr_schedule");
-  call.arg("step", step)
-      .arg("base_lr", baseLr)
-      .arg("warmup_steps", warmupSteps)
-      .arg("total_steps", totalSteps)
-      .arg("lr", lr);
-  if (Status st = checkScalars(call, {&baseLr, &lr}); !st.ok())
+  if (Status st = checkLrSchedule(call, step, baseLr, warmupSteps, totalSteps,
+                                  lr, /*stepValue=*/nullptr);
+      !st.ok())
     return st;
-  if (Status st = checkStep(call, step); !st.ok())
-    return st;
-  if (warmupSteps < 0 || totalSteps < 0)
-    return call.fail("step counts must not be negative");
   lrScheduleKernel<<<1, 1, 0, stream()>>>(
       scalarOf(step), scalarOf(baseLr), kind, warmupSteps, totalSteps,
       warmupMinRatio, minRatio, lr.data, lr.dtype);

@@ -26,23 +26,19 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/checks_math.h"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
 #include <algorithm>
 #include <limits>
-#include <string>
 #include <type_traits>
-#include <vector>
 
 namespace dsc::cuda {
 
 using namespace detail;
 
 namespace {
-
-using cpu::detail::normalizeAxis;
-using cpu::detail::shapeIs;
 
 enum : int { kSum, kProd, kMax, kMin };
 
@@ -362,54 +358,19 @@ Status runReduce(ReduceOp op, const Tensor &input, const Tensor &out,
                                f, true);
 }
 
-const char *reduceName(ReduceOp op) {
-  static const char *names[] = {"reduce_sum", "reduce_mean", "reduce_max",
-                                "reduce_min", "reduce_prod"};
-  return names[static_cast<int>(op)];
-}
-
-/// Resolves axes into a mask and checks out's shape (the CPU reference's
-/// checks and messages).
-Status checkReduce(const Call &call, const Tensor &input, I64s axes,
-                   bool keepdims, const Tensor &out,
-                   bool (&reduced)[kMaxRank]) {
-  if (!validRank(input) || !validRank(out))
-    return call.fail("rank above 8");
-  std::fill(reduced, reduced + kMaxRank, axes.empty());
-  for (int64_t a : axes) {
-    if (!normalizeAxis(a, input.rank))
-      return call.fail("axis " + std::to_string(a) + " out of range");
-    reduced[a] = true;
-  }
-  std::vector<int64_t> want;
-  for (int d = 0; d < input.rank; ++d) {
-    if (!reduced[d])
-      want.push_back(input.shape[d]);
-    else if (keepdims)
-      want.push_back(1);
-  }
-  if (!shapeIs(out, want))
-    return call.fail("result shape must be " + describe(I64s(want)));
-  return Status();
-}
-
 } // namespace
 
 Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
               const Tensor &out) {
-  Call call(reduceName(op));
-  call.arg("input", input).arg("axes", axes).arg("out", out);
+  // The CPU reference's checks (cpu/checks_math.h), dtypes included.
+  Call call(cpu::detail::reduceName(op));
   bool reduced[kMaxRank];
-  if (Status st = checkReduce(call, input, axes, keepdims, out, reduced);
+  Tensor keptShape; // unused here
+  if (Status st = cpu::detail::checkReduce(call, op, input, axes, keepdims, out,
+                                           reduced, keptShape);
       !st.ok())
     return st;
-  if (out.dtype != input.dtype)
-    return call.fail("result dtype must be the input's");
   DType dt = input.dtype;
-  bool isF = dt == DType::F32 || dt == DType::F64;
-  if (!(isF ||
-        (op != ReduceOp::Mean && (dt == DType::I64 || dt == DType::I32))))
-    return call.fail("unsupported dtype", StatusCode::Unimplemented);
 
   // Merge runs of kept / reduced dims (row-major, so any run merges) and
   // drop size-1 dims.
