@@ -124,9 +124,19 @@ Status check(cudaError_t err, const char *call) {
   StatusCode code = err == cudaErrorMemoryAllocation
                         ? StatusCode::OutOfMemory
                         : StatusCode::InvalidArgument;
-  return callFailed(
-      call, std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err),
-      code);
+  std::string what =
+      std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+  // A fault inside a kernel surfaces at the next call that waits, which is
+  // rarely the op that caused it.
+  bool kernelFault =
+      err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure ||
+      err == cudaErrorMisalignedAddress || err == cudaErrorIllegalInstruction ||
+      err == cudaErrorHardwareStackError || err == cudaErrorAssert;
+  static const bool sync = envFlag("DSC_CUDA_SYNC");
+  if (kernelFault && !sync)
+    what += " (raised by a kernel launched earlier; run with DSC_CUDA_SYNC=1 "
+            "to have the op that launched it named)";
+  return callFailed(call, what, code);
 }
 
 Status check(cublasStatus_t err, const char *call) {
