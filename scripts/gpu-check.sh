@@ -17,8 +17,11 @@
 # float64 references within 1e-5 and the first AdamW step within 1e-5; ZeRO
 # stages 0-3 with 4 in-process ranks on the one GPU against the single-rank
 # run (MLP float32 within 1e-6, nanoGPT float64 within 1e-10, as on the
-# CPU); a run under NCCL through `dsrun -n 1`; and the errors of a world size
-# that differs from the compiled one. Results go to $OUT (or out/gpu-check).
+# CPU); a run under NCCL through `dsrun -n 1`; where 2 or 4 GPUs are visible,
+# stage 3 and hybrid sharding with one process per GPU under NCCL (losses
+# against the single-rank runs; SKIP otherwise); and the error of a world
+# size that differs from the compiled one. Results go to $OUT (or
+# out/gpu-check).
 set -uo pipefail
 
 mode=${1:-}
@@ -44,6 +47,9 @@ build() {
     $c --micro-batch 1 --stage $s --world-size 4 $fixtures/models/mlp_opset17.onnx \
       -o "$bundle/bin/mlp_s${s}_n4"
   done
+  # World size 2 under NCCL (run only where two GPUs are visible).
+  $c --micro-batch 2 --stage 3 --world-size 2 $fixtures/models/mlp_opset17.onnx \
+    -o "$bundle/bin/mlp_s3_n2"
   $c --f64 --micro-batch 4 $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64"
   $c --f64 --micro-batch 1 --stage 3 --world-size 4 \
     $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_s3_n4"
@@ -59,6 +65,13 @@ build() {
   # One compressed file travels to the GPU machine (a few MB, not ~70).
   tar -cJf "$bundle.tar.xz" -C "$(dirname "$bundle")" "$(basename "$bundle")"
   du -sh "$bundle" "$bundle.tar.xz"
+}
+
+need_gpu() {
+  nvidia-smi -L >/dev/null 2>&1 || {
+    echo "gpu-check: no GPU visible here (nvidia-smi -L fails); '$mode' is the half that runs on the GPU machine" >&2
+    exit 1
+  }
 }
 
 unpack() {
@@ -94,7 +107,7 @@ results=()
 failed=0
 record() { # name status detail
   results+=("$(printf '%-44s %-6s %s' "$1" "$2" "$3")")
-  [ "$2" = PASS ] || failed=1
+  [ "$2" = PASS ] || [ "$2" = SKIP ] || failed=1
 }
 check() { # name command... : PASS when it exits 0; detail = its last line
   local name=$1; shift
@@ -107,6 +120,7 @@ check() { # name command... : PASS when it exits 0; detail = its last line
 }
 
 run() {
+  need_gpu
   mkdir -p "$out"
   unpack
   libraries
@@ -145,6 +159,25 @@ run() {
   check nccl_dsrun_n1_mlp bash -c "'$b/dsrun' -n 1 '$b/mlp' $mi --log $t/nccl.jsonl \
     --dump-params $t/nccl.safetensors && python3 test/e2e/compare_runs.py $t/mlp1.jsonl \
     $t/mlp1.safetensors $t/nccl.jsonl $t/nccl.safetensors --tol 0"
+  # Several GPUs: the same sharded programs, one process per GPU under NCCL
+  # (hybrid groups through ncclCommSplit), against the single-rank runs.
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  # (Dumps are per process there, so the losses are compared.)
+  if [ "${gpus:-0}" -ge 2 ]; then
+    check nccl_dsrun_n2_mlp_stage3 bash -c "'$b/dsrun' -n 2 '$b/mlp_s3_n2' $mi \
+      --log $t/n2.jsonl && python3 scripts/compare_losses.py $t/mlp1.jsonl $t/n2.jsonl 1e-6"
+  else
+    record nccl_dsrun_n2_mlp_stage3 SKIP "needs 2 GPUs, ${gpus:-0} visible"
+  fi
+  if [ "${gpus:-0}" -ge 4 ]; then
+    check nccl_dsrun_n4_mlp_stage3 bash -c "'$b/dsrun' -n 4 '$b/mlp_s3_n4' $mi \
+      --log $t/n4.jsonl && python3 scripts/compare_losses.py $t/mlp1.jsonl $t/n4.jsonl 1e-6"
+    check nccl_dsrun_n4_nanogpt_hybrid_f64 bash -c "'$b/dsrun' -n 4 '$b/nanogpt64_hybrid' \
+      $ni --log $t/h4.jsonl && python3 scripts/compare_losses.py $t/g1.jsonl $t/h4.jsonl 1e-10"
+  else
+    record nccl_dsrun_n4_stage3_and_hybrid SKIP "needs 4 GPUs, ${gpus:-0} visible"
+  fi
   # A world size other than the compiled one: a clear error, exit 1.
   check nccl_world_size_mismatch bash -c "'$b/dsrun' -n 1 '$b/mlp_s3_n4' $mi >$t/mismatch.log 2>&1; \
     rc=\$?; cat $t/mismatch.log; [ \$rc -ne 0 ] && grep -q 'compiled for 4 ranks' $t/mismatch.log"
@@ -156,6 +189,7 @@ run() {
 }
 
 bench() {
+  need_gpu
   mkdir -p "$out"
   unpack
   libraries
