@@ -495,8 +495,24 @@ int runCompile(std::vector<std::string> args) {
   pm.addPass(createCSEPass());
   if (failed(pm.run(*module)))
     return 1;
-  if (o.report)
-    printMemoryReport(*module, llvm::outs());
+  std::string source;
+  EmitCppStats stats;
+  auto emitSource = [&]() {
+    llvm::raw_string_ostream os(source);
+    EmitCppOptions options;
+    options.promoteF32ToF64 = o.f64;
+    options.cuda = o.target == "cuda";
+    options.fuseElementwise = o.fuse;
+    return emitCpp(*module, os, options, &stats);
+  };
+  // The report needs the code generator's plan (the arena).
+  bool emitted = false;
+  if (o.report) {
+    if (failed(emitSource()))
+      return 1;
+    emitted = true;
+    printMemoryReport(*module, stats.arenaBytes, llvm::outs());
+  }
 
   if (o.emit == "mlir") {
     auto write = [&](llvm::raw_ostream &os) { module->print(os); };
@@ -506,17 +522,8 @@ int runCompile(std::vector<std::string> args) {
     }
     return writeAtomically(o.output, write) ? 0 : 1;
   }
-  std::string source;
-  EmitCppStats stats;
-  {
-    llvm::raw_string_ostream os(source);
-    EmitCppOptions options;
-    options.promoteF32ToF64 = o.f64;
-    options.cuda = o.target == "cuda";
-    options.fuseElementwise = o.fuse;
-    if (failed(emitCpp(*module, os, options, &stats)))
-      return 1;
-  }
+  if (!emitted && failed(emitSource()))
+    return 1;
   // The collective manifest beside the program: what every rank issues, in
   // order (the program checks itself against the same list).
   if (!stats.collectives.empty() && !o.output.empty()) {

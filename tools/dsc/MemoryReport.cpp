@@ -80,7 +80,8 @@ void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
 
 } // namespace
 
-void printMemoryReport(ModuleOp module, llvm::raw_ostream &os) {
+void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
+                       llvm::raw_ostream &os) {
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
   auto fwd = module.lookupSymbol<func::FuncOp>("forward_backward");
   if (!step || !fwd)
@@ -102,12 +103,22 @@ void printMemoryReport(ModuleOp module, llvm::raw_ostream &os) {
     if (step.getArgAttr(i, "dsc.opt_state"))
       measured.state += tensorBytes(t);
   }
-  for (unsigned i = 0; i < fwd.getNumArguments(); ++i)
-    if (fwd.getArgAttr(i, "dsc.param")) {
-      auto t = cast<RankedTensorType>(fwd.getArgument(i).getType());
+  // The model's parameters: @forward's (after dsc-zero-partition the step
+  // functions take bucket shards instead).
+  func::FuncOp model = module.lookupSymbol<func::FuncOp>("forward");
+  if (!model)
+    model = fwd;
+  for (unsigned i = 0; i < model.getNumArguments(); ++i)
+    if (model.getArgAttr(i, "dsc.param")) {
+      auto t = cast<RankedTensorType>(model.getArgument(i).getType());
       psi += t.getNumElements();
       s = std::max<int64_t>(1, t.getElementType().getIntOrFloatBitWidth() / 8);
     }
+  double stepTensors = 0;
+  for (Type t : step.getArgumentTypes())
+    stepTensors += tensorBytes(t);
+  for (Type t : step.getResultTypes())
+    stepTensors += tensorBytes(t);
   double padded = 0, largest = 0;
   if (auto buckets = module->getAttrOfType<ArrayAttr>("dsc.buckets")) {
     for (Attribute a : buckets) {
@@ -125,6 +136,12 @@ void printMemoryReport(ModuleOp module, llvm::raw_ostream &os) {
                       "optimizer state slot(s) each\n",
                       (int64_t)psi, (int64_t)s, (int64_t)k);
   printTable(os, psi, padded, n, g, s, k, largest, stage, &measured);
+  os << llvm::formatv(
+      "the compiled step, per rank: arguments and results {0} (parameters "
+      "and optimizer state double-buffered, gradients, the batch) + arena "
+      "{1} (activations and temporaries, static plan) = {2}\n",
+      human(stepTensors), human(double(arenaBytes)),
+      human(stepTensors + double(arenaBytes)));
 }
 
 void printMemoryEstimate(ModuleOp module, int64_t worldSize, int64_t groupSize,

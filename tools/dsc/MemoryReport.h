@@ -11,8 +11,12 @@ namespace dsc {
 
 /// Model-state bytes per rank of a compiled module (after dsc-optimizer and,
 /// if it ran, dsc-zero-partition), measured from @train_step's arguments,
-/// next to the ZeRO formula of every stage for the same model.
-void printMemoryReport(mlir::ModuleOp module, llvm::raw_ostream &os);
+/// next to the ZeRO formula of every stage for the same model; then what
+/// the compiled step holds per rank: its arguments and results plus
+/// `arenaBytes`, the code generator's static plan of everything else (what
+/// the program will allocate, known before it starts).
+void printMemoryReport(mlir::ModuleOp module, uint64_t arenaBytes,
+                       llvm::raw_ostream &os);
 
 /// The table for an imported model (@forward only): every stage's ZeRO
 /// figures for `worldSize` ranks sharding in groups of `groupSize`.
