@@ -124,6 +124,11 @@ public:
     return Status();
   }
 
+  Status memoryInfo(int &gpu, size_t &free, size_t &total) override {
+    gpu = current().device;
+    return check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  }
+
   std::unique_ptr<Communicator> wrapInProcess(Communicator *host) override {
     return makeStagedComm(host);
   }

@@ -1283,6 +1283,48 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     rank0.gpu = env.localRank % std::max(device->count(), 1);
   }
   if (device) {
+    // Will it fit? What every rank needs (its tensors, the planned arena and
+    // the GEMM workspace), summed per GPU, against that GPU's memory, before
+    // anything is allocated.
+    size_t rankBytes = spec.arenaBytes + (size_t(32) << 20);
+    for (const Tensor &t : rank0.args.tensors)
+      rankBytes += t.nbytes();
+    for (const Tensor &t : rank0.results)
+      rankBytes += t.nbytes();
+    std::map<int, std::pair<size_t, int>> perGpu;       // bytes, ranks
+    std::map<int, std::pair<size_t, size_t>> gpuMemory; // free, total
+    for (auto &rs : ranks) {
+      if (Status s = device->bindRank(rs->id, rs->gpu); !s.ok())
+        return error(s);
+      int gpu = 0;
+      size_t free = 0, total = 0;
+      if (!device->memoryInfo(gpu, free, total).ok())
+        continue; // no answer: the allocations will tell
+      perGpu[gpu].first += rankBytes;
+      perGpu[gpu].second += 1;
+      gpuMemory[gpu] = {free, total};
+    }
+    for (const auto &[gpu, need] : perGpu) {
+      auto [free, total] = gpuMemory[gpu];
+      std::string what = format(
+          "this step needs %s on GPU %d (%d rank%s x (tensors and arena "
+          "of the compiled plan, %s))",
+          humanBytes(double(need.first)).c_str(), gpu, need.second,
+          need.second == 1 ? "" : "s", humanBytes(double(rankBytes)).c_str());
+      if (need.first > total)
+        return error(
+            fail(what + format(", but it has %s in all; compile with a smaller "
+                               "--micro-batch (and --accum-steps), a higher "
+                               "--stage, or more ranks over more GPUs "
+                               "(`dsc compile --report` shows the plan)",
+                               humanBytes(double(total)).c_str())));
+      if (need.first > free)
+        std::fprintf(err,
+                     "warning: %s, but only %s of its %s are free now; the "
+                     "allocations may fail\n",
+                     what.c_str(), humanBytes(double(free)).c_str(),
+                     humanBytes(double(total)).c_str());
+    }
     for (auto &rs : ranks) {
       if (Status s = device->bindRank(rs->id, rs->gpu); !s.ok())
         return error(s);

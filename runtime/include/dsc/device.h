@@ -51,7 +51,8 @@ public:
   virtual Status bindRank(int rank, int device = -1) = 0;
   /// "NVIDIA H200 (GPU 0, 139.8 GiB)", for the banner.
   virtual std::string describe() = 0;
-  /// Zero-filled device memory (never null, even for 0 bytes).
+  /// Zero-filled device memory aligned to 256 bytes (never null, even for 0
+  /// bytes).
   virtual Status allocate(size_t bytes, void **out) = 0;
   virtual void release(void *p) = 0;
   /// Copies ordered with the rank's compute stream; toHost returns when the
@@ -66,6 +67,8 @@ public:
   /// what it held before the first rank was bound (tensors, arena, library
   /// workspaces, NCCL buffers), now and at its high-water mark.
   virtual Status memoryInUse(size_t &now, size_t &peak) = 0;
+  /// The bound rank's GPU: its index, and its free and total memory now.
+  virtual Status memoryInfo(int &gpu, size_t &free, size_t &total) = 0;
   /// A communicator for an in-process rank whose tensors are on this
   /// device, built on `host` (the in-process one): it stages through host
   /// memory. Owned by the caller.

@@ -1,0 +1,272 @@
+//===- DeviceTest.cpp - runProgram's device path on a host "device" -------===//
+//
+// A Device whose memory is host memory: the program shell mirrors every
+// rank's tensors and arena through it exactly as it does on a GPU (uploads,
+// double-buffer swaps on the device side, downloads for printing and dumps,
+// the will-it-fit check), so that path runs in CI without a GPU. The step
+// is a linear regression whose gradient and loss are all-reduced, read from
+// the context's step (as generated CUDA code does), never from args.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dsc/device.h"
+#include "TestUtil.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+using namespace dsc;
+using namespace dsc::program;
+using namespace dsc::program::test;
+
+namespace {
+
+/// Host memory behind the Device interface, counting what it is asked.
+class HostDevice : public Device {
+public:
+  size_t totalBytes = size_t(1) << 40;
+  int allocations = 0, uploads = 0, downloads = 0;
+
+  const char *name() const override { return "host-test"; }
+  int count() const override { return 1; }
+  Status bindRank(int, int) override { return Status(); }
+  std::string describe() override { return "host test device (GPU 0)"; }
+  Status allocate(size_t bytes, void **out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t rounded = std::max<size_t>((bytes + 255) / 256 * 256, 256);
+    *out = std::aligned_alloc(256, rounded); // as cudaMalloc's alignment
+    if (*out)
+      std::memset(*out, 0, rounded);
+    ++allocations;
+    inUse_ += bytes;
+    peak_ = std::max(peak_, inUse_);
+    return *out ? Status()
+                : Status::error(StatusCode::OutOfMemory, "host-test: alloc");
+  }
+  void release(void *p) override { std::free(p); }
+  Status toDevice(void *dst, const void *src, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::memcpy(dst, src, bytes);
+    ++uploads;
+    return Status();
+  }
+  Status toHost(void *dst, const void *src, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::memcpy(dst, src, bytes);
+    ++downloads;
+    return Status();
+  }
+  Status synchronize() override { return Status(); }
+  Status memoryInUse(size_t &now, size_t &peak) override {
+    now = inUse_;
+    peak = peak_;
+    return Status();
+  }
+  Status memoryInfo(int &gpu, size_t &free, size_t &total) override {
+    gpu = 0;
+    free = total = totalBytes;
+    return Status();
+  }
+  /// The tensors are in host memory: the in-process communicator works on
+  /// them as they are.
+  std::unique_ptr<Communicator> wrapInProcess(Communicator *host) override {
+    struct Forward : Communicator {
+      Communicator *c;
+      explicit Forward(Communicator *c) : c(c) {}
+      int rank() const override { return c->rank(); }
+      int size() const override { return c->size(); }
+      int groupRank(GridAxes a) const override { return c->groupRank(a); }
+      int groupSize(GridAxes a) const override { return c->groupSize(a); }
+      Status allReduce(const Tensor &in, const Tensor &out, GridAxes a,
+                       const char *w) override {
+        return c->allReduce(in, out, a, w);
+      }
+      Status allGather(const Tensor &in, const Tensor &out, GridAxes a,
+                       const char *w) override {
+        return c->allGather(in, out, a, w);
+      }
+      Status reduceScatter(const Tensor &in, const Tensor &out, GridAxes a,
+                           const char *w) override {
+        return c->reduceScatter(in, out, a, w);
+      }
+    };
+    return std::make_unique<Forward>(host);
+  }
+  Status createDistributed(const DistributedInit &,
+                           std::unique_ptr<Communicator> &) override {
+    return Status::error(StatusCode::Unimplemented, "host-test: no NCCL");
+  }
+
+private:
+  std::mutex mu_;
+  size_t inUse_ = 0, peak_ = 0;
+};
+
+HostDevice *gDevice = nullptr;
+Device *testDevice() { return gDevice; }
+
+enum { W, X, Y, LR, STEP, NUM_ARGS };
+const ArgSpec kArgs[] = {
+    {ArgRole::Param, "w", {DType::F32, 1, {1}}},
+    {ArgRole::Input, "x", {DType::F32, 1, {2}}},
+    {ArgRole::Input, "y", {DType::F32, 1, {2}}},
+    {ArgRole::Hyper, "lr", {DType::F32, 0, {}}},
+    {ArgRole::Step, "step", {DType::I64, 0, {}}},
+};
+const ResultSpec kResults[] = {
+    {ResultRole::Loss, "loss", {DType::F32, 0, {}}},
+    {ResultRole::Param, "w", {DType::F32, 1, {1}}},
+    {ResultRole::Grad, "w", {DType::F32, 1, {1}}},
+};
+const HyperDefault kHypers[] = {{"lr", 0.01}};
+const CollectiveSpec kManifest[] = {
+    {"all_reduce", "w gradient", DType::F32, 1, 1, 2},
+    {"all_reduce", "loss", DType::F32, 1, 1, 2},
+};
+
+std::mutex gStepsMu;
+std::vector<int64_t> gSteps; // ctx.step of rank 0, per call
+
+Status linearStep(const RankContext &ctx, const Tensor *a, const Tensor *r) {
+  if (!ctx.comm || ctx.comm->rank() == 0) {
+    std::lock_guard<std::mutex> lock(gStepsMu);
+    gSteps.push_back(ctx.step);
+  }
+  // The step argument was uploaded too and agrees with the context.
+  if (*a[STEP].as<int64_t>() != ctx.step)
+    return Status::error(StatusCode::InvalidArgument, "step not uploaded");
+  void *scratch = nullptr;
+  if (Status s = ctx.arena->at(0, 2 * sizeof(float), &scratch); !s.ok())
+    return s;
+  float *gl = static_cast<float *>(scratch); // gradient, loss in the arena
+  const float *x = a[X].as<float>(), *y = a[Y].as<float>();
+  float w = a[W].as<float>()[0];
+  gl[0] = gl[1] = 0;
+  for (int i = 0; i < 2; ++i) {
+    float res = w * x[i] - y[i];
+    gl[1] += res * res / 2;
+    gl[0] += 2 * res * x[i] / 2;
+  }
+  float n = ctx.comm ? float(ctx.comm->size()) : 1.f;
+  float sums[2] = {gl[0], gl[1]};
+  if (ctx.comm) {
+    if (Status s = ctx.comm->allReduce(Tensor::of(&gl[0], DType::F32, {1}),
+                                       Tensor::of(&sums[0], DType::F32, {1}),
+                                       {2}, "w gradient");
+        !s.ok())
+      return s;
+    if (Status s = ctx.comm->allReduce(Tensor::of(&gl[1], DType::F32, {1}),
+                                       Tensor::of(&sums[1], DType::F32, {1}),
+                                       {2}, "loss");
+        !s.ok())
+      return s;
+  }
+  *r[0].as<float>() = sums[1] / n;
+  r[1].as<float>()[0] = w - *a[LR].as<float>() * sums[0] / n;
+  r[2].as<float>()[0] = sums[0] / n;
+  return Status();
+}
+
+ProgramSpec spec(int worldSize, bool device) {
+  ProgramSpec s{};
+  s.modelPath = "/nonexistent/linear.onnx";
+  s.optimizer = "sgd";
+  s.microBatch = 2;
+  s.accumSteps = 1;
+  s.tokensPerExample = 1;
+  s.numArgs = NUM_ARGS;
+  s.args = kArgs;
+  s.numResults = 3;
+  s.results = kResults;
+  s.numHypers = 1;
+  s.hypers = kHypers;
+  s.arenaBytes = 256;
+  s.trainStep = linearStep;
+  if (worldSize > 1) {
+    s.worldSize = worldSize;
+    s.groupSize = worldSize;
+    s.numCollectives = 2;
+    s.collectives = kManifest;
+  }
+  s.device = device ? testDevice : nullptr;
+  return s;
+}
+
+struct DeviceRun : ::testing::Test {
+  TempDir dir;
+  HostDevice device;
+  void SetUp() override {
+    gDevice = &device;
+    gSteps.clear();
+    // The global batch of one rank (2 rows) and of two (4 rows).
+    std::vector<float> x = {1, 2, 3, 4}, y = {3, 6, 9, 12};
+    for (int64_t rows : {2, 4})
+      ASSERT_TRUE(io::writeSafetensors(
+                      batchOf(int(rows / 2)),
+                      {{"x", Tensor::of(x.data(), DType::F32, {rows})},
+                       {"y", Tensor::of(y.data(), DType::F32, {rows})}})
+                      .ok());
+  }
+  std::string batchOf(int ranks) {
+    return dir / ("batch" + std::to_string(ranks) + ".safetensors");
+  }
+  RunResult train(int worldSize, bool onDevice, const std::string &tag) {
+    return runWith(spec(worldSize, onDevice),
+                   {"--steps", "4", "--batch", batchOf(worldSize), "--init",
+                    "random", "--lr", "0.01", "--dump-grads", dir / ("g" + tag),
+                    "--dump-params", dir / ("p" + tag), "--log",
+                    dir / ("log" + tag)});
+  }
+};
+
+TEST_F(DeviceRun, SameResultsAsTheHostRunOneAndTwoRanks) {
+  for (int ranks : {1, 2}) {
+    SCOPED_TRACE(std::to_string(ranks) + " rank(s)");
+    RunResult host = train(ranks, false, "h");
+    ASSERT_EQ(host.rc, 0) << host.err;
+    device.allocations = device.uploads = device.downloads = 0;
+    RunResult dev = train(ranks, true, "d");
+    ASSERT_EQ(dev.rc, 0) << dev.err;
+    EXPECT_TRUE(contains(dev.out, "device: host test device (GPU 0)"))
+        << dev.out;
+    EXPECT_TRUE(contains(dev.out, "gpu memory: peak ")) << dev.out;
+    // Every argument, result and arena of every rank lives on the device;
+    // the batch and the step go up each step; the loss comes back.
+    EXPECT_EQ(device.allocations, ranks * (NUM_ARGS + 3 + 1));
+    // (The non-input arguments once, then x, y and the step each step.)
+    EXPECT_EQ(device.uploads, ranks * ((NUM_ARGS - 2) + 4 * 3));
+    EXPECT_GE(device.downloads, 4);
+    // Steps 1..4 through the context, once per step on rank 0.
+    EXPECT_EQ(gSteps, (std::vector<int64_t>{1, 2, 3, 4, 1, 2, 3, 4}));
+    gSteps.clear();
+    // Same log losses, gradients and parameters, bitwise.
+    EXPECT_EQ(readFile(dir / "gh"), readFile(dir / "gd"));
+    EXPECT_EQ(readFile(dir / "ph"), readFile(dir / "pd"));
+    std::string lh = readFile(dir / "logh"), ld = readFile(dir / "logd");
+    for (int step = 1; step <= 4; ++step) {
+      auto loss = [&](const std::string &log) {
+        size_t at = log.find("\"step\":" + std::to_string(step) + ",");
+        return log.substr(at, log.find(",\"lr\"", at) - at);
+      };
+      EXPECT_EQ(loss(lh), loss(ld));
+    }
+  }
+}
+
+TEST_F(DeviceRun, AStepThatDoesNotFitIsAnErrorBeforeAnyAllocation) {
+  device.totalBytes = 512; // less than the 256-byte arena + 32 MiB workspace
+  RunResult r = train(2, true, "x");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(device.allocations, 0);
+  EXPECT_TRUE(contains(r.err, "error: this step needs ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "on GPU 0 (2 ranks x (tensors and arena of the "
+                              "compiled plan, "))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "but it has 512 B in all; compile with a "
+                              "smaller --micro-batch"))
+      << r.err;
+}
+
+} // namespace
