@@ -270,3 +270,27 @@ TEST_F(DeviceRun, AStepThatDoesNotFitIsAnErrorBeforeAnyAllocation) {
 }
 
 } // namespace
+
+namespace {
+
+// --gradcheck on a device program: every finite-difference call uploads the
+// perturbed parameters, and the analytic gradient comes back from the
+// device.
+TEST_F(DeviceRun, GradcheckUploadsEachPerturbation) {
+  RunResult host = runWith(spec(1, false), {"--gradcheck", "1", "--batch",
+                                            batchOf(1), "--init", "random"});
+  ASSERT_EQ(host.rc, 0) << host.err;
+  RunResult dev = runWith(spec(1, true), {"--gradcheck", "1", "--batch",
+                                          batchOf(1), "--init", "random"});
+  ASSERT_EQ(dev.rc, 0) << dev.err << dev.out;
+  EXPECT_TRUE(contains(dev.out, "gradcheck: loss ")) << dev.out;
+  EXPECT_TRUE(contains(dev.out, "| OK (bound ")) << dev.out;
+  // The same report as on the host, line for line after the banner.
+  EXPECT_EQ(host.out.substr(host.out.find("gradcheck w")),
+            dev.out.substr(dev.out.find("gradcheck w")));
+  // Three steps (the base and two perturbations), each uploading every
+  // argument.
+  EXPECT_EQ(device.uploads, 3 + 3 * NUM_ARGS);
+}
+
+} // namespace
