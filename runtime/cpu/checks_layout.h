@@ -181,10 +181,8 @@ Status checkAvgPoolBackward(Call &call, const Tensor &input,
                             const Tensor &gradIn, Windows &w);
 
 /// Global pools see the input as `planes` (N * C) of `size` elements.
-Status checkGlobalAvgPool(Call &call, const Tensor &input, const Tensor &out,
-                          int64_t &planes, int64_t &size);
-Status checkGlobalMaxPool(Call &call, const Tensor &input, const Tensor &out,
-                          int64_t &planes, int64_t &size);
+Status checkGlobalPool(Call &call, const Tensor &input, const Tensor &out,
+                       int64_t &planes, int64_t &size);
 
 } // namespace dsc::cpu::detail
 

@@ -613,14 +613,8 @@ Status globalLayout(const Call &call, const Tensor &input, const Tensor &out,
 
 namespace detail {
 
-Status checkGlobalAvgPool(Call &call, const Tensor &input, const Tensor &out,
-                          int64_t &planes, int64_t &size) {
-  call.arg("input", input).arg("out", out);
-  return globalLayout(call, input, out, planes, size);
-}
-
-Status checkGlobalMaxPool(Call &call, const Tensor &input, const Tensor &out,
-                          int64_t &planes, int64_t &size) {
+Status checkGlobalPool(Call &call, const Tensor &input, const Tensor &out,
+                       int64_t &planes, int64_t &size) {
   call.arg("input", input).arg("out", out);
   return globalLayout(call, input, out, planes, size);
 }
@@ -630,7 +624,7 @@ Status checkGlobalMaxPool(Call &call, const Tensor &input, const Tensor &out,
 Status globalAvgPool(const Tensor &input, const Tensor &out) {
   Call call("global_avg_pool");
   int64_t planes, size;
-  if (Status st = checkGlobalAvgPool(call, input, out, planes, size); !st.ok())
+  if (Status st = checkGlobalPool(call, input, out, planes, size); !st.ok())
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -647,7 +641,7 @@ Status globalAvgPool(const Tensor &input, const Tensor &out) {
 Status globalMaxPool(const Tensor &input, const Tensor &out) {
   Call call("global_max_pool");
   int64_t planes, size;
-  if (Status st = checkGlobalMaxPool(call, input, out, planes, size); !st.ok())
+  if (Status st = checkGlobalPool(call, input, out, planes, size); !st.ok())
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
     using T = decltype(tag);

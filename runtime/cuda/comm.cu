@@ -166,7 +166,7 @@ public:
               int numCollectives) {
     rank_ = init.rank;
     size_ = init.worldSize;
-    group_size_ = init.groupSize > 0 ? init.groupSize : init.worldSize;
+    groupSize_ = init.groupSize > 0 ? init.groupSize : init.worldSize;
     manifest_ = manifest;
     numCollectives_ = manifest ? numCollectives : 0;
     std::vector<uint8_t> id(sizeof(ncclUniqueId));
@@ -186,7 +186,7 @@ public:
                                          std::to_string(sizeof uid));
     std::memcpy(&uid, id.data(), sizeof uid);
     DSC_NCCL_CHECK(ncclCommInitRank(&world_, size_, uid, rank_));
-    int G = group_size_;
+    int G = groupSize_;
     if (G == size_) {
       group_ = world_;
     } else {
@@ -208,9 +208,9 @@ public:
     case 3u:
       return rank_;
     case 2u:
-      return rank_ % group_size_;
+      return rank_ % groupSize_;
     case 1u:
-      return rank_ / group_size_;
+      return rank_ / groupSize_;
     default:
       return 0;
     }
@@ -220,9 +220,9 @@ public:
     case 3u:
       return size_;
     case 2u:
-      return group_size_;
+      return groupSize_;
     case 1u:
-      return size_ / group_size_;
+      return size_ / groupSize_;
     default:
       return 1;
     }
@@ -245,9 +245,8 @@ public:
     for (auto it = pending_.begin(); it != pending_.end(); ++it) {
       if (it->out != out.data)
         continue;
-      DSC_CUDA_CHECK(cudaStreamWaitEvent(current().compute, it->done, 0));
       // The event stays queryable for awaitIdle until the step ends.
-      it->waited = true;
+      DSC_CUDA_CHECK(cudaStreamWaitEvent(current().compute, it->done, 0));
       return Status();
     }
     return Status(); // already completed and recycled, or synchronous
@@ -297,7 +296,6 @@ private:
     std::string what;
     int64_t index;
     int kind;
-    bool waited = false;
   };
 
   Status hung(double waited) {
@@ -412,7 +410,7 @@ private:
     return Status();
   }
 
-  int rank_ = 0, size_ = 1, group_size_ = 1;
+  int rank_ = 0, size_ = 1, groupSize_ = 1;
   const CollectiveSpec *manifest_ = nullptr;
   int numCollectives_ = 0;
   int64_t calls_ = 0;

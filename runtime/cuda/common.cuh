@@ -165,32 +165,6 @@ template <typename T> __device__ inline T blockMax(T v) {
   return r;
 }
 
-/// Element loads and stores of any dtype through double (for casts and the
-/// dtype-generic paths; hot kernels are templated on the element type).
-__device__ inline double loadAsDouble(const void *p, DType t, int64_t i) {
-  switch (t) {
-  case DType::F32:
-    return static_cast<const float *>(p)[i];
-  case DType::F64:
-    return static_cast<const double *>(p)[i];
-  case DType::F16:
-    return __half2float(static_cast<const __half *>(p)[i]);
-  case DType::BF16:
-    return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-  case DType::I64:
-    return double(static_cast<const int64_t *>(p)[i]);
-  case DType::I32:
-    return static_cast<const int32_t *>(p)[i];
-  case DType::I8:
-    return static_cast<const int8_t *>(p)[i];
-  case DType::U8:
-    return static_cast<const uint8_t *>(p)[i];
-  case DType::Bool:
-    return static_cast<const uint8_t *>(p)[i] != 0;
-  }
-  return 0;
-}
-
 //===----------------------------------------------------------------------===//
 // Exact f16/bf16 conversions (the runtime's, core/runtime.cpp), not the
 // intrinsics, so NaN payloads and rounding match the CPU
@@ -245,6 +219,101 @@ __device__ inline uint16_t floatToBf16Bits(float f) {
     return static_cast<uint16_t>((u >> 16) | 0x40);
   u += 0x7fff + ((u >> 16) & 1);
   return static_cast<uint16_t>(u >> 16);
+}
+
+/// Element loads and stores of any dtype through double or int64, as
+/// cpu::detail's functions of the same names (f16/bf16 through the exact
+/// conversions above; float to int truncates, out-of-range clamps).
+__device__ inline double loadAsDouble(const void *p, DType dt, int64_t i) {
+  switch (dt) {
+  case DType::F32:
+    return static_cast<const float *>(p)[i];
+  case DType::F64:
+    return static_cast<const double *>(p)[i];
+  case DType::F16:
+    return halfBitsToFloat(static_cast<const uint16_t *>(p)[i]);
+  case DType::BF16:
+    return bf16BitsToFloat(static_cast<const uint16_t *>(p)[i]);
+  case DType::I64:
+    return static_cast<double>(static_cast<const int64_t *>(p)[i]);
+  case DType::I32:
+    return static_cast<const int32_t *>(p)[i];
+  case DType::I8:
+    return static_cast<const int8_t *>(p)[i];
+  case DType::U8:
+    return static_cast<const uint8_t *>(p)[i];
+  case DType::Bool:
+    return static_cast<const uint8_t *>(p)[i] != 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+/// Integer dtypes only (the int-to-int cast path).
+__device__ inline int64_t loadAsInt(const void *p, DType dt, int64_t i) {
+  switch (dt) {
+  case DType::I64:
+    return static_cast<const int64_t *>(p)[i];
+  case DType::I32:
+    return static_cast<const int32_t *>(p)[i];
+  case DType::I8:
+    return static_cast<const int8_t *>(p)[i];
+  case DType::U8:
+    return static_cast<const uint8_t *>(p)[i];
+  case DType::Bool:
+    return static_cast<const uint8_t *>(p)[i] != 0;
+  default:
+    return 0;
+  }
+}
+
+__device__ inline void storeInt(void *p, DType dt, int64_t i, int64_t v) {
+  switch (dt) {
+  case DType::I64:
+    static_cast<int64_t *>(p)[i] = v;
+    break;
+  case DType::I32:
+    static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v);
+    break;
+  case DType::I8:
+    static_cast<int8_t *>(p)[i] = static_cast<int8_t>(v);
+    break;
+  case DType::U8:
+    static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(v);
+    break;
+  case DType::Bool:
+    static_cast<uint8_t *>(p)[i] = v != 0;
+    break;
+  default:
+    break;
+  }
+}
+
+__device__ inline void storeDouble(void *p, DType dt, int64_t i, double v) {
+  switch (dt) {
+  case DType::F32:
+    static_cast<float *>(p)[i] = static_cast<float>(v);
+    break;
+  case DType::F64:
+    static_cast<double *>(p)[i] = v;
+    break;
+  case DType::F16:
+    static_cast<uint16_t *>(p)[i] = floatToHalfBits(static_cast<float>(v));
+    break;
+  case DType::BF16:
+    static_cast<uint16_t *>(p)[i] = floatToBf16Bits(static_cast<float>(v));
+    break;
+  case DType::Bool:
+    static_cast<uint8_t *>(p)[i] = v != 0;
+    break;
+  default: // float to int truncates; out-of-range values are clamped
+    if (v != v)
+      v = 0;
+    v = trunc(v);
+    v = fmax(v, -9.2233720368547758e18);
+    v = fmin(v, 9.2233720368547748e18);
+    storeInt(p, dt, i, static_cast<int64_t>(v));
+    break;
+  }
 }
 
 } // namespace dsc::cuda::detail

@@ -37,8 +37,7 @@ using cpu::detail::checkConv;
 using cpu::detail::checkConvBackward;
 using cpu::detail::checkConvBackwardInput;
 using cpu::detail::checkConvBackwardWeight;
-using cpu::detail::checkGlobalAvgPool;
-using cpu::detail::checkGlobalMaxPool;
+using cpu::detail::checkGlobalPool;
 using cpu::detail::checkMaxPool;
 using cpu::detail::checkMaxPoolBackward;
 using cpu::detail::ConvLayout;
@@ -1003,40 +1002,39 @@ Status avgPoolBackward(const Tensor &input, const PoolAttrs &attrs,
   return Status();
 }
 
-Status globalAvgPool(const Tensor &input, const Tensor &out) {
-  Call call("global_avg_pool");
+namespace {
+
+/// global_avg_pool or (kMax) global_max_pool: one block per (n, c) plane.
+template <bool kMax>
+Status globalPool(const char *name, const Tensor &input, const Tensor &out) {
+  Call call(name);
   int64_t planes, size;
-  if (Status st = checkGlobalAvgPool(call, input, out, planes, size); !st.ok())
+  if (Status st = checkGlobalPool(call, input, out, planes, size); !st.ok())
     return st;
   if (planes == 0)
     return Status();
-  int threads = planeThreads(size);
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    auto kernel = kMax ? globalMaxPoolKernel<T> : globalAvgPoolKernel<T>;
+    kernel<<<planeBlocks(planes), planeThreads(size), 0, stream()>>>(
+        input.as<const T>(), out.as<T>(), planes, size);
+  };
   if (input.dtype == DType::F32)
-    globalAvgPoolKernel<<<planeBlocks(planes), threads, 0, stream()>>>(
-        input.as<const float>(), out.as<float>(), planes, size);
+    launch(float());
   else
-    globalAvgPoolKernel<<<planeBlocks(planes), threads, 0, stream()>>>(
-        input.as<const double>(), out.as<double>(), planes, size);
-  DSC_CUDA_LAUNCHED("global_avg_pool");
+    launch(double());
+  DSC_CUDA_LAUNCHED(name);
   return Status();
 }
 
+} // namespace
+
+Status globalAvgPool(const Tensor &input, const Tensor &out) {
+  return globalPool<false>("global_avg_pool", input, out);
+}
+
 Status globalMaxPool(const Tensor &input, const Tensor &out) {
-  Call call("global_max_pool");
-  int64_t planes, size;
-  if (Status st = checkGlobalMaxPool(call, input, out, planes, size); !st.ok())
-    return st;
-  if (planes == 0)
-    return Status();
-  int threads = planeThreads(size);
-  if (input.dtype == DType::F32)
-    globalMaxPoolKernel<<<planeBlocks(planes), threads, 0, stream()>>>(
-        input.as<const float>(), out.as<float>(), planes, size);
-  else
-    globalMaxPoolKernel<<<planeBlocks(planes), threads, 0, stream()>>>(
-        input.as<const double>(), out.as<double>(), planes, size);
-  DSC_CUDA_LAUNCHED("global_max_pool");
-  return Status();
+  return globalPool<true>("global_max_pool", input, out);
 }
 
 } // namespace dsc::cuda

@@ -55,7 +55,6 @@ using cpu::detail::checkSplit;
 using cpu::detail::checkTranspose;
 using cpu::detail::GatherLayout;
 using cpu::detail::SliceLayout;
-using cpu::detail::storeDouble;
 
 //===----------------------------------------------------------------------===//
 // Helpers
@@ -959,7 +958,7 @@ Status pad(const Tensor &input, I64s pads, double value, const Tensor &out) {
   if (out.numel() == 0)
     return Status();
   char fill[8] = {};
-  storeDouble(fill, out.dtype, 0, value);
+  cpu::detail::storeDouble(fill, out.dtype, 0, value); // on the host
   switch (dtypeSize(out.dtype)) {
   case 1:
     return launchPad<1>(input, pads, out, fill);

@@ -65,99 +65,6 @@ template <typename T> inline T *ptr(const Tensor &t) {
 
 inline dim3 grid(int64_t n) { return dim3(blocksFor(n)); }
 
-/// cpu::detail::loadAsDouble, loadAsInt, storeInt and storeDouble.
-__device__ inline double loadD(const void *p, DType dt, int64_t i) {
-  switch (dt) {
-  case DType::F32:
-    return static_cast<const float *>(p)[i];
-  case DType::F64:
-    return static_cast<const double *>(p)[i];
-  case DType::F16:
-    return halfBitsToFloat(static_cast<const uint16_t *>(p)[i]);
-  case DType::BF16:
-    return bf16BitsToFloat(static_cast<const uint16_t *>(p)[i]);
-  case DType::I64:
-    return static_cast<double>(static_cast<const int64_t *>(p)[i]);
-  case DType::I32:
-    return static_cast<const int32_t *>(p)[i];
-  case DType::I8:
-    return static_cast<const int8_t *>(p)[i];
-  case DType::U8:
-    return static_cast<const uint8_t *>(p)[i];
-  case DType::Bool:
-    return static_cast<const uint8_t *>(p)[i] != 0 ? 1.0 : 0.0;
-  }
-  return 0;
-}
-
-/// Integer dtypes only (the int-to-int cast path).
-__device__ inline int64_t loadI(const void *p, DType dt, int64_t i) {
-  switch (dt) {
-  case DType::I64:
-    return static_cast<const int64_t *>(p)[i];
-  case DType::I32:
-    return static_cast<const int32_t *>(p)[i];
-  case DType::I8:
-    return static_cast<const int8_t *>(p)[i];
-  case DType::U8:
-    return static_cast<const uint8_t *>(p)[i];
-  case DType::Bool:
-    return static_cast<const uint8_t *>(p)[i] != 0;
-  default:
-    return 0;
-  }
-}
-
-__device__ inline void storeI(void *p, DType dt, int64_t i, int64_t v) {
-  switch (dt) {
-  case DType::I64:
-    static_cast<int64_t *>(p)[i] = v;
-    break;
-  case DType::I32:
-    static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v);
-    break;
-  case DType::I8:
-    static_cast<int8_t *>(p)[i] = static_cast<int8_t>(v);
-    break;
-  case DType::U8:
-    static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(v);
-    break;
-  case DType::Bool:
-    static_cast<uint8_t *>(p)[i] = v != 0;
-    break;
-  default:
-    break;
-  }
-}
-
-__device__ inline void storeD(void *p, DType dt, int64_t i, double v) {
-  switch (dt) {
-  case DType::F32:
-    static_cast<float *>(p)[i] = static_cast<float>(v);
-    break;
-  case DType::F64:
-    static_cast<double *>(p)[i] = v;
-    break;
-  case DType::F16:
-    static_cast<uint16_t *>(p)[i] = floatToHalfBits(static_cast<float>(v));
-    break;
-  case DType::BF16:
-    static_cast<uint16_t *>(p)[i] = floatToBf16Bits(static_cast<float>(v));
-    break;
-  case DType::Bool:
-    static_cast<uint8_t *>(p)[i] = v != 0;
-    break;
-  default: // float to int truncates; out-of-range values are clamped
-    if (v != v)
-      v = 0;
-    v = trunc(v);
-    v = fmax(v, -9.2233720368547758e18);
-    v = fmin(v, 9.2233720368547748e18);
-    storeI(p, dt, i, static_cast<int64_t>(v));
-    break;
-  }
-}
-
 //===----------------------------------------------------------------------===//
 // Broadcast indexing
 //===----------------------------------------------------------------------===//
@@ -452,7 +359,7 @@ __global__ void castKernel(const void *in, DType inType, void *out,
   DSC_GRID_STRIDE(i, n) {
     switch (mode) {
     case CastMode::IntToInt:
-      storeI(out, outType, i, loadI(in, inType, i));
+      storeInt(out, outType, i, loadAsInt(in, inType, i));
       break;
     case CastMode::F32ToHalf: { // f32 -> f16/bf16 directly, one rounding
       float v = static_cast<const float *>(in)[i];
@@ -461,7 +368,7 @@ __global__ void castKernel(const void *in, DType inType, void *out,
       break;
     }
     case CastMode::ViaDouble:
-      storeD(out, outType, i, loadD(in, inType, i));
+      storeDouble(out, outType, i, loadAsDouble(in, inType, i));
       break;
     }
   }

@@ -47,21 +47,9 @@ struct Scalar {
 
 Scalar scalarOf(const Tensor &t) { return {t.data, t.dtype}; }
 
-/// cpu::detail::loadAsDouble of a float scalar.
+/// A float scalar hyperparameter.
 __device__ inline double loadScalar(Scalar s) {
-  switch (s.dtype) {
-  case DType::F32:
-    return *static_cast<const float *>(s.data);
-  case DType::F64:
-    return *static_cast<const double *>(s.data);
-  case DType::F16:
-    return halfBitsToFloat(*static_cast<const uint16_t *>(s.data));
-  case DType::BF16:
-    return __uint_as_float(
-        static_cast<uint32_t>(*static_cast<const uint16_t *>(s.data)) << 16);
-  default:
-    return 0;
-  }
+  return loadAsDouble(s.data, s.dtype, 0);
 }
 
 /// The step (i64 or i32).
@@ -71,24 +59,9 @@ __device__ inline int64_t loadStep(Scalar s) {
   return *static_cast<const int64_t *>(s.data);
 }
 
-/// cpu::detail::storeDouble into a float scalar.
+/// A float scalar result (the learning rate).
 __device__ inline void storeScalar(void *p, DType dt, double v) {
-  switch (dt) {
-  case DType::F32:
-    *static_cast<float *>(p) = static_cast<float>(v);
-    break;
-  case DType::F64:
-    *static_cast<double *>(p) = v;
-    break;
-  case DType::F16:
-    *static_cast<uint16_t *>(p) = floatToHalfBits(static_cast<float>(v));
-    break;
-  case DType::BF16:
-    *static_cast<uint16_t *>(p) = floatToBf16Bits(static_cast<float>(v));
-    break;
-  default:
-    break;
-  }
+  storeDouble(p, dt, 0, v);
 }
 
 // Uncontracted arithmetic: each op rounds once, as on the host.

@@ -1502,11 +1502,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   if (o.gradcheck > 0) {
     Args &args = rank0.args;
     std::vector<Tensor> &results = rank0.results;
-    HostArena &arena = rank0.arena;
     for (int i = 0; i < spec.numArgs; ++i)
       if (spec.args[i].role == ArgRole::Step)
         setIntScalar(args.tensors[i], 1);
-    (void)arena;
     auto lossAt = [&](double &loss) -> Status {
       Status s = stepOn(rank0, nccl.get(), 1, /*all=*/true);
       if (s.ok())
@@ -1815,12 +1813,12 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         tokenUnits ? "tok/s" : "samples/s",
         humanBytes(double(arenaPeak())).c_str());
     if (device) {
-      size_t now = 0, peak = 0, tensorBytes = 0;
+      size_t peak = 0, tensorBytes = 0;
       for (auto &rs : ranks) {
-        size_t n = 0, p = 0;
+        size_t now = 0, p = 0;
         if (device->bindRank(rs->id, rs->gpu).ok() &&
-            device->memoryInUse(n, p).ok())
-          peak = std::max(peak, p), now = std::max(now, n);
+            device->memoryInUse(now, p).ok())
+          peak = std::max(peak, p);
       }
       for (const Tensor &t : rank0.args.tensors)
         tensorBytes += t.nbytes();
