@@ -277,4 +277,68 @@ def DscGlobalMeanLoss : Pass<"dsc-global-mean-loss", "mlir::ModuleOp"> {
   }];
 }
 
+def DscMixedPrecision : Pass<"dsc-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "bf16 / fp16 compute copies, fp32 master weights, fp16 "
+                "dynamic loss scaling";
+  let description = [{
+    Runs on the step after dsc-optimizer (and dsc-zero-partition, so that it
+    sees the stage-3 gathers and the gradient reductions), before
+    dsc-schedule. With `precision` bf16 or fp16:
+
+    1. `@forward_backward` takes a 16-bit **compute copy** of each parameter
+       (at stage 3 of each parameter shard, so the all-gathers move half the
+       bytes); `@train_step` makes the copies from the fp32 masters once per
+       step (`dsc.cast {dsc.compute_copy}`), whatever the accumulation.
+    2. Each op of `@forward_backward` computes in the precision of its class
+       (`precisionClassOf`, documented in docs/numerics.md): matmul, gemm,
+       conv and the conv gradients take 16-bit operands and give 16-bit
+       results (fp32 accumulation in the kernels); data movement follows its
+       operands; everything else (norms, softmax, the loss, reductions,
+       elementwise math, gradient collectives) is fp32, with a cast where a
+       16-bit value enters it. Results leave in their declared fp32 type, so
+       gradients are accumulated, reduced over ranks and clipped in fp32 and
+       the optimizer updates the fp32 masters.
+    3. fp16 only, DeepSpeed's loss scaling: `@forward_backward` seeds the
+       loss gradient with the scale (a `dsc.loss_scale` argument) and
+       divides the gradients by it as they leave. `@train_step` keeps the
+       scaler's state (`dsc.scaler` arguments and `dsc.scaler_update`
+       results: loss_scale, hysteresis, good_steps, applied_steps); a step
+       whose gradient norm is not finite (on any rank: the norm is already
+       reduced) returns parameters and optimizer state unchanged, sets the
+       `dsc.overflow` result, and does not advance the optimizer's step.
+
+    ```mlir
+    // before (precision=bf16)
+    func.func @forward_backward(%w: tensor<4x4xf32> {dsc.param = "w"}, ...) {
+      %y = dsc.matmul %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+      %z = dsc.relu %y : tensor<2x4xf32>
+    // after
+    func.func @forward_backward(%w: tensor<4x4xbf16> {dsc.param = "w"}, ...) {
+      %xl = dsc.cast %x {to = bf16} : tensor<2x4xf32> -> tensor<2x4xbf16>
+      %y = dsc.matmul %xl, %w : tensor<2x4xbf16>, tensor<4x4xbf16> -> tensor<2x4xbf16>
+      %yf = dsc.cast %y {to = f32} : tensor<2x4xbf16> -> tensor<2x4xf32>
+      %z = dsc.relu %yf : tensor<2x4xf32>
+    ```
+  }];
+  let dependentDialects = ["mlir::shard::ShardDialect"];
+  let options = [
+    Option<"precision", "precision", "std::string", /*default=*/"\"fp32\"",
+           "bf16, fp16 or fp32 (fp32: the pass changes nothing)">,
+    Option<"lossScale", "loss-scale", "double", /*default=*/"0.0",
+           "fp16: a static loss scale; 0 = dynamic (DeepSpeed loss_scale)">,
+    Option<"initialScalePower", "initial-scale-power", "int64_t",
+           /*default=*/"16",
+           "fp16: the dynamic scale starts at 2^this (initial_scale_power)">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t",
+           /*default=*/"1000",
+           "fp16: steps without overflow before the scale doubles "
+           "(loss_scale_window)">,
+    Option<"hysteresis", "hysteresis", "int64_t", /*default=*/"2",
+           "fp16: overflows tolerated before the scale is lowered "
+           "(hysteresis)">,
+    Option<"minLossScale", "min-loss-scale", "double", /*default=*/"1.0",
+           "fp16: the scale never goes below this (min_loss_scale)">
+  ];
+}
+
 #endif // DSC_PASSES_TD

@@ -1139,6 +1139,8 @@ std::optional<Role> argRole(DictionaryAttr attrs) {
     return Role{"Step", "step"};
   if (attrs.get("dsc.seed"))
     return Role{"Seed", "seed"};
+  if (auto s = attrs.getAs<StringAttr>("dsc.scaler"))
+    return Role{"Scaler", s.getValue().str()};
   return std::nullopt;
 }
 
@@ -1158,6 +1160,10 @@ std::optional<Role> resultRole(DictionaryAttr attrs) {
     return Role{"GradNorm", "grad_norm"};
   if (attrs.get("dsc.lr"))
     return Role{"Lr", "lr"};
+  if (auto s = attrs.getAs<StringAttr>("dsc.scaler_update"))
+    return Role{"Scaler", s.getValue().str()};
+  if (attrs.get("dsc.overflow"))
+    return Role{"Overflow", "overflow"};
   return std::nullopt;
 }
 
@@ -1424,6 +1430,26 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
     }
   }
 
+  std::string precision = "fp32";
+  if (auto a = module_->getAttrOfType<StringAttr>("dsc.precision"))
+    precision = a.getValue().str();
+  std::string lossScaler = "{}";
+  if (auto a = module_->getAttrOfType<DictionaryAttr>("dsc.loss_scaler")) {
+    auto f = [&](StringRef k) {
+      auto v = a.getAs<FloatAttr>(k);
+      return cppDouble(v ? v.getValueAsDouble() : 0.0);
+    };
+    auto i = [&](StringRef k) {
+      auto v = a.getAs<IntegerAttr>(k);
+      return std::to_string(v ? v.getInt() : 0);
+    };
+    auto dynamic = a.getAs<BoolAttr>("dynamic");
+    lossScaler = std::string("{true, ") +
+                 codegen::cppBool(dynamic && dynamic.getValue()) + ", " +
+                 f("initial_scale") + ", " + i("window") + ", " +
+                 i("hysteresis") + ", " + f("min_scale") + "}";
+  }
+
   uint64_t arenaBytes = totalBytes_.lookup(entry);
   os << "//===- The program spec and its TrainStepFn "
         "------------------------------===//\n\n";
@@ -1517,7 +1543,10 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "    /*numBuckets=*/" << numBuckets << ",\n    kBuckets,\n"
      << "    /*numCollectives=*/" << collectives.size()
      << ",\n    kCollectives,\n"
-     << (options_.cuda ? "    /*device=*/dsc::cuda::device,\n" : "") << "};\n";
+     << (options_.cuda ? "    /*device=*/dsc::cuda::device,\n"
+                       : "    /*device=*/nullptr,\n")
+     << "    /*precision=*/" << cppString(precision) << ",\n"
+     << "    /*lossScaler=*/" << lossScaler << ",\n};\n";
   return success();
 }
 

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/checks_layout.h"
+#include "cpu/half_emulation.h"
 #include "cpu/kernel_util.h"
 #include "cpu/kernels.h"
 
@@ -203,6 +204,16 @@ Status checkConvBackwardWeight(Call &call, const Tensor &gradOut,
 
 Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
             const ConvAttrs &attrs, const Tensor &out, int threads) {
+  if (anyHalf({input, weight, bias, out})) {
+    HalfAsF32 h;
+    if (Status st = h.check("conv", {input, weight, bias, out}); !st.ok())
+      return st;
+    if (Status st = conv(h.in(input), h.in(weight), h.in(bias), attrs,
+                         h.out(out), threads);
+        !st.ok())
+      return st;
+    return h.finish();
+  }
   Call call("conv");
   ConvLayout l;
   if (Status st = checkConv(call, input, weight, bias, attrs, out,

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/step_kernels.h"
+#include "cpu/half_emulation.h"
 
 #include "cpu/checks_layout.h"
 #include "cpu/checks_math.h"
@@ -92,6 +93,18 @@ Status fill(const Tensor &out, double value) {
 Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
                          const ConvAttrs &attrs, const Tensor &gradInput,
                          int threads) {
+  if (anyHalf({gradOut, weight, gradInput})) {
+    HalfAsF32 h;
+    if (Status st =
+            h.check("conv_backward_input", {gradOut, weight, gradInput});
+        !st.ok())
+      return st;
+    if (Status st = convBackwardInput(h.in(gradOut), h.in(weight), attrs,
+                                      h.out(gradInput), threads);
+        !st.ok())
+      return st;
+    return h.finish();
+  }
   Call call("conv_backward_input");
   if (Status st =
           detail::checkConvBackwardInput(call, gradOut, weight, gradInput);
@@ -108,6 +121,18 @@ Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
 Status convBackwardWeight(const Tensor &gradOut, const Tensor &input,
                           const ConvAttrs &attrs, const Tensor &gradWeight,
                           int threads) {
+  if (anyHalf({gradOut, input, gradWeight})) {
+    HalfAsF32 h;
+    if (Status st =
+            h.check("conv_backward_weight", {gradOut, input, gradWeight});
+        !st.ok())
+      return st;
+    if (Status st = convBackwardWeight(h.in(gradOut), h.in(input), attrs,
+                                       h.out(gradWeight), threads);
+        !st.ok())
+      return st;
+    return h.finish();
+  }
   Call call("conv_backward_weight");
   if (Status st =
           detail::checkConvBackwardWeight(call, gradOut, input, gradWeight);

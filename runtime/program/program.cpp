@@ -142,6 +142,8 @@ const char *argRoleName(ArgRole r) {
     return "step";
   case ArgRole::Seed:
     return "seed";
+  case ArgRole::Scaler:
+    return "loss scaler state";
   }
   return "argument";
 }
@@ -162,6 +164,10 @@ const char *resultRoleName(ResultRole r) {
     return "gradient norm";
   case ResultRole::Lr:
     return "learning rate";
+  case ResultRole::Scaler:
+    return "loss scaler state";
+  case ResultRole::Overflow:
+    return "overflow flag";
   }
   return "result";
 }
@@ -204,6 +210,10 @@ Status allocateTensor(const TensorSpec &type, const std::string &what,
 /// The indices the loop needs, found once.
 struct Layout {
   int loss = -1, gradNorm = -1, lr = -1;
+  int overflow = -1;                   // fp16: the skipped-step flag
+  int lossScale = -1, hysteresis = -1; // fp16: Scaler args
+  std::vector<int> scalerResults;      // fp16: Scaler results
+  int lossScaleResult = -1, hysteresisResult = -1;
   std::vector<std::pair<int, int>> updates; // (result, arg) double-buffered
   std::vector<int> grads;                   // Grad results
   std::vector<int> inputs, params, buffers, optStates; // args
@@ -264,6 +274,19 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
       break;
     case ArgRole::OptState:
       layout.optStates.push_back(i);
+      break;
+    case ArgRole::Scaler:
+      if (!spec.lossScaler.enabled)
+        return bug(what + " without a loss scaler");
+      if (numelOf(a.type) != 1)
+        return bug(what + " must be a scalar, not " + describeSpec(a.type));
+      if (std::strcmp(a.name, "loss_scale") == 0)
+        layout.lossScale = i;
+      else if (std::strcmp(a.name, "hysteresis") == 0)
+        layout.hysteresis = i;
+      else if (std::strcmp(a.name, "good_steps") != 0 &&
+               std::strcmp(a.name, "applied_steps") != 0)
+        return bug(what + " is not a state of the loss scaler");
       break;
     case ArgRole::Hyper:
     case ArgRole::Step:
@@ -328,6 +351,9 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     case ResultRole::Lr:
       s = scalar(layout.lr);
       break;
+    case ResultRole::Overflow:
+      s = scalar(layout.overflow);
+      break;
     case ResultRole::Grad:
       if (r.bucket < 0 && argOf(ArgRole::Param) < 0)
         return bug(what + " has no parameter of that name");
@@ -336,8 +362,17 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     case ResultRole::Param:
     case ResultRole::OptState:
     case ResultRole::BufferUpdate:
+    case ResultRole::Scaler:
+      if (r.role == ResultRole::Scaler) {
+        layout.scalerResults.push_back(i);
+        if (std::strcmp(r.name, "loss_scale") == 0)
+          layout.lossScaleResult = i;
+        else if (std::strcmp(r.name, "hysteresis") == 0)
+          layout.hysteresisResult = i;
+      }
       arg = argOf(r.role == ResultRole::Param      ? ArgRole::Param
                   : r.role == ResultRole::OptState ? ArgRole::OptState
+                  : r.role == ResultRole::Scaler   ? ArgRole::Scaler
                                                    : ArgRole::Buffer);
       if (arg < 0)
         return bug(what + " has no argument of that name");
@@ -355,6 +390,10 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
   }
   if (layout.loss < 0)
     return bug("no loss result");
+  if (spec.lossScaler.enabled &&
+      (layout.overflow < 0 ||
+       (spec.lossScaler.dynamic && layout.lossScale < 0)))
+    return bug("a loss scaler without its overflow flag or scale");
 
   // Sharding: the grid, the buckets, the shards, the manifest.
   int64_t W = spec.worldSize <= 0 ? 1 : spec.worldSize;
@@ -1256,6 +1295,12 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         fillValue(rs->args.tensors[i], o.hypers[a.name]);
       else if (a.role == ArgRole::Seed)
         setIntScalar(rs->args.tensors[i], static_cast<int64_t>(o.seed));
+      else if (a.role == ArgRole::Scaler)
+        fillValue(rs->args.tensors[i], std::strcmp(a.name, "loss_scale") == 0
+                                           ? spec.lossScaler.initialScale
+                                       : std::strcmp(a.name, "hysteresis") == 0
+                                           ? double(spec.lossScaler.hysteresis)
+                                           : 0.0);
     }
   if (o.hypers.count("lr"))
     lrHyper = o.hypers["lr"];
@@ -1375,7 +1420,11 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
             spec.trainStep(ctx, rs.dev->args.data(), rs.dev->results.data());
         !s.ok())
       return s;
-    for (int r : {layout.loss, layout.lr, layout.gradNorm})
+    std::vector<int> shown = {layout.loss, layout.lr, layout.gradNorm,
+                              layout.overflow};
+    shown.insert(shown.end(), layout.scalerResults.begin(),
+                 layout.scalerResults.end());
+    for (int r : shown)
       if (r >= 0)
         if (Status s = rs.dev->download(rs.dev->results[size_t(r)],
                                         rs.results[size_t(r)]);
@@ -1466,9 +1515,11 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       }
     }
     std::fprintf(
-        out, "%s: %s | %s | %s parameters (%s) | global batch %" PRId64 " = ",
+        out,
+        "%s: %s | %s, %s | %s parameters (%s) | global batch %" PRId64 " = ",
         program.c_str(),
         baseName(spec.modelPath ? spec.modelPath : "?").c_str(), spec.optimizer,
+        spec.precision ? spec.precision : "fp32",
         humanCount(paramElems).c_str(), humanBytes(paramBytes).c_str(), global);
     if (W > 1)
       std::fprintf(out, "%d ranks x ", W);
@@ -1687,8 +1738,12 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   };
 
   // 5. The steps.
-  int64_t nonFinite = 0;
+  int64_t nonFinite = 0, skippedSteps = 0;
   double lastLoss = NAN, trainSeconds = 0;
+  // The loss scaler's scale after the last step (fp16), as the program
+  // reports it; the step's tensors may live on a device.
+  double lossScale = spec.lossScaler.initialScale,
+         hysteresis = double(spec.lossScaler.hysteresis);
   for (int64_t step = 1; step <= o.steps; ++step) {
     Clock::time_point t0 = Clock::now();
     if (!o.data.empty())
@@ -1714,6 +1769,37 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     double gradNorm =
         layout.gradNorm >= 0 ? scalarValue(results[layout.gradNorm]) : NAN;
     lastLoss = loss;
+    // fp16: a skipped step says so; at the minimum scale the run stops.
+    bool skipped =
+        layout.overflow >= 0 && scalarValue(results[layout.overflow]) != 0;
+    double scaleBefore = lossScale, hysteresisBefore = hysteresis;
+    if (layout.lossScaleResult >= 0)
+      lossScale = scalarValue(results[layout.lossScaleResult]);
+    if (layout.hysteresisResult >= 0)
+      hysteresis = scalarValue(results[layout.hysteresisResult]);
+    if (skipped) {
+      ++skippedSteps;
+      if (spec.lossScaler.dynamic && scaleBefore <= spec.lossScaler.minScale &&
+          hysteresisBefore <= 1) {
+        std::fprintf(err,
+                     "error: step %" PRId64 ": the gradients overflow (inf "
+                     "or nan) at the minimum loss scale %g, %" PRId64
+                     " steps skipped so far; fp16 cannot hold them. Try "
+                     "--precision bf16, a lower learning rate (--lr), "
+                     "gradient clipping (--clip 1.0), or a lower "
+                     "--min-loss-scale at compile time\n",
+                     step, scaleBefore, skippedSteps);
+        std::fflush(err);
+        return 1;
+      }
+      if (!o.quiet) {
+        std::fprintf(out,
+                     "step %" PRId64 ": gradients overflowed (inf or nan); "
+                     "step skipped, loss scale %g -> %g\n",
+                     step, scaleBefore, lossScale);
+        std::fflush(out);
+      }
+    }
     if (step == 1 && !o.dumpGrads.empty()) {
       if (Status s = fetch(layout.grads, /*args=*/false); !s.ok())
         return error(s);
@@ -1768,6 +1854,10 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         line += format(" | lr %.2e", lr);
       if (layout.gradNorm >= 0)
         line += format(" | grad norm %.3f", gradNorm);
+      if (spec.lossScaler.enabled)
+        line += format(" | scale %g", lossScale);
+      if (skippedSteps > 0)
+        line += format(" | skipped %" PRId64, skippedSteps);
       line += format(" | %.0f %s", rate, tokenUnits ? "tok/s" : "samples/s");
       std::fprintf(out, "%s\n", line.c_str());
       std::fflush(out);
@@ -1779,6 +1869,10 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         json += ",\"lr\":" + jsonNumber(lr);
       if (layout.gradNorm >= 0)
         json += ",\"grad_norm\":" + jsonNumber(gradNorm);
+      if (spec.lossScaler.enabled)
+        json += ",\"loss_scale\":" + jsonNumber(lossScale) +
+                ",\"skipped\":" + (skipped ? "true" : "false") +
+                ",\"skipped_steps\":" + std::to_string(skippedSteps);
       json += ",\"step_time_s\":" + jsonNumber(dt);
       json += std::string(tokenUnits ? ",\"tokens_per_s\":"
                                      : ",\"samples_per_s\":") +

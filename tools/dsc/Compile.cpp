@@ -1,6 +1,8 @@
 //===- Compile.cpp - `dsc compile`: ONNX to a training program ------------===//
 //
-//   import -> dsc-autodiff -> dsc-optimizer -> cse -> C++ -> c++ -> program
+//   import -> dsc-global-mean-loss -> dsc-autodiff -> dsc-optimizer
+//     [-> dsc-zero-partition] -> dsc-mixed-precision [-> dsc-schedule]
+//     -> cse -> C++ -> c++ / nvcc -> program
 //
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/Compile.h"
@@ -101,7 +103,23 @@ sharding (ZeRO; the program runs world-size ranks, see README):
                              (default: each rank's own, as DDP)
   --report                   print the per-rank memory of every stage
 
-numerics:
+numerics (docs/numerics.md):
+  --precision bf16|fp16|fp32 mixed precision: matmuls and convolutions in
+                             bf16 or fp16 (fp32 accumulation) on 16-bit
+                             compute copies of the parameters, made once per
+                             step from fp32 masters; norms, softmax, the loss,
+                             reductions and elementwise math in fp32;
+                             gradients accumulated, reduced over ranks and
+                             clipped in fp32; the optimizer updates the fp32
+                             masters (default fp32: everything in fp32)
+  fp16 loss scaling (DeepSpeed's knobs and defaults; a step whose gradients
+  hold an inf or nan on any rank is skipped and the scale lowered):
+  --loss-scale X             a static scale; 0 = dynamic (default 0)
+  --initial-scale-power N    the dynamic scale starts at 2^N (16)
+  --loss-scale-window N      steps without overflow before it doubles (1000)
+  --hysteresis N             overflows tolerated before it halves (2)
+  --min-loss-scale X         it never goes below X (1); a run that overflows
+                             there stops
   --f64                      compute in float64 (float32 tensors of the model
                              are held as float64): for checking numerics
 )";
@@ -114,6 +132,8 @@ struct CompileOptions {
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
+  std::string precision = "fp32";
+  std::string precisionPipeline; // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
 };
 
@@ -266,6 +286,37 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.partition = true;
       continue;
     }
+    if (auto v = c.take("--precision")) {
+      if (*v != "bf16" && *v != "fp16" && *v != "fp32")
+        return usageError("--precision must be bf16, fp16 or fp32, not '" + *v +
+                              "'",
+                          kCompileUsage);
+      o.precision = *v;
+      continue;
+    }
+    bool scaler = false;
+    for (auto [flag, integer] : {std::pair{"--loss-scale", false},
+                                 std::pair{"--initial-scale-power", true},
+                                 std::pair{"--loss-scale-window", true},
+                                 std::pair{"--hysteresis", true},
+                                 std::pair{"--min-loss-scale", false}}) {
+      if (auto v = c.take(flag)) {
+        double d;
+        int64_t n;
+        bool bad = integer ? llvm::StringRef(*v).getAsInteger(10, n) || n < 1
+                           : llvm::StringRef(*v).getAsDouble(d) || d < 0;
+        if (bad)
+          return usageError(std::string(flag) + " needs " +
+                                (integer ? "a count >= 1" : "a number >= 0") +
+                                ", not '" + *v + "'",
+                            kCompileUsage);
+        o.precisionPipeline += std::string(" ") + (flag + 2) + "=" + *v;
+        scaler = true;
+        break;
+      }
+    }
+    if (scaler)
+      continue;
     if (auto v = c.take("--optimizer")) {
       optimizerOptions.push_back("optimizer=" + *v);
       continue;
@@ -371,6 +422,14 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
                       kCompileUsage);
   if (o.output.empty() && o.emit == "exe")
     return usageError("-o PROGRAM is required", kCompileUsage);
+  if (o.f64 && o.precision != "fp32")
+    return usageError("--f64 and --precision " + o.precision +
+                          " contradict each other; give one",
+                      kCompileUsage);
+  if (!o.precisionPipeline.empty() && o.precision != "fp16")
+    return usageError("the loss-scale options apply to --precision fp16 "
+                      "only (bf16 needs no loss scaling)",
+                      kCompileUsage);
   for (const auto &opt : optimizerOptions)
     o.optimizerPipeline += (o.optimizerPipeline.empty() ? "" : " ") + opt;
   return -1; // go on
@@ -486,12 +545,17 @@ int runCompile(std::vector<std::string> args) {
                    << "\n";
       return 1;
     }
-    if (failed(parsePassPipeline("dsc-schedule{prefetch=" + o.prefetch +
-                                     " prefetch-bucket-size=" + o.prefetchSize +
-                                     " max-live-parameters=" + o.maxLive + "}",
-                                 pm, llvm::errs())))
-      return 1;
   }
+  if (failed(parsePassPipeline("dsc-mixed-precision{precision=" + o.precision +
+                                   o.precisionPipeline + "}",
+                               pm, llvm::errs())))
+    return 1;
+  if (o.partition &&
+      failed(parsePassPipeline("dsc-schedule{prefetch=" + o.prefetch +
+                                   " prefetch-bucket-size=" + o.prefetchSize +
+                                   " max-live-parameters=" + o.maxLive + "}",
+                               pm, llvm::errs())))
+    return 1;
   pm.addPass(createCSEPass());
   if (failed(pm.run(*module)))
     return 1;

@@ -37,6 +37,8 @@ enum class ArgRole : uint8_t {
   Hyper,    // a scalar f32 hyperparameter; name as in HyperDefault
   Step,     // scalar i64: the optimizer step, 1 for the first
   Seed,     // scalar i64: the run's seed (dropout)
+  Scaler,   // fp16 loss scaler state (spec.lossScaler): "loss_scale",
+            // "hysteresis", "good_steps" (f32), "applied_steps" (i64)
 };
 
 /// What a result of train_step is.
@@ -48,6 +50,9 @@ enum class ResultRole : uint8_t {
   Grad,         // gradient of a parameter (name = param), before clipping
   GradNorm,     // scalar: global gradient norm before clipping
   Lr,           // scalar: the learning rate used at this step
+  Scaler,       // the loss scaler's next state (same name as its argument)
+  Overflow,     // scalar f32: 1 when the gradients held an inf or nan on
+                // some rank and the step was skipped (fp16), else 0
 };
 
 struct ArgSpec {
@@ -97,6 +102,16 @@ struct HyperDefault {
   double value;
 };
 
+/// fp16 dynamic loss scaling, DeepSpeed's knobs (dsc-mixed-precision).
+struct LossScalerSpec {
+  bool enabled;        // the step has Scaler arguments and an Overflow result
+  bool dynamic;        // false: a static scale, no Scaler state but steps
+  double initialScale; // 2^initial_scale_power, or the static scale
+  int64_t window;      // loss_scale_window
+  int64_t hysteresis;  // hysteresis
+  double minScale;     // min_loss_scale
+};
+
 struct ProgramSpec;
 
 /// The generated step: reads `args` (in spec order), writes `results` (in
@@ -142,6 +157,10 @@ struct ProgramSpec {
   /// memory (--target cpu). A function, so that a static spec need not
   /// construct it.
   Device *(*device)() = nullptr;
+  /// The step's compute precision (dsc-mixed-precision): "fp32", "bf16" or
+  /// "fp16"; parameters and optimizer state are fp32 masters in all three.
+  const char *precision = "fp32";
+  LossScalerSpec lossScaler = {};
 };
 
 /// The whole program: parses argv, runs the steps, returns the exit code.

@@ -407,7 +407,9 @@ TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
                   "    {\"bucket1\", DType::F32, 4, 1, kBucket1Entries},\n};"));
   EXPECT_TRUE(has("    /*worldSize=*/4,\n    /*groupSize=*/2,\n"
                   "    /*stage=*/3,\n    /*numBuckets=*/2,\n    kBuckets,\n"
-                  "    /*numCollectives=*/5,\n    kCollectives,\n};"));
+                  "    /*numCollectives=*/5,\n    kCollectives,\n"
+                  "    /*device=*/nullptr,\n    /*precision=*/\"fp32\",\n"
+                  "    /*lossScaler=*/{},\n};"));
   // The manifest: @micro's collectives twice, in call order, then the
   // entry's own; the unused all_reduce and the all_slice are not in it.
   EXPECT_TRUE(has("const dsc::CollectiveSpec kCollectives[] = {\n"
