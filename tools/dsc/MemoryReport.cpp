@@ -8,7 +8,12 @@
 //   stage 2: params s*Psi   grads s*Psi'/G state k*s*Psi'/G
 //   stage 3: params s*Psi'/G grads s*Psi'/G state k*s*Psi'/G
 // which for fp32 AdamW (s = 4, k = 2) are ZeRO's 16 Psi, 8 Psi + 8 Psi/N,
-// 4 Psi + 12 Psi/N and 16 Psi/N.
+// 4 Psi + 12 Psi/N and 16 Psi/N. Mixed precision (dsc-mixed-precision)
+// keeps all of that in fp32 (masters, state, gradients accumulated and
+// reduced in fp32) and adds the c = 2-byte compute copy: c*Psi at stages
+// 0-2, c*Psi'/G at stage 3 (the shard's copy; the gathered copy is a
+// communication buffer). So bf16 AdamW at stage 0 holds 2 + 4 + 8 + 4 =
+// 18 Psi, ZeRO's 16 Psi being the same with 16-bit gradients.
 //
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/MemoryReport.h"
@@ -25,8 +30,8 @@ namespace dsc {
 namespace {
 
 struct StageBytes {
-  double params = 0, grads = 0, state = 0, buffers = 0;
-  double total() const { return params + grads + state + buffers; }
+  double params = 0, copy = 0, grads = 0, state = 0, buffers = 0;
+  double total() const { return params + copy + grads + state + buffers; }
 };
 
 std::string human(double bytes) {
@@ -40,37 +45,51 @@ std::string human(double bytes) {
 }
 
 StageBytes formula(int stage, double psi, double padded, double g, double s,
-                   double k, double largestBucket) {
+                   double k, double c, double largestBucket) {
   StageBytes b;
   b.params = stage == 3 ? s * padded / g : s * psi;
+  b.copy = stage == 3 ? c * padded / g : c * psi;
   b.grads = stage >= 2 ? s * padded / g : s * psi;
   b.state = stage >= 1 ? k * s * padded / g : k * s * psi;
   // The flat bucket a collective works on (and its shard) at a time.
   b.buffers = g > 1 ? s * largestBucket * (stage >= 2 ? 1 + 1 / g : 1) : 0;
+  // Stage 3 gathers the bucket's compute copy (or the fp32 bucket).
+  if (stage == 3 && g > 1)
+    b.buffers += (c > 0 ? c : s) * largestBucket;
   return b;
 }
 
 void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
-                int64_t g, double s, double k, double largestBucket, int chosen,
-                const StageBytes *measured) {
-  os << llvm::formatv("{0,-6} {1,12} {2,12} {3,14} {4,12} {5,12}\n", "stage",
-                      "params", "grads", "optimizer", "buffers", "total");
+                int64_t g, double s, double k, double c, double largestBucket,
+                int chosen, const StageBytes *measured) {
+  bool mixed = c > 0;
+  os << llvm::formatv("{0,-6} {1,12} ", "stage", mixed ? "masters" : "params")
+     << (mixed ? llvm::formatv("{0,12} ", "copy").str() : std::string())
+     << llvm::formatv("{0,12} {1,14} {2,12} {3,12}\n", "grads", "optimizer",
+                      "buffers", "total");
   for (int st = 0; st <= 3; ++st) {
-    StageBytes f = formula(st, psi, padded, g, s, k, largestBucket);
-    os << llvm::formatv(
-        "{0,-6} {1,12} {2,12} {3,14} {4,12} {5,12}{6}\n",
-        std::to_string(st) + (st == chosen ? " *" : ""), human(f.params),
-        human(f.grads), human(f.state), human(f.buffers), human(f.total()),
-        st == chosen && measured
-            ? llvm::formatv("   (compiled: params {0}, "
-                            "optimizer {1}{2})",
-                            human(measured->params), human(measured->state),
-                            measured->params == f.params &&
-                                    measured->state == f.state
-                                ? ", = formula"
-                                : ", DIFFERS from formula")
-                  .str()
-            : std::string());
+    StageBytes f = formula(st, psi, padded, g, s, k, c, largestBucket);
+    std::string compiled;
+    if (st == chosen && measured) {
+      bool same = measured->params == f.params && measured->state == f.state &&
+                  measured->copy == f.copy;
+      compiled =
+          llvm::formatv("   (compiled: params {0}, {1}optimizer {2}{3})",
+                        human(measured->params),
+                        mixed ? "compute copy " + human(measured->copy) + ", "
+                              : std::string(),
+                        human(measured->state),
+                        same ? ", = formula" : ", DIFFERS from formula")
+              .str();
+    }
+    os << llvm::formatv("{0,-6} {1,12} ",
+                        std::to_string(st) + (st == chosen ? " *" : ""),
+                        human(f.params))
+       << (mixed ? llvm::formatv("{0,12} ", human(f.copy)).str()
+                 : std::string())
+       << llvm::formatv("{0,12} {1,14} {2,12} {3,12}{4}\n", human(f.grads),
+                        human(f.state), human(f.buffers), human(f.total()),
+                        compiled);
   }
   os << llvm::formatv(
       "per rank, {0} rank(s){1}; model states only: "
@@ -103,6 +122,18 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
     if (step.getArgAttr(i, "dsc.opt_state"))
       measured.state += tensorBytes(t);
   }
+  // The 16-bit compute copies dsc-mixed-precision makes, once per step.
+  double c = 0;
+  step.walk([&](Operation *op) {
+    if (op->hasAttr("dsc.compute_copy") && op->getNumResults() == 1) {
+      Type t = op->getResult(0).getType();
+      measured.copy += tensorBytes(t);
+      c = std::max<double>(
+          c,
+          cast<RankedTensorType>(t).getElementType().getIntOrFloatBitWidth() /
+              8);
+    }
+  });
   // The model's parameters: @forward's (after dsc-zero-partition the step
   // functions take bucket shards instead).
   func::FuncOp model = module.lookupSymbol<func::FuncOp>("forward");
@@ -133,9 +164,13 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
   }
   // Stage 3 keeps the parameters of sharded buckets only as shards.
   os << llvm::formatv("memory per rank: {0} parameters of {1} bytes, {2} "
-                      "optimizer state slot(s) each\n",
+                      "optimizer state slot(s) each",
                       (int64_t)psi, (int64_t)s, (int64_t)k);
-  printTable(os, psi, padded, n, g, s, k, largest, stage, &measured);
+  if (auto p = module->getAttrOfType<StringAttr>("dsc.precision"))
+    os << llvm::formatv("; {0} compute copies of {1} bytes, fp32 gradients",
+                        p.getValue(), (int64_t)c);
+  os << "\n";
+  printTable(os, psi, padded, n, g, s, k, c, largest, stage, &measured);
   os << llvm::formatv(
       "the compiled step, per rank: arguments and results {0} (parameters "
       "and optimizer state double-buffered, gradients, the batch) + arena "
@@ -161,7 +196,8 @@ void printMemoryEstimate(ModuleOp module, int64_t worldSize, int64_t groupSize,
   os << llvm::formatv("memory per rank: {0} parameters of {1} bytes, {2} "
                       "optimizer state slot(s) each ({3})\n",
                       (int64_t)psi, (int64_t)s, (int64_t)k, optimizer);
-  printTable(os, psi, padded, worldSize, groupSize, s, k, padded, -1, nullptr);
+  printTable(os, psi, padded, worldSize, groupSize, s, k, /*c=*/0, padded, -1,
+             nullptr);
 }
 
 } // namespace dsc
