@@ -30,7 +30,24 @@ bool isBool(Value v) {
   auto t = typeOf(v);
   return t && t.hasStaticShape() && t.getElementType().isInteger(1);
 }
+bool isHalf(Value v) {
+  auto t = typeOf(v);
+  return t && t.hasStaticShape() &&
+         (t.getElementType().isBF16() || t.getElementType().isF16());
+}
+bool isBF16(Value v) {
+  return isHalf(v) && typeOf(v).getElementType().isBF16();
+}
 bool isF32OrBool(Value v) { return isF32(v) || isBool(v); }
+
+/// A 16-bit (bf16, f16) value lives in a float register, holding a value of
+/// its format: loaded exactly, rounded where a cast makes it, stored
+/// exactly (dsc-mixed-precision's casts around fp32 chains).
+std::string roundTo(Value like, const std::string &x) {
+  return isBF16(like)
+             ? "detail::bf16BitsToFloat(detail::floatToBf16Bits(" + x + "))"
+             : "detail::halfBitsToFloat(detail::floatToHalfBits(" + x + "))";
+}
 
 /// A float literal valid in device code (no std::numeric_limits there).
 std::string deviceFloat(float v) {
@@ -45,6 +62,14 @@ std::string deviceFloat(float v) {
 /// op is fusible on these element types.
 std::optional<std::string> expression(Operation *op,
                                       llvm::ArrayRef<std::string> in) {
+  // Casts between f32 and the 16-bit formats, in registers.
+  if (auto c = dyn_cast<CastOp>(op)) {
+    Value from = c.getInput(), to = c.getResult();
+    bool fromFloat = isF32(from) || isHalf(from),
+         toFloat = isF32(to) || isHalf(to);
+    if (fromFloat && toFloat && (isHalf(from) || isHalf(to)))
+      return isF32(to) ? in[0] : roundTo(to, in[0]);
+  }
   if (op->getNumResults() != 1 || !isF32OrBool(op->getResult(0)) ||
       !llvm::all_of(op->getOperands(), isF32OrBool))
     return std::nullopt;
@@ -218,7 +243,9 @@ std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
   Value first = group.outputs.front();
   ArrayRef<int64_t> shape = typeOf(first).getShape();
   int64_t n = typeOf(first).getNumElements();
-  auto cType = [](Value v) { return isBool(v) ? "uint8_t" : "float"; };
+  auto cType = [](Value v) {
+    return isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
+  };
   auto regType = [](Value v) { return isBool(v) ? "bool" : "float"; };
 
   std::string params, args, loads, body, stores, hostArgs, hostDims;
@@ -246,6 +273,10 @@ std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
     std::string value = in + "[" + index + "]";
     if (isBool(v))
       value = "(" + value + " != 0)";
+    else if (isHalf(v))
+      value = std::string(isBF16(v) ? "detail::bf16BitsToFloat("
+                                    : "detail::halfBitsToFloat(") +
+              value + ")";
     std::string reg = "x" + std::to_string(k);
     loads += "    const " + std::string(regType(v)) + " " + reg + " = " +
              value + ";\n";
@@ -272,9 +303,13 @@ std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
     params += std::string(cType(v)) + " *__restrict__ " + out + ", ";
     outHost +=
         "static_cast<" + std::string(cType(v)) + " *>(" + out + ".data), ";
-    stores += "    " + out +
-              "[i] = " + (isBool(v) ? "uint8_t(" + expr[v] + ")" : expr[v]) +
-              ";\n";
+    std::string value =
+        isBool(v)    ? "uint8_t(" + expr[v] + ")"
+        : !isHalf(v) ? expr[v]
+                     : std::string(isBF16(v) ? "detail::floatToBf16Bits("
+                                             : "detail::floatToHalfBits(") +
+                           expr[v] + ")";
+    stores += "    " + out + "[i] = " + value + ";\n";
   }
   std::string launcherParams;
   for (size_t k = 0; k < group.inputs.size(); ++k)

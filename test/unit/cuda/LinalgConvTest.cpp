@@ -469,6 +469,51 @@ TEST(CudaConv, HalfPrecisionAgainstF32) {
   expectClose(want, got, 1e-2, 5e-2, "bf16 conv");
 }
 
+// The kernels dsc-mixed-precision runs in 16-bit, against the CPU backend's
+// emulation of the same call (f32 math on the widened operands, one
+// rounding): the GPU's fp32-accumulated results may differ by the rounding
+// of a different summation order, one unit in the last place at most.
+TEST(CudaHalf, ProductsMatchCpuEmulation) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : {DType::BF16, DType::F16}) {
+    double ulp = dt == DType::BF16 ? 1.0 / 128 : 1.0 / 1024;
+    std::string name = dtypeName(dt);
+    DevTensor a = rnd(dt, {4, 33, 64}, 11), b = rnd(dt, {64, 40}, 12);
+    DevTensor want(dt, {4, 33, 40}), got(dt, {4, 33, 40});
+    DSC_ASSERT_OK(cpu::matmul(a.host(), b.host(), want.host()));
+    DSC_ASSERT_OK(cuda::matmul(a.dev(), b.dev(), got.dev()));
+    expectClose(want, got, ulp, ulp, name + " matmul");
+
+    DevTensor x = rnd(dt, {48, 64}, 13), w = rnd(dt, {40, 64}, 14),
+              bias = rnd(dt, {40}, 15);
+    cpu::GemmAttrs ga;
+    ga.transB = true;
+    DevTensor gw(dt, {48, 40}), gg(dt, {48, 40});
+    DSC_ASSERT_OK(cpu::gemm(x.host(), w.host(), bias.host(), ga, gw.host()));
+    DSC_ASSERT_OK(cuda::gemm(x.dev(), w.dev(), bias.dev(), ga, gg.dev()));
+    expectClose(gw, gg, ulp, ulp, name + " gemm with bias");
+
+    cpu::ConvAttrs ca;
+    ca.pads = {1, 1, 1, 1};
+    DevTensor cx = rnd(dt, {2, 8, 6, 6}, 16), cw = rnd(dt, {8, 8, 3, 3}, 17),
+              dy = rnd(dt, {2, 8, 6, 6}, 18);
+    DevTensor yw(dt, {2, 8, 6, 6}), yg(dt, {2, 8, 6, 6});
+    DSC_ASSERT_OK(cpu::conv(cx.host(), cw.host(), Tensor(), ca, yw.host()));
+    DSC_ASSERT_OK(cuda::conv(cx.dev(), cw.dev(), Tensor(), ca, yg.dev()));
+    expectClose(yw, yg, ulp, ulp, name + " conv");
+    DevTensor dxw(dt, {2, 8, 6, 6}), dxg(dt, {2, 8, 6, 6});
+    DSC_ASSERT_OK(cpu::convBackwardInput(dy.host(), cw.host(), ca, dxw.host()));
+    DSC_ASSERT_OK(cuda::convBackwardInput(dy.dev(), cw.dev(), ca, dxg.dev()));
+    expectClose(dxw, dxg, ulp, ulp, name + " conv_backward_input");
+    DevTensor dww(dt, {8, 8, 3, 3}), dwg(dt, {8, 8, 3, 3});
+    DSC_ASSERT_OK(
+        cpu::convBackwardWeight(dy.host(), cx.host(), ca, dww.host()));
+    DSC_ASSERT_OK(cuda::convBackwardWeight(dy.dev(), cx.dev(), ca, dwg.dev()));
+    // A sum of 2 x 36 products per weight: the widest accumulation here.
+    expectClose(dww, dwg, ulp, 4 * ulp, name + " conv_backward_weight");
+  }
+}
+
 TEST(CudaConv, Errors) {
   DSC_REQUIRE_GPU();
   cpu::ConvAttrs attrs;
