@@ -103,7 +103,42 @@ struct MixedPrecisionPass
                                   ArrayRef<unsigned> copied);
   LogicalResult addLossScaling(ModuleOp module, func::FuncOp step,
                                func::FuncOp fb);
+  void lowerGradientReductions(func::FuncOp f, Type element);
 };
+
+/// Step 4 (grad-reduce-dtype=bf16): the gradient reductions dsc-zero-
+/// partition marked run on bf16 copies of their operands; the result is
+/// widened back to fp32 at once, so accumulation and the optimizer see
+/// fp32. Two marked reductions in a row (hybrid: inside the group, then
+/// across) pass bf16 between them.
+void MixedPrecisionPass::lowerGradientReductions(func::FuncOp f, Type element) {
+  SmallVector<Operation *> ops;
+  f.walk([&](Operation *op) {
+    if (op->hasAttr("dsc.gradient_reduction"))
+      ops.push_back(op);
+  });
+  for (Operation *op : ops) {
+    Value in = op->getOperand(0), result = op->getResult(0);
+    if (elementOf(in) != f32)
+      continue;
+    OpBuilder b(op);
+    Value narrow;
+    if (auto c = in.getDefiningOp<dsc::CastOp>();
+        c && c->hasAttr("dsc.widened_reduction"))
+      narrow = c.getInput();
+    else
+      narrow = dsc::CastOp::create(b, op->getLoc(), in, TypeAttr::get(element));
+    op->setOperand(0, narrow);
+    result.setType(withElement(result.getType(), element));
+    b.setInsertionPointAfter(op);
+    auto wide =
+        dsc::CastOp::create(b, op->getLoc(), result, TypeAttr::get(f32));
+    wide->setAttr("dsc.widened_reduction", b.getUnitAttr());
+    result.replaceAllUsesExcept(wide, wide);
+    if (in.use_empty())
+      in.getDefiningOp()->erase();
+  }
+}
 
 Value MixedPrecisionPass::castTo(
     OpBuilder &b, Location loc, Value v, Type element,
@@ -533,18 +568,24 @@ void MixedPrecisionPass::runOnOperation() {
   ModuleOp module = getOperation();
   MLIRContext *ctx = &getContext();
   f32 = Float32Type::get(ctx);
-  if (precision == "fp32")
-    return;
+  if (gradReduceDtype != "fp32" && gradReduceDtype != "bf16") {
+    module.emitError("dsc-mixed-precision: grad-reduce-dtype must be fp32 or "
+                     "bf16, not '")
+        << gradReduceDtype << "'";
+    return signalPassFailure();
+  }
   if (precision == "bf16")
     low = BFloat16Type::get(ctx);
   else if (precision == "fp16")
     low = Float16Type::get(ctx);
-  else {
+  else if (precision != "fp32") {
     module.emitError("dsc-mixed-precision: precision must be bf16, fp16 or "
                      "fp32, not '")
         << precision << "'";
     return signalPassFailure();
   }
+  if (precision == "fp32" && gradReduceDtype == "fp32")
+    return; // fp32 programs stay exactly as they are
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
   auto fb = module.lookupSymbol<func::FuncOp>("forward_backward");
   if (!step || !fb) {
@@ -558,23 +599,33 @@ void MixedPrecisionPass::runOnOperation() {
     return signalPassFailure();
   }
 
-  // 1. Parameters enter @forward_backward as 16-bit compute copies.
   SmallVector<unsigned> copied;
-  for (unsigned i = 0; i < fb.getNumArguments(); ++i)
-    if ((fb.getArgAttr(i, "dsc.param") ||
-         fb.getArgAttr(i, "dsc.param_shard")) &&
-        elementOf(fb.front().getArgument(i)) == f32)
-      copied.push_back(i);
-  lowerArguments(fb);
-  // 2. Every op in its class's precision; fp32 results.
-  retypeOps(fb);
-  castResults(fb);
-  if (failed(makeComputeCopies(step, fb, copied)))
-    return signalPassFailure();
-  // 3. fp16: loss scaling.
-  if (precision == "fp16" && failed(addLossScaling(module, step, fb)))
-    return signalPassFailure();
+  if (low) {
+    // 1. Parameters enter @forward_backward as 16-bit compute copies.
+    for (unsigned i = 0; i < fb.getNumArguments(); ++i)
+      if ((fb.getArgAttr(i, "dsc.param") ||
+           fb.getArgAttr(i, "dsc.param_shard")) &&
+          elementOf(fb.front().getArgument(i)) == f32)
+        copied.push_back(i);
+    lowerArguments(fb);
+    // 2. Every op in its class's precision; fp32 results.
+    retypeOps(fb);
+    castResults(fb);
+    if (failed(makeComputeCopies(step, fb, copied)))
+      return signalPassFailure();
+    // 3. fp16: loss scaling.
+    if (precision == "fp16" && failed(addLossScaling(module, step, fb)))
+      return signalPassFailure();
+  }
+  // 4. Optionally, gradients reduced over ranks in bf16.
+  if (gradReduceDtype == "bf16") {
+    lowerGradientReductions(fb, BFloat16Type::get(ctx));
+    lowerGradientReductions(step, BFloat16Type::get(ctx));
+  }
   module->setAttr("dsc.precision", StringAttr::get(ctx, precision));
+  if (gradReduceDtype != "fp32")
+    module->setAttr("dsc.grad_reduce_dtype",
+                    StringAttr::get(ctx, gradReduceDtype));
   LLVM_DEBUG(llvm::dbgs() << "dsc-mixed-precision: " << copied.size()
                           << " compute copies, " << lowered.size()
                           << " 16-bit values\n");

@@ -337,7 +337,12 @@ def DscMixedPrecision : Pass<"dsc-mixed-precision", "mlir::ModuleOp"> {
            "fp16: overflows tolerated before the scale is lowered "
            "(hysteresis)">,
     Option<"minLossScale", "min-loss-scale", "double", /*default=*/"1.0",
-           "fp16: the scale never goes below this (min_loss_scale)">
+           "fp16: the scale never goes below this (min_loss_scale)">,
+    Option<"gradReduceDtype", "grad-reduce-dtype", "std::string",
+           /*default=*/"\"fp32\"",
+           "fp32 or bf16: the element type of the gradient reductions over "
+           "ranks (DeepSpeed communication_data_type); bf16 halves their "
+           "bytes and rounds each rank's contribution to 8 bits">
   ];
 }
 

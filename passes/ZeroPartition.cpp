@@ -173,13 +173,19 @@ Value ZeroPartitionPass::reduceFlat(Value flat, const Bucket &bk,
                                     bool shardGrads) {
   SmallVector<int16_t> all = {0, 1}, group = {1}, replicas = {0};
   label = bk.name + " gradients";
+  // Marked, so that dsc-mixed-precision can tell the gradient reductions
+  // from the other collectives (statistics, the norm, the loss).
+  auto mark = [&](Value r) {
+    r.getDefiningOp()->setAttr("dsc.gradient_reduction", b->getUnitAttr());
+    return r;
+  };
   if (shardGrads) {
-    Value r = reduceScatter(flat, group, bk.padded / groupSize);
+    Value r = mark(reduceScatter(flat, group, bk.padded / groupSize));
     if (worldSize > groupSize)
-      r = allReduce(r, replicas);
+      r = mark(allReduce(r, replicas));
     return r;
   }
-  return allReduce(flat, all);
+  return mark(allReduce(flat, all));
 }
 
 // Moves each bucket's gradient collective into @forward_backward, right

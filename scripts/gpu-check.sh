@@ -50,6 +50,20 @@ build() {
   # World size 2 under NCCL (run only where two GPUs are visible).
   $c --micro-batch 2 --stage 3 --world-size 2 $fixtures/models/mlp_opset17.onnx \
     -o "$bundle/bin/mlp_s3_n2"
+  # Mixed precision (docs/numerics.md): every fixture family in bf16 and
+  # fp16, and a bf16 stage-3 program on 4 in-process ranks with its
+  # single-rank twin (4 micro-batches of 1 accumulated).
+  for m in mlp cnn nanogpt gpt2; do
+    local onnx=$fixtures/models/${m}_opset17.onnx
+    [ $m = gpt2 ] && onnx=$fixtures/models/gpt2_nodrop_opset17.onnx
+    for p in bf16 fp16; do
+      $c --micro-batch 4 --precision $p "$onnx" -o "$bundle/bin/${m}_$p"
+    done
+  done
+  $c --micro-batch 1 --accum-steps 4 --precision bf16 $fixtures/models/mlp_opset17.onnx \
+    -o "$bundle/bin/mlp_bf16_acc4"
+  $c --micro-batch 1 --stage 3 --world-size 4 --precision bf16 $fixtures/models/mlp_opset17.onnx \
+    -o "$bundle/bin/mlp_bf16_s3_n4"
   $c --f64 --micro-batch 4 $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64"
   $c --f64 --micro-batch 1 --stage 3 --world-size 4 \
     $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_s3_n4"
@@ -59,6 +73,8 @@ build() {
   if [ -f "$bundle/../gpt2_124m.onnx" ] || [ -n "${GPT2_124M:-}" ]; then
     local g=${GPT2_124M:-$bundle/../gpt2_124m.onnx}
     $c --micro-batch 16 --lr 6e-4 --weight-decay 0.1 "$g" -o "$bundle/bin/gpt2_124m"
+    $c --micro-batch 16 --lr 6e-4 --weight-decay 0.1 --precision bf16 "$g" \
+      -o "$bundle/bin/gpt2_124m_bf16"
   fi
   set +e
   strip "$bundle"/bin/* 2>/dev/null
@@ -140,6 +156,26 @@ run() {
       python3 test/e2e/check_against_torch.py --ref $ref/$r --exporter opset17 $extra \
       --grads $t/g_$m.safetensors --params $t/p_$m.safetensors --grad-tol 1e-5 --param-tol 1e-5"
   done
+  # Mixed precision: dsc's bf16 / fp16 gradients as accurate as PyTorch
+  # autocast's on this GPU (scripts/make_autocast_refs.py; both against the
+  # float64 references), and a bf16 stage-3 step on 4 ranks as one rank's.
+  for m in mlp cnn nanogpt gpt2; do
+    local r=$m init=""
+    [ $m = gpt2 ] && r=gpt2_nodrop
+    [ $m = cnn ] && init="--init $t/cnn_init.safetensors"
+    [ $m != cnn ] && init="--init $fixtures/models/${r}_opset17.onnx"
+    for p in bf16 fp16; do
+      check "grads_${p}_vs_autocast_$m" bash -c "'$b/${m}_$p' --batch $ref/$r/batch.safetensors \
+        $init --steps 1 --quiet --dump-grads $t/g_${m}_$p.safetensors && \
+        python3 test/e2e/compare_grads.py $ref/$r/grads_f64.safetensors $t/g_${m}_$p.safetensors \
+        --precision $p --units 4 --factor 2 --peer $ref/$r/grads_autocast_$p.safetensors"
+    done
+  done
+  local bi="--init $fixtures/models/mlp_opset17.onnx --batch $ref/mlp/batch.safetensors --steps 5 --quiet"
+  "$b/mlp_bf16_acc4" $bi --log "$t/b1.jsonl" --dump-params "$t/b1.safetensors" >"$out/b1.log" 2>&1
+  check zero_stage3_4ranks_mlp_bf16 bash -c "'$b/mlp_bf16_s3_n4' $bi --log $t/b3.jsonl \
+    --dump-params $t/b3.safetensors && python3 test/e2e/compare_runs.py $t/b1.jsonl \
+    $t/b1.safetensors $t/b3.jsonl $t/b3.safetensors --tol 1e-6"
   # ZeRO stages with 4 in-process ranks on this GPU against one rank.
   local mi="--init $fixtures/models/mlp_opset17.onnx --batch $ref/mlp/batch.safetensors --steps 5 --quiet"
   "$b/mlp" $mi --log "$t/mlp1.jsonl" --dump-params "$t/mlp1.safetensors" >"$out/mlp1.log" 2>&1
@@ -199,15 +235,20 @@ bench() {
 import sys, numpy as np
 np.random.default_rng(0).integers(0, 50257, size=8_000_000, dtype=np.uint16).tofile(sys.argv[1])
 PY
-  local common="--init random --data $out/tokens.bin --steps 20 --print-every 5"
-  echo "== dsc, fp32 (TF32 off)"
-  timeout 240 "$b/gpt2_124m" $common --log "$out/dsc_fp32.jsonl" 2>&1 | tee "$out/dsc_fp32.log"
+  local common="--init random --data $out/tokens.bin --steps ${BENCH_STEPS:-20} --print-every 5"
+  : >"$out/torch.jsonl"
+  echo "== dsc, bf16 (dsc-mixed-precision)"
+  timeout 240 "$b/gpt2_124m_bf16" $common --log "$out/dsc_bf16.jsonl" 2>&1 | tee "$out/dsc_bf16.log"
   echo "== dsc, fp32 with TF32 GEMMs"
   DSC_ALLOW_TF32=1 timeout 240 "$b/gpt2_124m" $common --log "$out/dsc_tf32.jsonl" 2>&1 | tee "$out/dsc_tf32.log"
-  echo "== PyTorch on the same card"
-  for flags in "" "--tf32" "--bf16 --sdpa"; do
-    timeout 240 python3 bench/gpt2_124m.py torch --micro-batch 16 --steps 20 $flags | tee -a "$out/torch.jsonl"
-  done
+  if [ -z "${BENCH_QUICK:-}" ]; then
+    echo "== dsc, fp32 (TF32 off)"
+    timeout 240 "$b/gpt2_124m" $common --log "$out/dsc_fp32.jsonl" 2>&1 | tee "$out/dsc_fp32.log"
+    echo "== PyTorch on the same card"
+    for flags in "" "--tf32" "--bf16 --sdpa"; do
+      timeout 240 python3 bench/gpt2_124m.py torch --micro-batch 16 --steps 20 $flags | tee -a "$out/torch.jsonl"
+    done
+  fi
   python3 - "$out" <<'PY'
 import json, sys, statistics, torch, time
 out = sys.argv[1]
@@ -220,7 +261,7 @@ for _ in range(10): a @ b
 torch.cuda.synchronize(); ceiling = 2 * 8192**3 * 10 / (time.perf_counter() - t) / 1e12
 flops = 6 * 124439808 * 16 * 1024 + 12 * 12 * 1024 * 1024 * 768 * 16  # 6N per token + attention
 rows = []
-for name in ("dsc_fp32", "dsc_tf32"):
+for name in ("dsc_bf16", "dsc_tf32", "dsc_fp32"):
     try:
         steps = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
     except OSError:

@@ -2,7 +2,9 @@
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-mixed-precision="precision=fp16" | FileCheck %s --check-prefix=FP16
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-mixed-precision="precision=fp16 loss-scale=128" | FileCheck %s --check-prefix=STATIC
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2" --dsc-mixed-precision="precision=bf16" | FileCheck %s --check-prefix=STAGE3
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=2" --dsc-mixed-precision="precision=bf16 grad-reduce-dtype=bf16" | FileCheck %s --check-prefix=COMM16
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-mixed-precision="precision=fp32" | FileCheck %s --check-prefix=FP32
+// RUN: not dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-mixed-precision="grad-reduce-dtype=fp8" 2>&1 | FileCheck %s --check-prefix=BADCOMM
 // RUN: not dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-mixed-precision="precision=int8" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not dsc-opt %s --dsc-mixed-precision="precision=bf16" 2>&1 | FileCheck %s --check-prefix=NOSTEP
 
@@ -104,6 +106,15 @@ func.func @forward(%w: tensor<4x4xf32> {dsc.param = "fc.weight"},
 // STAGE3: %[[COPY:.*]] = dsc.cast %{{.*}} {dsc.compute_copy, to = bf16} : tensor<10xf32> -> tensor<10xbf16>
 // STAGE3: call @forward_backward(%{{.*}}, %[[COPY]])
 
+// grad-reduce-dtype=bf16: the marked gradient reduction runs on a bf16
+// copy and is widened at once; the norm's all-reduce stays fp32.
+// COMM16-LABEL: func.func @forward_backward
+// COMM16: %[[N:.*]] = dsc.cast %{{.*}} {to = bf16} : tensor<20xf32> -> tensor<20xbf16>
+// COMM16: %[[R:.*]] = shard.reduce_scatter %[[N]] {{.*}}{dsc.gradient_reduction} : tensor<20xbf16> -> tensor<10xbf16>
+// COMM16: dsc.cast %[[R]] {dsc.widened_reduction, to = f32} : tensor<10xbf16> -> tensor<10xf32>
+// COMM16-LABEL: func.func @train_step
+// COMM16: shard.all_reduce {{.*}} : tensor<1xf32> -> tensor<1xf32>
+
 // fp32 changes nothing.
 // FP32-LABEL: func.func @forward_backward
 // FP32-SAME: tensor<4x4xf32> {dsc.param = "fc.weight"}
@@ -111,4 +122,5 @@ func.func @forward(%w: tensor<4x4xf32> {dsc.param = "fc.weight"},
 // FP32-NOT: dsc.precision
 
 // BAD: error: dsc-mixed-precision: precision must be bf16, fp16 or fp32, not 'int8'
+// BADCOMM: error: dsc-mixed-precision: grad-reduce-dtype must be fp32 or bf16, not 'fp8'
 // NOSTEP: error: dsc-mixed-precision: needs @train_step and @forward_backward; run dsc-optimizer first
