@@ -66,6 +66,19 @@ public:
   mlir::FailureOr<mlir::Value> value(size_t i);
   /// Input i as a host constant; `what` says what it is for the error.
   mlir::FailureOr<HostTensor> constant(size_t i, llvm::StringRef what);
+  /// Input i as a host constant holding exactly one value.
+  mlir::FailureOr<HostTensor> scalarConstant(size_t i, llvm::StringRef what);
+  /// Input i as a shape: a 1-D integer host constant, no dim negative.
+  mlir::FailureOr<llvm::SmallVector<int64_t>>
+  shapeConstant(size_t i, llvm::StringRef what);
+
+  // Folding.
+  /// The --max-constant-bytes limit.
+  int64_t maxConstantBytes() const;
+  /// Checks, before a folder allocates, that a result of `shape` and `kind`
+  /// has a size that fits in 64 bits and stays within --max-constant-bytes.
+  mlir::LogicalResult checkFoldSize(llvm::ArrayRef<int64_t> shape,
+                                    ElemKind kind);
 
   // Outputs.
   size_t numOutputs() const { return node_.output_size(); }
@@ -118,6 +131,10 @@ const llvm::StringMap<NodeFolder> &nodeFolders();
 mlir::FailureOr<std::optional<HostTensor>>
 readTensorData(const onnx::TensorProto &t, const std::string &modelDir,
                mlir::Location loc, bool *missing = nullptr);
+
+/// Checks a stored tensor's dims: none negative, and its size in bytes fits
+/// in 64 bits. Returns an error message naming the tensor, or "".
+std::string checkTensorDims(const onnx::TensorProto &t);
 
 /// Checks an external-data location; returns an error message or "".
 std::string checkExternalLocation(const onnx::TensorProto &t,
