@@ -133,8 +133,9 @@ readTensorData(const onnx::TensorProto &t, const std::string &modelDir,
                mlir::Location loc, bool *missing = nullptr);
 
 /// Checks a stored tensor's dims: none negative, and its size in bytes fits
-/// in 64 bits. Returns an error message naming the tensor, or "".
-std::string checkTensorDims(const onnx::TensorProto &t);
+/// in 64 bits. Returns an error message that starts with `what` (e.g.
+/// "initializer 'w'"), or "".
+std::string checkTensorDims(const onnx::TensorProto &t, llvm::StringRef what);
 
 /// Checks an external-data location; returns an error message or "".
 std::string checkExternalLocation(const onnx::TensorProto &t,

@@ -210,9 +210,9 @@ FoldResult constantNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (a.name() == "value") {
     // Its data is in the file, but it becomes a host tensor of 8-byte
     // elements: the limit applies as to any folded result.
-    std::string err = checkTensorDims(a.t());
+    std::string err = checkTensorDims(a.t(), "attribute 'value'");
     if (!err.empty()) {
-      c.error() << "attribute 'value': " << err;
+      c.error() << err;
       return FoldResult::Error;
     }
     auto kind = fromOnnxDataType(a.t().data_type());

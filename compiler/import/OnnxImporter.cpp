@@ -174,9 +174,9 @@ LogicalResult GraphImporter::checkGraph() {
                      "be unique: remove the duplicates or re-export the model";
       ok = false;
     }
-    std::string err = checkTensorDims(t);
+    std::string err = checkTensorDims(t, "initializer '" + t.name() + "'");
     if (!err.empty()) {
-      fileError() << "initializer " << err;
+      fileError() << err;
       ok = false;
     }
   }

@@ -322,9 +322,9 @@ FailureOr<HostTensor> constantOfShapeValue(NodeContext &c) {
   const auto *a = c.attr("value");
   if (!a)
     return HostTensor::ofFloats({0.0}, {}, ElemKind::F32);
-  std::string err = checkTensorDims(a->t());
+  std::string err = checkTensorDims(a->t(), "attribute 'value'");
   if (!err.empty())
-    return c.error() << "attribute 'value': " << err;
+    return c.error() << err;
   auto t = readTensorData(a->t(), ".", c.loc());
   if (failed(t))
     return failure();

@@ -59,18 +59,18 @@ std::string checkExternalLocation(const onnx::TensorProto &t,
   return "";
 }
 
-std::string checkTensorDims(const onnx::TensorProto &t) {
-  for (int64_t d : t.dims())
-    if (d < 0)
-      return "tensor '" + t.name() + "' has negative dim " + std::to_string(d) +
-             "; a stored tensor has a static, non-negative shape: re-export "
-             "the model";
-  auto kind = fromOnnxDataType(t.data_type());
+std::string checkTensorDims(const onnx::TensorProto &t, llvm::StringRef what) {
   llvm::SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
+  for (int64_t d : shape)
+    if (d < 0)
+      return what.str() + " has shape " + formatShape(shape) +
+             " with a negative dim; a stored tensor has a static, "
+             "non-negative shape: re-export the model";
+  auto kind = fromOnnxDataType(t.data_type());
   if (kind && !checkedByteSize(shape, *kind))
-    return "tensor '" + t.name() +
-           "' has a shape whose size in bytes overflows 64 bits; the model "
-           "file is corrupt: re-export it";
+    return what.str() + " has shape " + formatShape(shape) +
+           ", whose size in bytes overflows 64 bits; the model file is "
+           "corrupt: re-export it";
   return "";
 }
 
@@ -106,7 +106,7 @@ FailureOr<std::optional<HostTensor>> readTensorData(const onnx::TensorProto &t,
   h.kind = *kind;
   for (int64_t d : t.dims())
     h.shape.push_back(d);
-  std::string sizeErr = checkTensorDims(t);
+  std::string sizeErr = checkTensorDims(t, "initializer '" + t.name() + "'");
   if (!sizeErr.empty())
     return emitError(loc) << sizeErr;
   size_t n = h.numElements();
