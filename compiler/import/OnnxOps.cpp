@@ -1192,6 +1192,12 @@ LogicalResult padOp(NodeContext &c) {
     pads[*axis] = padsIn[i];
     pads[*axis + rank] = padsIn[i + axes.size()];
   }
+  // Pads may be negative (a crop) but, like window sizes, stay below 2^31 in
+  // magnitude so that dim + begin + end cannot overflow.
+  for (int64_t p : pads)
+    if (p <= -kMaxWindowValue || p >= kMaxWindowValue)
+      return c.error() << "pads " << formatShape(pads) << " holds " << p
+                       << "; each entry must be in (-2^31, 2^31)";
   double value = 0.0;
   if (c.hasInput(2)) {
     auto v = c.scalarConstant(2, "constant_value");
