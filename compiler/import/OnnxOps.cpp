@@ -170,10 +170,8 @@ FailureOr<SmallVector<int64_t>> reshapeLikeTarget(NodeContext &c,
       return failure();
     axes = t->asInts();
     haveAxes = true;
-  } else if (auto a = c.attrInts("axes")) {
-    axes = *a;
-    haveAxes = true;
   }
+  // (The `axes` attribute is opset 11's; from 13 axes are an input.)
   if (op == "Squeeze") {
     SmallVector<bool> drop(rank, false);
     if (!haveAxes) {
@@ -298,9 +296,8 @@ FailureOr<SmallVector<int64_t>> splitSizes(NodeContext &c,
       return failure();
     for (int64_t s : t->asInts())
       sizes.push_back(s);
-  } else if (auto s = c.attrInts("split")) {
-    sizes.assign(s->begin(), s->end());
   } else {
+    // (The `split` attribute is opset 11's; from 13 sizes are an input.)
     int64_t n = c.attrInt("num_outputs", (int64_t)numOutputs);
     if (n <= 0)
       return c.error() << "split into " << n << " pieces";
@@ -1630,12 +1627,17 @@ LogicalResult checkNodeSignature(NodeContext &c) {
       return std::to_string(lo) + " or more";
     return std::to_string(lo) + " to " + std::to_string(hi);
   };
+  auto count = [](int k, const char *what) {
+    return std::to_string(k) + " " + what + (k == 1 ? "" : "s");
+  };
   if (n.input_size() < sig.minInputs || n.input_size() > sig.maxInputs)
-    return c.error() << "has " << n.input_size() << " inputs; " << c.opType()
-                     << " takes " << range(sig.minInputs, sig.maxInputs);
+    return c.error() << "has " << count(n.input_size(), "input") << "; "
+                     << c.opType() << " takes "
+                     << range(sig.minInputs, sig.maxInputs);
   if (n.output_size() < sig.minOutputs || n.output_size() > sig.maxOutputs)
-    return c.error() << "has " << n.output_size() << " outputs; " << c.opType()
-                     << " gives " << range(sig.minOutputs, sig.maxOutputs);
+    return c.error() << "has " << count(n.output_size(), "output") << "; "
+                     << c.opType() << " gives "
+                     << range(sig.minOutputs, sig.maxOutputs);
   int requiredInputs = sig.variadic() ? n.input_size() : sig.minInputs;
   for (int i = 0; i < requiredInputs; ++i)
     if (n.input(i).empty())

@@ -92,6 +92,11 @@ def sig_too_few_inputs():
     return _model([n], [_out()])
 
 
+def sig_too_many_inputs():
+    n = helper.make_node("Relu", ["x", "x"], ["y"], name="bad/Relu")
+    return _model([n], [_out()])
+
+
 def sig_too_many_outputs():
     n = helper.make_node("Relu", ["x"], ["y", "z"], name="bad/Relu")
     return _model([n], [_out()])
@@ -315,6 +320,22 @@ def size_extdata_wrap(outdir):
     onnx.save(m, os.path.join(d, "model.onnx"))
 
 
+def size_conv_stride_zero():
+    # SAME padding divides by the stride: 0 was a floating-point exception.
+    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")
+    n = helper.make_node("Conv", ["x", "w"], ["y"], name="bad/Conv",
+                         strides=[0, 0], auto_pad="SAME_UPPER")
+    return _model(
+        [n], [_out()], inits=[w],
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                              [1, 1, 4, 4])])
+
+
+def size_pad_huge():
+    n = helper.make_node("Pad", ["x", "pads"], ["y"], name="bad/Pad")
+    return _model([_i64("pads", [0, 2**62, 0, 2**62]), n], [_out()])
+
+
 # --- 5. Graph-level checks ------------------------------------------------
 
 
@@ -355,7 +376,7 @@ def graph_negative_dim_constant():
 
 
 MODELS = [
-    sig_too_few_inputs, sig_too_many_outputs, sig_required_empty,
+    sig_too_few_inputs, sig_too_many_inputs, sig_too_many_outputs, sig_required_empty,
     sig_variadic_empty, sig_attr_type, sig_attr_stored, sig_attr_unknown,
     sig_attr_required, sig_sequence_input,
     fold_expand_negative, fold_constant_of_shape_negative,
@@ -364,7 +385,7 @@ MODELS = [
     fold_gather_scalar, import_gather_scalar, fold_gather_index,
     fold_slice_repeat, fold_range_nonscalar, fold_range_overflow,
     size_range_limit, size_expand_loss, size_result_overflow,
-    size_init_overflow,
+    size_init_overflow, size_conv_stride_zero, size_pad_huge,
     graph_duplicate_initializer, graph_output_not_computed,
     graph_output_is_input, graph_value_redefined,
     graph_negative_dim_initializer, graph_negative_dim_constant,
