@@ -31,6 +31,9 @@ struct ImportValue {
 
 class GraphImporter;
 
+/// Result of trying to evaluate a node on host constants.
+enum class FoldResult { Folded, NotFoldable, Error };
+
 /// One ONNX node being converted: attribute and input accessors, output
 /// setters, and a builder that infers result types.
 class NodeContext {
@@ -75,10 +78,17 @@ public:
   // Folding.
   /// The --max-constant-bytes limit.
   int64_t maxConstantBytes() const;
-  /// Checks, before a folder allocates, that a result of `shape` and `kind`
-  /// has a size that fits in 64 bits and stays within --max-constant-bytes.
-  mlir::LogicalResult checkFoldSize(llvm::ArrayRef<int64_t> shape,
-                                    ElemKind kind);
+  /// Checks that a constant of `shape` and `kind` has a size that fits in
+  /// 64 bits and stays within --max-constant-bytes; the error names both.
+  mlir::LogicalResult checkConstantSize(llvm::ArrayRef<int64_t> shape,
+                                        ElemKind kind);
+  /// Called by a folder before it allocates a result of `shape` and `kind`:
+  /// Folded when it may go on; NotFoldable when the result is larger than
+  /// folding keeps (--max-constant-bytes, ImportOptions::foldLimit) and the
+  /// op's handler can build it at run time instead; Error (emitted) when its
+  /// size overflows, or when the op only folds (Range, Constant) and the
+  /// result exceeds --max-constant-bytes.
+  FoldResult checkFoldSize(llvm::ArrayRef<int64_t> shape, ElemKind kind);
 
   // Outputs.
   size_t numOutputs() const { return node_.output_size(); }
@@ -112,9 +122,6 @@ private:
   mlir::Location loc_;
   int64_t opset_;
 };
-
-/// Result of trying to evaluate a node on host constants.
-enum class FoldResult { Folded, NotFoldable, Error };
 
 using NodeHandler = std::function<mlir::LogicalResult(NodeContext &)>;
 using NodeFolder =

@@ -7,8 +7,9 @@
 //
 // A folder checks what the op's import checks (it calls the same helpers of
 // OnnxOps.h), and calls NodeContext::checkFoldSize with the shape of each
-// result before it allocates: a folded result is bounded by
-// --max-constant-bytes, and its size never overflows.
+// result before it allocates: a result larger than --max-constant-bytes is
+// left to the op's handler (or is an error for ops that only fold), and no
+// size overflows.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/import/OnnxOps.h"
@@ -68,8 +69,9 @@ elementwise(NodeContext &c, std::vector<HostTensor> &out, ElemKind resultKind,
     }
     shape = *b;
   }
-  if (failed(c.checkFoldSize(shape, resultKind)))
-    return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize(shape, resultKind);
+      r != FoldResult::Folded)
+    return r;
   HostTensor r;
   r.kind = resultKind;
   r.shape = shape;
@@ -217,7 +219,7 @@ FoldResult constantNode(NodeContext &c, std::vector<HostTensor> &out) {
     }
     auto kind = fromOnnxDataType(a.t().data_type());
     SmallVector<int64_t> dims(a.t().dims().begin(), a.t().dims().end());
-    if (kind && failed(c.checkFoldSize(dims, *kind)))
+    if (kind && failed(c.checkConstantSize(dims, *kind)))
       return FoldResult::Error;
     auto t = readTensorData(a.t(), ".", c.loc());
     if (failed(t))
@@ -285,8 +287,9 @@ FoldResult castNode(NodeContext &c, std::vector<HostTensor> &out) {
     to = fromOnnxDataType((int)c.attrInt("to", 0));
   if (!to)
     return FoldResult::NotFoldable;
-  if (failed(c.checkFoldSize(in(c, 0).shape, *to)))
-    return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize(in(c, 0).shape, *to);
+      r != FoldResult::Folded)
+    return r;
   out.push_back(in(c, 0).castTo(*to));
   return FoldResult::Folded;
 }
@@ -323,8 +326,8 @@ FoldResult gatherNode(NodeContext &c, std::vector<HostTensor> &out) {
   Shape shape(data.shape.begin(), data.shape.begin() + *axis);
   shape.append(idx.shape.begin(), idx.shape.end());
   shape.append(data.shape.begin() + *axis + 1, data.shape.end());
-  if (failed(c.checkFoldSize(shape, data.kind)))
-    return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize(shape, data.kind); r != FoldResult::Folded)
+    return r;
   std::vector<int64_t> src;
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < idx.numElements(); ++k) {
@@ -350,8 +353,9 @@ FoldResult sliceNode(NodeContext &c, std::vector<HostTensor> &out) {
   auto p = sliceParams(c, data.shape);
   if (failed(p))
     return FoldResult::Error;
-  if (failed(c.checkFoldSize(p->sizes, data.kind)))
-    return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize(p->sizes, data.kind);
+      r != FoldResult::Folded)
+    return r;
   Shape strides = stridesOf(data.shape);
   HostTensor shapeOnly;
   shapeOnly.shape = p->sizes;
@@ -402,8 +406,8 @@ FoldResult concatNode(NodeContext &c, std::vector<HostTensor> &out) {
       return FoldResult::Error;
     }
   }
-  if (failed(c.checkFoldSize(shape, kind)))
-    return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize(shape, kind); r != FoldResult::Folded)
+    return r;
   int64_t outer = 1;
   for (int64_t d = 0; d < *axis; ++d)
     outer *= shape[d];
@@ -505,8 +509,8 @@ FoldResult rangeNode(NodeContext &c, std::vector<HostTensor> &out) {
       return FoldResult::Error;
     }
     int64_t n = (int64_t)count;
-    if (failed(c.checkFoldSize({n}, s.kind)))
-      return FoldResult::Error;
+    if (FoldResult r = c.checkFoldSize({n}, s.kind); r != FoldResult::Folded)
+      return r;
     out.push_back(HostTensor::generate(
         s.kind, {n}, [&](int64_t i) { return start + i * delta; }));
     return FoldResult::Folded;
@@ -529,8 +533,8 @@ FoldResult rangeNode(NodeContext &c, std::vector<HostTensor> &out) {
     return FoldResult::Error;
   }
   int64_t n = (int64_t)count;
-  if (failed(c.checkFoldSize({n}, s.kind)))
-    return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize({n}, s.kind); r != FoldResult::Folded)
+    return r;
   std::vector<int64_t> v(n);
   for (int64_t i = 0; i < n; ++i)
     v[i] = (int64_t)(start + (__int128)i * delta);
@@ -568,8 +572,8 @@ FoldResult gatherNDNode(NodeContext &c, std::vector<HostTensor> &out) {
     inner *= data.shape[d];
   Shape shape(idx.shape.begin(), idx.shape.end() - 1);
   shape.append(data.shape.begin() + m, data.shape.end());
-  if (failed(c.checkFoldSize(shape, data.kind)))
-    return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize(shape, data.kind); r != FoldResult::Folded)
+    return r;
   std::vector<int64_t> src;
   for (int64_t t = 0; t < idx.numElements() / m; ++t) {
     int64_t f = 0;
@@ -595,8 +599,11 @@ FoldResult expandNode(NodeContext &c, std::vector<HostTensor> &out) {
     return FoldResult::NotFoldable;
   const HostTensor &data = in(c, 0);
   auto shape = expandTarget(c, data.shape);
-  if (failed(shape) || failed(c.checkFoldSize(*shape, data.kind)))
+  if (failed(shape))
     return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize(*shape, data.kind);
+      r != FoldResult::Folded)
+    return r;
   HostTensor probe;
   probe.shape = *shape;
   std::vector<int64_t> src;

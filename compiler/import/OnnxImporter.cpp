@@ -714,20 +714,48 @@ int64_t NodeContext::maxConstantBytes() const {
   return imp_.opts.maxConstantBytes;
 }
 
-LogicalResult NodeContext::checkFoldSize(ArrayRef<int64_t> shape,
-                                         ElemKind kind) {
+LogicalResult NodeContext::checkConstantSize(ArrayRef<int64_t> shape,
+                                             ElemKind kind) {
   auto bytes = checkedByteSize(shape, kind);
   if (!bytes)
     return error() << "its result would have shape " << formatShape(shape)
                    << ", whose size in bytes overflows 64 bits; check the "
                       "shape computation that feeds it";
   if (*bytes > maxConstantBytes())
-    return error() << "folding it would materialize a constant of shape "
+    return error() << "it would materialize a constant of shape "
                    << formatShape(shape) << " (" << *bytes
                    << " bytes), more than --max-constant-bytes "
                    << maxConstantBytes()
                    << "; raise the limit if the model really needs it";
   return success();
+}
+
+FoldResult NodeContext::checkFoldSize(ArrayRef<int64_t> shape, ElemKind kind) {
+  auto bytes = checkedByteSize(shape, kind);
+  if (!bytes) {
+    (void)checkConstantSize(shape, kind); // reports the overflow
+    return FoldResult::Error;
+  }
+  int64_t elements = *checkedNumElements(shape);
+  // A Constant is kept whatever its element count (convertNode); other
+  // results only up to foldLimit elements.
+  bool tooMany = opType() != "Constant" && elements > imp_.opts.foldLimit;
+  if (isFoldOnlyOp(opType())) {
+    if (failed(checkConstantSize(shape, kind)))
+      return FoldResult::Error;
+    if (tooMany) {
+      error() << "its result of shape " << formatShape(shape) << " has "
+              << elements << " elements, more than the " << imp_.opts.foldLimit
+              << " dsc folds at compile time";
+      return FoldResult::Error;
+    }
+    return FoldResult::Folded;
+  }
+  // An op that also runs at run time is left to its handler rather than
+  // folded into a constant larger than the limits.
+  if (*bytes > maxConstantBytes() || tooMany)
+    return FoldResult::NotFoldable;
+  return FoldResult::Folded;
 }
 
 FailureOr<HostTensor> NodeContext::scalarConstant(size_t i,

@@ -1265,7 +1265,7 @@ LogicalResult constantOfShapeOp(NodeContext &c) {
   if (failed(shape))
     return failure();
   auto value = constantOfShapeValue(c);
-  if (failed(value) || failed(c.checkFoldSize(*shape, value->kind)))
+  if (failed(value) || failed(c.checkConstantSize(*shape, value->kind)))
     return failure();
   auto type = RankedTensorType::get(*shape, toMlirType(c.ctx(), value->kind));
   Attribute elem =
@@ -1278,8 +1278,16 @@ LogicalResult constantOfShapeOp(NodeContext &c) {
   return success();
 }
 
+} // namespace
+
+bool isFoldOnlyOp(llvm::StringRef op) {
+  return op == "Shape" || op == "Size" || op == "Range" || op == "Constant";
+}
+
+namespace {
+
 // Shape computations fold on the host; reaching a handler means an input
-// was computed at run time.
+// was computed at run time, or the result exceeded the folding limits.
 LogicalResult mustFold(NodeContext &c) {
   for (size_t i = 0; i < c.numInputs(); ++i)
     if (c.hasInput(i) && !c.isConstant(i))
@@ -1287,7 +1295,7 @@ LogicalResult mustFold(NodeContext &c) {
                        << "' is computed at run time, but this op must be "
                           "evaluated at compile time (dsc compiles static "
                           "shapes)";
-  return c.error() << "result too large to fold at compile time";
+  return c.error() << "its result is larger than dsc folds at compile time";
 }
 
 } // namespace
@@ -1379,8 +1387,10 @@ const llvm::StringMap<NodeHandler> &nodeHandlers() {
     t["GatherND"] = gatherNDOp;
     t["ConstantOfShape"] = constantOfShapeOp;
     // Evaluated at compile time only.
-    for (const char *f : {"Shape", "Size", "Range", "Constant"})
+    for (const char *f : {"Shape", "Size", "Range", "Constant"}) {
+      assert(isFoldOnlyOp(f) && "isFoldOnlyOp lists the ops of mustFold");
       t[f] = mustFold;
+    }
     return t;
   }();
   return table;

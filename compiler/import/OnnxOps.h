@@ -42,6 +42,9 @@ mlir::FailureOr<int64_t> gatherAxis(NodeContext &c, int64_t rank);
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 expandTarget(NodeContext &c, llvm::ArrayRef<int64_t> shape);
 
+/// Ops that dsc evaluates at compile time only (no run-time dsc op).
+bool isFoldOnlyOp(llvm::StringRef op);
+
 /// Checks a node against its op's ONNX signature (input and output counts,
 /// required inputs present, attributes known and of the declared type).
 /// Runs on every node before any handler or folder sees it.

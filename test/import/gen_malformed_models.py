@@ -271,15 +271,32 @@ def size_range_limit():
     return _range(0, 2**40, 1)
 
 
-def size_expand_loss():
-    # A folded Expand of 1000 floats (4000 bytes) with a scalar loss, so
-    # that `dsc compile` reaches it too.
+def size_range_elements():
+    # Within --max-constant-bytes (40 MB) but past the 2^22 elements dsc folds.
+    return _range(0, 5000000, 1)
+
+
+def size_range_loss():
+    # A Range of 1000 int64 (8000 bytes) that must fold, with a scalar loss
+    # so that `dsc compile` reaches it too.
     return _model(
-        [_f32("c", [1.0]), _i64("shape", [1000]),
-         helper.make_node("Expand", ["c", "shape"], ["e"], name="big/Expand"),
-         helper.make_node("ReduceSum", ["e"], ["loss"], name="loss/ReduceSum",
+        [_i64("start", 0, []), _i64("limit", 1000, []), _i64("delta", 1, []),
+         helper.make_node("Range", ["start", "limit", "delta"], ["r"],
+                          name="big/Range"),
+         helper.make_node("Cast", ["r"], ["f"], name="big/Cast",
+                          to=TensorProto.FLOAT),
+         helper.make_node("ReduceSum", ["f"], ["loss"], name="loss/ReduceSum",
                           keepdims=0)],
         [_out("loss", TensorProto.FLOAT, [])])
+
+
+def size_expand_runtime():
+    # A constant Expand of 1000 floats (4000 bytes): above the limit it is
+    # not folded but becomes a run-time dsc.expand.
+    return _model(
+        [_f32("c", [1.0]), _i64("shape", [1000]),
+         helper.make_node("Expand", ["c", "shape"], ["y"], name="big/Expand")],
+        [_out("y", TensorProto.FLOAT, [1000])])
 
 
 def size_result_overflow():
@@ -384,7 +401,7 @@ MODELS = [
     fold_transpose_range, fold_transpose_repeat, import_transpose_repeat,
     fold_gather_scalar, import_gather_scalar, fold_gather_index,
     fold_slice_repeat, fold_range_nonscalar, fold_range_overflow,
-    size_range_limit, size_expand_loss, size_result_overflow,
+    size_range_limit, size_range_elements, size_range_loss, size_expand_runtime, size_result_overflow,
     size_init_overflow, size_conv_stride_zero, size_pad_huge,
     graph_duplicate_initializer, graph_output_not_computed,
     graph_output_is_input, graph_value_redefined,
