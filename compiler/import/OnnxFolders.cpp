@@ -102,9 +102,13 @@ elementwise(NodeContext &c, std::vector<HostTensor> &out, ElemKind resultKind,
 // Integer division by 0, and INT64_MIN / -1, are undefined in C++ and have
 // no ONNX meaning: the node is rejected, as a run-time Div would fault.
 LogicalResult checkIntDivisors(NodeContext &c) {
+  // Read through intAt: the divisor may be stored as floats.
   const HostTensor &a = in(c, 0), &b = in(c, 1);
-  bool hasMin = llvm::is_contained(a.ints, INT64_MIN);
-  for (int64_t d : b.ints) {
+  bool hasMin = false;
+  for (int64_t i = 0; i < a.numElements(); ++i)
+    hasMin |= a.intAt(i) == INT64_MIN;
+  for (int64_t i = 0; i < b.numElements(); ++i) {
+    int64_t d = b.intAt(i);
     if (d == 0)
       return c.error() << "integer division by zero (a divisor of input #1 "
                           "is 0); guard the divisor in the model";
@@ -217,6 +221,11 @@ FoldResult constantNode(NodeContext &c, std::vector<HostTensor> &out) {
       c.error() << err;
       return FoldResult::Error;
     }
+    if (a.t().data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
+      c.error() << "attribute 'value' has external data; dsc reads a "
+                   "Constant's value from the model file only";
+      return FoldResult::Error;
+    }
     auto kind = fromOnnxDataType(a.t().data_type());
     SmallVector<int64_t> dims(a.t().dims().begin(), a.t().dims().end());
     if (kind && failed(c.checkConstantSize(dims, *kind)))
@@ -224,12 +233,7 @@ FoldResult constantNode(NodeContext &c, std::vector<HostTensor> &out) {
     auto t = readTensorData(a.t(), ".", c.loc());
     if (failed(t))
       return FoldResult::Error;
-    if (!*t) {
-      c.error() << "attribute 'value' has external data, which a Constant "
-                   "may not have";
-      return FoldResult::Error;
-    }
-    out.push_back(**t);
+    out.push_back(**t); // not external, so present
   } else if (a.name() == "value_float") {
     out.push_back(HostTensor::ofFloats({a.f()}, {}, ElemKind::F32));
   } else if (a.name() == "value_floats") {

@@ -322,6 +322,9 @@ FailureOr<HostTensor> constantOfShapeValue(NodeContext &c) {
   std::string err = checkTensorDims(a->t(), "attribute 'value'");
   if (!err.empty())
     return c.error() << err;
+  if (a->t().data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
+    return c.error() << "attribute 'value' has external data; dsc reads it "
+                        "from the model file only";
   auto t = readTensorData(a->t(), ".", c.loc());
   if (failed(t))
     return failure();

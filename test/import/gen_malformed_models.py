@@ -189,6 +189,14 @@ def fold_div_zero():
     return _div([7, 8], [2, 0])
 
 
+def fold_div_zero_float_divisor():
+    # The divisor may be stored as floats: 0.0 must be seen as 0 too.
+    return _model(
+        [_i64("a", [7]), _f32("b", [0.0]),
+         helper.make_node("Div", ["a", "b"], ["y"], name="bad/Div")],
+        [_out("y", TensorProto.INT64)])
+
+
 def fold_div_overflow():
     return _div([INT64_MIN], [-1])
 
@@ -392,12 +400,25 @@ def graph_negative_dim_constant():
     return _model([c, n], [_out()])
 
 
+def graph_constant_external():
+    # A Constant's value pointing at a file: it would be read from the
+    # working directory, not the model's.
+    t = _bare_tensor("v", TensorProto.FLOAT, [3])
+    t.data_location = TensorProto.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", "weights.bin"
+    c = helper.make_node("Constant", [], ["c"], name="bad/Constant", value=t)
+    n = helper.make_node("Add", ["x", "c"], ["y"], name="use/Add")
+    return _model([c, n], [_out()])
+
+
 MODELS = [
     sig_too_few_inputs, sig_too_many_inputs, sig_too_many_outputs, sig_required_empty,
     sig_variadic_empty, sig_attr_type, sig_attr_stored, sig_attr_unknown,
     sig_attr_required, sig_sequence_input,
     fold_expand_negative, fold_constant_of_shape_negative,
-    fold_split_negative, fold_split_sum, fold_div_zero, fold_div_overflow,
+    fold_split_negative, fold_split_sum, fold_div_zero, fold_div_zero_float_divisor,
+    fold_div_overflow,
     fold_transpose_range, fold_transpose_repeat, import_transpose_repeat,
     fold_gather_scalar, import_gather_scalar, fold_gather_index,
     fold_slice_repeat, fold_range_nonscalar, fold_range_overflow,
@@ -406,6 +427,7 @@ MODELS = [
     graph_duplicate_initializer, graph_output_not_computed,
     graph_output_is_input, graph_value_redefined,
     graph_negative_dim_initializer, graph_negative_dim_constant,
+    graph_constant_external,
 ]
 
 
