@@ -2,6 +2,7 @@
 #include "compiler/import/HostTensor.h"
 
 #include "llvm/ADT/APFloat.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 #include <functional>
@@ -135,6 +136,61 @@ const char *elemKindName(ElemKind k) {
   return "?";
 }
 
+int64_t elemKindBytes(ElemKind k) {
+  switch (k) {
+  case ElemKind::F64:
+  case ElemKind::I64:
+    return 8;
+  case ElemKind::F32:
+  case ElemKind::I32:
+    return 4;
+  case ElemKind::F16:
+  case ElemKind::BF16:
+  case ElemKind::I16:
+    return 2;
+  case ElemKind::I8:
+  case ElemKind::U8:
+  case ElemKind::Bool:
+    return 1;
+  }
+  return 8;
+}
+
+std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || llvm::MulOverflow(n, d, n))
+      return std::nullopt;
+  return n;
+}
+
+std::optional<int64_t> checkedByteSize(llvm::ArrayRef<int64_t> shape,
+                                       ElemKind kind) {
+  auto n = checkedNumElements(shape);
+  int64_t bytes;
+  if (!n || llvm::MulOverflow(*n, elemKindBytes(kind), bytes))
+    return std::nullopt;
+  return bytes;
+}
+
+std::string formatShape(llvm::ArrayRef<int64_t> shape) {
+  std::string r = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    r += (i ? "," : "") + std::to_string(shape[i]);
+  return r + "]";
+}
+
+int64_t saturatingToInt64(double v) {
+  if (std::isnan(v))
+    return 0;
+  // 2^63 is exactly representable; every double below it converts.
+  if (v >= 9223372036854775808.0)
+    return INT64_MAX;
+  if (v < -9223372036854775808.0)
+    return INT64_MIN;
+  return (int64_t)v;
+}
+
 int64_t HostTensor::numElements() const {
   int64_t n = 1;
   for (int64_t d : shape)
@@ -143,7 +199,7 @@ int64_t HostTensor::numElements() const {
 }
 
 int64_t HostTensor::intAt(size_t i) const {
-  return isFloat() ? (int64_t)floats[i] : ints[i];
+  return isFloat() ? saturatingToInt64(floats[i]) : ints[i];
 }
 
 double HostTensor::floatAt(size_t i) const {
@@ -189,10 +245,27 @@ HostTensor HostTensor::generate(ElemKind kind, llvm::ArrayRef<int64_t> shape,
     t.ints.resize(n);
     for (int64_t i = 0; i < n; ++i) {
       double v = f(i);
-      t.ints[i] = kind == ElemKind::Bool ? (v != 0.0) : (int64_t)v;
+      t.ints[i] = kind == ElemKind::Bool ? (v != 0.0) : saturatingToInt64(v);
     }
   }
   return t;
+}
+
+// An integer as a value of kind `k`: narrowing wraps, as C++ and ONNX Cast
+// do, so a host constant never holds a value its IR type cannot.
+static int64_t wrapToKind(int64_t v, ElemKind k) {
+  switch (k) {
+  case ElemKind::I32:
+    return (int32_t)(uint32_t)(uint64_t)v;
+  case ElemKind::I16:
+    return (int16_t)(uint16_t)(uint64_t)v;
+  case ElemKind::I8:
+    return (int8_t)(uint8_t)(uint64_t)v;
+  case ElemKind::U8:
+    return (uint8_t)(uint64_t)v;
+  default:
+    return v;
+  }
 }
 
 HostTensor HostTensor::castTo(ElemKind to) const {
@@ -213,7 +286,8 @@ HostTensor HostTensor::castTo(ElemKind to) const {
       if (to == ElemKind::Bool)
         t.ints[i] = isFloat() ? floats[i] != 0.0 : ints[i] != 0;
       else
-        t.ints[i] = isFloat() ? (int64_t)std::trunc(floats[i]) : ints[i];
+        t.ints[i] = wrapToKind(
+            isFloat() ? saturatingToInt64(std::trunc(floats[i])) : ints[i], to);
     }
   }
   return t;
@@ -258,7 +332,8 @@ DenseElementsAttr HostTensor::toAttr(MLIRContext *ctx) const {
     std::vector<llvm::APInt> v;
     v.reserve(n);
     for (int64_t x : ints)
-      v.emplace_back(width, (uint64_t)x, /*isSigned=*/kind != ElemKind::U8);
+      v.emplace_back(width, (uint64_t)x, /*isSigned=*/kind != ElemKind::U8,
+                     /*implicitTrunc=*/true);
     return DenseElementsAttr::get(ty, v);
   }
   }

@@ -29,6 +29,22 @@ std::optional<ElemKind> fromMlirType(mlir::Type t);
 std::optional<ElemKind> fromOnnxDataType(int dataType);
 const char *onnxDataTypeName(int dataType);
 const char *elemKindName(ElemKind k);
+/// Bytes of one element of `k` in the IR (a bool takes one byte).
+int64_t elemKindBytes(ElemKind k);
+
+/// Elements of a tensor of `shape`, or std::nullopt when a dim is negative
+/// or the product does not fit in int64. Every size the importer derives
+/// from a file goes through this (or checkedByteSize) before it is used.
+std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape);
+/// Bytes of a tensor of `shape` and `kind`; std::nullopt as above.
+std::optional<int64_t> checkedByteSize(llvm::ArrayRef<int64_t> shape,
+                                       ElemKind kind);
+/// "[2,3]", for messages.
+std::string formatShape(llvm::ArrayRef<int64_t> shape);
+/// `v` as int64 without undefined behaviour: NaN is 0, out-of-range values
+/// saturate (a float used as a shape or index is then rejected by range
+/// checks instead of wrapping).
+int64_t saturatingToInt64(double v);
 
 struct HostTensor {
   ElemKind kind = ElemKind::I64;
@@ -36,6 +52,7 @@ struct HostTensor {
   std::vector<int64_t> ints;  // integer and bool kinds
   std::vector<double> floats; // float kinds
 
+  /// Only for tensors built through checked sizes (all host tensors are).
   int64_t numElements() const;
   bool isFloat() const { return isFloatKind(kind); }
   /// Value i as int64 / double regardless of kind.

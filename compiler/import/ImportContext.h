@@ -31,6 +31,9 @@ struct ImportValue {
 
 class GraphImporter;
 
+/// Result of trying to evaluate a node on host constants.
+enum class FoldResult { Folded, NotFoldable, Error };
+
 /// One ONNX node being converted: attribute and input accessors, output
 /// setters, and a builder that infers result types.
 class NodeContext {
@@ -66,6 +69,26 @@ public:
   mlir::FailureOr<mlir::Value> value(size_t i);
   /// Input i as a host constant; `what` says what it is for the error.
   mlir::FailureOr<HostTensor> constant(size_t i, llvm::StringRef what);
+  /// Input i as a host constant holding exactly one value.
+  mlir::FailureOr<HostTensor> scalarConstant(size_t i, llvm::StringRef what);
+  /// Input i as a shape: a 1-D integer host constant, no dim negative.
+  mlir::FailureOr<llvm::SmallVector<int64_t>>
+  shapeConstant(size_t i, llvm::StringRef what);
+
+  // Folding.
+  /// The --max-constant-bytes limit.
+  int64_t maxConstantBytes() const;
+  /// Checks that a constant of `shape` and `kind` has a size that fits in
+  /// 64 bits and stays within --max-constant-bytes; the error names both.
+  mlir::LogicalResult checkConstantSize(llvm::ArrayRef<int64_t> shape,
+                                        ElemKind kind);
+  /// Called by a folder before it allocates a result of `shape` and `kind`:
+  /// Folded when it may go on; NotFoldable when the result is larger than
+  /// folding keeps (--max-constant-bytes, ImportOptions::foldLimit) and the
+  /// op's handler can build it at run time instead; Error (emitted) when its
+  /// size overflows, or when the op only folds (Range, Constant) and the
+  /// result exceeds --max-constant-bytes.
+  FoldResult checkFoldSize(llvm::ArrayRef<int64_t> shape, ElemKind kind);
 
   // Outputs.
   size_t numOutputs() const { return node_.output_size(); }
@@ -100,9 +123,6 @@ private:
   int64_t opset_;
 };
 
-/// Result of trying to evaluate a node on host constants.
-enum class FoldResult { Folded, NotFoldable, Error };
-
 using NodeHandler = std::function<mlir::LogicalResult(NodeContext &)>;
 using NodeFolder =
     std::function<FoldResult(NodeContext &, std::vector<HostTensor> &outputs)>;
@@ -118,6 +138,11 @@ const llvm::StringMap<NodeFolder> &nodeFolders();
 mlir::FailureOr<std::optional<HostTensor>>
 readTensorData(const onnx::TensorProto &t, const std::string &modelDir,
                mlir::Location loc, bool *missing = nullptr);
+
+/// Checks a stored tensor's dims: none negative, and its size in bytes fits
+/// in 64 bits. Returns an error message that starts with `what` (e.g.
+/// "initializer 'w'"), or "".
+std::string checkTensorDims(const onnx::TensorProto &t, llvm::StringRef what);
 
 /// Checks an external-data location; returns an error message or "".
 std::string checkExternalLocation(const onnx::TensorProto &t,

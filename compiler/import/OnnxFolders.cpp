@@ -5,9 +5,17 @@
 // outputs become host constants. This is what removes Shape, Gather on
 // shapes, Concat, Range and ConstantOfShape from the IR.
 //
+// A folder checks what the op's import checks (it calls the same helpers of
+// OnnxOps.h), and calls NodeContext::checkFoldSize with the shape of each
+// result before it allocates: a result larger than --max-constant-bytes is
+// left to the op's handler (or is an error for ops that only fold), and no
+// size overflows.
+//
 //===----------------------------------------------------------------------===//
 #include "compiler/import/OnnxOps.h"
 #include "dialects/dsc/IR/DscOps.h"
+
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 
@@ -61,6 +69,9 @@ elementwise(NodeContext &c, std::vector<HostTensor> &out, ElemKind resultKind,
     }
     shape = *b;
   }
+  if (FoldResult r = c.checkFoldSize(shape, resultKind);
+      r != FoldResult::Folded)
+    return r;
   HostTensor r;
   r.kind = resultKind;
   r.shape = shape;
@@ -88,6 +99,25 @@ elementwise(NodeContext &c, std::vector<HostTensor> &out, ElemKind resultKind,
   return FoldResult::Folded;
 }
 
+// Integer division by 0, and INT64_MIN / -1, are undefined in C++ and have
+// no ONNX meaning: the node is rejected, as a run-time Div would fault.
+LogicalResult checkIntDivisors(NodeContext &c) {
+  // Read through intAt: the divisor may be stored as floats.
+  const HostTensor &a = in(c, 0), &b = in(c, 1);
+  bool hasMin = false;
+  for (int64_t i = 0; i < a.numElements(); ++i)
+    hasMin |= a.intAt(i) == INT64_MIN;
+  for (int64_t i = 0; i < b.numElements(); ++i) {
+    int64_t d = b.intAt(i);
+    if (d == 0)
+      return c.error() << "integer division by zero (a divisor of input #1 "
+                          "is 0); guard the divisor in the model";
+    if (d == -1 && hasMin)
+      return c.error() << "integer division INT64_MIN / -1 overflows int64";
+  }
+  return success();
+}
+
 // Arithmetic keeps integers exact (shape math is int64).
 NodeFolder arith(char op) {
   return [op](NodeContext &c, std::vector<HostTensor> &out) {
@@ -113,20 +143,21 @@ NodeFolder arith(char op) {
       }
       return 0.0;
     };
+    // Integer + - * wrap as two's complement (no undefined behaviour).
     auto fi = [op](ArrayRef<int64_t> a) -> int64_t {
       switch (op) {
       case '+':
-        return a[0] + a[1];
+        return (int64_t)((uint64_t)a[0] + (uint64_t)a[1]);
       case '-':
-        return a[0] - a[1];
+        return (int64_t)((uint64_t)a[0] - (uint64_t)a[1]);
       case '*':
-        return a[0] * a[1];
-      case '/': {
-        // ONNX integer Div truncates like C.
-        return a[1] == 0 ? 0 : a[0] / a[1];
-      }
+        return (int64_t)((uint64_t)a[0] * (uint64_t)a[1]);
+      case '/':
+        // ONNX integer Div truncates like C; checkIntDivisors rejected the
+        // divisors C leaves undefined.
+        return a[0] / a[1];
       case '^':
-        return (int64_t)std::pow((double)a[0], (double)a[1]);
+        return saturatingToInt64(std::pow((double)a[0], (double)a[1]));
       case '<':
         return std::min(a[0], a[1]);
       case '>':
@@ -136,6 +167,8 @@ NodeFolder arith(char op) {
     };
     if (c.numInputs() != 2)
       return FoldResult::NotFoldable;
+    if (op == '/' && !isFloatKind(k) && failed(checkIntDivisors(c)))
+      return FoldResult::Error;
     return elementwise(c, out, k, ff, !isFloatKind(k), fi);
   };
 }
@@ -181,10 +214,26 @@ FoldResult constantNode(NodeContext &c, std::vector<HostTensor> &out) {
   }
   const auto &a = n.attribute(0);
   if (a.name() == "value") {
-    auto t = readTensorData(a.t(), ".", c.loc());
-    if (failed(t) || !*t)
+    // Its data is in the file, but it becomes a host tensor of 8-byte
+    // elements: the limit applies as to any folded result.
+    std::string err = checkTensorDims(a.t(), "attribute 'value'");
+    if (!err.empty()) {
+      c.error() << err;
       return FoldResult::Error;
-    out.push_back(**t);
+    }
+    if (a.t().data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
+      c.error() << "attribute 'value' has external data; dsc reads a "
+                   "Constant's value from the model file only";
+      return FoldResult::Error;
+    }
+    auto kind = fromOnnxDataType(a.t().data_type());
+    SmallVector<int64_t> dims(a.t().dims().begin(), a.t().dims().end());
+    if (kind && failed(c.checkConstantSize(dims, *kind)))
+      return FoldResult::Error;
+    auto t = readTensorData(a.t(), ".", c.loc());
+    if (failed(t))
+      return FoldResult::Error;
+    out.push_back(**t); // not external, so present
   } else if (a.name() == "value_float") {
     out.push_back(HostTensor::ofFloats({a.f()}, {}, ElemKind::F32));
   } else if (a.name() == "value_floats") {
@@ -242,6 +291,9 @@ FoldResult castNode(NodeContext &c, std::vector<HostTensor> &out) {
     to = fromOnnxDataType((int)c.attrInt("to", 0));
   if (!to)
     return FoldResult::NotFoldable;
+  if (FoldResult r = c.checkFoldSize(in(c, 0).shape, *to);
+      r != FoldResult::Folded)
+    return r;
   out.push_back(in(c, 0).castTo(*to));
   return FoldResult::Folded;
 }
@@ -266,7 +318,7 @@ FoldResult gatherNode(NodeContext &c, std::vector<HostTensor> &out) {
     return FoldResult::NotFoldable;
   const HostTensor &data = in(c, 0), &idx = in(c, 1);
   int64_t rank = data.shape.size();
-  auto axis = axisAttr(c, "axis", 0, rank);
+  auto axis = gatherAxis(c, rank);
   if (failed(axis))
     return FoldResult::Error;
   int64_t dim = data.shape[*axis];
@@ -278,6 +330,8 @@ FoldResult gatherNode(NodeContext &c, std::vector<HostTensor> &out) {
   Shape shape(data.shape.begin(), data.shape.begin() + *axis);
   shape.append(idx.shape.begin(), idx.shape.end());
   shape.append(data.shape.begin() + *axis + 1, data.shape.end());
+  if (FoldResult r = c.checkFoldSize(shape, data.kind); r != FoldResult::Folded)
+    return r;
   std::vector<int64_t> src;
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < idx.numElements(); ++k) {
@@ -303,6 +357,9 @@ FoldResult sliceNode(NodeContext &c, std::vector<HostTensor> &out) {
   auto p = sliceParams(c, data.shape);
   if (failed(p))
     return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize(p->sizes, data.kind);
+      r != FoldResult::Folded)
+    return r;
   Shape strides = stridesOf(data.shape);
   HostTensor shapeOnly;
   shapeOnly.shape = p->sizes;
@@ -326,6 +383,10 @@ FoldResult concatNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (!allConstant(c))
     return FoldResult::NotFoldable;
   const HostTensor &first = in(c, 0);
+  if (first.shape.empty()) {
+    c.error() << "input #0 is a scalar (rank 0); Concat needs rank >= 1";
+    return FoldResult::Error;
+  }
   auto axis = axisAttr(c, "axis", 0, first.shape.size());
   if (failed(axis))
     return FoldResult::Error;
@@ -338,8 +399,19 @@ FoldResult concatNode(NodeContext &c, std::vector<HostTensor> &out) {
       c.error() << "concat inputs differ in rank";
       return FoldResult::Error;
     }
-    shape[*axis] += t.shape[*axis];
+    for (size_t d = 0; d < shape.size(); ++d)
+      if ((int64_t)d != *axis && t.shape[d] != shape[d]) {
+        c.error() << "concat inputs differ outside the axis: "
+                  << formatShape(first.shape) << " vs " << formatShape(t.shape);
+        return FoldResult::Error;
+      }
+    if (llvm::AddOverflow(shape[*axis], t.shape[*axis], shape[*axis])) {
+      c.error() << "the concatenated dim overflows int64";
+      return FoldResult::Error;
+    }
   }
+  if (FoldResult r = c.checkFoldSize(shape, kind); r != FoldResult::Folded)
+    return r;
   int64_t outer = 1;
   for (int64_t d = 0; d < *axis; ++d)
     outer *= shape[d];
@@ -422,51 +494,73 @@ FoldResult notNode(NodeContext &c, std::vector<HostTensor> &out) {
 FoldResult rangeNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (!allConstant(c))
     return FoldResult::NotFoldable;
+  const char *names[] = {"start", "limit", "delta"};
+  for (size_t i = 0; i < 3; ++i)
+    if (failed(c.scalarConstant(i, names[i])))
+      return FoldResult::Error;
   const HostTensor &s = in(c, 0), &l = in(c, 1), &d = in(c, 2);
   if (s.isFloat()) {
     double start = s.floatAt(0), limit = l.floatAt(0), delta = d.floatAt(0);
-    if (delta == 0) {
-      c.error() << "Range delta is 0";
+    if (delta == 0 || !std::isfinite(start) || !std::isfinite(limit) ||
+        !std::isfinite(delta)) {
+      c.error() << "Range needs finite start, limit and delta, and delta != 0";
       return FoldResult::Error;
     }
-    int64_t n = std::max<int64_t>(0, std::ceil((limit - start) / delta));
+    // The count as a double first: it may be far beyond int64.
+    double count = std::max(0.0, std::ceil((limit - start) / delta));
+    if (!(count < 9.0e18)) {
+      c.error() << "Range would hold " << count << " elements";
+      return FoldResult::Error;
+    }
+    int64_t n = (int64_t)count;
+    if (FoldResult r = c.checkFoldSize({n}, s.kind); r != FoldResult::Folded)
+      return r;
     out.push_back(HostTensor::generate(
         s.kind, {n}, [&](int64_t i) { return start + i * delta; }));
-  } else {
-    int64_t start = s.intAt(0), limit = l.intAt(0), delta = d.intAt(0);
-    if (delta == 0) {
-      c.error() << "Range delta is 0";
-      return FoldResult::Error;
-    }
-    int64_t n = std::max<int64_t>(
-        0, (limit - start + delta + (delta > 0 ? -1 : 1)) / delta);
-    std::vector<int64_t> v;
-    for (int64_t i = 0; i < n; ++i)
-      v.push_back(start + i * delta);
-    out.push_back(HostTensor::ofInts(v, {n}, s.kind));
+    return FoldResult::Folded;
   }
+  int64_t start = s.intAt(0), limit = l.intAt(0), delta = d.intAt(0);
+  if (delta == 0) {
+    c.error() << "Range delta is 0";
+    return FoldResult::Error;
+  }
+  // ceil((limit - start) / delta) in 128 bits: limit - start may not fit in
+  // 64. Every element start + i * delta then lies in [start, limit).
+  __int128 span = (__int128)limit - start;
+  __int128 count =
+      span / delta + (span % delta != 0 && (span > 0) == (delta > 0));
+  if (count < 0)
+    count = 0;
+  if (count > INT64_MAX) {
+    c.error() << "Range from " << start << " to " << limit << " by " << delta
+              << " has more elements than int64 can count";
+    return FoldResult::Error;
+  }
+  int64_t n = (int64_t)count;
+  if (FoldResult r = c.checkFoldSize({n}, s.kind); r != FoldResult::Folded)
+    return r;
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = (int64_t)(start + (__int128)i * delta);
+  out.push_back(HostTensor::ofInts(v, {n}, s.kind));
   return FoldResult::Folded;
 }
 
 FoldResult constantOfShapeNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (!c.isConstant(0))
     return FoldResult::NotFoldable;
-  std::vector<int64_t> shape = in(c, 0).asInts();
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  if (n > 4096)
+  auto shape = c.shapeConstant(0, "shape");
+  if (failed(shape))
+    return FoldResult::Error;
+  auto n = checkedNumElements(*shape);
+  if (!n || *n > 4096)
     return FoldResult::NotFoldable; // a splat dsc.constant instead
-  HostTensor value = HostTensor::ofFloats({0.0}, {}, ElemKind::F32);
-  if (const auto *a = c.attr("value")) {
-    auto t = readTensorData(a->t(), ".", c.loc());
-    if (failed(t) || !*t)
-      return FoldResult::Error;
-    value = **t;
-  }
-  double v = value.floatAt(0);
+  auto value = constantOfShapeValue(c);
+  if (failed(value))
+    return FoldResult::Error;
+  double v = value->floatAt(0);
   out.push_back(
-      HostTensor::generate(value.kind, shape, [v](int64_t) { return v; }));
+      HostTensor::generate(value->kind, *shape, [v](int64_t) { return v; }));
   return FoldResult::Folded;
 }
 
@@ -482,6 +576,8 @@ FoldResult gatherNDNode(NodeContext &c, std::vector<HostTensor> &out) {
     inner *= data.shape[d];
   Shape shape(idx.shape.begin(), idx.shape.end() - 1);
   shape.append(data.shape.begin() + m, data.shape.end());
+  if (FoldResult r = c.checkFoldSize(shape, data.kind); r != FoldResult::Folded)
+    return r;
   std::vector<int64_t> src;
   for (int64_t t = 0; t < idx.numElements() / m; ++t) {
     int64_t f = 0;
@@ -506,11 +602,12 @@ FoldResult expandNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (!allConstant(c))
     return FoldResult::NotFoldable;
   const HostTensor &data = in(c, 0);
-  auto shape = broadcastShapes(data.shape, in(c, 1).asInts());
-  if (failed(shape)) {
-    c.error() << "cannot expand to the given shape";
+  auto shape = expandTarget(c, data.shape);
+  if (failed(shape))
     return FoldResult::Error;
-  }
+  if (FoldResult r = c.checkFoldSize(*shape, data.kind);
+      r != FoldResult::Folded)
+    return r;
   HostTensor probe;
   probe.shape = *shape;
   std::vector<int64_t> src;
@@ -581,7 +678,13 @@ FoldResult triluNode(NodeContext &c, std::vector<HostTensor> &out) {
   const HostTensor &data = in(c, 0);
   if (data.shape.size() < 2)
     return FoldResult::NotFoldable;
-  int64_t k = c.hasInput(1) ? in(c, 1).intAt(0) : 0;
+  int64_t k = 0;
+  if (c.hasInput(1)) {
+    auto t = c.scalarConstant(1, "k");
+    if (failed(t))
+      return FoldResult::Error;
+    k = t->intAt(0);
+  }
   bool upper = c.attrInt("upper", 1) != 0;
   int64_t rows = data.shape[data.shape.size() - 2], cols = data.shape.back();
   HostTensor r = data;

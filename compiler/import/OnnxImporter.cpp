@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/import/ImportContext.h"
+#include "compiler/import/OnnxOps.h"
 #include "dialects/dsc/IR/DscOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -62,11 +63,21 @@ public:
                         FileLineColLoc::get(&ctx, path, index + 1, 0));
   }
   InFlightDiagnostic fileError() { return emitError(fileLoc()); }
+  /// An error that names node `index`, its op type and the opset.
+  InFlightDiagnostic nodeError(const onnx::NodeProto &n, size_t index) {
+    return emitError(nodeLoc(n, index))
+           << "node '" << n.name() << "' (" << n.op_type() << ", opset "
+           << opset << "): ";
+  }
 
 private:
   LogicalResult parse();
   LogicalResult checkOps();
+  LogicalResult checkGraph();
   FailureOr<RankedTensorType> inputType(const onnx::ValueInfoProto &vi);
+  FailureOr<RankedTensorType> checkedInputType(llvm::StringRef name,
+                                               ArrayRef<int64_t> shape,
+                                               ElemKind kind);
   std::set<std::string>
   trainableInitializers(const llvm::StringMap<const onnx::TensorProto *> &inits,
                         llvm::ArrayRef<std::string> lossNames);
@@ -135,11 +146,79 @@ LogicalResult GraphImporter::checkOps() {
       std::string supported;
       for (const auto &op : supportedOnnxOps())
         supported += (supported.empty() ? "" : ", ") + op;
-      emitError(nodeLoc(n, i))
-          << "node '" << n.name() << "' (" << n.op_type() << ", opset " << opset
-          << "): unsupported ONNX operator '" << n.op_type()
-          << "'. Supported: " << supported
-          << ". See docs/ops.md, or rewrite that part of the model";
+      nodeError(n, i) << "unsupported ONNX operator '" << n.op_type()
+                      << "'. Supported: " << supported
+                      << ". See docs/ops.md, or rewrite that part of the model";
+      ok = false;
+      continue;
+    }
+    // Input and output counts, required inputs and attribute types, checked
+    // here once so that no handler or folder reads past what the node has.
+    NodeContext nc(*this, n, nodeLoc(n, i), opset);
+    if (failed(checkNodeSignature(nc)))
+      ok = false;
+  }
+  return success(ok);
+}
+
+// Value names are SSA names: each is defined once, by an initializer, a graph
+// input or a node output, and every graph output is computed by one of them.
+LogicalResult GraphImporter::checkGraph() {
+  const auto &graph = model.graph();
+  bool ok = true;
+  llvm::StringSet<> inits, inputs, defined;
+  for (const auto &t : graph.initializer()) {
+    if (!inits.insert(t.name()).second) {
+      fileError() << "initializer '" << t.name()
+                  << "' is defined more than once; initializer names must "
+                     "be unique: remove the duplicates or re-export the model";
+      ok = false;
+    }
+    std::string err = checkTensorDims(t, "initializer '" + t.name() + "'");
+    if (!err.empty()) {
+      fileError() << err;
+      ok = false;
+    }
+  }
+  for (const auto &vi : graph.input())
+    if (!inputs.insert(vi.name()).second && !inits.contains(vi.name())) {
+      fileError() << "graph input '" << vi.name()
+                  << "' is listed more than once; input names must be unique";
+      ok = false;
+    }
+  // Old exporters list initializers among the inputs too: that is allowed.
+  for (const auto &name : inits.keys())
+    defined.insert(name);
+  for (const auto &name : inputs.keys())
+    defined.insert(name);
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto &n = graph.node(i);
+    for (int o = 0; o < n.output_size(); ++o)
+      if (!n.output(o).empty() && !defined.insert(n.output(o)).second) {
+        nodeError(n, i) << "output #" << o << " '" << n.output(o)
+                        << "' is already defined (by an initializer, a graph "
+                           "input or an earlier node); every value name must "
+                           "be defined once: rename one of them";
+        ok = false;
+      }
+  }
+  llvm::StringSet<> outputs;
+  for (const auto &o : graph.output()) {
+    if (!outputs.insert(o.name()).second) {
+      fileError() << "graph output '" << o.name()
+                  << "' is listed more than once; output names must be unique";
+      ok = false;
+    } else if (inputs.contains(o.name()) && !inits.contains(o.name())) {
+      fileError() << "graph output '" << o.name()
+                  << "' is a graph input, not computed by the graph; remove "
+                     "it from the outputs (or compute it, e.g. with Identity "
+                     "under another name)";
+      ok = false;
+    } else if (!defined.contains(o.name())) {
+      fileError() << "graph output '" << o.name()
+                  << "' is not computed by any node, initializer or graph "
+                     "input; remove it from the outputs or add the node "
+                     "that computes it";
       ok = false;
     }
   }
@@ -174,7 +253,7 @@ GraphImporter::inputType(const onnx::ValueInfoProto &vi) {
                            << dims[i].dim_value();
       shape.push_back(d);
     }
-    return RankedTensorType::get(shape, toMlirType(&ctx, *kind));
+    return checkedInputType(vi.name(), shape, *kind);
   }
   if (!type.tensor_type().has_shape())
     return fileError() << "graph input '" << vi.name()
@@ -205,7 +284,18 @@ GraphImporter::inputType(const onnx::ValueInfoProto &vi) {
                        << "--input-shape " << vi.name() << "="
                        << "AxBx...";
   }
-  return RankedTensorType::get(shape, toMlirType(&ctx, *kind));
+  return checkedInputType(vi.name(), shape, *kind);
+}
+
+FailureOr<RankedTensorType>
+GraphImporter::checkedInputType(llvm::StringRef name, ArrayRef<int64_t> shape,
+                                ElemKind kind) {
+  if (!checkedByteSize(shape, kind))
+    return fileError() << "graph input '" << name << "' has shape "
+                       << formatShape(shape)
+                       << ", whose size in bytes overflows 64 bits; give a "
+                          "smaller shape";
+  return RankedTensorType::get(shape, toMlirType(&ctx, kind));
 }
 
 // ONNX input slots that carry no gradient (indices, shapes, masks, labels,
@@ -300,11 +390,22 @@ LogicalResult GraphImporter::convertNode(const onnx::NodeProto &node,
   NodeContext nc(*this, node, loc, opset);
   for (int i = 0; i < node.input_size(); ++i) {
     const std::string &in = node.input(i);
-    if (!in.empty() && !values.count(in))
+    if (in.empty())
+      continue;
+    auto it = values.find(in);
+    if (it == values.end())
       return nc.error() << "input #" << i << " '" << in
                         << "' is not defined: it is no initializer, graph "
                            "input or earlier node output (missing "
                            "initializer, or nodes out of order?)";
+    // Handlers and folders read tensors; only SequenceAt reads a sequence.
+    bool wantsSequence = node.op_type() == "SequenceAt" && i == 0;
+    if (it->second.sequence.has_value() != wantsSequence)
+      return nc.error() << "input #" << i << " '" << in << "' is "
+                        << (wantsSequence ? "a tensor; SequenceAt reads a "
+                                            "sequence (from SplitToSequence)"
+                                          : "a sequence; only SequenceAt may "
+                                            "read it");
   }
   // Host evaluation of constant (shape) computations first.
   const auto &folders = nodeFolders();
@@ -341,7 +442,11 @@ LogicalResult GraphImporter::convertNode(const onnx::NodeProto &node,
 
 OwningOpRef<ModuleOp> GraphImporter::run() {
   // 1. Parse and check.
-  if (failed(parse()) || failed(checkOps()))
+  if (failed(parse()))
+    return nullptr;
+  // Both checks report every problem they find before import stops.
+  bool opsOk = succeeded(checkOps());
+  if (failed(checkGraph()) || !opsOk)
     return nullptr;
   const auto &graph = model.graph();
 
@@ -459,9 +564,9 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     }
     // Small constants fold; large ones, ones without data and running
     // statistics (state the training step updates) are buffers.
-    int64_t n = 1;
-    for (int64_t d : t->dims())
-      n *= d;
+    // checkGraph bounded the element count.
+    SmallVector<int64_t> dims(t->dims().begin(), t->dims().end());
+    int64_t n = *checkedNumElements(dims);
     if (!runningStats.count(t->name()) && n <= 4096) {
       auto data = readTensorData(*t, modelDir, fileLoc());
       if (failed(data))
@@ -605,6 +710,84 @@ InFlightDiagnostic NodeContext::error() {
                          << ", opset " << opset_ << "): ";
 }
 
+int64_t NodeContext::maxConstantBytes() const {
+  return imp_.opts.maxConstantBytes;
+}
+
+LogicalResult NodeContext::checkConstantSize(ArrayRef<int64_t> shape,
+                                             ElemKind kind) {
+  auto bytes = checkedByteSize(shape, kind);
+  if (!bytes)
+    return error() << "its result would have shape " << formatShape(shape)
+                   << ", whose size in bytes overflows 64 bits; check the "
+                      "shape computation that feeds it";
+  if (*bytes > maxConstantBytes())
+    return error() << "it would materialize a constant of shape "
+                   << formatShape(shape) << " (" << *bytes
+                   << " bytes), more than --max-constant-bytes "
+                   << maxConstantBytes()
+                   << "; raise the limit if the model really needs it";
+  return success();
+}
+
+FoldResult NodeContext::checkFoldSize(ArrayRef<int64_t> shape, ElemKind kind) {
+  auto bytes = checkedByteSize(shape, kind);
+  if (!bytes) {
+    (void)checkConstantSize(shape, kind); // reports the overflow
+    return FoldResult::Error;
+  }
+  int64_t elements = *checkedNumElements(shape);
+  // A Constant is kept whatever its element count (convertNode); other
+  // results only up to foldLimit elements.
+  bool tooMany = opType() != "Constant" && elements > imp_.opts.foldLimit;
+  if (isFoldOnlyOp(opType())) {
+    if (failed(checkConstantSize(shape, kind)))
+      return FoldResult::Error;
+    if (tooMany) {
+      error() << "its result of shape " << formatShape(shape) << " has "
+              << elements << " elements, more than the " << imp_.opts.foldLimit
+              << " dsc folds at compile time";
+      return FoldResult::Error;
+    }
+    return FoldResult::Folded;
+  }
+  // An op that also runs at run time is left to its handler rather than
+  // folded into a constant larger than the limits.
+  if (*bytes > maxConstantBytes() || tooMany)
+    return FoldResult::NotFoldable;
+  return FoldResult::Folded;
+}
+
+FailureOr<HostTensor> NodeContext::scalarConstant(size_t i,
+                                                  llvm::StringRef what) {
+  auto t = constant(i, what);
+  if (failed(t))
+    return failure();
+  if (t->numElements() != 1)
+    return error() << "input #" << i << " (" << what
+                   << ") must hold exactly one value, but has shape "
+                   << formatShape(t->shape);
+  return t;
+}
+
+FailureOr<SmallVector<int64_t>>
+NodeContext::shapeConstant(size_t i, llvm::StringRef what) {
+  auto t = constant(i, what);
+  if (failed(t))
+    return failure();
+  if (t->shape.size() != 1 || t->isFloat())
+    return error() << "input #" << i << " (" << what
+                   << ") must be a 1-D integer tensor, but is "
+                   << elemKindName(t->kind) << " of shape "
+                   << formatShape(t->shape);
+  SmallVector<int64_t> dims(t->ints.begin(), t->ints.end());
+  for (int64_t d : dims)
+    if (d < 0)
+      return error() << "input #" << i << " (" << what << ") "
+                     << formatShape(dims) << " has a negative dim";
+  return dims;
+}
+
 const onnx::AttributeProto *NodeContext::attr(llvm::StringRef name) const {
   for (const auto &a : node_.attribute())
     if (a.name() == name)
@@ -734,6 +917,19 @@ FailureOr<Operation *> NodeContext::create(llvm::StringRef opName,
   }
   if (!inferred)
     return error() << (message.empty() ? "invalid operands" : message);
+  // Inference takes sizes from the file; a result whose size does not fit
+  // in 64 bits (or with a negative dim) would break every later size.
+  for (auto [r, t] : llvm::enumerate(types)) {
+    auto rt = dyn_cast<RankedTensorType>(t);
+    if (!rt)
+      continue;
+    auto kind = fromMlirType(rt.getElementType());
+    if (!checkedByteSize(rt.getShape(), kind.value_or(ElemKind::I64)))
+      return error() << "result #" << r << " would have shape "
+                     << formatShape(rt.getShape())
+                     << ", which is negative or whose size in bytes "
+                        "overflows 64 bits; check the shapes that feed it";
+  }
   state.addTypes(types);
   return builder().create(state);
 }

@@ -34,8 +34,13 @@ struct ImportOptions {
   std::map<std::string, std::vector<int64_t>> inputShapes;
   /// Require a scalar loss output (training graph). Off: import any graph.
   bool requireLoss = true;
-  /// Largest constant (in elements) that folding may produce.
+  /// Largest constant (in elements) that folding keeps; larger results are
+  /// left to the op's handler.
   int64_t foldLimit = 1 << 22;
+  /// Largest constant (in bytes) that folding may materialize at all; a
+  /// node whose folded result would be larger is an error
+  /// (`--max-constant-bytes`). It bounds the importer's memory.
+  int64_t maxConstantBytes = 256 << 20;
 };
 
 /// Imports the model at `path`. Errors are reported through the context's

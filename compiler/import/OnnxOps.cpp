@@ -11,6 +11,10 @@
 
 #include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <limits>
 
 using namespace mlir;
 
@@ -62,10 +66,17 @@ FailureOr<SliceParams> sliceParams(NodeContext &c, ArrayRef<int64_t> shape) {
   p.offsets.assign(rank, 0);
   p.sizes.assign(shape.begin(), shape.end());
   p.strides.assign(rank, 1);
+  SmallVector<bool> seen(rank, false);
   for (size_t i = 0; i < axes.size(); ++i) {
     auto axis = normalizeAxis(axes[i], rank);
-    if (failed(axis))
-      return c.error() << "slice axis " << axes[i] << " out of range";
+    if (failed(axis) || rank == 0)
+      return c.error() << "slice axis " << axes[i] << " out of range for rank "
+                       << rank;
+    if (seen[*axis])
+      return c.error() << "slice axis " << axes[i]
+                       << " is given more than once; each axis may be sliced "
+                          "once";
+    seen[*axis] = true;
     int64_t dim = shape[*axis], step = steps[i];
     if (step == 0)
       return c.error() << "slice step is 0";
@@ -74,15 +85,18 @@ FailureOr<SliceParams> sliceParams(NodeContext &c, ArrayRef<int64_t> shape) {
       start += dim;
     if (end < 0 && end > INT64_MIN / 2)
       end += dim;
+    // Sizes as 1 + (distance - 1) / |step|: no step, however large, can
+    // overflow (the distance is at most dim + 1).
     int64_t size;
     if (step > 0) {
       start = std::clamp<int64_t>(start, 0, dim);
       end = std::clamp<int64_t>(end, 0, dim);
-      size = end > start ? (end - start + step - 1) / step : 0;
+      size = end > start ? 1 + (end - start - 1) / step : 0;
     } else {
       start = std::clamp<int64_t>(start, 0, dim - 1);
       end = std::clamp<int64_t>(end, -1, dim - 1);
-      size = start > end ? (start - end - step - 1) / -step : 0;
+      int64_t magnitude = step == INT64_MIN ? INT64_MAX : -step;
+      size = start > end ? 1 + (start - end - 1) / magnitude : 0;
     }
     p.offsets[*axis] = size ? start : 0;
     p.sizes[*axis] = size;
@@ -98,9 +112,9 @@ FailureOr<SmallVector<int64_t>> reshapeTarget(NodeContext &c,
     return failure();
   bool allowZero = c.attrInt("allowzero", 0) != 0;
   SmallVector<int64_t> out;
-  int64_t known = 1, inferAt = -1, total = 1;
-  for (int64_t d : shape)
-    total *= d;
+  int64_t known = 1, inferAt = -1;
+  // The input's size was checked when it was made.
+  int64_t total = checkedNumElements(shape).value_or(0);
   for (int64_t i = 0; i < target->numElements(); ++i) {
     int64_t d = target->intAt(i);
     if (d == 0 && !allowZero) {
@@ -119,7 +133,8 @@ FailureOr<SmallVector<int64_t>> reshapeTarget(NodeContext &c,
     }
     if (d < 0)
       return c.error() << "shape entry " << d << " is negative";
-    known *= d;
+    if (llvm::MulOverflow(known, d, known))
+      return c.error() << "the target shape's size overflows 64 bits";
     out.push_back(d);
   }
   if (inferAt >= 0) {
@@ -155,10 +170,8 @@ FailureOr<SmallVector<int64_t>> reshapeLikeTarget(NodeContext &c,
       return failure();
     axes = t->asInts();
     haveAxes = true;
-  } else if (auto a = c.attrInts("axes")) {
-    axes = *a;
-    haveAxes = true;
   }
+  // (The `axes` attribute is opset 11's; from 13 axes are an input.)
   if (op == "Squeeze") {
     SmallVector<bool> drop(rank, false);
     if (!haveAxes) {
@@ -237,7 +250,39 @@ FailureOr<SmallVector<int64_t>> transposePerm(NodeContext &c, int64_t rank) {
   if ((int64_t)perm.size() != rank)
     return c.error() << "perm has " << perm.size() << " entries for rank "
                      << rank;
+  SmallVector<bool> seen(rank, false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank)
+      return c.error() << "perm entry " << p << " is out of range for rank "
+                       << rank << "; perm must be a permutation of 0.."
+                       << rank - 1;
+    if (seen[p])
+      return c.error() << "perm entry " << p
+                       << " is repeated; perm must be a permutation of 0.."
+                       << rank - 1;
+    seen[p] = true;
+  }
   return perm;
+}
+
+// Given split sizes must be non-negative, sum to the dim and match the
+// node's outputs; handler and folder both rely on that.
+static LogicalResult checkSplitSizes(NodeContext &c, ArrayRef<int64_t> sizes,
+                                     int64_t dim, size_t numOutputs) {
+  int64_t total = 0;
+  for (int64_t s : sizes)
+    if (s < 0 || llvm::AddOverflow(total, s, total))
+      return c.error() << "split sizes " << formatShape(sizes)
+                       << " hold a negative size; give sizes >= 0 that add up "
+                          "to dim "
+                       << dim;
+  if (total != dim)
+    return c.error() << "split sizes " << formatShape(sizes) << " add up to "
+                     << total << ", not to the split dim " << dim;
+  if (sizes.size() != numOutputs)
+    return c.error() << "split into " << sizes.size() << " pieces but the "
+                     << "node has " << numOutputs << " outputs";
+  return success();
 }
 
 FailureOr<SmallVector<int64_t>> splitSizes(NodeContext &c,
@@ -251,24 +296,61 @@ FailureOr<SmallVector<int64_t>> splitSizes(NodeContext &c,
       return failure();
     for (int64_t s : t->asInts())
       sizes.push_back(s);
-    return sizes;
+  } else {
+    // (The `split` attribute is opset 11's; from 13 sizes are an input.)
+    int64_t n = c.attrInt("num_outputs", (int64_t)numOutputs);
+    if (n <= 0)
+      return c.error() << "split into " << n << " pieces";
+    // Opset 18: pieces of ceil(dim / n), the last one smaller.
+    int64_t chunk = dim / n + (dim % n != 0);
+    if (!c.hasAttr("num_outputs") && dim % n)
+      return c.error() << "dim " << dim << " does not split evenly into " << n;
+    for (int64_t i = 0, left = dim; i < n; ++i) {
+      sizes.push_back(std::min(chunk, left));
+      left -= sizes.back();
+    }
   }
-  if (auto s = c.attrInts("split")) {
-    sizes.assign(s->begin(), s->end());
-    return sizes;
-  }
-  int64_t n = c.attrInt("num_outputs", (int64_t)numOutputs);
-  if (n <= 0)
-    return c.error() << "split into " << n << " pieces";
-  // Opset 18: pieces of ceil(dim / n), the last one smaller.
-  int64_t chunk = (dim + n - 1) / n;
-  if (!c.hasAttr("num_outputs") && dim % n)
-    return c.error() << "dim " << dim << " does not split evenly into " << n;
-  for (int64_t i = 0, left = dim; i < n; ++i) {
-    sizes.push_back(std::min(chunk, left));
-    left -= sizes.back();
-  }
+  if (failed(checkSplitSizes(c, sizes, dim, numOutputs)))
+    return failure();
   return sizes;
+}
+
+FailureOr<HostTensor> constantOfShapeValue(NodeContext &c) {
+  const auto *a = c.attr("value");
+  if (!a)
+    return HostTensor::ofFloats({0.0}, {}, ElemKind::F32);
+  std::string err = checkTensorDims(a->t(), "attribute 'value'");
+  if (!err.empty())
+    return c.error() << err;
+  if (a->t().data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
+    return c.error() << "attribute 'value' has external data; dsc reads it "
+                        "from the model file only";
+  auto t = readTensorData(a->t(), ".", c.loc());
+  if (failed(t))
+    return failure();
+  if (!*t || (*t)->numElements() != 1)
+    return c.error() << "attribute 'value' must hold exactly one value";
+  return **t;
+}
+
+FailureOr<int64_t> gatherAxis(NodeContext &c, int64_t rank) {
+  if (rank == 0)
+    return c.error() << "data is a scalar (rank 0); Gather needs data of "
+                        "rank >= 1";
+  return axisAttr(c, "axis", 0, rank);
+}
+
+FailureOr<SmallVector<int64_t>> expandTarget(NodeContext &c,
+                                             ArrayRef<int64_t> shape) {
+  auto given = c.shapeConstant(1, "shape");
+  if (failed(given))
+    return failure();
+  auto target = broadcastShapes(shape, *given);
+  if (failed(target))
+    return c.error() << "cannot expand " << formatShape(shape) << " to "
+                     << formatShape(*given)
+                     << "; the shapes must broadcast (each dim equal or 1)";
+  return *target;
 }
 
 //===----------------------------------------------------------------------===//
@@ -480,14 +562,14 @@ LogicalResult dropoutOp(NodeContext &c) {
   double ratio = 0.5;
   bool training = false;
   if (c.hasInput(2)) {
-    auto t = c.constant(2, "training_mode");
+    auto t = c.scalarConstant(2, "training_mode");
     if (failed(t))
       return failure();
     training = t->intAt(0) != 0;
   }
   // The ratio matters only in training mode.
   if (training && c.hasInput(1)) {
-    auto t = c.constant(1, "ratio");
+    auto t = c.scalarConstant(1, "ratio");
     if (failed(t))
       return failure();
     ratio = t->floatAt(0);
@@ -546,6 +628,20 @@ LogicalResult gemmOp(NodeContext &c) {
   return success();
 }
 
+// Window sizes come from the file. Bounding each below 2^31 keeps every
+// window computation downstream (in + pads, (kernel - 1) * dilation, ...)
+// inside int64.
+constexpr int64_t kMaxWindowValue = int64_t(1) << 31;
+
+LogicalResult checkWindowValues(NodeContext &c, llvm::StringRef what,
+                                ArrayRef<int64_t> values, int64_t lowest) {
+  for (int64_t v : values)
+    if (v < lowest || v >= kMaxWindowValue)
+      return c.error() << what << " " << formatShape(values) << " holds " << v
+                       << "; each entry must be in [" << lowest << ", 2^31)";
+  return success();
+}
+
 // Explicit pads of a window op, from `pads` or `auto_pad`.
 FailureOr<Shape> windowPads(NodeContext &c, ArrayRef<int64_t> in,
                             ArrayRef<int64_t> kernel, ArrayRef<int64_t> strides,
@@ -558,7 +654,10 @@ FailureOr<Shape> windowPads(NodeContext &c, ArrayRef<int64_t> in,
       return Shape(2 * n, 0);
     if (pads->size() != 2 * n)
       return c.error() << "expected " << 2 * n << " pads";
-    return Shape(pads->begin(), pads->end());
+    Shape result(pads->begin(), pads->end());
+    if (failed(checkWindowValues(c, "pads", result, 0)))
+      return failure();
+    return result;
   }
   if (autoPad == "VALID")
     return Shape(2 * n, 0);
@@ -597,6 +696,10 @@ LogicalResult convOp(NodeContext &c) {
   Shape dilations = intsOr(c, "dilations", n, 1);
   if (strides.size() != n || dilations.size() != n)
     return c.error() << "expected " << n << " strides and dilations";
+  if (failed(checkWindowValues(c, "kernel_shape", kernel, 1)) ||
+      failed(checkWindowValues(c, "strides", strides, 1)) ||
+      failed(checkWindowValues(c, "dilations", dilations, 1)))
+    return failure();
   auto pads =
       windowPads(c, x.getShape().drop_front(2), kernel, strides, dilations);
   if (failed(pads))
@@ -628,6 +731,10 @@ LogicalResult poolOp(NodeContext &c) {
   Shape dilations = intsOr(c, "dilations", n, 1);
   if (strides.size() != n || dilations.size() != n)
     return c.error() << "expected " << n << " strides and dilations";
+  if (failed(checkWindowValues(c, "kernel_shape", k, 1)) ||
+      failed(checkWindowValues(c, "strides", strides, 1)) ||
+      failed(checkWindowValues(c, "dilations", dilations, 1)))
+    return failure();
   auto pads = windowPads(c, x.getShape().drop_front(2), k, strides, dilations);
   if (failed(pads))
     return failure();
@@ -828,15 +935,12 @@ LogicalResult transposeOp(NodeContext &c) {
 }
 
 LogicalResult expandOp(NodeContext &c) {
-  auto shape = c.constant(1, "shape");
-  if (failed(shape))
-    return failure();
   auto x = c.value(0);
   if (failed(x))
     return failure();
-  auto target = broadcastShapes(c.type(0).getShape(), shape->asInts());
+  auto target = expandTarget(c, c.type(0).getShape());
   if (failed(target))
-    return c.error() << "cannot expand the input to the given shape";
+    return failure();
   if (*target == Shape(c.type(0).getShape())) {
     c.setOutput(0, *x);
     return success();
@@ -913,9 +1017,6 @@ LogicalResult splitOp(NodeContext &c) {
   auto sizes = splitSizes(c, shape, *axis, c.numOutputs());
   if (failed(sizes))
     return failure();
-  if (sizes->size() != c.numOutputs())
-    return c.error() << "split into " << sizes->size() << " pieces but the "
-                     << "node has " << c.numOutputs() << " outputs";
   auto op = c.create("dsc.split", {*x},
                      {c.i64("axis", *axis), c.array("sizes", *sizes)});
   if (failed(op))
@@ -924,6 +1025,9 @@ LogicalResult splitOp(NodeContext &c) {
     c.setOutput(i, (*op)->getResult(i));
   return success();
 }
+
+// A sequence becomes one SSA value per element; this bounds how many.
+constexpr int64_t kMaxSequenceLength = 1 << 16;
 
 LogicalResult splitToSequenceOp(NodeContext &c) {
   auto x = c.value(0);
@@ -944,6 +1048,10 @@ LogicalResult splitToSequenceOp(NodeContext &c) {
       int64_t chunk = t->intAt(0);
       if (chunk <= 0)
         return c.error() << "split size must be positive";
+      if (dim / chunk >= kMaxSequenceLength)
+        return c.error() << "splits dim " << dim << " into pieces of " << chunk
+                         << ": more than " << kMaxSequenceLength
+                         << " pieces, which dsc does not unroll";
       for (int64_t left = dim; left > 0; left -= chunk)
         sizes.push_back(std::min(chunk, left));
     } else {
@@ -952,6 +1060,10 @@ LogicalResult splitToSequenceOp(NodeContext &c) {
     }
     keepdims = true; // keepdims is ignored when split is given
   } else {
+    if (dim > kMaxSequenceLength)
+      return c.error() << "splits dim " << dim << " into " << dim
+                       << " pieces, more than " << kMaxSequenceLength
+                       << ", which dsc does not unroll";
     sizes.assign(dim, 1);
   }
   auto op = c.create("dsc.split", {*x},
@@ -979,7 +1091,7 @@ LogicalResult sequenceAtOp(NodeContext &c) {
   const ImportValue &in = c.input(0);
   if (!in.sequence)
     return c.error() << "input #0 is not a sequence";
-  auto pos = c.constant(1, "position");
+  auto pos = c.scalarConstant(1, "position");
   if (failed(pos))
     return failure();
   int64_t n = in.sequence->size(), p = pos->intAt(0);
@@ -995,7 +1107,7 @@ LogicalResult gatherOp(NodeContext &c) {
   if (failed(data))
     return failure();
   RankedTensorType dt = c.type(0);
-  auto axis = axisAttr(c, "axis", 0, dt.getRank());
+  auto axis = gatherAxis(c, dt.getRank());
   if (failed(axis))
     return failure();
   Value indices;
@@ -1028,7 +1140,7 @@ LogicalResult gatherOp(NodeContext &c) {
 LogicalResult triluOp(NodeContext &c) {
   int64_t k = 0;
   if (c.hasInput(1)) {
-    auto t = c.constant(1, "k");
+    auto t = c.scalarConstant(1, "k");
     if (failed(t))
       return failure();
     k = t->intAt(0);
@@ -1080,9 +1192,15 @@ LogicalResult padOp(NodeContext &c) {
     pads[*axis] = padsIn[i];
     pads[*axis + rank] = padsIn[i + axes.size()];
   }
+  // Pads may be negative (a crop) but, like window sizes, stay below 2^31 in
+  // magnitude so that dim + begin + end cannot overflow.
+  for (int64_t p : pads)
+    if (p <= -kMaxWindowValue || p >= kMaxWindowValue)
+      return c.error() << "pads " << formatShape(pads) << " holds " << p
+                       << "; each entry must be in (-2^31, 2^31)";
   double value = 0.0;
   if (c.hasInput(2)) {
-    auto v = c.constant(2, "constant_value");
+    auto v = c.scalarConstant(2, "constant_value");
     if (failed(v))
       return failure();
     value = v->floatAt(0);
@@ -1145,30 +1263,34 @@ LogicalResult gatherNDOp(NodeContext &c) {
 
 LogicalResult constantOfShapeOp(NodeContext &c) {
   // Reached only when the result is too large to fold: a splat constant.
-  auto shape = c.constant(0, "shape");
+  // The program will hold it, so it is bounded as a folded one is.
+  auto shape = c.shapeConstant(0, "shape");
   if (failed(shape))
     return failure();
-  HostTensor value = HostTensor::ofFloats({0.0}, {}, ElemKind::F32);
-  if (const auto *a = c.attr("value")) {
-    auto t = readTensorData(a->t(), ".", c.loc());
-    if (failed(t) || !*t)
-      return failure();
-    value = **t;
-  }
-  auto type =
-      RankedTensorType::get(shape->asInts(), toMlirType(c.ctx(), value.kind));
+  auto value = constantOfShapeValue(c);
+  if (failed(value) || failed(c.checkConstantSize(*shape, value->kind)))
+    return failure();
+  auto type = RankedTensorType::get(*shape, toMlirType(c.ctx(), value->kind));
   Attribute elem =
-      value.isFloat()
-          ? (Attribute)FloatAttr::get(type.getElementType(), value.floatAt(0))
-          : (Attribute)IntegerAttr::get(type.getElementType(), value.intAt(0));
+      value->isFloat()
+          ? (Attribute)FloatAttr::get(type.getElementType(), value->floatAt(0))
+          : (Attribute)IntegerAttr::get(type.getElementType(), value->intAt(0));
   Value v = dsc::ConstantOp::create(c.builder(), c.loc(),
                                     SplatElementsAttr::get(type, elem));
   c.setOutput(0, v);
   return success();
 }
 
+} // namespace
+
+bool isFoldOnlyOp(llvm::StringRef op) {
+  return op == "Shape" || op == "Size" || op == "Range" || op == "Constant";
+}
+
+namespace {
+
 // Shape computations fold on the host; reaching a handler means an input
-// was computed at run time.
+// was computed at run time, or the result exceeded the folding limits.
 LogicalResult mustFold(NodeContext &c) {
   for (size_t i = 0; i < c.numInputs(); ++i)
     if (c.hasInput(i) && !c.isConstant(i))
@@ -1176,7 +1298,7 @@ LogicalResult mustFold(NodeContext &c) {
                        << "' is computed at run time, but this op must be "
                           "evaluated at compile time (dsc compiles static "
                           "shapes)";
-  return c.error() << "result too large to fold at compile time";
+  return c.error() << "its result is larger than dsc folds at compile time";
 }
 
 } // namespace
@@ -1268,11 +1390,290 @@ const llvm::StringMap<NodeHandler> &nodeHandlers() {
     t["GatherND"] = gatherNDOp;
     t["ConstantOfShape"] = constantOfShapeOp;
     // Evaluated at compile time only.
-    for (const char *f : {"Shape", "Size", "Range", "Constant"})
+    for (const char *f : {"Shape", "Size", "Range", "Constant"}) {
+      assert(isFoldOnlyOp(f) && "isFoldOnlyOp lists the ops of mustFold");
       t[f] = mustFold;
+    }
     return t;
   }();
   return table;
+}
+
+//===----------------------------------------------------------------------===//
+// Signatures
+//===----------------------------------------------------------------------===//
+//
+// What a node of each op may look like, as the ONNX schemas declare it: input
+// and output counts, and every attribute with its type. Where a signature
+// changed between opsets 13 and 23 the entry is the union (Reduce* take
+// `axes` as an input from opset 18, Split gains `num_outputs`); the handlers
+// read either form. The table is written out rather than asked of libonnx's
+// OpSchemaRegistry because the libonnx Debian ships (1.12) knows opsets up to
+// 17 only (no Gelu, the opset-18 Reduce* and Split); it follows
+// onnx.defs.get_schema of ONNX 1.23.
+
+namespace {
+
+using AttrType = onnx::AttributeProto::AttributeType;
+constexpr int kUnbounded = std::numeric_limits<int>::max();
+
+struct AttrSpec {
+  const char *name;
+  AttrType type;
+  bool required = false;
+};
+
+struct OpSignature {
+  int minInputs, maxInputs;
+  int minOutputs, maxOutputs;
+  std::vector<AttrSpec> attrs;
+  /// Variadic ops (Concat, Max, Min, Sum) take one homogeneous list: every
+  /// input in it is required. Otherwise only the first minInputs are.
+  bool variadic() const { return maxInputs == kUnbounded; }
+};
+
+AttrSpec attrInt(const char *n) { return {n, onnx::AttributeProto::INT}; }
+AttrSpec attrFloat(const char *n) { return {n, onnx::AttributeProto::FLOAT}; }
+AttrSpec attrString(const char *n) { return {n, onnx::AttributeProto::STRING}; }
+AttrSpec attrInts(const char *n) { return {n, onnx::AttributeProto::INTS}; }
+AttrSpec attrTensor(const char *n) { return {n, onnx::AttributeProto::TENSOR}; }
+AttrSpec required(AttrSpec a) {
+  a.required = true;
+  return a;
+}
+
+const llvm::StringMap<OpSignature> &opSignatures() {
+  static const llvm::StringMap<OpSignature> table = [] {
+    llvm::StringMap<OpSignature> t;
+    for (const char *op : {"Neg",           "Abs",      "Exp",
+                           "Log",           "Sqrt",     "Reciprocal",
+                           "Tanh",          "Erf",      "Sigmoid",
+                           "Relu",          "Floor",    "Ceil",
+                           "Sin",           "Cos",      "Softplus",
+                           "Not",           "Identity", "GlobalAveragePool",
+                           "GlobalMaxPool", "Size"})
+      t[op] = {1, 1, 1, 1, {}};
+    for (const char *op :
+         {"Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal",
+          "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "MatMul"})
+      t[op] = {2, 2, 1, 1, {}};
+    for (const char *op : {"Max", "Min", "Sum"})
+      t[op] = {1, kUnbounded, 1, 1, {}};
+    t["Cast"] = {1, 1, 1, 1, {required(attrInt("to")), attrInt("saturate")}};
+    t["CastLike"] = {2, 2, 1, 1, {attrInt("saturate")}};
+    t["Where"] = {3, 3, 1, 1, {}};
+    t["Clip"] = {1, 3, 1, 1, {}};
+    t["LeakyRelu"] = {1, 1, 1, 1, {attrFloat("alpha")}};
+    t["Gelu"] = {1, 1, 1, 1, {attrString("approximate")}};
+    t["Dropout"] = {1, 3, 1, 2, {attrInt("seed")}};
+    t["Gemm"] = {2,
+                 3,
+                 1,
+                 1,
+                 {attrFloat("alpha"), attrFloat("beta"), attrInt("transA"),
+                  attrInt("transB")}};
+    t["Conv"] = {2,
+                 3,
+                 1,
+                 1,
+                 {attrString("auto_pad"), attrInts("dilations"),
+                  attrInt("group"), attrInts("kernel_shape"), attrInts("pads"),
+                  attrInts("strides")}};
+    std::vector<AttrSpec> pool = {
+        attrString("auto_pad"), attrInt("ceil_mode"),
+        attrInts("dilations"),  required(attrInts("kernel_shape")),
+        attrInts("pads"),       attrInts("strides")};
+    t["AveragePool"] = {1, 1, 1, 1, pool};
+    t["AveragePool"].attrs.push_back(attrInt("count_include_pad"));
+    t["MaxPool"] = {1, 1, 1, 2, pool};
+    t["MaxPool"].attrs.push_back(attrInt("storage_order"));
+    t["BatchNormalization"] = {5,
+                               5,
+                               1,
+                               5,
+                               {attrFloat("epsilon"), attrFloat("momentum"),
+                                attrInt("training_mode")}};
+    t["LayerNormalization"] = {
+        2,
+        3,
+        1,
+        3,
+        {attrInt("axis"), attrFloat("epsilon"), attrInt("stash_type")}};
+    t["Softmax"] = {1, 1, 1, 1, {attrInt("axis")}};
+    t["LogSoftmax"] = {1, 1, 1, 1, {attrInt("axis")}};
+    t["SoftmaxCrossEntropyLoss"] = {
+        2, 3, 1, 2, {attrInt("ignore_index"), attrString("reduction")}};
+    t["NegativeLogLikelihoodLoss"] = {
+        2, 3, 1, 1, {attrInt("ignore_index"), attrString("reduction")}};
+    for (const char *op :
+         {"ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd"})
+      t[op] = {1,
+               2,
+               1,
+               1,
+               {attrInts("axes"), attrInt("keepdims"),
+                attrInt("noop_with_empty_axes")}};
+    t["ReduceSum"] = {
+        1, 2, 1, 1, {attrInt("keepdims"), attrInt("noop_with_empty_axes")}};
+    t["Reshape"] = {2, 2, 1, 1, {attrInt("allowzero")}};
+    t["Flatten"] = {1, 1, 1, 1, {attrInt("axis")}};
+    t["Squeeze"] = {1, 2, 1, 1, {}};
+    t["Unsqueeze"] = {2, 2, 1, 1, {}};
+    t["Transpose"] = {1, 1, 1, 1, {attrInts("perm")}};
+    t["Expand"] = {2, 2, 1, 1, {}};
+    t["Slice"] = {3, 5, 1, 1, {}};
+    t["Concat"] = {1, kUnbounded, 1, 1, {required(attrInt("axis"))}};
+    t["Split"] = {
+        1, 2, 1, kUnbounded, {attrInt("axis"), attrInt("num_outputs")}};
+    t["SplitToSequence"] = {1, 2, 1, 1, {attrInt("axis"), attrInt("keepdims")}};
+    t["SequenceAt"] = {2, 2, 1, 1, {}};
+    t["Gather"] = {2, 2, 1, 1, {attrInt("axis")}};
+    t["GatherND"] = {2, 2, 1, 1, {attrInt("batch_dims")}};
+    t["Trilu"] = {1, 2, 1, 1, {attrInt("upper")}};
+    t["Pad"] = {2, 4, 1, 1, {attrString("mode")}};
+    t["ConstantOfShape"] = {1, 1, 1, 1, {attrTensor("value")}};
+    t["Shape"] = {1, 1, 1, 1, {attrInt("end"), attrInt("start")}};
+    t["Range"] = {3, 3, 1, 1, {}};
+    // Constant's value attributes; which one is given is checked by its
+    // folder (exactly one, strings and sparse tensors unsupported).
+    t["Constant"] = {0,
+                     0,
+                     1,
+                     1,
+                     {attrTensor("value"),
+                      {"sparse_value", onnx::AttributeProto::SPARSE_TENSOR},
+                      attrFloat("value_float"),
+                      {"value_floats", onnx::AttributeProto::FLOATS},
+                      attrInt("value_int"),
+                      attrInts("value_ints"),
+                      attrString("value_string"),
+                      {"value_strings", onnx::AttributeProto::STRINGS}}};
+    return t;
+  }();
+  return table;
+}
+
+// The value fields an attribute fills, as AttributeProto types.
+llvm::SmallVector<AttrType> storedTypes(const onnx::AttributeProto &a) {
+  llvm::SmallVector<AttrType> r;
+  if (a.has_f())
+    r.push_back(onnx::AttributeProto::FLOAT);
+  if (a.has_i())
+    r.push_back(onnx::AttributeProto::INT);
+  if (a.has_s())
+    r.push_back(onnx::AttributeProto::STRING);
+  if (a.has_t())
+    r.push_back(onnx::AttributeProto::TENSOR);
+  if (a.has_g())
+    r.push_back(onnx::AttributeProto::GRAPH);
+  if (a.has_sparse_tensor())
+    r.push_back(onnx::AttributeProto::SPARSE_TENSOR);
+  if (a.floats_size())
+    r.push_back(onnx::AttributeProto::FLOATS);
+  if (a.ints_size())
+    r.push_back(onnx::AttributeProto::INTS);
+  if (a.strings_size())
+    r.push_back(onnx::AttributeProto::STRINGS);
+  if (a.tensors_size())
+    r.push_back(onnx::AttributeProto::TENSORS);
+  if (a.graphs_size())
+    r.push_back(onnx::AttributeProto::GRAPHS);
+  if (a.sparse_tensors_size())
+    r.push_back(onnx::AttributeProto::SPARSE_TENSORS);
+  return r;
+}
+
+bool isListType(AttrType t) {
+  return t == onnx::AttributeProto::FLOATS || t == onnx::AttributeProto::INTS ||
+         t == onnx::AttributeProto::STRINGS ||
+         t == onnx::AttributeProto::TENSORS ||
+         t == onnx::AttributeProto::GRAPHS ||
+         t == onnx::AttributeProto::SPARSE_TENSORS;
+}
+
+const char *attrTypeName(int t) {
+  if (!onnx::AttributeProto::AttributeType_IsValid(t))
+    return "UNKNOWN";
+  return onnx::AttributeProto::AttributeType_Name((AttrType)t).c_str();
+}
+
+LogicalResult checkAttribute(NodeContext &c, const onnx::AttributeProto &a,
+                             const AttrSpec &spec) {
+  if (a.type() != spec.type)
+    return c.error() << "attribute '" << a.name() << "' has type "
+                     << attrTypeName(a.type()) << ", but ONNX declares "
+                     << attrTypeName(spec.type) << " for " << c.opType()
+                     << "; re-export the model";
+  // The declared type must also be where the value is: a scalar fills its
+  // one field, a list fills no other field (an empty list is allowed).
+  llvm::SmallVector<AttrType> stored = storedTypes(a);
+  bool ok =
+      isListType(spec.type)
+          ? llvm::all_of(stored, [&](AttrType t) { return t == spec.type; })
+          : stored.size() == 1 && stored[0] == spec.type;
+  if (!ok) {
+    auto diag = c.error() << "attribute '" << a.name() << "' is declared "
+                          << attrTypeName(spec.type) << " but holds ";
+    if (stored.empty())
+      diag << "no value";
+    for (auto [i, t] : llvm::enumerate(stored))
+      diag << (i ? " and " : "") << attrTypeName(t);
+    return diag << "; the model file is corrupt: re-export it";
+  }
+  return success();
+}
+
+} // namespace
+
+LogicalResult checkNodeSignature(NodeContext &c) {
+  const auto &table = opSignatures();
+  auto it = table.find(c.opType());
+  if (it == table.end())
+    return c.error() << "has no signature in dsc's table (a dsc bug: add "
+                        "one next to its handler in OnnxOps.cpp)";
+  const OpSignature &sig = it->second;
+  const onnx::NodeProto &n = c.node();
+  auto range = [](int lo, int hi) {
+    if (lo == hi)
+      return std::to_string(lo);
+    if (hi == kUnbounded)
+      return std::to_string(lo) + " or more";
+    return std::to_string(lo) + " to " + std::to_string(hi);
+  };
+  auto count = [](int k, const char *what) {
+    return std::to_string(k) + " " + what + (k == 1 ? "" : "s");
+  };
+  if (n.input_size() < sig.minInputs || n.input_size() > sig.maxInputs)
+    return c.error() << "has " << count(n.input_size(), "input") << "; "
+                     << c.opType() << " takes "
+                     << range(sig.minInputs, sig.maxInputs);
+  if (n.output_size() < sig.minOutputs || n.output_size() > sig.maxOutputs)
+    return c.error() << "has " << count(n.output_size(), "output") << "; "
+                     << c.opType() << " gives "
+                     << range(sig.minOutputs, sig.maxOutputs);
+  int requiredInputs = sig.variadic() ? n.input_size() : sig.minInputs;
+  for (int i = 0; i < requiredInputs; ++i)
+    if (n.input(i).empty())
+      return c.error() << "input #" << i << " is required but its name is "
+                       << "empty (''); only optional inputs may be omitted";
+  llvm::StringSet<> seen;
+  for (const auto &a : n.attribute()) {
+    if (!seen.insert(a.name()).second)
+      return c.error() << "attribute '" << a.name() << "' is given twice";
+    auto spec = llvm::find_if(
+        sig.attrs, [&](const AttrSpec &s) { return a.name() == s.name; });
+    if (spec == sig.attrs.end())
+      return c.error() << "has attribute '" << a.name()
+                       << "', which ONNX does not define for " << c.opType()
+                       << " (opsets 13 to 23); remove it or re-export";
+    if (failed(checkAttribute(c, a, *spec)))
+      return failure();
+  }
+  for (const AttrSpec &spec : sig.attrs)
+    if (spec.required && !seen.contains(spec.name))
+      return c.error() << "needs attribute '" << spec.name << "' ("
+                       << attrTypeName(spec.type) << ")";
+  return success();
 }
 
 } // namespace dsc

@@ -34,6 +34,21 @@ splitSizes(NodeContext &c, llvm::ArrayRef<int64_t> shape, int64_t axis,
            size_t numOutputs);
 mlir::FailureOr<int64_t> axisAttr(NodeContext &c, llvm::StringRef name,
                                   int64_t dflt, int64_t rank);
+/// ConstantOfShape's fill value (the `value` attribute, one element).
+mlir::FailureOr<HostTensor> constantOfShapeValue(NodeContext &c);
+/// Gather's axis; data of rank 0 is an error.
+mlir::FailureOr<int64_t> gatherAxis(NodeContext &c, int64_t rank);
+/// Expand's result shape: input 1 (non-negative dims) broadcast with `shape`.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+expandTarget(NodeContext &c, llvm::ArrayRef<int64_t> shape);
+
+/// Ops that dsc evaluates at compile time only (no run-time dsc op).
+bool isFoldOnlyOp(llvm::StringRef op);
+
+/// Checks a node against its op's ONNX signature (input and output counts,
+/// required inputs present, attributes known and of the declared type).
+/// Runs on every node before any handler or folder sees it.
+mlir::LogicalResult checkNodeSignature(NodeContext &c);
 
 } // namespace dsc
 

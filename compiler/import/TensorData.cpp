@@ -10,6 +10,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
@@ -58,6 +59,21 @@ std::string checkExternalLocation(const onnx::TensorProto &t,
   return "";
 }
 
+std::string checkTensorDims(const onnx::TensorProto &t, llvm::StringRef what) {
+  llvm::SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
+  for (int64_t d : shape)
+    if (d < 0)
+      return what.str() + " has shape " + formatShape(shape) +
+             " with a negative dim; a stored tensor has a static, "
+             "non-negative shape: re-export the model";
+  auto kind = fromOnnxDataType(t.data_type());
+  if (kind && !checkedByteSize(shape, *kind))
+    return what.str() + " has shape " + formatShape(shape) +
+           ", whose size in bytes overflows 64 bits; the model file is "
+           "corrupt: re-export it";
+  return "";
+}
+
 template <typename T>
 static void readRaw(const std::string &raw, size_t n, std::vector<T> &out) {
   out.resize(n);
@@ -90,7 +106,11 @@ FailureOr<std::optional<HostTensor>> readTensorData(const onnx::TensorProto &t,
   h.kind = *kind;
   for (int64_t d : t.dims())
     h.shape.push_back(d);
+  std::string sizeErr = checkTensorDims(t, "initializer '" + t.name() + "'");
+  if (!sizeErr.empty())
+    return emitError(loc) << sizeErr;
   size_t n = h.numElements();
+  size_t elemBytes = elemKindBytes(h.kind);
 
   std::string raw;
   bool hasRaw = false;
@@ -115,17 +135,22 @@ FailureOr<std::optional<HostTensor>> readTensorData(const onnx::TensorProto &t,
       return emitError(loc) << "bad external data offset '" << off << "'";
     if (!len.empty() && llvm::StringRef(len).getAsInteger(10, length))
       return emitError(loc) << "bad external data length '" << len << "'";
-    size_t elemBytes =
-        toMlirType(loc.getContext(), h.kind).getIntOrFloatBitWidth();
-    elemBytes = elemBytes == 1 ? 1 : elemBytes / 8;
     if (len.empty())
-      length = n * elemBytes;
-    if (offset + length > (*buf)->getBufferSize() || length < n * elemBytes)
+      length = n * elemBytes; // checkTensorDims bounded it
+    // offset + length may wrap around 2^64 and pass a plain bounds check.
+    uint64_t end;
+    uint64_t fileSize = (*buf)->getBufferSize();
+    if (__builtin_add_overflow(offset, length, &end))
+      return emitError(loc)
+             << "external data of initializer '" << t.name() << "' has offset "
+             << offset << " and length " << length
+             << ", which overflow 64 bits; the model file is corrupt: "
+                "re-export it";
+    if (end > fileSize || length < n * elemBytes)
       return emitError(loc)
              << "external data of initializer '" << t.name()
-             << "' needs bytes [" << offset << ", " << offset + length
-             << ") but '" << full << "' has " << (*buf)->getBufferSize()
-             << " bytes (file truncated?)";
+             << "' needs bytes [" << offset << ", " << end << ") but '" << full
+             << "' has " << fileSize << " bytes (file truncated?)";
     raw.assign((*buf)->getBufferStart() + offset, length);
     hasRaw = true;
   } else if (t.has_raw_data()) {
@@ -138,10 +163,8 @@ FailureOr<std::optional<HostTensor>> readTensorData(const onnx::TensorProto &t,
                           << " values for shape of " << n << " elements";
   };
   if (hasRaw) {
-    size_t bits = toMlirType(loc.getContext(), h.kind).getIntOrFloatBitWidth();
-    size_t bytes = bits == 1 ? 1 : bits / 8;
-    if (raw.size() < n * bytes)
-      return fail(raw.size() / bytes);
+    if (raw.size() < n * elemBytes)
+      return fail(raw.size() / elemBytes);
     switch (h.kind) {
     case ElemKind::F32: {
       std::vector<float> v;

@@ -136,6 +136,14 @@ bool parseImportOption(ArgCursor &c, ImportOptions &opts) {
       opts.inputShapes[name.str()] = shape;
     return true;
   }
+  if (auto v = c.take("--max-constant-bytes")) {
+    int64_t n;
+    if (llvm::StringRef(*v).getAsInteger(10, n) || n <= 0)
+      c.error = "--max-constant-bytes needs a positive integer (bytes)";
+    else
+      opts.maxConstantBytes = n;
+    return true;
+  }
   if (!c.error.empty())
     return true;
   if (c.is("--no-loss")) {

@@ -42,8 +42,8 @@ private:
   size_t i_ = 0;
 };
 
-/// Handles --micro-batch and --input-shape; returns true if it consumed the
-/// current option (check `cursor.error`).
+/// Handles --micro-batch, --input-shape, --max-constant-bytes and --no-loss;
+/// returns true if it consumed the current option (check `cursor.error`).
 bool parseImportOption(ArgCursor &cursor, ImportOptions &opts);
 
 } // namespace dsc

@@ -60,6 +60,7 @@ target and output:
 model (as for `dsc import`):
   --micro-batch N            examples per micro-batch (sets dim 0 of inputs)
   --input-shape NAME=AxB..   the whole shape of one input
+  --max-constant-bytes N     bound on constants folded at import (256 MiB)
 
 optimizer (defaults baked into the program; it can override the starred):
   --optimizer adamw|sgd      (default adamw)

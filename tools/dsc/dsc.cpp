@@ -66,6 +66,8 @@ options:
   --input-shape NAME=AxBx..  set the whole shape of input NAME (repeatable)
   --no-loss                  import a graph that has no scalar loss output
                              (e.g. an inference graph); every output is kept
+  --max-constant-bytes N     largest constant that folding shape computations
+                             may materialize (default 268435456, 256 MiB)
   --summary                  print parameters, inputs, outputs and op counts
   --summary-json             the same as one JSON object
   --debug-info               print locations (the ONNX node names) in the IR
