@@ -57,7 +57,8 @@ def main():
     if not cmd:
         sys.exit("kernel_breakdown: no program given (after --)")
     log = tempfile.NamedTemporaryFile(suffix=".csv", delete=False).name
-    run = [a.ncu, "--csv", "--print-units", "base", "--metrics",
+    # Clocks as the program runs them (ncu locks them to base by default).
+    run = [a.ncu, "--csv", "--clock-control", "none", "--print-units", "base", "--metrics",
            "gpu__time_duration.sum", "--log-file", log] + cmd
     r = subprocess.run(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True)
