@@ -19,6 +19,7 @@
 
 #include "dsc/program.h"
 #include "comm/inprocess.h"
+#include "cpu/kernel_util.h"
 #include "io/safetensors.h"
 #include "program/convert.h"
 #include "program/data.h"
@@ -1737,6 +1738,59 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     return Status();
   };
 
+  // Every gradient of the last step by parameter name, unpacked from the
+  // ranks' bucket shards (host copies; brought back from a device first).
+  auto collectGrads = [&](std::vector<io::NamedTensor> &grads) -> Status {
+    if (Status s = fetch(layout.grads, /*args=*/false); !s.ok())
+      return s;
+    for (int r : layout.grads) {
+      if (spec.results[r].bucket < 0) {
+        grads.push_back({spec.results[r].name, rank0.results[r]});
+        continue;
+      }
+      if (Status s = gatherBucket(
+              spec.results[r].bucket,
+              [&](int g) { return ranks[size_t(g)]->results[r]; }, grads);
+          !s.ok())
+        return s;
+    }
+    return Status();
+  };
+  // fp16, on a skipped step: ", in <params>" naming the gradients that hold
+  // an inf or nan (and their bucket). Only then are gradients fetched; a
+  // distributed rank holds only its own shards and says nothing more.
+  auto nonFiniteGrads = [&](std::string &where) -> Status {
+    if (distributed && W > 1)
+      return Status();
+    std::vector<io::NamedTensor> grads;
+    if (Status s = collectGrads(grads); !s.ok())
+      return s;
+    std::map<std::string, int> bucketOf;
+    for (int b = 0; b < spec.numBuckets; ++b)
+      for (int e = 0; e < spec.buckets[b].numEntries; ++e)
+        bucketOf[spec.buckets[b].entries[e].param] = b;
+    std::vector<std::string> bad;
+    for (const io::NamedTensor &g : grads) {
+      bool finite = true;
+      for (int64_t i = 0, n = g.tensor.numel(); finite && i < n; ++i)
+        finite = std::isfinite(
+            cpu::detail::loadAsDouble(g.tensor.data, g.tensor.dtype, i));
+      if (finite)
+        continue;
+      auto b = bucketOf.find(g.name);
+      bad.push_back(g.name + (b == bucketOf.end()
+                                  ? std::string()
+                                  : std::string(" (") +
+                                        spec.buckets[b->second].name + ")"));
+    }
+    dumpMemory.clear();
+    for (size_t i = 0; i < bad.size() && i < 3; ++i)
+      where += (i ? ", " : " in ") + bad[i];
+    if (bad.size() > 3)
+      where += " and " + std::to_string(bad.size() - 3) + " more";
+    return Status();
+  };
+
   // 5. The steps.
   int64_t nonFinite = 0, skippedSteps = 0;
   double lastLoss = NAN, trainSeconds = 0;
@@ -1793,28 +1847,20 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         return 1;
       }
       if (!o.quiet) {
+        std::string where;
+        if (Status s = nonFiniteGrads(where); !s.ok())
+          return error(s);
         std::fprintf(out,
-                     "step %" PRId64 ": gradients overflowed (inf or nan); "
+                     "step %" PRId64 ": gradients overflowed (inf or nan%s); "
                      "step skipped, loss scale %g -> %g\n",
-                     step, scaleBefore, lossScale);
+                     step, where.c_str(), scaleBefore, lossScale);
         std::fflush(out);
       }
     }
     if (step == 1 && !o.dumpGrads.empty()) {
-      if (Status s = fetch(layout.grads, /*args=*/false); !s.ok())
-        return error(s);
       std::vector<io::NamedTensor> grads;
-      for (int r : layout.grads) {
-        if (spec.results[r].bucket < 0) {
-          grads.push_back({spec.results[r].name, results[r]});
-          continue;
-        }
-        if (Status s = gatherBucket(
-                spec.results[r].bucket,
-                [&](int g) { return ranks[size_t(g)]->results[r]; }, grads);
-            !s.ok())
-          return error(s);
-      }
+      if (Status s = collectGrads(grads); !s.ok())
+        return error(s);
       if (Status w = io::writeSafetensors(
               o.dumpGrads, grads,
               {{"format", "pt"}, {"content", "gradients of step 1"}});
