@@ -22,6 +22,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <functional>
+
 namespace dsc {
 #define GEN_PASS_DEF_DSCZEROPARTITION
 #include "passes/Passes.h.inc"
@@ -116,6 +118,13 @@ struct ZeroPartitionPass
                          : Location(NameLoc::get(
                                StringAttr::get(loc.getContext(), label), loc));
   }
+  /// Every communicating collective reads its operand through a
+  /// dsc.collective_input: the shard ops are Pure, and this keeps CSE from
+  /// merging two collectives of one value (a stage-3 bucket's forward and
+  /// backward gathers) and pins each between effectful ops.
+  Value collectiveInput(Value v) {
+    return dsc::CollectiveInputOp::create(*b, at(), v);
+  }
   Value allReduce(Value v, ArrayRef<int16_t> axes) {
     SmallVector<NamedAttribute> attrs;
     gridAttrs(attrs, axes);
@@ -123,7 +132,7 @@ struct ZeroPartitionPass
         "reduction", shard::ReductionKindAttr::get(b->getContext(),
                                                    shard::ReductionKind::Sum)));
     return shard::AllReduceOp::create(*b, at(), TypeRange{v.getType()},
-                                      ValueRange{v}, attrs)
+                                      ValueRange{collectiveInput(v)}, attrs)
         .getResult();
   }
   Value allGather(Value v, ArrayRef<int16_t> axes, int64_t n) {
@@ -133,7 +142,7 @@ struct ZeroPartitionPass
     auto t = cast<RankedTensorType>(v.getType());
     return shard::AllGatherOp::create(*b, at(),
                                       TypeRange{vec(n, t.getElementType())},
-                                      ValueRange{v}, attrs)
+                                      ValueRange{collectiveInput(v)}, attrs)
         .getResult();
   }
   Value reduceScatter(Value v, ArrayRef<int16_t> axes, int64_t n) {
@@ -146,7 +155,7 @@ struct ZeroPartitionPass
     auto t = cast<RankedTensorType>(v.getType());
     return shard::ReduceScatterOp::create(*b, at(),
                                           TypeRange{vec(n, t.getElementType())},
-                                          ValueRange{v}, attrs)
+                                          ValueRange{collectiveInput(v)}, attrs)
         .getResult();
   }
   Value allSlice(Value v, ArrayRef<int16_t> axes, int64_t n) {
@@ -160,6 +169,9 @@ struct ZeroPartitionPass
         .getResult();
   }
   void runOnOperation() override;
+  void
+  recomputeViewsForBackward(BlockArgument param, unsigned bwdPos,
+                            llvm::DenseMap<Operation *, unsigned> &position);
   LogicalResult syncBatchNorms(func::FuncOp fb);
   DenseMap<unsigned, unsigned>
   sinkGradientReductions(func::FuncOp step, func::FuncOp fb,
@@ -403,6 +415,66 @@ LogicalResult ZeroPartitionPass::syncBatchNorms(func::FuncOp fb) {
   }
   label.clear();
   return success();
+}
+
+// Views of a stage-3 parameter (transposes, reshapes) that forward computes
+// and backward reads again would keep the forward copy's bytes alive through
+// backward, past its dsc.release: backward computes its own from the
+// parameter instead (gathered again like any backward use). A view is a
+// copy, so the values are the same bits.
+void ZeroPartitionPass::recomputeViewsForBackward(
+    BlockArgument param, unsigned bwdPos,
+    llvm::DenseMap<Operation *, unsigned> &position) {
+  auto isView = [](Operation *op) {
+    return isa<dsc::TransposeOp, dsc::ReshapeOp>(op);
+  };
+  llvm::DenseSet<Operation *> copies;
+  auto isBackward = [&](Operation *user) {
+    return !copies.contains(user) &&
+           (position.lookup(user) > bwdPos || isa<func::ReturnOp>(user));
+  };
+  // The forward views of the parameter, and views of those.
+  SmallVector<Operation *> views;
+  SmallVector<Value> work = {param};
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    for (Operation *user : v.getUsers())
+      if (isView(user) && !isBackward(user) &&
+          !llvm::is_contained(views, user)) {
+        views.push_back(user);
+        work.push_back(user->getResult(0));
+      }
+  }
+  // The backward copy of a view, made from the parameter before `before`
+  // (or an earlier one reused).
+  llvm::DenseMap<Value, Value> copyOf;
+  std::function<Value(Value, Operation *)> copyFor =
+      [&](Value v, Operation *before) -> Value {
+    if (v == param)
+      return param;
+    auto it = copyOf.find(v);
+    if (it != copyOf.end() &&
+        it->second.getDefiningOp()->isBeforeInBlock(before))
+      return it->second;
+    Operation *view = v.getDefiningOp();
+    Value operand = copyFor(view->getOperand(0), before);
+    OpBuilder::InsertionGuard guard(*b);
+    b->setInsertionPoint(before);
+    Operation *copy = b->clone(*view);
+    copy->setOperand(0, operand);
+    copies.insert(copy);
+    position[copy] = position.lookup(before);
+    copyOf[v] = copy->getResult(0);
+    return copy->getResult(0);
+  };
+  for (Operation *view : views) {
+    SmallVector<OpOperand *> bwdUses;
+    for (OpOperand &u : view->getResult(0).getUses())
+      if (isBackward(u.getOwner()))
+        bwdUses.push_back(&u);
+    for (OpOperand *u : bwdUses)
+      u->set(copyFor(view->getResult(0), u->getOwner()));
+  }
 }
 
 void ZeroPartitionPass::runOnOperation() {
@@ -798,6 +870,10 @@ void ZeroPartitionPass::runOnOperation() {
               loc)))
         return fail("internal error: cannot add a shard argument");
       BlockArgument shardArg = fbody.getArgument(shardIndex);
+      if (!keepGathered)
+        for (unsigned pi : bk.params)
+          recomputeViewsForBackward(fbody.getArgument(fbParam[params[pi].name]),
+                                    bwdPos, position);
       // Uses of each parameter, split into forward and backward.
       SmallVector<OpOperand *> fwdUses, bwdUses;
       Operation *firstFwd = nullptr, *firstBwd = nullptr;
@@ -946,7 +1022,8 @@ void ZeroPartitionPass::runOnOperation() {
   for (Operation &op : body.without_terminator())
     order.push_back(&op);
   for (Operation *op : llvm::reverse(order))
-    if (op->use_empty() && isPure(op))
+    if (op->use_empty() &&
+        (isPure(op) || isa<dsc::CollectiveInputOp>(op))) // of an erased one
       op->erase();
   // Drop arguments nobody reads any more: per-parameter optimizer state of
   // stages 1-3 and the parameters of sharded buckets.
