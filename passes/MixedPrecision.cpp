@@ -58,6 +58,13 @@ enum class PrecisionClass {
 };
 
 PrecisionClass precisionClassOf(Operation *op) {
+  // A collective's input point is in the precision its collective takes, so
+  // that a cast never lands between the two.
+  if (isa<CollectiveInputOp>(op)) {
+    Value r = op->getResult(0);
+    return r.use_empty() ? PrecisionClass::Follow
+                         : precisionClassOf(*r.user_begin());
+  }
   if (isa<MatMulOp, GemmOp, ConvOp, ConvBackwardInputOp, ConvBackwardWeightOp>(
           op))
     return PrecisionClass::Low;
@@ -118,17 +125,23 @@ void MixedPrecisionPass::lowerGradientReductions(func::FuncOp f, Type element) {
       ops.push_back(op);
   });
   for (Operation *op : ops) {
-    Value in = op->getOperand(0), result = op->getResult(0);
+    // The gradient enters through the collective's dsc.collective_input.
+    Operation *entry = op;
+    if (auto ci = op->getOperand(0).getDefiningOp<dsc::CollectiveInputOp>())
+      entry = ci;
+    Value in = entry->getOperand(0), result = op->getResult(0);
     if (elementOf(in) != f32)
       continue;
-    OpBuilder b(op);
+    OpBuilder b(entry);
     Value narrow;
     if (auto c = in.getDefiningOp<dsc::CastOp>();
         c && c->hasAttr("dsc.widened_reduction"))
       narrow = c.getInput();
     else
       narrow = dsc::CastOp::create(b, op->getLoc(), in, TypeAttr::get(element));
-    op->setOperand(0, narrow);
+    entry->setOperand(0, narrow);
+    if (entry != op)
+      entry->getResult(0).setType(withElement(narrow.getType(), element));
     result.setType(withElement(result.getType(), element));
     b.setInsertionPointAfter(op);
     auto wide =

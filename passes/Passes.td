@@ -178,13 +178,21 @@ def DscZeroPartition : Pass<"dsc-zero-partition", "mlir::ModuleOp"> {
     `dsc.bucket = i`; the module's `dsc.buckets` says where each parameter
     lies in its bucket, so that dumps and checkpoints are never padded.
 
+    Every collective that talks to other ranks reads its operand through a
+    `dsc.collective_input`, and a stage-3 bucket's forward copy ends at a
+    `dsc.release`: both have effects on `dsc::CollectiveResource`, so the
+    Pure `shard` ops cannot be merged by CSE (a bucket's backward gather
+    into its forward one) or moved by any generic pass.
+
     ```mlir
     // stage 2, world-size 2: one bucket of 9610 elements
     %flat = dsc.concat ...  : ... -> tensor<9610xf32>
-    %gs = shard.reduce_scatter %flat on @dsc_ranks grid_axes = [1]
+    %in = dsc.collective_input %flat : tensor<9610xf32>
+    %gs = shard.reduce_scatter %in on @dsc_ranks grid_axes = [1]
         scatter_axis = 0 : tensor<9610xf32> -> tensor<4805xf32>
     %p:3 = dsc.adamw %pshard, %gs, %m, %v, ... : tensor<4805xf32>, ...
-    %full = shard.all_gather %p#0 on @dsc_ranks grid_axes = [1]
+    %in2 = dsc.collective_input %p#0 : tensor<4805xf32>
+    %full = shard.all_gather %in2 on @dsc_ranks grid_axes = [1]
         gather_axis = 0 : tensor<4805xf32> -> tensor<9610xf32>
     ```
   }];
@@ -226,11 +234,15 @@ def DscSchedule : Pass<"dsc-schedule", "mlir::ModuleOp"> {
     In `@forward_backward` the stage-3 parameter gathers are issued
     `prefetch` buckets ahead: the gather of the bucket used k-th starts
     right after the wait of the (k - prefetch)-th, so the next bucket is in
-    flight while the current one computes.
+    flight while the current one computes. A start is the collective
+    together with its `dsc.collective_input`, moved as one.
+
+    The waits have effects (`dsc::CollectiveResource`), so CSE, canonicalize
+    and other generic passes after this one keep the order placed here.
 
     ```mlir
-    %g0 = shard.all_gather %s0 ...      // start, bucket 0
-    %g1 = shard.all_gather %s1 ...      // start, bucket 1 (prefetch = 1)
+    %g0 = shard.all_gather %s0 ...      // start, bucket 0 (%s0, %s1: the
+    %g1 = shard.all_gather %s1 ...      // shards' dsc.collective_inputs)
     %w0 = dsc.wait %g0                  // bucket 0 needed
     ... layer 0 ...
     %g2 = shard.all_gather %s2 ...      // start, bucket 2

@@ -20,6 +20,23 @@ bool isCollective(Operation *op) {
       op);
 }
 
+/// What a collective communicates: the operand of its dsc.collective_input
+/// (dsc-zero-partition puts one before each), or its own operand.
+Value communicated(Operation *c) {
+  Value v = c->getOperand(0);
+  if (auto in = v.getDefiningOp<dsc::CollectiveInputOp>())
+    return in.getInput();
+  return v;
+}
+
+/// Moves a collective's start, its dsc.collective_input with it (just
+/// before), so that the input point stays the collective's own.
+void moveStart(Operation *c, Operation *before) {
+  c->moveBefore(before);
+  if (auto in = c->getOperand(0).getDefiningOp<dsc::CollectiveInputOp>())
+    in->moveBefore(c);
+}
+
 struct SchedulePass : public dsc::impl::DscScheduleBase<SchedulePass> {
   using Base::Base;
 
@@ -60,7 +77,7 @@ struct SchedulePass : public dsc::impl::DscScheduleBase<SchedulePass> {
       SmallVector<Operation *> gathers;
       for (Operation *c : collectives)
         if (isa<shard::AllGatherOp>(c) && waitOf.count(c) &&
-            isa<BlockArgument>(c->getOperand(0)))
+            isa<BlockArgument>(communicated(c)))
           gathers.push_back(c);
       llvm::sort(gathers, [&](Operation *a, Operation *b) {
         return waitOf[a]->isBeforeInBlock(waitOf[b]);
@@ -85,9 +102,9 @@ struct SchedulePass : public dsc::impl::DscScheduleBase<SchedulePass> {
         while (a < (int64_t)i - 1 && !within(a))
           ++a;
         if (a < 0)
-          gathers[i]->moveBefore(&body.front());
+          moveStart(gathers[i], &body.front());
         else if (waitOf[gathers[a]]->isBeforeInBlock(gathers[i]))
-          gathers[i]->moveAfter(waitOf[gathers[a]]);
+          moveStart(gathers[i], waitOf[gathers[a]]->getNextNode());
       }
     }
   }

@@ -1,16 +1,17 @@
 //===- ZeroPartition.cpp - ZeRO stages 0-3 and hybrid sharding ------------===//
 //
-// Analyse, then rewrite:
-//   1. find @train_step's parameters, gradients, optimizer updates and
-//      hyperparameters (the shape dsc-optimizer gives it);
-//   2. pack parameters into flat buckets per weight-decay group;
-//   3. rebuild the tail of @train_step for the stage: reduce gradients,
-//      global norm and clipping on what each rank holds, the optimizer
-//      update on shards, parameters re-assembled;
-//   4. stage 3: parameters enter as shards; @forward_backward gathers each
-//      bucket before its first forward use and again before its first
-//      backward use;
-//   5. record the grid, the buckets and the stage on the module.
+// Analyse, then rewrite, as upstream shard's Partition.cpp reads:
+//   analysis   checkOptions, analyseStep (@train_step's parameters,
+//              gradients, optimizer updates and hyperparameters, the shape
+//              dsc-optimizer gives it), planBuckets (flat buckets per
+//              weight-decay group): the BucketPlan;
+//   rewrite    3. reduceLoss, reduceGradients (norm, clipping),
+//              updateParameters (the update on shards, parameters
+//              re-assembled): the tail of @train_step, in a TailRewrite;
+//              4. stage 3: gatherShardsForBackward (@forward_backward
+//              gathers each bucket before its first forward use and again
+//              before its first backward use), passShardsToCalls;
+//              5. rebuildReturn; 6. recordLayout (grid, buckets, stage).
 //
 //===----------------------------------------------------------------------===//
 #include "dialects/dsc/IR/DscOps.h"
@@ -21,6 +22,11 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/Debug.h"
+
+#include <functional>
+
+#define DEBUG_TYPE "dsc-zero-partition"
 
 namespace dsc {
 #define GEN_PASS_DEF_DSCZEROPARTITION
@@ -53,6 +59,41 @@ struct Bucket {
   Type element;
   Value weightDecay;
   bool sharded = true; // stage 3 and not persistent: params are shards
+};
+
+/// The analysis dsc-zero-partition makes before it rewrites anything: what
+/// @train_step holds (dsc-optimizer's output: parameters, their gradients
+/// and updates, the results that say what they are) and how the parameters
+/// pack into buckets.
+struct BucketPlan {
+  func::FuncOp step, fb;
+  SmallVector<ParamInfo> params;
+  SmallVector<Bucket> buckets;
+  int lossResult = -1, normResult = -1, lrResult = -1;
+  llvm::StringMap<unsigned> gradResult, paramResult, stateResult;
+  Value lossValue;
+  Value clipArg; // the "clip" hyperparameter, if any
+  /// Optimizer-state slots of every bucket ("exp_avg", "exp_avg_sq" for
+  /// AdamW, "momentum_buffer" for SGD).
+  SmallVector<StringRef> slots;
+};
+
+/// A result appended to @train_step (a bucket's gradient, state or shard).
+struct NewResult {
+  Value value;
+  std::string role, name;
+  int bucket;
+};
+
+/// What the rewrite steps of @train_step's tail build, one after the other,
+/// until step 5 makes the return of it.
+struct TailRewrite {
+  SmallVector<Value> newResults; // the step's results, replaced in place
+  SmallVector<NewResult> extraResults;
+  SmallVector<Value> reduced; // per bucket: its reduced gradient
+  double invWorld = 1.0;      // 1 / world-size, or 1 with a global count
+  Value coef;                 // the clip coefficient
+  unsigned shardArgBase = 0;  // the first of the bucket arguments
 };
 
 struct ZeroPartitionPass
@@ -116,6 +157,13 @@ struct ZeroPartitionPass
                          : Location(NameLoc::get(
                                StringAttr::get(loc.getContext(), label), loc));
   }
+  /// Every communicating collective reads its operand through a
+  /// dsc.collective_input: the shard ops are Pure, and this keeps CSE from
+  /// merging two collectives of one value (a stage-3 bucket's forward and
+  /// backward gathers) and pins each between effectful ops.
+  Value collectiveInput(Value v) {
+    return dsc::CollectiveInputOp::create(*b, at(), v);
+  }
   Value allReduce(Value v, ArrayRef<int16_t> axes) {
     SmallVector<NamedAttribute> attrs;
     gridAttrs(attrs, axes);
@@ -123,7 +171,7 @@ struct ZeroPartitionPass
         "reduction", shard::ReductionKindAttr::get(b->getContext(),
                                                    shard::ReductionKind::Sum)));
     return shard::AllReduceOp::create(*b, at(), TypeRange{v.getType()},
-                                      ValueRange{v}, attrs)
+                                      ValueRange{collectiveInput(v)}, attrs)
         .getResult();
   }
   Value allGather(Value v, ArrayRef<int16_t> axes, int64_t n) {
@@ -133,7 +181,7 @@ struct ZeroPartitionPass
     auto t = cast<RankedTensorType>(v.getType());
     return shard::AllGatherOp::create(*b, at(),
                                       TypeRange{vec(n, t.getElementType())},
-                                      ValueRange{v}, attrs)
+                                      ValueRange{collectiveInput(v)}, attrs)
         .getResult();
   }
   Value reduceScatter(Value v, ArrayRef<int16_t> axes, int64_t n) {
@@ -146,7 +194,7 @@ struct ZeroPartitionPass
     auto t = cast<RankedTensorType>(v.getType());
     return shard::ReduceScatterOp::create(*b, at(),
                                           TypeRange{vec(n, t.getElementType())},
-                                          ValueRange{v}, attrs)
+                                          ValueRange{collectiveInput(v)}, attrs)
         .getResult();
   }
   Value allSlice(Value v, ArrayRef<int16_t> axes, int64_t n) {
@@ -160,6 +208,25 @@ struct ZeroPartitionPass
         .getResult();
   }
   void runOnOperation() override;
+  LogicalResult fail(const Twine &msg);
+  LogicalResult checkOptions();
+  // Analysis.
+  LogicalResult analyseStep(BucketPlan &plan);
+  void planBuckets(BucketPlan &plan);
+  // Rewrite steps, in order.
+  void reduceLoss(BucketPlan &plan, TailRewrite &tail);
+  void reduceGradients(BucketPlan &plan, TailRewrite &tail);
+  LogicalResult updateParameters(BucketPlan &plan, TailRewrite &tail);
+  Value gatherUpdated(Value shard, const Bucket &bk, int64_t shardN);
+  FailureOr<SmallVector<unsigned>> gatherShardsForBackward(BucketPlan &plan);
+  LogicalResult passShardsToCalls(BucketPlan &plan, TailRewrite &tail,
+                                  ArrayRef<unsigned> eraseArgs);
+  LogicalResult rebuildReturn(BucketPlan &plan, TailRewrite &tail);
+  void recordLayout(const BucketPlan &plan);
+  // Helpers of the steps.
+  void
+  recomputeViewsForBackward(BlockArgument param, unsigned bwdPos,
+                            llvm::DenseMap<Operation *, unsigned> &position);
   LogicalResult syncBatchNorms(func::FuncOp fb);
   DenseMap<unsigned, unsigned>
   sinkGradientReductions(func::FuncOp step, func::FuncOp fb,
@@ -405,74 +472,113 @@ LogicalResult ZeroPartitionPass::syncBatchNorms(func::FuncOp fb) {
   return success();
 }
 
-void ZeroPartitionPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  MLIRContext *ctx = &getContext();
-  auto fail = [&](const Twine &msg) {
-    module.emitError("dsc-zero-partition: ") << msg;
-    signalPassFailure();
+// Views of a stage-3 parameter (transposes, reshapes) that forward computes
+// and backward reads again would keep the forward copy's bytes alive through
+// backward, past its dsc.release: backward computes its own from the
+// parameter instead (gathered again like any backward use). A view is a
+// copy, so the values are the same bits.
+void ZeroPartitionPass::recomputeViewsForBackward(
+    BlockArgument param, unsigned bwdPos,
+    llvm::DenseMap<Operation *, unsigned> &position) {
+  auto isView = [](Operation *op) {
+    return isa<dsc::TransposeOp, dsc::ReshapeOp>(op);
   };
-  if (stage < 0 || stage > 3)
-    return fail("stage must be 0, 1, 2 or 3, not " + Twine(stage));
-  if (worldSize < 1)
-    return fail("world-size must be at least 1");
-  groupSize = hybridGroup > 0 ? hybridGroup : worldSize;
-  if (worldSize % groupSize)
-    return fail("hybrid-group " + Twine(groupSize) +
-                " does not divide world-size " + Twine(worldSize));
-  if (reduceBucketSize < 1)
-    return fail("reduce-bucket-size must be positive");
-  auto step = module.lookupSymbol<func::FuncOp>("train_step");
-  auto fb = module.lookupSymbol<func::FuncOp>("forward_backward");
-  if (!step || !fb)
+  llvm::DenseSet<Operation *> copies;
+  auto isBackward = [&](Operation *user) {
+    return !copies.contains(user) &&
+           (position.lookup(user) > bwdPos || isa<func::ReturnOp>(user));
+  };
+  // The forward views of the parameter, and views of those.
+  SmallVector<Operation *> views;
+  SmallVector<Value> work = {param};
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    for (Operation *user : v.getUsers())
+      if (isView(user) && !isBackward(user) &&
+          !llvm::is_contained(views, user)) {
+        views.push_back(user);
+        work.push_back(user->getResult(0));
+      }
+  }
+  // The backward copy of a view, made from the parameter before `before`
+  // (or an earlier one reused).
+  llvm::DenseMap<Value, Value> copyOf;
+  std::function<Value(Value, Operation *)> copyFor =
+      [&](Value v, Operation *before) -> Value {
+    if (v == param)
+      return param;
+    auto it = copyOf.find(v);
+    if (it != copyOf.end() &&
+        it->second.getDefiningOp()->isBeforeInBlock(before))
+      return it->second;
+    Operation *view = v.getDefiningOp();
+    Value operand = copyFor(view->getOperand(0), before);
+    OpBuilder::InsertionGuard guard(*b);
+    b->setInsertionPoint(before);
+    Operation *copy = b->clone(*view);
+    copy->setOperand(0, operand);
+    copies.insert(copy);
+    position[copy] = position.lookup(before);
+    copyOf[v] = copy->getResult(0);
+    return copy->getResult(0);
+  };
+  for (Operation *view : views) {
+    SmallVector<OpOperand *> bwdUses;
+    for (OpOperand &u : view->getResult(0).getUses())
+      if (isBackward(u.getOwner()))
+        bwdUses.push_back(&u);
+    for (OpOperand *u : bwdUses)
+      u->set(copyFor(view->getResult(0), u->getOwner()));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Analysis: the bucket plan
+//===----------------------------------------------------------------------===//
+
+/// Step 1: @train_step's parameters, their gradients and optimizer updates,
+/// and the results that say what they are (dsc-optimizer's output).
+LogicalResult ZeroPartitionPass::analyseStep(BucketPlan &plan) {
+  ModuleOp module = getOperation();
+  plan.step = module.lookupSymbol<func::FuncOp>("train_step");
+  plan.fb = module.lookupSymbol<func::FuncOp>("forward_backward");
+  if (!plan.step || !plan.fb)
     return fail("needs @train_step and @forward_backward; run dsc-autodiff "
                 "and dsc-optimizer first");
-  Block &body = step.front();
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
-  OpBuilder builder(ctx);
-  b = &builder;
+  func::FuncOp step = plan.step;
   loc = step.getLoc();
-
-  // 1. Analyse @train_step.
-  SmallVector<ParamInfo> params;
-  llvm::StringMap<unsigned> paramIndex;
-  Value lossValue;
-  int lossResult = -1, normResult = -1, lrResult = -1;
-  llvm::StringMap<unsigned> gradResult, paramResult, stateResult;
+  auto ret = cast<func::ReturnOp>(step.front().getTerminator());
   for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    if (auto n = step.getArgAttrOfType<StringAttr>(i, "dsc.param")) {
-      paramIndex[n] = params.size();
-      params.push_back(
+    if (auto n = step.getArgAttrOfType<StringAttr>(i, "dsc.param"))
+      plan.params.push_back(
           {i, n.str(), cast<RankedTensorType>(step.getArgument(i).getType())});
-    }
   for (unsigned i = 0; i < step.getNumResults(); ++i) {
-    if (step.getResultAttr(i, "dsc.output") && lossResult < 0)
-      lossResult = i;
+    if (step.getResultAttr(i, "dsc.output") && plan.lossResult < 0)
+      plan.lossResult = i;
     else if (step.getResultAttr(i, "dsc.grad_norm"))
-      normResult = i;
+      plan.normResult = i;
     else if (step.getResultAttr(i, "dsc.lr"))
-      lrResult = i;
+      plan.lrResult = i;
     else if (auto n = step.getResultAttrOfType<StringAttr>(i, "dsc.grad"))
-      gradResult[n] = i;
+      plan.gradResult[n] = i;
     else if (auto n =
                  step.getResultAttrOfType<StringAttr>(i, "dsc.param_update"))
-      paramResult[n] = i;
+      plan.paramResult[n] = i;
     else if (auto n = step.getResultAttrOfType<StringAttr>(
                  i, "dsc.opt_state_update"))
-      stateResult[n] = i;
+      plan.stateResult[n] = i;
   }
-  if (lossResult < 0 || normResult < 0 || lrResult < 0)
+  if (plan.lossResult < 0 || plan.normResult < 0 || plan.lrResult < 0)
     return fail("@train_step lacks its loss, grad_norm or lr result");
-  lossValue = ret.getOperand(lossResult);
-  Value clipArg;
+  plan.lossValue = ret.getOperand(plan.lossResult);
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
     if (auto h = step.getArgAttrOfType<StringAttr>(i, "dsc.hyper"))
       if (h.getValue() == "clip")
-        clipArg = step.getArgument(i);
+        plan.clipArg = step.getArgument(i);
   }
-  for (ParamInfo &p : params) {
-    auto g = gradResult.find(p.name);
-    if (g == gradResult.end())
+  for (ParamInfo &p : plan.params) {
+    auto g = plan.gradResult.find(p.name);
+    if (g == plan.gradResult.end())
       return fail("no gradient result for parameter '" + p.name + "'");
     p.grad = ret.getOperand(g->second);
     for (Operation *user : step.getArgument(p.arg).getUsers())
@@ -492,15 +598,21 @@ void ZeroPartitionPass::runOnOperation() {
           cast<BlockArgument>(s.getMomentumBuffer()).getArgNumber());
     }
   }
-  if (params.empty())
+  if (plan.params.empty())
     return fail("the model has no trainable parameters");
-  bool isAdam = isa<dsc::AdamWOp>(params.front().update);
+  plan.slots = isa<dsc::AdamWOp>(plan.params.front().update)
+                   ? SmallVector<StringRef>{"exp_avg", "exp_avg_sq"}
+                   : SmallVector<StringRef>{"momentum_buffer"};
+  return success();
+}
 
-  // 2. Buckets: consecutive parameters of one weight-decay value and element
-  // type, up to reduce-bucket-size elements.
-  SmallVector<Bucket> buckets;
-  for (unsigned i = 0; i < params.size(); ++i) {
-    ParamInfo &p = params[i];
+/// Step 2: consecutive parameters of one weight-decay value and element
+/// type, up to reduce-bucket-size elements, padded to a multiple of the
+/// group.
+void ZeroPartitionPass::planBuckets(BucketPlan &plan) {
+  SmallVector<Bucket> &buckets = plan.buckets;
+  for (unsigned i = 0; i < plan.params.size(); ++i) {
+    ParamInfo &p = plan.params[i];
     bool persistent =
         stage == 3 && p.type.getNumElements() < persistenceThreshold;
     Bucket *last = buckets.empty() ? nullptr : &buckets.back();
@@ -522,29 +634,27 @@ void ZeroPartitionPass::runOnOperation() {
   }
   for (Bucket &bk : buckets)
     bk.padded = (bk.numel + groupSize - 1) / groupSize * groupSize;
+  LLVM_DEBUG({
+    for (const Bucket &bk : buckets)
+      llvm::dbgs() << "dsc-zero-partition: " << bk.name << ": "
+                   << bk.params.size() << " parameters, " << bk.numel
+                   << " elements (padded " << bk.padded << ")"
+                   << (bk.sharded ? ", sharded" : "") << "\n";
+  });
+}
 
-  // 3. The new tail, built before the return.
-  builder.setInsertionPoint(ret);
-  SmallVector<int16_t> all = {0, 1}, group = {1}, replicas = {0};
-  double invWorld = 1.0 / worldSize;
-  label.clear();
-  SmallVector<Value> newResults(ret.getOperands());
-  // Extra results / args, appended at the end and filled later.
-  struct NewArg {
-    std::string role, name;
-    Type type;
-    int bucket;
-  };
-  SmallVector<NewArg> newArgs;
-  struct NewResult {
-    Value value;
-    std::string role, name;
-    int bucket;
-  };
-  SmallVector<NewResult> extraResults;
+//===----------------------------------------------------------------------===//
+// Rewrite steps of @train_step's tail
+//===----------------------------------------------------------------------===//
 
-  // A loss normalized by the count of labels that count (dsc-global-mean-
-  // loss): the count becomes the global one and ranks' parts are summed.
+/// Step 3a: the loss is the mean over ranks; a loss normalized by the count
+/// of labels that count (dsc-global-mean-loss) takes the global count, and
+/// the ranks' parts are summed.
+void ZeroPartitionPass::reduceLoss(BucketPlan &plan, TailRewrite &tail) {
+  OpBuilder &builder = *b;
+  func::FuncOp step = plan.step;
+  auto ret = cast<func::ReturnOp>(step.front().getTerminator());
+  SmallVector<int16_t> all = {0, 1};
   dsc::ReciprocalOp normalizer;
   step.walk([&](dsc::ReciprocalOp r) {
     if (r->hasAttr("dsc.loss_normalizer"))
@@ -556,58 +666,65 @@ void ZeroPartitionPass::runOnOperation() {
     Value local = normalizer.getInput();
     Value global = reshape(allReduce(reshape(local, {1}), all), {});
     normalizer->setOperand(0, global);
-    invWorld = 1.0;
+    tail.invWorld = 1.0;
     builder.setInsertionPoint(ret);
   }
-  // Loss: the mean over ranks (or the sum of global-count-normalized parts).
   if (worldSize > 1) {
-    Type e = cast<RankedTensorType>(lossValue.getType()).getElementType();
+    Type e = cast<RankedTensorType>(plan.lossValue.getType()).getElementType();
     label = "loss";
-    Value l = reshape(allReduce(reshape(lossValue, {1}), all), {});
-    if (invWorld != 1.0)
-      l = dsc::MulOp::create(builder, loc, l, scalarLike(e, invWorld));
-    newResults[lossResult] = l;
+    Value l = reshape(allReduce(reshape(plan.lossValue, {1}), all), {});
+    if (tail.invWorld != 1.0)
+      l = dsc::MulOp::create(builder, loc, l, scalarLike(e, tail.invWorld));
+    tail.newResults[plan.lossResult] = l;
   }
+}
 
-  // Gradients reduced per bucket: full (stage 0/1) or a shard (2/3).
-  SmallVector<Value> reduced(buckets.size());
+/// Step 3b: gradients reduced per bucket, full (stage 0/1) or a shard
+/// (2/3); the global norm of what each rank holds and the clip coefficient.
+void ZeroPartitionPass::reduceGradients(BucketPlan &plan, TailRewrite &tail) {
+  OpBuilder &builder = *b;
+  func::FuncOp step = plan.step;
+  SmallVector<int16_t> group = {1};
+  tail.reduced.assign(plan.buckets.size(), Value());
   bool shardGrads = stage >= 2;
   // With a single micro-batch, each bucket is reduced inside
   // @forward_backward as soon as its gradients are complete, so the
   // collective overlaps the rest of the backward pass.
-  DenseMap<unsigned, unsigned> sunk = sinkGradientReductions(
-      step, fb, params, buckets, shardGrads, lossValue, newResults);
-  for (auto [bi, bk] : llvm::enumerate(buckets)) {
+  DenseMap<unsigned, unsigned> sunk =
+      sinkGradientReductions(step, plan.fb, plan.params, plan.buckets,
+                             shardGrads, plan.lossValue, tail.newResults);
+  for (auto [bi, bk] : llvm::enumerate(plan.buckets)) {
     if (sunk.count(bi)) {
       // The call returns the reduced bucket; the step's scale (1 / label
       // count) applies after the sum.
       func::CallOp call;
       step.walk([&](func::CallOp c) { call = c; });
       Value r = call.getResult(sunk[bi]);
-      Value scale = params[bk.params.front()].gradScale;
+      Value scale = plan.params[bk.params.front()].gradScale;
       if (scale)
         r = dsc::MulOp::create(builder, loc, r, scale);
-      if (invWorld != 1.0)
+      if (tail.invWorld != 1.0)
         r = dsc::MulOp::create(builder, loc, r,
-                               scalarLike(bk.element, invWorld));
-      reduced[bi] = r;
+                               scalarLike(bk.element, tail.invWorld));
+      tail.reduced[bi] = r;
       continue;
     }
     SmallVector<Value> grads;
     for (unsigned pi : bk.params)
-      grads.push_back(params[pi].grad);
+      grads.push_back(plan.params[pi].grad);
     Value flat = flatten(grads, bk.padded);
     Value r =
         worldSize == 1
             ? (shardGrads ? allSlice(flat, group, bk.padded / groupSize) : flat)
             : reduceFlat(flat, bk, shardGrads);
-    if (worldSize > 1 && invWorld != 1.0)
-      r = dsc::MulOp::create(builder, loc, r, scalarLike(bk.element, invWorld));
-    reduced[bi] = r;
+    if (worldSize > 1 && tail.invWorld != 1.0)
+      r = dsc::MulOp::create(builder, loc, r,
+                             scalarLike(bk.element, tail.invWorld));
+    tail.reduced[bi] = r;
   }
   // Global norm: what each rank holds, summed within its group if sharded.
   Value sumSq;
-  for (Value r : reduced) {
+  for (Value r : tail.reduced) {
     Value s = dsc::sumOfSquaresF32(builder, loc, r);
     sumSq = sumSq ? dsc::AddOp::create(builder, loc, sumSq, s).getResult() : s;
   }
@@ -615,32 +732,49 @@ void ZeroPartitionPass::runOnOperation() {
   if (shardGrads && groupSize > 1)
     sumSq = reshape(allReduce(reshape(sumSq, {1}), group), {});
   Value norm = dsc::SqrtOp::create(builder, loc, sumSq);
-  newResults[normResult] = norm;
-  Value coef = dsc::clipCoefficient(builder, loc, norm, clipArg);
+  tail.newResults[plan.normResult] = norm;
+  tail.coef = dsc::clipCoefficient(builder, loc, norm, plan.clipArg);
+}
 
-  // Updates.
+/// Step 3c: the optimizer update. Stage 0 updates each parameter on its
+/// full gradient; stages 1-3 update this rank's shard of each bucket (new
+/// shard and optimizer-state arguments), and stages 1-2 all-gather the
+/// updated shard back into the parameters.
+LogicalResult ZeroPartitionPass::updateParameters(BucketPlan &plan,
+                                                  TailRewrite &tail) {
+  OpBuilder &builder = *b;
+  func::FuncOp step = plan.step;
+  auto ret = cast<func::ReturnOp>(step.front().getTerminator());
+  SmallVector<int16_t> group = {1};
+  bool shardGrads = stage >= 2;
+  SmallVector<ParamInfo> &params = plan.params;
+  ArrayRef<StringRef> slots = plan.slots;
   auto castTo = [&](Value scalar, Type element) -> Value {
     if (element == builder.getF32Type())
       return scalar;
     return dsc::CastOp::create(builder, loc, scalar, TypeAttr::get(element));
   };
-  SmallVector<StringRef> slots =
-      isAdam ? SmallVector<StringRef>{"exp_avg", "exp_avg_sq"}
-             : SmallVector<StringRef>{"momentum_buffer"};
+  // Extra arguments, appended at the end.
+  struct NewArg {
+    std::string role, name;
+    Type type;
+    int bucket;
+  };
+  SmallVector<NewArg> newArgs;
   // Stage-3 parameter shards: new arguments replacing the parameters.
-  for (auto [bi, bk] : llvm::enumerate(buckets)) {
+  for (auto [bi, bk] : llvm::enumerate(plan.buckets)) {
     Type shardType = vec(bk.padded / groupSize, bk.element);
-    Value g = reduced[bi];
+    Value g = tail.reduced[bi];
     if (!shardGrads && stage == 0) {
       // Stage 0: per-parameter updates on full, reduced gradients.
       for (unsigned pi : bk.params) {
         ParamInfo &p = params[pi];
         Value gp = unflatten(g, p.offset, p.type);
         Value clipped =
-            dsc::MulOp::create(builder, loc, gp, castTo(coef, bk.element));
+            dsc::MulOp::create(builder, loc, gp, castTo(tail.coef, bk.element));
         p.update->setOperand(1, clipped);
         p.update->moveBefore(ret);
-        newResults[gradResult[p.name]] = gp;
+        tail.newResults[plan.gradResult[p.name]] = gp;
       }
       continue;
     }
@@ -653,6 +787,7 @@ void ZeroPartitionPass::runOnOperation() {
   }
   // Add the new arguments now, so shards can be used.
   unsigned base = step.getNumArguments();
+  tail.shardArgBase = base;
   for (NewArg &a : newArgs) {
     if (failed(step.insertArgument(
             step.getNumArguments(), a.type,
@@ -664,10 +799,10 @@ void ZeroPartitionPass::runOnOperation() {
       return fail("internal error: cannot add an argument");
   }
   unsigned next = 0;
-  for (auto [bi, bk] : llvm::enumerate(buckets)) {
+  for (auto [bi, bk] : llvm::enumerate(plan.buckets)) {
     if (!shardGrads && stage == 0)
       continue;
-    Value g = reduced[bi];
+    Value g = tail.reduced[bi];
     Value gShard = shardGrads ? g : Value();
     int64_t shardN = bk.padded / groupSize;
     builder.setInsertionPoint(ret);
@@ -688,7 +823,7 @@ void ZeroPartitionPass::runOnOperation() {
     for (size_t s = 0; s < slots.size(); ++s)
       state.push_back(step.getArgument(base + next++));
     Value clipped =
-        dsc::MulOp::create(builder, loc, gShard, castTo(coef, bk.element));
+        dsc::MulOp::create(builder, loc, gShard, castTo(tail.coef, bk.element));
     Operation *proto = params[bk.params.front()].update;
     SmallVector<Value> newP, newState;
     if (auto a = dyn_cast<dsc::AdamWOp>(proto)) {
@@ -708,211 +843,243 @@ void ZeroPartitionPass::runOnOperation() {
       newState = {op.getNewMomentumBuffer()};
     }
     for (auto [slot, v] : llvm::zip(slots, newState))
-      extraResults.push_back(
+      tail.extraResults.push_back(
           {v, "dsc.opt_state_update", bk.name + "/" + slot.str(), (int)bi});
     if (bk.sharded) {
-      extraResults.push_back({newP[0], "dsc.param_update", bk.name, (int)bi});
+      tail.extraResults.push_back(
+          {newP[0], "dsc.param_update", bk.name, (int)bi});
     } else {
       label = bk.name + " updated parameters";
-      Value full = newP[0];
-      int64_t chunk = allgatherBucketSize > 0
-                          ? std::min(allgatherBucketSize / groupSize, shardN)
-                          : shardN;
-      chunk = std::max<int64_t>(chunk, 1);
-      if (groupSize > 1 && chunk >= shardN) {
-        full = allGather(newP[0], group, bk.padded);
-      } else if (groupSize > 1) {
-        // All-gathers of at most allgather-bucket-size elements: chunk c of
-        // every rank's shard, then put the pieces back in rank order.
-        SmallVector<Value> gathered;
-        SmallVector<int64_t> sizes;
-        for (int64_t at = 0; at < shardN; at += chunk) {
-          int64_t k = std::min(chunk, shardN - at);
-          Value piece = dsc::SliceOp::create(builder, loc, newP[0],
-                                             builder.getDenseI64ArrayAttr({at}),
-                                             builder.getDenseI64ArrayAttr({k}),
-                                             builder.getDenseI64ArrayAttr({1}));
-          gathered.push_back(allGather(piece, group, k * groupSize));
-          sizes.push_back(k);
-        }
-        SmallVector<Value> ordered;
-        for (int64_t r = 0; r < groupSize; ++r)
-          for (auto [g, k] : llvm::zip(gathered, sizes))
-            ordered.push_back(dsc::SliceOp::create(
-                builder, loc, g, builder.getDenseI64ArrayAttr({r * k}),
-                builder.getDenseI64ArrayAttr({k}),
-                builder.getDenseI64ArrayAttr({1})));
-        full = dsc::ConcatOp::create(builder, loc, ordered,
-                                     builder.getI64IntegerAttr(0));
-      }
+      Value full = gatherUpdated(newP[0], bk, shardN);
       for (unsigned pi : bk.params)
-        newResults[paramResult[params[pi].name]] =
+        tail.newResults[plan.paramResult[params[pi].name]] =
             unflatten(full, params[pi].offset, params[pi].type);
     }
-    extraResults.push_back({gShard, "dsc.grad", bk.name, (int)bi});
+    tail.extraResults.push_back({gShard, "dsc.grad", bk.name, (int)bi});
   }
+  return success();
+}
 
-  if (syncBatchNorm && worldSize > 1 && failed(syncBatchNorms(fb)))
-    return signalPassFailure();
-  loc = step.getLoc();
-  builder.setInsertionPoint(ret);
+/// Stages 1-2: the updated shard back into the whole bucket, in all-gathers
+/// of at most allgather-bucket-size elements.
+Value ZeroPartitionPass::gatherUpdated(Value shard, const Bucket &bk,
+                                       int64_t shardN) {
+  OpBuilder &builder = *b;
+  SmallVector<int16_t> group = {1};
+  Value full = shard;
+  int64_t chunk = allgatherBucketSize > 0
+                      ? std::min(allgatherBucketSize / groupSize, shardN)
+                      : shardN;
+  chunk = std::max<int64_t>(chunk, 1);
+  if (groupSize > 1 && chunk >= shardN) {
+    full = allGather(shard, group, bk.padded);
+  } else if (groupSize > 1) {
+    // Chunk c of every rank's shard, then the pieces back in rank order.
+    SmallVector<Value> gathered;
+    SmallVector<int64_t> sizes;
+    for (int64_t at = 0; at < shardN; at += chunk) {
+      int64_t k = std::min(chunk, shardN - at);
+      Value piece = dsc::SliceOp::create(
+          builder, loc, shard, builder.getDenseI64ArrayAttr({at}),
+          builder.getDenseI64ArrayAttr({k}), builder.getDenseI64ArrayAttr({1}));
+      gathered.push_back(allGather(piece, group, k * groupSize));
+      sizes.push_back(k);
+    }
+    SmallVector<Value> ordered;
+    for (int64_t r = 0; r < groupSize; ++r)
+      for (auto [g, k] : llvm::zip(gathered, sizes))
+        ordered.push_back(dsc::SliceOp::create(
+            builder, loc, g, builder.getDenseI64ArrayAttr({r * k}),
+            builder.getDenseI64ArrayAttr({k}),
+            builder.getDenseI64ArrayAttr({1})));
+    full = dsc::ConcatOp::create(builder, loc, ordered,
+                                 builder.getI64IntegerAttr(0));
+  }
+  return full;
+}
 
-  // 4. Stage 3: parameters are shards; gather them for @forward_backward.
-  // (Done at the call sites in @train_step and, for the backward, inside
-  // @forward_backward, see below.)
-  bool anySharded =
-      llvm::any_of(buckets, [](const Bucket &bk) { return bk.sharded; });
-  if (anySharded) {
-    // In @forward_backward: params of sharded buckets become bucket-shard
-    // arguments; a gather before the first forward use, and (unless
-    // keep-gathered) another before the first backward use.
-    Block &fbody = fb.front();
-    Operation *backwardBegin = nullptr;
-    for (Operation &op : fbody)
-      if (op.hasAttr("dsc.backward_begin")) {
-        backwardBegin = &op;
-        break;
-      }
-    llvm::DenseMap<Operation *, unsigned> position;
-    unsigned pos = 0;
-    for (Operation &op : fbody)
-      position[&op] = pos++;
-    unsigned bwdPos = backwardBegin ? position[backwardBegin] : pos;
-    llvm::StringMap<unsigned> fbParam;
-    for (unsigned i = 0; i < fb.getNumArguments(); ++i)
-      if (auto n = fb.getArgAttrOfType<StringAttr>(i, "dsc.param"))
-        fbParam[n] = i;
-    SmallVector<unsigned> eraseArgs;
-    for (auto [bi, bk] : llvm::enumerate(buckets)) {
-      if (!bk.sharded)
-        continue;
-      Type shardType = vec(bk.padded / groupSize, bk.element);
-      unsigned shardIndex = fb.getNumArguments();
-      if (failed(fb.insertArgument(
-              shardIndex, shardType,
-              builder.getDictionaryAttr(
-                  {builder.getNamedAttr("dsc.param_shard",
-                                        builder.getStringAttr(bk.name)),
-                   builder.getNamedAttr("dsc.bucket",
-                                        builder.getI64IntegerAttr(bi))}),
-              loc)))
-        return fail("internal error: cannot add a shard argument");
-      BlockArgument shardArg = fbody.getArgument(shardIndex);
-      // Uses of each parameter, split into forward and backward.
-      SmallVector<OpOperand *> fwdUses, bwdUses;
-      Operation *firstFwd = nullptr, *firstBwd = nullptr;
-      for (unsigned pi : bk.params) {
-        BlockArgument a = fbody.getArgument(fbParam[params[pi].name]);
-        for (OpOperand &u : a.getUses()) {
-          Operation *user = u.getOwner();
-          bool bwd =
-              position.lookup(user) > bwdPos || isa<func::ReturnOp>(user);
-          if (bwd && !keepGathered) {
-            bwdUses.push_back(&u);
-            if (!firstBwd || position[user] < position[firstBwd])
-              firstBwd = user;
-          } else {
-            fwdUses.push_back(&u);
-            if (!firstFwd || position[user] < position[firstFwd])
-              firstFwd = user;
-          }
-        }
-      }
-      auto gatherBefore = [&](Operation *where,
-                              SmallVectorImpl<OpOperand *> &uses) {
-        if (!where)
-          return;
-        label = bk.name + (&uses == &fwdUses ? " parameters (forward)"
-                                             : " parameters (backward)");
-        builder.setInsertionPoint(where);
-        Value full = groupSize > 1 ? allGather(shardArg, group, bk.padded)
-                                   : Value(shardArg);
-        llvm::DenseMap<unsigned, Value> pieces;
-        for (OpOperand *u : uses) {
-          unsigned argNo = cast<BlockArgument>(u->get()).getArgNumber();
-          Value &piece = pieces[argNo];
-          if (!piece) {
-            for (unsigned pi : bk.params)
-              if (fbParam[params[pi].name] == argNo)
-                piece = unflatten(full, params[pi].offset, params[pi].type);
-          }
-          u->set(piece);
-        }
-      };
-      gatherBefore(firstFwd, fwdUses);
-      // The forward copies end at their last forward use: released (the
-      // backward gathers again), unless they are kept.
-      if (!keepGathered && !fwdUses.empty()) {
-        SmallVector<Value> pieces;
-        Operation *last = nullptr;
-        for (OpOperand *u : fwdUses) {
-          if (!llvm::is_contained(pieces, u->get()))
-            pieces.push_back(u->get());
-          Operation *user = u->getOwner();
-          if (!last || last->isBeforeInBlock(user))
-            last = user;
-        }
-        builder.setInsertionPointAfter(last);
-        dsc::ReleaseOp::create(builder, last->getLoc(), pieces);
-      }
-      gatherBefore(firstBwd, bwdUses);
+//===----------------------------------------------------------------------===//
+// Rewrite steps for stage 3, the return and the module
+//===----------------------------------------------------------------------===//
+
+/// Step 4a, in @forward_backward: the parameters of each sharded bucket
+/// become one bucket-shard argument, gathered before the first forward use
+/// and (unless keep-gathered) again before the first backward use, the
+/// forward copy released after its last forward use. Returns the
+/// parameter arguments it replaced.
+FailureOr<SmallVector<unsigned>>
+ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
+  OpBuilder &builder = *b;
+  func::FuncOp fb = plan.fb;
+  SmallVector<ParamInfo> &params = plan.params;
+  SmallVector<int16_t> group = {1};
+  Block &fbody = fb.front();
+  Operation *backwardBegin = nullptr;
+  for (Operation &op : fbody)
+    if (op.hasAttr("dsc.backward_begin")) {
+      backwardBegin = &op;
+      break;
+    }
+  llvm::DenseMap<Operation *, unsigned> position;
+  unsigned pos = 0;
+  for (Operation &op : fbody)
+    position[&op] = pos++;
+  unsigned bwdPos = backwardBegin ? position[backwardBegin] : pos;
+  llvm::StringMap<unsigned> fbParam;
+  for (unsigned i = 0; i < fb.getNumArguments(); ++i)
+    if (auto n = fb.getArgAttrOfType<StringAttr>(i, "dsc.param"))
+      fbParam[n] = i;
+  SmallVector<unsigned> eraseArgs;
+  for (auto [bi, bk] : llvm::enumerate(plan.buckets)) {
+    if (!bk.sharded)
+      continue;
+    Type shardType = vec(bk.padded / groupSize, bk.element);
+    unsigned shardIndex = fb.getNumArguments();
+    if (failed(fb.insertArgument(
+            shardIndex, shardType,
+            builder.getDictionaryAttr(
+                {builder.getNamedAttr("dsc.param_shard",
+                                      builder.getStringAttr(bk.name)),
+                 builder.getNamedAttr("dsc.bucket",
+                                      builder.getI64IntegerAttr(bi))}),
+            loc)))
+      return fail("internal error: cannot add a shard argument");
+    BlockArgument shardArg = fbody.getArgument(shardIndex);
+    if (!keepGathered)
       for (unsigned pi : bk.params)
-        eraseArgs.push_back(fbParam[params[pi].name]);
-    }
-    // Call sites pass the shards instead of the parameters.
-    SmallVector<func::CallOp> calls;
-    step.walk([&](func::CallOp c) {
-      if (c.getCallee() == "forward_backward")
-        calls.push_back(c);
-    });
-    unsigned shardArgIndex = base;
-    SmallVector<Value> shardArgs;
-    for (auto [bi, bk] : llvm::enumerate(buckets)) {
-      if (!bk.sharded)
-        continue;
-      shardArgs.push_back(step.getArgument(shardArgIndex));
-      shardArgIndex += 1 + slots.size();
-    }
-    // Remove the replaced parameter arguments from @forward_backward and
-    // rebuild the calls.
-    llvm::BitVector erase(fbody.getNumArguments());
-    for (unsigned a : eraseArgs)
-      erase.set(a);
-    for (func::CallOp c : calls) {
-      SmallVector<Value> operands;
-      for (unsigned i = 0; i < c.getNumOperands(); ++i)
-        if (!erase.test(i))
-          operands.push_back(c.getOperand(i));
-      llvm::append_range(operands, shardArgs);
-      builder.setInsertionPoint(c);
-      auto nc = func::CallOp::create(builder, c.getLoc(), fb.getSymName(),
-                                     c.getResultTypes(), operands);
-      // Values held on the side (results still to be returned) follow.
-      for (auto [o, n] : llvm::zip(c.getResults(), nc.getResults())) {
-        for (Value &v : newResults)
-          if (v == o)
-            v = n;
-        for (NewResult &r : extraResults)
-          if (r.value == o)
-            r.value = n;
+        recomputeViewsForBackward(fbody.getArgument(fbParam[params[pi].name]),
+                                  bwdPos, position);
+    // Uses of each parameter, split into forward and backward.
+    SmallVector<OpOperand *> fwdUses, bwdUses;
+    Operation *firstFwd = nullptr, *firstBwd = nullptr;
+    for (unsigned pi : bk.params) {
+      BlockArgument a = fbody.getArgument(fbParam[params[pi].name]);
+      for (OpOperand &u : a.getUses()) {
+        Operation *user = u.getOwner();
+        bool bwd = position.lookup(user) > bwdPos || isa<func::ReturnOp>(user);
+        if (bwd && !keepGathered) {
+          bwdUses.push_back(&u);
+          if (!firstBwd || position[user] < position[firstBwd])
+            firstBwd = user;
+        } else {
+          fwdUses.push_back(&u);
+          if (!firstFwd || position[user] < position[firstFwd])
+            firstFwd = user;
+        }
       }
-      c.replaceAllUsesWith(nc.getResults());
-      c.erase();
     }
-    if (failed(fb.eraseArguments(erase)))
-      return fail("internal error: cannot drop gathered parameters");
+    auto gatherBefore = [&](Operation *where,
+                            SmallVectorImpl<OpOperand *> &uses) {
+      if (!where)
+        return;
+      label = bk.name + (&uses == &fwdUses ? " parameters (forward)"
+                                           : " parameters (backward)");
+      builder.setInsertionPoint(where);
+      Value full = groupSize > 1 ? allGather(shardArg, group, bk.padded)
+                                 : Value(shardArg);
+      llvm::DenseMap<unsigned, Value> pieces;
+      for (OpOperand *u : uses) {
+        unsigned argNo = cast<BlockArgument>(u->get()).getArgNumber();
+        Value &piece = pieces[argNo];
+        if (!piece) {
+          for (unsigned pi : bk.params)
+            if (fbParam[params[pi].name] == argNo)
+              piece = unflatten(full, params[pi].offset, params[pi].type);
+        }
+        u->set(piece);
+      }
+    };
+    gatherBefore(firstFwd, fwdUses);
+    // The forward copies end at their last forward use: released (the
+    // backward gathers again), unless they are kept.
+    if (!keepGathered && !fwdUses.empty()) {
+      SmallVector<Value> pieces;
+      Operation *last = nullptr;
+      for (OpOperand *u : fwdUses) {
+        if (!llvm::is_contained(pieces, u->get()))
+          pieces.push_back(u->get());
+        Operation *user = u->getOwner();
+        if (!last || last->isBeforeInBlock(user))
+          last = user;
+      }
+      builder.setInsertionPointAfter(last);
+      dsc::ReleaseOp::create(builder, last->getLoc(), pieces);
+    }
+    gatherBefore(firstBwd, bwdUses);
+    for (unsigned pi : bk.params)
+      eraseArgs.push_back(fbParam[params[pi].name]);
   }
+  return eraseArgs;
+}
 
-  // 5. Return: drop per-parameter state results that moved into buckets,
-  // and per-parameter param/grad results of sharded buckets.
+/// Step 4b, in @train_step: the calls pass the bucket shards instead of the
+/// replaced parameters.
+LogicalResult
+ZeroPartitionPass::passShardsToCalls(BucketPlan &plan, TailRewrite &tail,
+                                     ArrayRef<unsigned> eraseArgs) {
+  OpBuilder &builder = *b;
+  func::FuncOp step = plan.step, fb = plan.fb;
+  SmallVector<func::CallOp> calls;
+  step.walk([&](func::CallOp c) {
+    if (c.getCallee() == "forward_backward")
+      calls.push_back(c);
+  });
+  unsigned shardArgIndex = tail.shardArgBase;
+  SmallVector<Value> shardArgs;
+  for (const Bucket &bk : plan.buckets) {
+    if (!bk.sharded)
+      continue;
+    shardArgs.push_back(step.getArgument(shardArgIndex));
+    shardArgIndex += 1 + plan.slots.size();
+  }
+  llvm::BitVector erase(fb.getNumArguments());
+  for (unsigned a : eraseArgs)
+    erase.set(a);
+  for (func::CallOp c : calls) {
+    SmallVector<Value> operands;
+    for (unsigned i = 0; i < c.getNumOperands(); ++i)
+      if (!erase.test(i))
+        operands.push_back(c.getOperand(i));
+    llvm::append_range(operands, shardArgs);
+    builder.setInsertionPoint(c);
+    auto nc = func::CallOp::create(builder, c.getLoc(), fb.getSymName(),
+                                   c.getResultTypes(), operands);
+    // Values held on the side (results still to be returned) follow.
+    for (auto [o, n] : llvm::zip(c.getResults(), nc.getResults())) {
+      for (Value &v : tail.newResults)
+        if (v == o)
+          v = n;
+      for (NewResult &r : tail.extraResults)
+        if (r.value == o)
+          r.value = n;
+    }
+    c.replaceAllUsesWith(nc.getResults());
+    c.erase();
+  }
+  if (failed(fb.eraseArguments(erase)))
+    return fail("internal error: cannot drop gathered parameters");
+  return success();
+}
+
+/// Step 5: the new return. Per-parameter state results that moved into
+/// buckets and per-parameter param/grad results of sharded buckets go; the
+/// bucket results come; what is dead afterwards is erased, and so are the
+/// arguments nobody reads any more.
+LogicalResult ZeroPartitionPass::rebuildReturn(BucketPlan &plan,
+                                               TailRewrite &tail) {
+  OpBuilder &builder = *b;
+  func::FuncOp step = plan.step;
+  Block &body = step.front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Value> &newResults = tail.newResults;
   llvm::BitVector dropResult(newResults.size());
   if (stage >= 1)
-    for (ParamInfo &p : params) {
-      for (StringRef slot : slots)
-        dropResult.set(stateResult[p.name + "/" + slot.str()]);
-      if (buckets[p.bucket].sharded)
-        dropResult.set(paramResult[p.name]);
-      dropResult.set(gradResult[p.name]);
+    for (ParamInfo &p : plan.params) {
+      for (StringRef slot : plan.slots)
+        dropResult.set(plan.stateResult[p.name + "/" + slot.str()]);
+      if (plan.buckets[p.bucket].sharded)
+        dropResult.set(plan.paramResult[p.name]);
+      dropResult.set(plan.gradResult[p.name]);
     }
   SmallVector<Value> finalResults;
   SmallVector<DictionaryAttr> finalAttrs;
@@ -923,7 +1090,7 @@ void ZeroPartitionPass::runOnOperation() {
                                ? step.getResultAttrDict(i)
                                : builder.getDictionaryAttr({}));
     }
-  for (NewResult &r : extraResults) {
+  for (NewResult &r : tail.extraResults) {
     finalResults.push_back(r.value);
     finalAttrs.push_back(builder.getDictionaryAttr(
         {builder.getNamedAttr(r.role, builder.getStringAttr(r.name)),
@@ -933,29 +1100,30 @@ void ZeroPartitionPass::runOnOperation() {
   builder.setInsertionPoint(ret);
   func::ReturnOp::create(builder, ret.getLoc(), finalResults);
   ret.erase();
-  step.setType(FunctionType::get(ctx, body.getArgumentTypes(),
+  step.setType(FunctionType::get(&getContext(), body.getArgumentTypes(),
                                  TypeRange(ValueRange(finalResults))));
   step.setAllResultAttrs(
       SmallVector<Attribute>(finalAttrs.begin(), finalAttrs.end()));
   // Old per-parameter updates of stages 1-3, and their inputs, die here.
   if (stage >= 1)
-    for (ParamInfo &p : params)
+    for (ParamInfo &p : plan.params)
       if (p.update->use_empty())
         p.update->erase();
   SmallVector<Operation *> order;
   for (Operation &op : body.without_terminator())
     order.push_back(&op);
   for (Operation *op : llvm::reverse(order))
-    if (op->use_empty() && isPure(op))
+    if (op->use_empty() &&
+        (isPure(op) || isa<dsc::CollectiveInputOp>(op))) // of an erased one
       op->erase();
   // Drop arguments nobody reads any more: per-parameter optimizer state of
   // stages 1-3 and the parameters of sharded buckets.
   llvm::BitVector eraseArgs(step.getNumArguments());
-  for (ParamInfo &p : params) {
+  for (ParamInfo &p : plan.params) {
     if (stage >= 1)
       for (unsigned s : p.stateArgs)
         eraseArgs.set(s);
-    if (buckets[p.bucket].sharded)
+    if (plan.buckets[p.bucket].sharded)
       eraseArgs.set(p.arg);
   }
   for (unsigned i = 0; i < eraseArgs.size(); ++i)
@@ -963,21 +1131,27 @@ void ZeroPartitionPass::runOnOperation() {
       return fail("internal error: argument #" + Twine(i) + " still used");
   if (failed(step.eraseArguments(eraseArgs)))
     return fail("internal error: cannot erase arguments");
+  return success();
+}
 
-  // 6. What the program and later passes need to know.
+/// Step 6: what the program and later passes need to know: the grid, the
+/// buckets' layout, the sharding.
+void ZeroPartitionPass::recordLayout(const BucketPlan &plan) {
+  OpBuilder &builder = *b;
+  ModuleOp module = getOperation();
   if (!module.lookupSymbol(kGrid)) {
     builder.setInsertionPointToStart(module.getBody());
     shard::GridOp::create(builder, loc, kGrid,
                           {worldSize / groupSize, groupSize});
   }
   SmallVector<Attribute> bucketAttrs;
-  for (Bucket &bk : buckets) {
+  for (const Bucket &bk : plan.buckets) {
     SmallVector<Attribute> entries;
     for (unsigned pi : bk.params)
       entries.push_back(builder.getArrayAttr(
-          {builder.getStringAttr(params[pi].name),
-           builder.getI64IntegerAttr(params[pi].offset),
-           builder.getI64IntegerAttr(params[pi].type.getNumElements())}));
+          {builder.getStringAttr(plan.params[pi].name),
+           builder.getI64IntegerAttr(plan.params[pi].offset),
+           builder.getI64IntegerAttr(plan.params[pi].type.getNumElements())}));
     std::string dtype;
     llvm::raw_string_ostream os(dtype);
     bk.element.print(os);
@@ -992,6 +1166,65 @@ void ZeroPartitionPass::runOnOperation() {
   module->setAttr("dsc.world_size", builder.getI64IntegerAttr(worldSize));
   module->setAttr("dsc.group_size", builder.getI64IntegerAttr(groupSize));
   module->setAttr("dsc.stage", builder.getI64IntegerAttr(stage));
+}
+
+LogicalResult ZeroPartitionPass::fail(const Twine &msg) {
+  getOperation().emitError("dsc-zero-partition: ") << msg;
+  return failure();
+}
+
+LogicalResult ZeroPartitionPass::checkOptions() {
+  if (stage < 0 || stage > 3)
+    return fail("stage must be 0, 1, 2 or 3, not " + Twine(stage));
+  if (worldSize < 1)
+    return fail("world-size must be at least 1");
+  groupSize = hybridGroup > 0 ? hybridGroup : worldSize;
+  if (worldSize % groupSize)
+    return fail("hybrid-group " + Twine(groupSize) +
+                " does not divide world-size " + Twine(worldSize));
+  if (reduceBucketSize < 1)
+    return fail("reduce-bucket-size must be positive");
+  return success();
+}
+
+void ZeroPartitionPass::runOnOperation() {
+  OpBuilder builder(&getContext());
+  b = &builder;
+  label.clear();
+
+  // 1-2. Analyse: the options, @train_step, then the bucket plan.
+  BucketPlan plan;
+  if (failed(checkOptions()) || failed(analyseStep(plan)))
+    return signalPassFailure();
+  planBuckets(plan);
+
+  // 3. The new tail of @train_step, built before its return: the loss and
+  // the gradients reduced over ranks, the norm, the updates on shards.
+  Operation *ret = plan.step.front().getTerminator();
+  TailRewrite tail;
+  tail.newResults.assign(ret->operand_begin(), ret->operand_end());
+  tail.invWorld = 1.0 / worldSize;
+  builder.setInsertionPoint(ret);
+  reduceLoss(plan, tail);
+  reduceGradients(plan, tail);
+  if (failed(updateParameters(plan, tail)))
+    return signalPassFailure();
+  if (syncBatchNorm && worldSize > 1 && failed(syncBatchNorms(plan.fb)))
+    return signalPassFailure();
+  loc = plan.step.getLoc();
+  builder.setInsertionPoint(ret);
+
+  // 4. Stage 3: parameters are shards, gathered in @forward_backward.
+  if (llvm::any_of(plan.buckets, [](const Bucket &bk) { return bk.sharded; })) {
+    FailureOr<SmallVector<unsigned>> replaced = gatherShardsForBackward(plan);
+    if (failed(replaced) || failed(passShardsToCalls(plan, tail, *replaced)))
+      return signalPassFailure();
+  }
+
+  // 5-6. The return, then the layout on the module.
+  if (failed(rebuildReturn(plan, tail)))
+    return signalPassFailure();
+  recordLayout(plan);
 }
 
 } // namespace

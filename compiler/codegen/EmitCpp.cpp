@@ -464,6 +464,7 @@ private:
   std::string constantsText_, functionsText_;
   uint64_t constantBytes_ = 0;
   std::vector<std::pair<std::string, uint64_t>> frames_;
+  uint64_t gatheredPeakBytes_ = 0, gatheredBucketBytes_ = 0;
 
   // Sharding: the grid (empty name: none) and the module's attributes.
   std::string gridName_;
@@ -819,6 +820,9 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   current_.clear();
   totalBytes_[func] = plan.totalBytes;
   frames_.emplace_back(fname.str(), plan.totalBytes);
+  gatheredPeakBytes_ = std::max(gatheredPeakBytes_, plan.gatheredPeakBytes);
+  gatheredBucketBytes_ =
+      std::max(gatheredBucketBytes_, plan.gatheredBucketBytes);
 
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -856,7 +860,17 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
     os << "\n";
   }
 
-  for (auto [i, op] : llvm::enumerate(body)) {
+  // Op numbers (in comments and unlabelled collectives' manifest entries)
+  // do not count dsc.collective_input: it runs nothing, and the manifest
+  // stays what it was before the op existed.
+  size_t i = 0;
+  for (Operation &op : body) {
+    if (auto in = dyn_cast<CollectiveInputOp>(op)) {
+      // The collective reads the operand itself.
+      names_[in.getResult()] = names_.lookup(in.getInput());
+      continue;
+    }
+    size_t index = i++;
     if (op.hasTrait<OpTrait::IsTerminator>()) {
       if (failed(emitReturn(&op, plan, label, os)))
         return failure();
@@ -864,7 +878,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
     }
     if (plan.dead.contains(&op))
       continue;
-    if (failed(emitOp(&op, i, plan, label, os)))
+    if (failed(emitOp(&op, index, plan, label, os)))
       return failure();
   }
   os << "  return Status();\n}\n\n";
@@ -1627,6 +1641,8 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
   if (stats) {
     stats->arenaBytes = arenaBytes;
     stats->frameBytes = frames_;
+    stats->gatheredPeakBytes = gatheredPeakBytes_;
+    stats->gatheredBucketBytes = gatheredBucketBytes_;
     stats->constantBytes = constantBytes_;
     stats->worldSize = worldSize_;
     stats->groupSize = groupSize_;

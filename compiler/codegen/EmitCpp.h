@@ -82,6 +82,10 @@ struct EmitCppStats {
   /// values and those of the calls it makes.
   std::vector<std::pair<std::string, uint64_t>> frameBytes;
   uint64_t constantBytes = 0; // static arrays in the source
+  /// Stage-3 gathered parameters (codegen::FramePlan): the most bytes of
+  /// gathered buckets alive at once in any function, and the largest bucket.
+  uint64_t gatheredPeakBytes = 0;
+  uint64_t gatheredBucketBytes = 0;
   /// Sharding, as in the spec (1, 1, 0 for a program for one rank).
   int64_t worldSize = 1;
   int64_t groupSize = 1;

@@ -4,6 +4,7 @@
 
 #include "dialects/dsc/IR/DscOps.h"
 
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include <algorithm>
@@ -57,13 +58,50 @@ private:
 
 bool isViewOp(Operation *op) { return isa<dsc::ReshapeOp, dsc::WaitOp>(op); }
 
+namespace {
+
+/// dsc.collective_input and dsc.wait carry effects only so that MLIR passes
+/// keep collectives apart and in place; the program runs ops in block
+/// order anyway. Here they are what they compute, the identity: dead when
+/// nobody reads their result.
+bool isOrderingOnly(Operation *op) {
+  return isa<dsc::CollectiveInputOp, dsc::WaitOp>(op);
+}
+
+/// The stage-3 gather a value is (part of) a copy of: an all_gather of a
+/// function argument (a parameter shard), or a wait, slice, reshape,
+/// transpose or cast of such a value (the unflattened parameters and the
+/// layouts and precisions the ops read them in). Null otherwise.
+Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
+  auto it = memo.find(v);
+  if (it != memo.end())
+    return it->second;
+  Operation *root = nullptr;
+  Operation *def = v.getDefiningOp();
+  if (auto g = dyn_cast_or_null<shard::AllGatherOp>(def)) {
+    Value in = g.getInput();
+    if (auto ci = in.getDefiningOp<dsc::CollectiveInputOp>())
+      in = ci.getInput();
+    if (isa<BlockArgument>(in))
+      root = def;
+  } else if (isa_and_nonnull<dsc::WaitOp, dsc::SliceOp, dsc::ReshapeOp,
+                             dsc::TransposeOp, dsc::CastOp>(def)) {
+    root = gatheredRoot(def->getOperand(0), memo);
+  }
+  memo[v] = root;
+  return root;
+}
+
+} // namespace
+
 llvm::DenseSet<Operation *> findDeadOps(func::FuncOp func) {
   // A reverse walk sees users before their producers.
   llvm::DenseSet<Operation *> dead;
   Block &body = func.getBody().front();
   for (Operation &opRef : llvm::reverse(body)) {
     Operation *op = &opRef;
-    if (op->hasTrait<OpTrait::IsTerminator>() || !isMemoryEffectFree(op))
+    if (op->hasTrait<OpTrait::IsTerminator>() ||
+        (!isMemoryEffectFree(op) && !isOrderingOnly(op)))
       continue;
     bool used = llvm::any_of(
         op->getUsers(), [&](Operation *user) { return !dead.contains(user); });
@@ -134,6 +172,7 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
       } else if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
         s.kind = Storage::Kind::Constant;
       } else if ((isViewOp(op) && options.aliasReshapes) ||
+                 isa<dsc::CollectiveInputOp>(op) ||
                  (options.isFoldedView && options.isFoldedView(op))) {
         Value in = op->getOperand(0);
         const Storage &src = plan.storage[in];
@@ -167,6 +206,33 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
     for (Value r : op->getResults())
       if (plan.storage[r].kind == Storage::Kind::Arena)
         freeAt[lastUse.lookup(r) > i ? lastUse.lookup(r) : i].push_back(r);
+  }
+
+  // 3b. Stage-3 gathered copies: each lives from its all_gather up to the
+  //     last use of any part of it (the bucket, its unflattened pieces).
+  llvm::DenseMap<Value, Operation *> rootOf;
+  llvm::DenseMap<Operation *, std::pair<size_t, size_t>> gatheredSpan;
+  for (auto [i, op] : llvm::enumerate(ops)) {
+    if (plan.dead.contains(op))
+      continue;
+    for (Value r : op->getResults()) {
+      Operation *root = gatheredRoot(r, rootOf);
+      if (!root)
+        continue;
+      auto [span, inserted] = gatheredSpan.try_emplace(root, i, i);
+      span->second.second =
+          std::max({span->second.second, i, lastUse.lookup(r)});
+    }
+  }
+  for (auto &[root, span] : gatheredSpan)
+    plan.gatheredBucketBytes =
+        std::max(plan.gatheredBucketBytes, options.bytes(root->getResult(0)));
+  for (size_t i = 0; i < ops.size() && !gatheredSpan.empty(); ++i) {
+    uint64_t live = 0;
+    for (auto &[root, span] : gatheredSpan)
+      if (span.first <= i && i <= span.second)
+        live += options.bytes(root->getResult(0));
+    plan.gatheredPeakBytes = std::max(plan.gatheredPeakBytes, live);
   }
 
   // 4. Offsets, in op order: an op's results are placed while its operands

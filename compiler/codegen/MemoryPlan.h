@@ -3,8 +3,9 @@
 // Internal to compiler/codegen. Gives each SSA value of a func.func its
 // storage for the generated C++: an argument view, the caller's result
 // storage (a value the function returns is computed straight into it), a
-// static constant array, an alias of another value (a reshape, or the
-// dsc.wait of a collective, that moves no data), or a byte range of the
+// static constant array, an alias of another value (a reshape, the
+// dsc.wait of a collective or a dsc.collective_input, that move no data),
+// or a byte range of the
 // function's arena frame. Frame ranges are reused after a value's last use
 // (first fit), never while an operand of the same op still needs them. A
 // func.call's callee frame starts above everything live at the call, so nested
@@ -47,8 +48,9 @@ struct Storage {
 /// collectives are synchronous, so it is the identity).
 bool isViewOp(mlir::Operation *op);
 
-/// Ops whose results nobody needs: side-effect free, every result unused or
-/// used only by such ops. Neither planned nor emitted.
+/// Ops whose results nobody needs: side-effect free (or dsc.wait and
+/// dsc.collective_input, whose effects only order the IR), every result
+/// unused or used only by such ops. Neither planned nor emitted.
 llvm::DenseSet<mlir::Operation *> findDeadOps(mlir::func::FuncOp func);
 
 struct PlanOptions {
@@ -92,6 +94,13 @@ struct FramePlan {
   uint64_t ownBytes = 0;
   /// With the frames of the calls it makes.
   uint64_t totalBytes = 0;
+  /// Stage-3 gathered parameters: the most bytes of gathered buckets alive
+  /// at once (a bucket counts from its all_gather's start to the last use
+  /// of it or of a piece sliced from it), and the largest bucket. The
+  /// prefetch window bounds the first by (prefetch + 1) buckets unless the
+  /// buckets are kept gathered.
+  uint64_t gatheredPeakBytes = 0;
+  uint64_t gatheredBucketBytes = 0;
 };
 
 /// Plans `func`, whose body is one block of ops without regions.

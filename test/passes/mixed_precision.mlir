@@ -100,7 +100,8 @@ func.func @forward(%w: tensor<4x4xf32> {dsc.param = "fc.weight"},
 // bytes); the gradient bucket is reduced in fp32.
 // STAGE3-LABEL: func.func @forward_backward
 // STAGE3-SAME: tensor<10xbf16> {dsc.bucket = 0 : i64, dsc.param_shard = "bucket0"}
-// STAGE3: shard.all_gather %{{.*}} : tensor<10xbf16> -> tensor<20xbf16>
+// STAGE3: %[[IN:.*]] = dsc.collective_input %{{.*}} : tensor<10xbf16>
+// STAGE3-NEXT: shard.all_gather %[[IN]] {{.*}} : tensor<10xbf16> -> tensor<20xbf16>
 // STAGE3: shard.reduce_scatter %{{.*}} : tensor<20xf32> -> tensor<10xf32>
 // STAGE3-LABEL: func.func @train_step
 // STAGE3: %[[COPY:.*]] = dsc.cast %{{.*}} {dsc.compute_copy, to = bf16} : tensor<10xf32> -> tensor<10xbf16>
@@ -110,7 +111,8 @@ func.func @forward(%w: tensor<4x4xf32> {dsc.param = "fc.weight"},
 // copy and is widened at once; the norm's all-reduce stays fp32.
 // COMM16-LABEL: func.func @forward_backward
 // COMM16: %[[N:.*]] = dsc.cast %{{.*}} {to = bf16} : tensor<20xf32> -> tensor<20xbf16>
-// COMM16: %[[R:.*]] = shard.reduce_scatter %[[N]] {{.*}}{dsc.gradient_reduction} : tensor<20xbf16> -> tensor<10xbf16>
+// COMM16-NEXT: %[[IN:.*]] = dsc.collective_input %[[N]] : tensor<20xbf16>
+// COMM16-NEXT: %[[R:.*]] = shard.reduce_scatter %[[IN]] {{.*}}{dsc.gradient_reduction} : tensor<20xbf16> -> tensor<10xbf16>
 // COMM16: dsc.cast %[[R]] {dsc.widened_reduction, to = f32} : tensor<10xbf16> -> tensor<10xf32>
 // COMM16-LABEL: func.func @train_step
 // COMM16: shard.all_reduce {{.*}} : tensor<1xf32> -> tensor<1xf32>

@@ -1,4 +1,5 @@
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule | FileCheck %s
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule --cse | FileCheck %s
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule="prefetch=0" | FileCheck %s --check-prefix=NOPRE
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule="prefetch=2" | FileCheck %s --check-prefix=PRE2
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=2 reduce-bucket-size=8" --dsc-schedule="prefetch=2 prefetch-bucket-size=8" | FileCheck %s --check-prefix=INFLIGHT
@@ -23,15 +24,18 @@ func.func @forward(%w1: tensor<2x2xf32> {dsc.param = "l1.weight"},
 // With prefetch 1 the gather of bucket 1 starts as soon as bucket 0 is
 // waited for, and is in flight while layer 1 computes.
 // CHECK-LABEL: func.func @forward_backward
-// CHECK: %[[G0:.*]] = shard.all_gather %arg1
+// CHECK: %[[IN0:.*]] = dsc.collective_input %arg1
+// CHECK-NEXT: %[[G0:.*]] = shard.all_gather %[[IN0]]
 // CHECK-NEXT: %[[W0:.*]] = dsc.wait %[[G0]]
-// CHECK-NEXT: %[[G1:.*]] = shard.all_gather %arg2
+// CHECK-NEXT: %[[IN1:.*]] = dsc.collective_input %arg2
+// CHECK-NEXT: %[[G1:.*]] = shard.all_gather %[[IN1]]
 // CHECK: dsc.matmul %arg0
 // CHECK: dsc.relu
 // CHECK: %[[W1:.*]] = dsc.wait %[[G1]]
 // Backward needs layer 2's weight again (stage 3 released it after forward):
 // its gather is prefetched too, in flight during layer 2's forward.
-// CHECK-NEXT: %[[G2:.*]] = shard.all_gather %arg2
+// CHECK-NEXT: %[[IN2:.*]] = dsc.collective_input %arg2
+// CHECK-NEXT: %[[G2:.*]] = shard.all_gather %[[IN2]]
 // CHECK: dsc.matmul
 // CHECK: dsc.constant {dsc.backward_begin}
 // CHECK: dsc.wait %[[G2]]
@@ -48,30 +52,40 @@ func.func @forward(%w1: tensor<2x2xf32> {dsc.param = "l1.weight"},
 // NOPRE-LABEL: func.func @forward_backward
 // NOPRE: dsc.wait
 // NOPRE: dsc.relu
-// NOPRE: %[[G1:.*]] = shard.all_gather %arg2
+// NOPRE: %[[IN3:.*]] = dsc.collective_input %arg2
+// NOPRE-NEXT: %[[G1:.*]] = shard.all_gather %[[IN3]]
 // NOPRE-NEXT: dsc.wait %[[G1]]
 
 // Gathers of the forward (4 and 8 elements) and the backward re-gather (8).
 // Two buckets ahead: both forward gathers start at once.
 // PRE2-LABEL: func.func @forward_backward
-// PRE2-NEXT: shard.all_gather %arg2
-// PRE2-NEXT: shard.all_gather %arg1
+// PRE2-NEXT: %[[IN4:.*]] = dsc.collective_input %arg2
+// PRE2-NEXT: shard.all_gather %[[IN4]]
+// PRE2-NEXT: %[[IN5:.*]] = dsc.collective_input %arg1
+// PRE2-NEXT: shard.all_gather %[[IN5]]
 // PRE2-NEXT: dsc.wait
-// PRE2-NEXT: shard.all_gather %arg2
+// PRE2-NEXT: %[[IN6:.*]] = dsc.collective_input %arg2
+// PRE2-NEXT: shard.all_gather %[[IN6]]
 // At most 8 elements in flight (stage3_prefetch_bucket_size): one at a time.
 // INFLIGHT-LABEL: func.func @forward_backward
-// INFLIGHT-NEXT: %[[A:.*]] = shard.all_gather %arg1
+// INFLIGHT-NEXT: %[[IN7:.*]] = dsc.collective_input %arg1
+// INFLIGHT-NEXT: %[[A:.*]] = shard.all_gather %[[IN7]]
 // INFLIGHT-NEXT: dsc.wait %[[A]] :
-// INFLIGHT-NEXT: %[[B:.*]] = shard.all_gather %arg2
+// INFLIGHT-NEXT: %[[IN8:.*]] = dsc.collective_input %arg2
+// INFLIGHT-NEXT: %[[B:.*]] = shard.all_gather %[[IN8]]
 // INFLIGHT: dsc.wait %[[B]] :
-// INFLIGHT-NEXT: shard.all_gather %arg2
+// INFLIGHT-NEXT: %[[IN9:.*]] = dsc.collective_input %arg2
+// INFLIGHT-NEXT: shard.all_gather %[[IN9]]
 // At most 12 gathered elements alive (stage3_max_live_parameters): the
 // backward re-gather waits until layer 2's forward copy is in use alone.
 // LIVE-LABEL: func.func @forward_backward
-// LIVE-NEXT: %[[A:.*]] = shard.all_gather %arg2
-// LIVE-NEXT: shard.all_gather %arg1
+// LIVE-NEXT: %[[IN10:.*]] = dsc.collective_input %arg2
+// LIVE-NEXT: %[[A:.*]] = shard.all_gather %[[IN10]]
+// LIVE-NEXT: %[[IN11:.*]] = dsc.collective_input %arg1
+// LIVE-NEXT: shard.all_gather %[[IN11]]
 // LIVE: dsc.wait %[[A]] :
-// LIVE-NEXT: shard.all_gather %arg2
+// LIVE-NEXT: %[[IN12:.*]] = dsc.collective_input %arg2
+// LIVE-NEXT: shard.all_gather %[[IN12]]
 // allgather_bucket_size 4 (2 elements a rank) splits the 8-element bucket's
 // gather of updated parameters in two.
 // AGB-LABEL: func.func @train_step

@@ -37,9 +37,10 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // S0-SAME: dsc.stage = 0 : i64
 // S0: shard.grid @dsc_ranks(shape = 1x4)
 // S0-LABEL: func.func @forward_backward
-// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<4xf32> -> tensor<4xf32>
+// S0: %[[IN0:.*]] = dsc.collective_input %{{.*}} : tensor<4xf32>
+// S0-NEXT: shard.all_reduce %[[IN0]] on @dsc_ranks grid_axes = [0, 1] {dsc.gradient_reduction} : tensor<4xf32> -> tensor<4xf32>
 // S0: dsc.matmul
-// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] : tensor<20xf32> -> tensor<20xf32>
+// S0: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [0, 1] {dsc.gradient_reduction} : tensor<20xf32> -> tensor<20xf32>
 // S0-NEXT: return
 // S0-LABEL: func.func @train_step
 // S0-SAME: {dsc.opt_state = "fc.weight/exp_avg"}
@@ -49,7 +50,7 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 
 // Stage 1: all-reduce, then each rank updates its shard and all-gathers.
 // S1-LABEL: func.func @forward_backward
-// S1: shard.all_reduce %{{.*}} grid_axes = [0, 1] : tensor<24xf32>
+// S1: shard.all_reduce %{{.*}} grid_axes = [0, 1] {dsc.gradient_reduction} : tensor<24xf32>
 // S1-LABEL: func.func @train_step
 // S1-SAME: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.opt_state = "bucket0/exp_avg"}
 // S1-SAME: {dsc.param_update = "fc.weight"}
@@ -60,7 +61,7 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // Stage 2: reduce-scatter (in the backward pass), a sharded norm (one
 // scalar all-reduce).
 // S2-LABEL: func.func @forward_backward
-// S2: shard.reduce_scatter %{{.*}} on @dsc_ranks grid_axes = [1] scatter_axis = 0 : tensor<24xf32> -> tensor<6xf32>
+// S2: shard.reduce_scatter %{{.*}} on @dsc_ranks grid_axes = [1] scatter_axis = 0 {dsc.gradient_reduction} : tensor<24xf32> -> tensor<6xf32>
 // S2-LABEL: func.func @train_step
 // S2: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [1] : tensor<1xf32> -> tensor<1xf32>
 // S2: dsc.sqrt
@@ -72,15 +73,17 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // reduce-scatters the gradients.
 // S3-LABEL: func.func @forward_backward
 // S3-SAME: (%{{.*}}: tensor<4x2xf32> {dsc.input = "x"}, %{{.*}}: tensor<4xi64> {dsc.input = "y"}, %[[SH:.*]]: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.param_shard = "bucket0"})
-// S3: %[[G1:.*]] = shard.all_gather %[[SH]] on @dsc_ranks grid_axes = [1] gather_axis = 0 : tensor<6xf32> -> tensor<24xf32>
+// S3: %[[IN1:.*]] = dsc.collective_input %[[SH]] : tensor<6xf32>
+// S3-NEXT: %[[G1:.*]] = shard.all_gather %[[IN1]] on @dsc_ranks grid_axes = [1] gather_axis = 0 : tensor<6xf32> -> tensor<24xf32>
 // S3: dsc.gemm
 // S3: dsc.gemm
 // S3: dsc.release
 // S3: dsc.softmax_cross_entropy
 // S3: dsc.class_loss_backward
-// S3: %[[G2:.*]] = shard.all_gather %[[SH]]
+// S3: %[[IN2:.*]] = dsc.collective_input %[[SH]]
+// S3-NEXT: %[[G2:.*]] = shard.all_gather %[[IN2]]
 // S3: dsc.matmul
-// S3: shard.reduce_scatter %{{.*}} scatter_axis = 0 : tensor<24xf32> -> tensor<6xf32>
+// S3: shard.reduce_scatter %{{.*}} scatter_axis = 0 {dsc.gradient_reduction} : tensor<24xf32> -> tensor<6xf32>
 // S3-LABEL: func.func @train_step
 // S3-SAME: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.param = "bucket0"}
 // S3-SAME: {dsc.bucket = 0 : i64, dsc.param_update = "bucket0"}
@@ -99,8 +102,9 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // reduce-scatter inside the group, an all-reduce across groups.
 // HYB: shard.grid @dsc_ranks(shape = 2x2)
 // HYB-LABEL: func.func @forward_backward
-// HYB: shard.reduce_scatter %{{.*}} grid_axes = [1] scatter_axis = 0 : tensor<24xf32> -> tensor<12xf32>
-// HYB-NEXT: shard.all_reduce %{{.*}} grid_axes = [0] : tensor<12xf32> -> tensor<12xf32>
+// HYB: %[[RS:.*]] = shard.reduce_scatter %{{.*}} grid_axes = [1] scatter_axis = 0 {dsc.gradient_reduction} : tensor<24xf32> -> tensor<12xf32>
+// HYB-NEXT: %[[IN:.*]] = dsc.collective_input %[[RS]]
+// HYB-NEXT: shard.all_reduce %[[IN]] {{.*}}grid_axes = [0] {dsc.gradient_reduction} : tensor<12xf32> -> tensor<12xf32>
 
 // Buckets of at most 12 elements: each parameter in its own bucket.
 // SMALL: name = "bucket0", padded = 8

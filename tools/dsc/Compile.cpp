@@ -598,7 +598,8 @@ int runCompile(std::vector<std::string> args) {
     if (failed(emitSource()))
       return 1;
     emitted = true;
-    printMemoryReport(*module, stats.arenaBytes, llvm::outs());
+    printMemoryReport(*module, stats.arenaBytes, llvm::outs(),
+                      stats.gatheredPeakBytes, stats.gatheredBucketBytes);
   }
 
   if (o.emit == "mlir") {

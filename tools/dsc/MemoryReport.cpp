@@ -100,7 +100,8 @@ void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
 } // namespace
 
 void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
-                       llvm::raw_ostream &os) {
+                       llvm::raw_ostream &os, uint64_t gatheredPeakBytes,
+                       uint64_t gatheredBucketBytes) {
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
   auto fwd = module.lookupSymbol<func::FuncOp>("forward_backward");
   if (!step || !fwd)
@@ -177,6 +178,15 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
       "{1} (activations and temporaries, static plan) = {2}\n",
       human(stepTensors), human(double(arenaBytes)),
       human(stepTensors + double(arenaBytes)));
+  // What the stage-3 release and the prefetch window buy: gathered buckets
+  // alive at once (all of them with --keep-gathered).
+  if (gatheredBucketBytes)
+    os << llvm::formatv(
+        "gathered parameters in the arena: at most {0} ({1} B) alive at "
+        "once, {2:F1} x the largest gathered bucket ({3} B)\n",
+        human(double(gatheredPeakBytes)), gatheredPeakBytes,
+        double(gatheredPeakBytes) / double(gatheredBucketBytes),
+        gatheredBucketBytes);
 }
 
 void printMemoryEstimate(ModuleOp module, int64_t worldSize, int64_t groupSize,

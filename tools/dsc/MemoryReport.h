@@ -14,9 +14,12 @@ namespace dsc {
 /// next to the ZeRO formula of every stage for the same model; then what
 /// the compiled step holds per rank: its arguments and results plus
 /// `arenaBytes`, the code generator's static plan of everything else (what
-/// the program will allocate, known before it starts).
+/// the program will allocate, known before it starts). At stage 3,
+/// `gatheredPeakBytes` and `gatheredBucketBytes` (codegen's plan) say how
+/// much of the arena gathered parameters take at most at once.
 void printMemoryReport(mlir::ModuleOp module, uint64_t arenaBytes,
-                       llvm::raw_ostream &os);
+                       llvm::raw_ostream &os, uint64_t gatheredPeakBytes = 0,
+                       uint64_t gatheredBucketBytes = 0);
 
 /// The table for an imported model (@forward only): every stage's ZeRO
 /// figures for `worldSize` ranks sharding in groups of `groupSize`.

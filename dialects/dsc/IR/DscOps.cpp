@@ -10,5 +10,40 @@ using namespace dsc;
 
 OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValueAttr(); }
 
+/// The upstream `shard` collectives that talk to other ranks (all_slice is
+/// local, hence not one of them).
+static bool isCommunicatingCollective(Operation *op) {
+  static constexpr llvm::StringLiteral names[] = {
+      "shard.all_gather", "shard.reduce_scatter", "shard.all_reduce"};
+  return op && llvm::is_contained(names, op->getName().getStringRef());
+}
+
+void CollectiveInputOp::getAsmResultNames(
+    function_ref<void(Value, StringRef)> setNameFn) {
+  setNameFn(getResult(), "collective_input");
+}
+
+LogicalResult CollectiveInputOp::verify() {
+  for (Operation *user : getResult().getUsers())
+    if (!isCommunicatingCollective(user))
+      return emitOpError("result must be used only by shard.all_gather, "
+                         "shard.reduce_scatter or shard.all_reduce, not ")
+             << user->getName();
+  return success();
+}
+
+LogicalResult WaitOp::verify() {
+  if (!isCommunicatingCollective(getInput().getDefiningOp()))
+    return emitOpError("input must be the result of shard.all_gather, "
+                       "shard.reduce_scatter or shard.all_reduce");
+  return success();
+}
+
+LogicalResult ReleaseOp::verify() {
+  if (getValues().empty())
+    return emitOpError("must release at least one value");
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "dialects/dsc/IR/DscOps.cpp.inc"

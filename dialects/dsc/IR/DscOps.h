@@ -12,6 +12,17 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/dsc/IR/DscDialect.h.inc"
+
+namespace dsc {
+/// What collectives, their waits and stage-3 releases read and write: the
+/// state shared with the other ranks (buffers in flight on the
+/// communication stream). Effects on it keep those ops ordered and unmerged
+/// under generic passes, which would otherwise see Pure tensor ops.
+struct CollectiveResource
+    : public mlir::SideEffects::Resource::Base<CollectiveResource> {
+  llvm::StringRef getName() final { return "dsc::Collective"; }
+};
+} // namespace dsc
 #include "dialects/dsc/IR/DscInterfaces.h.inc"
 
 #define GET_OP_CLASSES

@@ -12,6 +12,7 @@
 #define DSC_OPS_TD
 
 include "mlir/IR/OpBase.td"
+include "mlir/IR/OpAsmInterface.td"
 include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
@@ -602,30 +603,97 @@ def Dsc_InsertSliceOp : Dsc_Op<"insert_slice"> {
 // Scheduling
 //===----------------------------------------------------------------------===//
 
-def Dsc_WaitOp : Dsc_Op<"wait"> {
-  let summary = "completion point of an asynchronous collective";
+// Collectives talk to other ranks and fill buffers asynchronously: they
+// are not values a generic pass may merge, drop or move. The upstream
+// `shard` collectives are Pure (they describe *what* is exchanged), so dsc
+// pins them instead: each one reads its operand through a
+// `dsc.collective_input` and is completed by a `dsc.wait`, and both, with
+// `dsc.release`, read and write this resource. Ops with effects on one
+// resource keep their order and are never merged (CSE) or erased as dead
+// (canonicalize); the Pure collective between them has a unique operand
+// and a single user, so it can neither merge with another nor move out of
+// its window.
+def Dsc_CollectiveResource : Resource<"::dsc::CollectiveResource">;
+
+def Dsc_CollectiveInputOp : Op<Dsc_Dialect, "collective_input", [
+    InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>,
+    MemoryEffects<[MemRead<Dsc_CollectiveResource>,
+                   MemWrite<Dsc_CollectiveResource>]>]> {
+  let summary = "the point where a collective takes its operand";
   let description = [{
-    dsc-schedule splits a collective into its start (the `shard` op, moved
-    early) and this wait (just before the first use of the result). The
-    value is the collective's result, unchanged; a backend that runs
-    collectives on their own stream waits here for their completion event,
-    a synchronous one treats it as the identity.
+    dsc-zero-partition passes the operand of every `shard.all_gather`,
+    `shard.reduce_scatter` and `shard.all_reduce` it creates through this
+    op; dsc-schedule moves the pair together (the collective's start). The
+    value is the operand, unchanged (the code generator aliases it).
+
+    Why: the `shard` ops are Pure, so two gathers of the same shard (a
+    stage-3 bucket gathered for forward, released, and gathered again for
+    backward) would be one value to CSE, and the release would be undone.
+    This op has effects on `dsc::CollectiveResource`, so two of them are
+    never merged, and each collective reads a value no other one reads:
+
+    ```mlir
+    %i0 = dsc.collective_input %shard : tensor<8xbf16>
+    %g0 = shard.all_gather %i0 on @dsc_ranks grid_axes = [1] gather_axis = 0
+        : tensor<8xbf16> -> tensor<32xbf16>
+    ...
+    dsc.release %w0 : tensor<32xbf16>
+    %i1 = dsc.collective_input %shard : tensor<8xbf16>   // not CSE'd with %i0
+    %g1 = shard.all_gather %i1 ...
+    ```
+
+    The result's only users are `shard` collectives (the verifier checks).
   }];
   let arguments = (ins Dsc_Tensor:$input);
   let results = (outs Dsc_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
 }
 
-def Dsc_ReleaseOp : Op<Dsc_Dialect, "release", [MemoryEffects<[MemFree]>]> {
+def Dsc_WaitOp : Op<Dsc_Dialect, "wait", [
+    InferTypeOpAdaptor,
+    MemoryEffects<[MemRead<Dsc_CollectiveResource>,
+                   MemWrite<Dsc_CollectiveResource>]>]> {
+  let summary = "completion point of an asynchronous collective";
+  let description = [{
+    dsc-schedule splits a collective into its start (the `shard` op and its
+    `dsc.collective_input`, moved early) and this wait (just before the
+    first use of the result). The value is the collective's result,
+    unchanged; a backend that runs collectives on their own stream waits
+    here for their completion event, a synchronous one treats it as the
+    identity.
+
+    Not Pure: the wait is where another rank's data becomes visible, so it
+    reads and writes `dsc::CollectiveResource`. Generic passes therefore keep
+    it where dsc-schedule placed it, in order with the other collective
+    points and releases, and never merge two waits. The input must be the
+    result of a `shard` collective (the verifier checks).
+  }];
+  let arguments = (ins Dsc_Tensor:$input);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Dsc_ReleaseOp : Op<Dsc_Dialect, "release", [
+    MemoryEffects<[MemWrite<Dsc_CollectiveResource>]>]> {
   let summary = "end of life of gathered parameters";
   let description = [{
     Placed by dsc-zero-partition (stage 3) after the last forward use of a
     bucket's gathered parameters: from here on only the shard is kept, and
     backward gathers them again. The memory plan frees the storage at this
-    point; it has no other effect.
+    point; nothing may use the values afterwards.
+
+    Effects: it frees its operands (MemFree), and writes
+    `dsc::CollectiveResource`, so it stays ordered with the collective
+    points around it (the forward gather's wait before, the backward
+    gather's `dsc.collective_input` after) under any generic pass.
   }];
-  let arguments = (ins Variadic<Dsc_Tensor>:$values);
+  let arguments = (ins Arg<Variadic<Dsc_Tensor>, "the released values",
+                           [MemFree]>:$values);
   let assemblyFormat = "$values attr-dict `:` type($values)";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

@@ -1030,6 +1030,15 @@ LogicalResult LrScheduleOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+LogicalResult
+CollectiveInputOp::inferReturnTypes(MLIRContext *ctx,
+                                    std::optional<Location> loc, Adaptor a,
+                                    SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<CollectiveInputOp>(ctx, loc, a)))
+    return failure();
+  return inferSameAsInput(a.getInput(), results);
+}
+
 LogicalResult WaitOp::inferReturnTypes(MLIRContext *ctx,
                                        std::optional<Location> loc, Adaptor a,
                                        SmallVectorImpl<Type> &results) {

@@ -597,3 +597,30 @@ func.func @softmax_backward_types(%g: tensor<2x3xf32>, %y: tensor<2x4xf32>) {
   %0 = dsc.softmax_backward %g, %y {axis = -1 : i64} : tensor<2x3xf32>, tensor<2x4xf32>
   return
 }
+
+// -----
+
+shard.grid @dsc_ranks(shape = 1x4)
+
+func.func @collective_input_user(%s: tensor<2xf32>) -> tensor<2xf32> {
+  // expected-error @below {{'dsc.collective_input' op result must be used only by shard.all_gather, shard.reduce_scatter or shard.all_reduce, not dsc.exp}}
+  %i = dsc.collective_input %s : tensor<2xf32>
+  %e = dsc.exp %i : tensor<2xf32>
+  return %e : tensor<2xf32>
+}
+
+// -----
+
+func.func @wait_not_of_a_collective(%s: tensor<2xf32>) -> tensor<2xf32> {
+  // expected-error @below {{'dsc.wait' op input must be the result of shard.all_gather, shard.reduce_scatter or shard.all_reduce}}
+  %w = dsc.wait %s : tensor<2xf32>
+  return %w : tensor<2xf32>
+}
+
+// -----
+
+func.func @release_nothing() {
+  // expected-error @below {{'dsc.release' op must release at least one value}}
+  "dsc.release"() : () -> ()
+  return
+}

@@ -340,3 +340,26 @@ func.func @gather_and_trilu(%e: tensor<10x4xf32>, %i: tensor<2x3xi64>,
   %2 = dsc.trilu %m {upper = false, k = 0 : i64} : tensor<2x5x5xf32>
   return
 }
+
+//===----------------------------------------------------------------------===//
+// Collectives: input points, waits, releases
+//===----------------------------------------------------------------------===//
+
+shard.grid @dsc_ranks(shape = 1x4)
+
+// CHECK-LABEL: func.func @collective_points
+// CHECK-SAME: (%[[S:[^:]+]]: tensor<2xbf16>)
+func.func @collective_points(%s: tensor<2xbf16>) -> tensor<8xbf16> {
+  // CHECK: %[[I:.*]] = dsc.collective_input %[[S]] : tensor<2xbf16>
+  %i = dsc.collective_input %s : tensor<2xbf16>
+  // CHECK: %[[G:.*]] = shard.all_gather %[[I]]
+  %g = shard.all_gather %i on @dsc_ranks grid_axes = [1] gather_axis = 0
+      : tensor<2xbf16> -> tensor<8xbf16>
+  // CHECK: %[[W:.*]] = dsc.wait %[[G]] : tensor<8xbf16>
+  %w = dsc.wait %g : tensor<8xbf16>
+  // CHECK: %[[E:.*]] = dsc.exp %[[W]]
+  %e = dsc.exp %w : tensor<8xbf16>
+  // CHECK: dsc.release %[[W]], %[[E]] : tensor<8xbf16>, tensor<8xbf16>
+  dsc.release %w, %e : tensor<8xbf16>, tensor<8xbf16>
+  return %e : tensor<8xbf16>
+}
