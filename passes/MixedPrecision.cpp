@@ -23,6 +23,7 @@
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/Debug.h"
 
@@ -148,8 +149,8 @@ void MixedPrecisionPass::lowerGradientReductions(func::FuncOp f, Type element) {
         dsc::CastOp::create(b, op->getLoc(), result, TypeAttr::get(f32));
     wide->setAttr("dsc.widened_reduction", b.getUnitAttr());
     result.replaceAllUsesExcept(wide, wide);
-    if (in.use_empty())
-      in.getDefiningOp()->erase();
+    if (Operation *def = in.getDefiningOp(); def && isOpTriviallyDead(def))
+      def->erase();
   }
 }
 
