@@ -204,16 +204,12 @@ Status checkConvBackwardWeight(Call &call, const Tensor &gradOut,
 
 Status conv(const Tensor &input, const Tensor &weight, const Tensor &bias,
             const ConvAttrs &attrs, const Tensor &out, int threads) {
-  if (anyHalf({input, weight, bias, out})) {
-    HalfAsF32 h;
-    if (Status st = h.check("conv", {input, weight, bias, out}); !st.ok())
-      return st;
-    if (Status st = conv(h.in(input), h.in(weight), h.in(bias), attrs,
-                         h.out(out), threads);
-        !st.ok())
-      return st;
-    return h.finish();
-  }
+  if (auto st =
+          emulateHalf("conv", {input, weight, bias, out}, [&](HalfAsF32 &h) {
+            return conv(h.in(input), h.in(weight), h.in(bias), attrs,
+                        h.out(out), threads);
+          }))
+    return *st;
   Call call("conv");
   ConvLayout l;
   if (Status st = checkConv(call, input, weight, bias, attrs, out,

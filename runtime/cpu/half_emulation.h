@@ -17,6 +17,7 @@
 
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,22 @@ private:
   std::vector<std::unique_ptr<float[]>> storage_;
   std::vector<std::pair<Tensor, Tensor>> results_;
 };
+
+/// The 16-bit path of a kernel: when any of `views` is f16/bf16, runs
+/// `run(h)` (the f32 kernel on h.in(...) / h.out(...)) and rounds the
+/// results; std::nullopt when none is, and the caller goes on in f32/f64.
+template <typename Run>
+std::optional<Status>
+emulateHalf(const char *kernel, std::initializer_list<Tensor> views, Run run) {
+  if (!anyHalf(views))
+    return std::nullopt;
+  HalfAsF32 h;
+  if (Status st = h.check(kernel, views); !st.ok())
+    return st;
+  if (Status st = run(h); !st.ok())
+    return st;
+  return h.finish();
+}
 
 } // namespace dsc::cpu
 

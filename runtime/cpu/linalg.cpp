@@ -146,14 +146,10 @@ Status checkGemm(Call &call, const Tensor &a, const Tensor &b, const Tensor &c,
 
 Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
               int threads) {
-  if (anyHalf({lhs, rhs, out})) {
-    HalfAsF32 h;
-    if (Status st = h.check("matmul", {lhs, rhs, out}); !st.ok())
-      return st;
-    if (Status st = matmul(h.in(lhs), h.in(rhs), h.out(out), threads); !st.ok())
-      return st;
-    return h.finish();
-  }
+  if (auto st = emulateHalf("matmul", {lhs, rhs, out}, [&](HalfAsF32 &h) {
+        return matmul(h.in(lhs), h.in(rhs), h.out(out), threads);
+      }))
+    return *st;
   Call call("matmul");
   MatmulLayout l;
   if (Status st = checkMatmul(call, lhs, rhs, out, FloatTypes::F32F64, l);
@@ -227,15 +223,10 @@ Status matmulBackward(const Tensor &lhs, const Tensor &rhs,
 
 Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
             const GemmAttrs &attrs, const Tensor &out, int threads) {
-  if (anyHalf({a, b, c, out})) {
-    HalfAsF32 h;
-    if (Status st = h.check("gemm", {a, b, c, out}); !st.ok())
-      return st;
-    if (Status st = gemm(h.in(a), h.in(b), h.in(c), attrs, h.out(out), threads);
-        !st.ok())
-      return st;
-    return h.finish();
-  }
+  if (auto st = emulateHalf("gemm", {a, b, c, out}, [&](HalfAsF32 &h) {
+        return gemm(h.in(a), h.in(b), h.in(c), attrs, h.out(out), threads);
+      }))
+    return *st;
   Call call("gemm");
   GemmLayout l;
   if (Status st = checkGemm(call, a, b, c, attrs, out, FloatTypes::F32F64, l);

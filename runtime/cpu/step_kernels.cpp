@@ -93,18 +93,13 @@ Status fill(const Tensor &out, double value) {
 Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
                          const ConvAttrs &attrs, const Tensor &gradInput,
                          int threads) {
-  if (anyHalf({gradOut, weight, gradInput})) {
-    HalfAsF32 h;
-    if (Status st =
-            h.check("conv_backward_input", {gradOut, weight, gradInput});
-        !st.ok())
-      return st;
-    if (Status st = convBackwardInput(h.in(gradOut), h.in(weight), attrs,
-                                      h.out(gradInput), threads);
-        !st.ok())
-      return st;
-    return h.finish();
-  }
+  if (auto st = emulateHalf("conv_backward_input", {gradOut, weight, gradInput},
+                            [&](HalfAsF32 &h) {
+                              return convBackwardInput(
+                                  h.in(gradOut), h.in(weight), attrs,
+                                  h.out(gradInput), threads);
+                            }))
+    return *st;
   Call call("conv_backward_input");
   if (Status st =
           detail::checkConvBackwardInput(call, gradOut, weight, gradInput);
@@ -121,18 +116,13 @@ Status convBackwardInput(const Tensor &gradOut, const Tensor &weight,
 Status convBackwardWeight(const Tensor &gradOut, const Tensor &input,
                           const ConvAttrs &attrs, const Tensor &gradWeight,
                           int threads) {
-  if (anyHalf({gradOut, input, gradWeight})) {
-    HalfAsF32 h;
-    if (Status st =
-            h.check("conv_backward_weight", {gradOut, input, gradWeight});
-        !st.ok())
-      return st;
-    if (Status st = convBackwardWeight(h.in(gradOut), h.in(input), attrs,
-                                       h.out(gradWeight), threads);
-        !st.ok())
-      return st;
-    return h.finish();
-  }
+  if (auto st = emulateHalf("conv_backward_weight",
+                            {gradOut, input, gradWeight}, [&](HalfAsF32 &h) {
+                              return convBackwardWeight(
+                                  h.in(gradOut), h.in(input), attrs,
+                                  h.out(gradWeight), threads);
+                            }))
+    return *st;
   Call call("conv_backward_weight");
   if (Status st =
           detail::checkConvBackwardWeight(call, gradOut, input, gradWeight);
