@@ -107,6 +107,7 @@ struct MixedPrecisionPass
   void retypeOps(func::FuncOp fb);
   void retypeOp(Operation *op, DenseMap<std::pair<Value, Type>, Value> &cache);
   void castResults(func::FuncOp fb);
+  void recomputeCastsForBackward(func::FuncOp fb);
   LogicalResult makeComputeCopies(func::FuncOp step, func::FuncOp fb,
                                   ArrayRef<unsigned> copied);
   LogicalResult addLossScaling(ModuleOp module, func::FuncOp step,
@@ -270,6 +271,69 @@ void MixedPrecisionPass::retypeOp(
       r.setType(withElement(r.getType(), low));
       lowered.insert(r);
     }
+}
+
+/// Step 2b: a cast whose result both passes read would keep its result
+/// alive from forward to backward beside its source. When the source lives
+/// into the backward pass anyway (attention's fp32 probabilities, which
+/// softmax_backward reads, cast to bf16 for the next matmul) or is the
+/// smaller of the two (a bf16 matmul output widened for GELU, whose
+/// backward reads the fp32 value), the backward gets its own cast of the
+/// source and the forward's result dies in the forward pass. The copy is
+/// marked `dsc.recompute`, which also keeps CSE from merging it back.
+void MixedPrecisionPass::recomputeCastsForBackward(func::FuncOp fb) {
+  Block &body = fb.front();
+  Operation *backwardBegin = nullptr;
+  for (Operation &op : body)
+    if (op.hasAttr("dsc.backward_begin")) {
+      backwardBegin = &op;
+      break;
+    }
+  if (!backwardBegin)
+    return;
+  auto inBackward = [&](Operation *user) {
+    return backwardBegin->isBeforeInBlock(user) || isa<func::ReturnOp>(user);
+  };
+  auto bytesOf = [](Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return t.getNumElements() * int64_t(t.getElementTypeBitWidth());
+  };
+  SmallVector<dsc::CastOp> casts;
+  for (Operation &op : body) {
+    if (&op == backwardBegin)
+      break;
+    if (auto c = dyn_cast<dsc::CastOp>(&op))
+      casts.push_back(c);
+  }
+  for (dsc::CastOp c : casts) {
+    Value source = c.getInput(), result = c.getResult();
+    if (!isa<FloatType>(elementOf(source)) ||
+        !isa<FloatType>(elementOf(result)))
+      continue;
+    SmallVector<OpOperand *> backwardUses;
+    bool forwardUse = false;
+    for (OpOperand &u : result.getUses())
+      (inBackward(u.getOwner()) ? backwardUses.push_back(&u)
+                                : void(forwardUse = true));
+    if (backwardUses.empty() || !forwardUse)
+      continue;
+    bool sourceLivesOn = llvm::any_of(source.getUsers(), [&](Operation *u) {
+      return u != c && inBackward(u);
+    });
+    if (!sourceLivesOn && bytesOf(source) >= bytesOf(result))
+      continue;
+    Operation *first = backwardUses.front()->getOwner();
+    for (OpOperand *u : backwardUses)
+      if (u->getOwner()->isBeforeInBlock(first))
+        first = u->getOwner();
+    OpBuilder b(first);
+    Operation *copy = b.clone(*c.getOperation());
+    copy->setAttr("dsc.recompute", b.getUnitAttr());
+    for (OpOperand *u : backwardUses)
+      u->set(copy->getResult(0));
+    if (lowered.contains(result))
+      lowered.insert(copy->getResult(0));
+  }
 }
 
 /// Step 2, end: what @forward_backward returns keeps its declared fp32 type.
@@ -625,6 +689,7 @@ void MixedPrecisionPass::runOnOperation() {
     // 2. Every op in its class's precision; fp32 results.
     retypeOps(fb);
     castResults(fb);
+    recomputeCastsForBackward(fb);
     if (failed(makeComputeCopies(step, fb, copied)))
       return signalPassFailure();
     // 3. fp16: loss scaling.

@@ -44,6 +44,10 @@ func.func @forward(%w: tensor<4x4xf32> {dsc.param = "fc.weight"},
 // BF16: dsc.mul %[[UF]], %[[GF]] : tensor<2x4xf32>, tensor<4xf32>
 // BF16: dsc.softmax {{.*}} : tensor<2x4xf32>
 // BF16: dsc.softmax_backward {{.*}} : tensor<2x4xf32>, tensor<2x4xf32>
+// The backward widens the bf16 value again instead of keeping the forward's
+// fp32 copy alive (half the bytes held across the passes).
+// BF16: dsc.cast %[[G]] {dsc.recompute, to = f32} : tensor<4xbf16> -> tensor<4xf32>
+// BF16: dsc.cast %[[U]] {dsc.recompute, to = f32} : tensor<2x4xbf16> -> tensor<2x4xf32>
 // The weight gradient: x^T (already bf16) times the bf16 output gradient;
 // no fp32 transpose is left behind.
 // BF16-NOT: dsc.transpose {{.*}} : tensor<2x4xf32>
