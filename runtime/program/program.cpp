@@ -732,6 +732,25 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   if (spec.tokensPerExample > 1)
     std::fprintf(out, ", of %" PRId64 " tokens each", spec.tokensPerExample);
   std::fprintf(out, ".\n");
+  const char *precision = spec.precision ? spec.precision : "fp32";
+  if (std::strcmp(precision, "fp32") != 0)
+    std::fprintf(out,
+                 "Mixed precision %s: 16-bit compute copies of fp32 master "
+                 "weights, fp32 optimizer state and gradients.\n",
+                 precision);
+  const LossScalerSpec &ls = spec.lossScaler;
+  if (ls.enabled && ls.dynamic)
+    std::fprintf(out,
+                 "fp16 loss scaling: dynamic, from %g, doubled after %" PRId64
+                 " steps without overflow, halved after %" PRId64
+                 " overflows, at least %g; a step with inf/nan gradients is "
+                 "skipped.\n",
+                 ls.initialScale, ls.window, ls.hysteresis, ls.minScale);
+  else if (ls.enabled)
+    std::fprintf(out,
+                 "fp16 loss scaling: static, %g; a step with inf/nan "
+                 "gradients is skipped.\n",
+                 ls.initialScale);
   if (layout.worldSize > 1) {
     std::fprintf(out, "Compiled for %d ranks (ZeRO stage %d", layout.worldSize,
                  spec.stage);
