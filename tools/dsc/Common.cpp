@@ -54,8 +54,45 @@ int usageError(const std::string &msg, const char *usage) {
 }
 
 /// Writes via a temporary file and a rename, so a reader never sees half.
-bool writeAtomically(const std::string &path,
+/// Writes straight into `path`: a device or FIFO (`-o /dev/null`), which a
+/// rename would replace (as root, the device node itself).
+static bool
+writeInPlace(const std::string &path,
+             const std::function<void(llvm::raw_ostream &)> &write) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Append);
+  if (ec) {
+    llvm::errs() << "error: cannot write '" << path << "': " << ec.message()
+                 << "\n";
+    return false;
+  }
+  write(os);
+  os.close();
+  if (os.has_error()) {
+    llvm::errs() << "error: writing '" << path << "' failed\n";
+    return false;
+  }
+  return true;
+}
+
+bool writeAtomically(const std::string &requested,
                      const std::function<void(llvm::raw_ostream &)> &write) {
+  // A symbolic link stays: the file it names is the one replaced.
+  std::string path = requested;
+  llvm::SmallString<256> real;
+  if (llvm::sys::fs::is_symlink_file(requested) &&
+      !llvm::sys::fs::real_path(requested, real))
+    path = std::string(real);
+  llvm::sys::fs::file_status st;
+  if (!llvm::sys::fs::status(path, st)) {
+    if (st.type() == llvm::sys::fs::file_type::directory_file) {
+      llvm::errs() << "error: cannot write '" << requested
+                   << "': it is a directory\n";
+      return false;
+    }
+    if (st.type() != llvm::sys::fs::file_type::regular_file)
+      return writeInPlace(path, write);
+  }
   std::string tmp =
       path + ".tmp." + std::to_string(llvm::sys::Process::getProcessId());
   {
