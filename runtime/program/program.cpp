@@ -1189,9 +1189,10 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   }
   // Outputs: what a killed run left behind goes first; the log is opened
   // now, so that a bad one stops the run before anything is allocated.
-  for (const std::string *dump : {&o.dumpGrads, &o.dumpParams})
-    if (!dump->empty())
-      for (const std::string &stale : io::removeStaleTemporaries(*dump))
+  // Temporaries lie next to the file written (a followed link's target).
+  for (const io::OutputTarget *dump : {&o.dumpGradsTo, &o.dumpParamsTo})
+    if (!dump->path.empty() && dump->mode == io::WriteMode::Atomic)
+      for (const std::string &stale : io::removeStaleTemporaries(dump->path))
         std::fprintf(err,
                      "note: removed %s, a temporary file left by an "
                      "interrupted run\n",

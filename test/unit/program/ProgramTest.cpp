@@ -420,6 +420,17 @@ TEST_F(LinearFixture, AStaleTemporaryIsRemovedWithANote) {
                        ", a temporary file left by an interrupted run\n");
   EXPECT_NE(::access((dir / "p.safetensors.tmp.Ab12Cd").c_str(), F_OK), 0);
   EXPECT_EQ(::access((dir / "p.safetensors.tmp.keep").c_str(), F_OK), 0);
+
+  // Through a followed link, the temporaries are those of the file it names.
+  ASSERT_EQ(::symlink("p.safetensors", (dir / "link.safetensors").c_str()), 0);
+  writeFile(dir / "p.safetensors.tmp.Zz98Yx", "killed");
+  r = runWith(linearSpec(), {"--batch", batch, "--init", "random", "--steps",
+                             "1", "--overwrite-special", "--dump-params",
+                             dir / "link.safetensors"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "p.safetensors.tmp.Zz98Yx, a temporary"))
+      << r.err;
+  EXPECT_NE(::access((dir / "p.safetensors.tmp.Zz98Yx").c_str(), F_OK), 0);
 }
 
 TEST_F(LinearFixture, NonFiniteLossWarnsOnce) {
