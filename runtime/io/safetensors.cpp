@@ -1,16 +1,14 @@
 //===- safetensors.cpp - Read and write safetensors files -----------------===//
 
 #include "io/safetensors.h"
+#include "io/output_file.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <memory>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace dsc::io {
 
@@ -440,7 +438,8 @@ Status SafetensorsFile::get(const std::string &name, Tensor &out) const {
 
 Status writeSafetensors(const std::string &path,
                         const std::vector<NamedTensor> &tensors,
-                        const std::map<std::string, std::string> &metadata) {
+                        const std::map<std::string, std::string> &metadata,
+                        WriteMode mode) {
   std::string call = "write_safetensors(" + path + ")";
   auto fail = [&](StatusCode code, const std::string &why) {
     return Status::error(code, call + ": " + why);
@@ -510,46 +509,22 @@ Status writeSafetensors(const std::string &path,
   while ((8 + header.size()) % 8)
     header += ' ';
 
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = mkstemp(tmp.data());
-  if (fd < 0)
-    return fail(StatusCode::IoError,
-                "cannot create a temporary file: " + errnoText());
-  auto writeAll = [fd](const void *p, size_t n) {
-    const char *c = static_cast<const char *>(p);
-    while (n) {
-      ssize_t w = ::write(fd, c, n);
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w <= 0)
-        return false;
-      c += w, n -= static_cast<size_t>(w);
-    }
-    return true;
-  };
   unsigned char lenBytes[8];
   uint64_t len = header.size();
   for (int i = 0; i < 8; ++i)
     lenBytes[i] = static_cast<unsigned char>(len >> (8 * i));
-  bool ok = writeAll(lenBytes, 8) && writeAll(header.data(), header.size());
-  for (size_t i = 0; ok && i < order.size(); ++i)
-    ok = writeAll(order[i]->tensor.data, order[i]->tensor.nbytes());
-  std::string why = ok ? "" : "write failed: " + errnoText();
-  if (ok && ::fsync(fd) != 0)
-    ok = false, why = "fsync failed: " + errnoText();
-  if (::close(fd) != 0 && ok)
-    ok = false, why = "close failed: " + errnoText();
-  // mkstemp creates 0600; a checkpoint gets the usual 0644 less the umask.
-  mode_t mask = ::umask(0);
-  ::umask(mask);
-  if (ok && ::chmod(tmp.c_str(), 0644 & ~mask) != 0)
-    ok = false, why = "chmod failed: " + errnoText();
-  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0)
-    ok = false, why = "rename failed: " + errnoText();
-  if (!ok) {
-    ::unlink(tmp.c_str());
-    return fail(StatusCode::IoError, why);
-  }
+  AtomicFile file;
+  Status s = file.open(path, mode);
+  if (s.ok())
+    s = file.write(lenBytes, 8);
+  if (s.ok())
+    s = file.write(header.data(), header.size());
+  for (size_t i = 0; s.ok() && i < order.size(); ++i)
+    s = file.write(order[i]->tensor.data, order[i]->tensor.nbytes());
+  if (s.ok())
+    s = file.commit();
+  if (!s.ok())
+    return fail(s.code(), s.message());
   return Status();
 }
 

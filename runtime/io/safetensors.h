@@ -5,8 +5,10 @@
 // an optional "__metadata__" map of strings), then the raw little-endian
 // data. Dtypes F32, F64, F16, BF16, I64, I32, I8, U8 and BOOL.
 //
-// Writes are atomic: a temporary file in the target's folder, fsync, then
-// rename, so a crash never leaves a half-written checkpoint under the name.
+// Writes are atomic (io/output_file.h): a temporary file in the target's
+// folder, fsync, rename, fsync of the folder, so a crash never leaves a
+// half-written checkpoint under the name; the temporary is removed on every
+// failure and on SIGINT/SIGTERM/SIGHUP.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +16,7 @@
 #define DSC_RUNTIME_IO_SAFETENSORS_H
 
 #include "dsc/runtime.h"
+#include "io/output_file.h"
 
 #include <map>
 #include <string>
@@ -50,11 +53,12 @@ struct NamedTensor {
   Tensor tensor;
 };
 
-/// Writes `tensors` (names unique, not "__metadata__") to `path` atomically.
-Status
-writeSafetensors(const std::string &path,
-                 const std::vector<NamedTensor> &tensors,
-                 const std::map<std::string, std::string> &metadata = {});
+/// Writes `tensors` (names unique, not "__metadata__") to `path`: atomically,
+/// or into an existing device or FIFO (WriteMode::Through).
+Status writeSafetensors(const std::string &path,
+                        const std::vector<NamedTensor> &tensors,
+                        const std::map<std::string, std::string> &metadata = {},
+                        WriteMode mode = WriteMode::Atomic);
 
 /// "F32", "BF16", "I64", "BOOL", ... and back; false for unknown names.
 const char *safetensorsDtypeName(DType dtype);

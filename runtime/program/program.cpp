@@ -20,6 +20,7 @@
 #include "dsc/program.h"
 #include "comm/inprocess.h"
 #include "cpu/kernel_util.h"
+#include "io/output_file.h"
 #include "io/safetensors.h"
 #include "program/convert.h"
 #include "program/data.h"
@@ -33,6 +34,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <csignal>
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
@@ -47,6 +49,9 @@
 namespace dsc {
 
 int runProgram(const ProgramSpec &spec, int argc, char **argv) {
+  // Past a file size limit (ulimit -f) a write then fails with EFBIG, which
+  // is reported with the file's name, instead of killing the run unnamed.
+  std::signal(SIGXFSZ, SIG_IGN);
   return program::run(spec, argc, argv, stdout, stderr);
 }
 
@@ -502,6 +507,9 @@ struct Options {
   TokenType dataType = TokenType::U16;
   bool dataTypeGiven = false;
   bool help = false, quiet = false;
+  bool overwriteSpecial = false; // write through links, devices and FIFOs
+  // Where each output goes, checked before training (io/output_file.h).
+  io::OutputTarget dumpGradsTo, dumpParamsTo, logTo;
   std::map<std::string, double> hypers; // spec name -> value
   int64_t printEvery = 1;               // progress line every N steps
   int64_t gradcheck = 0;                // elements per parameter; 0 = off
@@ -561,18 +569,32 @@ bool parseU64(const std::string &text, uint64_t &out) {
   return true;
 }
 
-/// The folder `path` would be written into exists and is writable; checked
-/// before training so a long run never ends on a bad output path.
-Status checkWritable(const std::string &option, const std::string &path) {
-  if (path.empty())
-    return fail(option + " needs a file name");
-  size_t slash = path.find_last_of('/');
-  std::string dir = slash == std::string::npos ? "."
-                    : slash == 0               ? "/"
-                                               : path.substr(0, slash);
-  if (::access(dir.c_str(), W_OK) != 0)
-    return fail(option + " " + path + ": cannot write into '" + dir +
-                "': " + std::strerror(errno));
+/// Checks every output path before training, so that a long run never ends
+/// on a bad one, and refuses two outputs that name the same file.
+Status checkOutputs(Options &o) {
+  struct Output {
+    const char *option;
+    const std::string &path;
+    io::OutputTarget &target;
+  } outputs[] = {{"--dump-grads", o.dumpGrads, o.dumpGradsTo},
+                 {"--dump-params", o.dumpParams, o.dumpParamsTo},
+                 {"--log", o.log, o.logTo}};
+  std::map<std::string, const char *> seen; // resolved file -> option
+  for (Output &out : outputs) {
+    if (out.path.empty())
+      continue;
+    if (Status s = io::checkOutputPath(out.option, out.path, o.overwriteSpecial,
+                                       out.target);
+        !s.ok())
+      return s;
+    if (out.target.mode == io::WriteMode::Through)
+      continue; // two streams into /dev/null are fine
+    auto [it, fresh] =
+        seen.emplace(io::canonicalOutputPath(out.target.path), out.option);
+    if (!fresh)
+      return fail(std::string(out.option) + " " + out.path + ": " + it->second +
+                  " writes the same file; give each its own");
+  }
   return Status();
 }
 
@@ -597,6 +619,10 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
       o.quiet = true;
       continue;
     }
+    if (arg == "--overwrite-special") {
+      o.overwriteSpecial = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0)
       return fail("unexpected argument '" + arg +
                   "' (options start with --; "
@@ -610,7 +636,8 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
     }
     bool isHyper = hyperOptions.count(name) != 0;
     if (!valued.count(name) && !isHyper) {
-      if (name == "--help" || name == "--quiet")
+      if (name == "--help" || name == "--quiet" ||
+          name == "--overwrite-special")
         return fail(name + " takes no value");
       std::string hint;
       static const char *known[] = {"--lr",    "--weight-decay", "--beta1",
@@ -687,12 +714,9 @@ Status parseOptions(const ProgramSpec &spec, const Layout &layout, int argc,
       return fail("--dump-grads: this program returns no gradients");
     if (o.steps < 1)
       return fail("--dump-grads needs at least one step");
-    if (Status s = checkWritable("--dump-grads", o.dumpGrads); !s.ok())
-      return s;
   }
-  if (!o.dumpParams.empty())
-    if (Status s = checkWritable("--dump-params", o.dumpParams); !s.ok())
-      return s;
+  if (Status s = checkOutputs(o); !s.ok())
+    return s;
   if (o.gradcheck > 0 && layout.worldSize > 1)
     return fail("--gradcheck needs a program compiled for one rank; this one "
                 "is compiled for " +
@@ -790,6 +814,9 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
                                  "clipping");
   opt("--dump-params FILE", "parameters and buffers after the last step");
   opt("--log FILE.jsonl", "one JSON object per step");
+  opt("--overwrite-special", "let an output path be a symbolic link (the");
+  opt("", "  file it names is replaced) or a device or FIFO");
+  opt("", "  (written through); refused without it");
   opt("--quiet", "no progress lines (errors and warnings print)");
   opt("--print-every N", "a progress line every N steps (and the first and");
   opt("", "  last); --log still gets every step");
@@ -1179,6 +1206,28 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     o.quiet = true; // rank 0 reports for all
     o.log.clear();
   }
+  // Outputs: what a killed run left behind goes first; the log is opened
+  // now, so that a bad one stops the run before anything is allocated.
+  // Temporaries lie next to the file written (a followed link's target).
+  for (const io::OutputTarget *dump : {&o.dumpGradsTo, &o.dumpParamsTo})
+    if (!dump->path.empty() && dump->mode == io::WriteMode::Atomic)
+      for (const std::string &stale : io::removeStaleTemporaries(dump->path))
+        std::fprintf(err,
+                     "note: removed %s, a temporary file left by an "
+                     "interrupted run\n",
+                     stale.c_str());
+  std::FILE *log = nullptr;
+  if (!o.log.empty())
+    if (Status s = io::openOutputStream(o.logTo, &log); !s.ok())
+      return error(fail("--log " + o.log + ": " + s.message()));
+  struct Closer {
+    std::FILE *f;
+    ~Closer() {
+      if (f)
+        std::fclose(f);
+    }
+  } closeLog{log};
+
   std::vector<int> ids; // the ranks this process runs
   if (distributed)
     ids.push_back(env.rank);
@@ -1498,21 +1547,6 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
                humanCount(double(tokens.numTokens())).c_str());
   }
   Rng dataRng(o.seed, /*stream=*/2);
-
-  std::FILE *log = nullptr;
-  if (!o.log.empty()) {
-    log = std::fopen(o.log.c_str(), "w");
-    if (!log)
-      return error(
-          fail("--log " + o.log + ": cannot create: " + std::strerror(errno)));
-  }
-  struct Closer {
-    std::FILE *f;
-    ~Closer() {
-      if (f)
-        std::fclose(f);
-    }
-  } closeLog{log};
 
   int64_t global = batch.global();
   bool tokenUnits = spec.tokensPerExample > 1;
@@ -1881,8 +1915,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       if (Status s = collectGrads(grads); !s.ok())
         return error(s);
       if (Status w = io::writeSafetensors(
-              o.dumpGrads, grads,
-              {{"format", "pt"}, {"content", "gradients of step 1"}});
+              o.dumpGradsTo.path, grads,
+              {{"format", "pt"}, {"content", "gradients of step 1"}},
+              o.dumpGradsTo.mode);
           !w.ok())
         return error(Status::error(w.code(), "--dump-grads: " + w.message()));
       dumpMemory.clear();
@@ -1948,6 +1983,14 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
         return error(
             fail("--log " + o.log + ": write failed: " + std::strerror(errno)));
     }
+  }
+
+  if (log) {
+    std::FILE *f = log;
+    closeLog.f = log = nullptr;
+    if (std::fclose(f) != 0)
+      return error(
+          fail("--log " + o.log + ": write failed: " + std::strerror(errno)));
   }
 
   // 6. Summary and dumps.
@@ -2016,11 +2059,12 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     for (int i : layout.buffers)
       tensors.push_back({spec.args[i].name, rank0.args.tensors[i]});
     if (Status w = io::writeSafetensors(
-            o.dumpParams, tensors,
+            o.dumpParamsTo.path, tensors,
             {{"format", "pt"},
              {"content",
               format("parameters and buffers after %" PRId64 " steps",
-                     o.steps)}});
+                     o.steps)}},
+            o.dumpParamsTo.mode);
         !w.ok())
       return error(Status::error(w.code(), "--dump-params: " + w.message()));
     if (!o.quiet)

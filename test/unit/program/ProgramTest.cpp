@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 #include <regex>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace dsc;
 using namespace dsc::program;
@@ -336,7 +338,7 @@ TEST_F(LinearFixture, BadOptionsAreOneErrorLine) {
   expectOneErrorLine(
       runWith(spec, {"--batch", batch, "--init", "random", "--dump-params",
                      dir / "no/such/dir/p.safetensors"}),
-      "cannot write into");
+      "no/such/dir' does not exist");
   expectOneErrorLine(runWith(spec, {"--batch", batch, "--init", "random:x"}),
                      "random:SEED expects an integer");
   expectOneErrorLine(
@@ -350,6 +352,85 @@ TEST_F(LinearFixture, BadOptionsAreOneErrorLine) {
                                     "--init", "random"}),
                      "--batch");
   EXPECT_TRUE(gSeen.steps.empty()); // nothing ran
+}
+
+// Output paths are checked before the first step (docs/reliability.md, "The
+// compiled program's files"); every refusal is one error line and no step.
+TEST_F(LinearFixture, OutputPathsAreCheckedBeforeTraining) {
+  auto spec = linearSpec();
+  auto refused = [&](std::vector<std::string> args, const std::string &part) {
+    gSeen = Seen();
+    args.insert(args.begin(), {"--batch", batch, "--init", "random"});
+    expectOneErrorLine(runWith(spec, args), part);
+    EXPECT_TRUE(gSeen.steps.empty()) << part; // nothing ran
+  };
+  writeFile(dir / "file", "x");
+  refused({"--dump-params", dir / "file/p.safetensors"},
+          "--dump-params " + dir / "file/p.safetensors" + ": '" + dir / "file" +
+              "' is a file, not a directory");
+  refused({"--dump-params", "/dev/zero"},
+          "error: --dump-params /dev/zero: is a character device; refusing "
+          "to replace it (pass --overwrite-special to write through it)");
+  refused({"--log", dir.path()}, "--log " + dir.path() + ": is a directory");
+  refused({"--log", dir.path(), "--overwrite-special"}, "is a directory");
+  ASSERT_EQ(::symlink((dir / "real.safetensors").c_str(),
+                      (dir / "link.safetensors").c_str()),
+            0);
+  refused({"--dump-grads", dir / "link.safetensors"},
+          "is a symbolic link; refusing to replace it");
+  refused(
+      {"--dump-params", dir / "p.safetensors", "--log", dir / "p.safetensors"},
+      "--log " + dir / "p.safetensors" +
+          ": --dump-params writes the same file");
+  refused({"--dump-params", dir / "missing/p.safetensors", "--log",
+           dir / "log.jsonl"},
+          "does not exist");
+  // The log is created only by a run that passed every check.
+  EXPECT_NE(::access((dir / "log.jsonl").c_str(), F_OK), 0);
+}
+
+TEST_F(LinearFixture, OverwriteSpecialWritesThroughLinksAndDevices) {
+  auto spec = linearSpec();
+  ASSERT_EQ(::symlink("real.safetensors", (dir / "link.safetensors").c_str()),
+            0);
+  RunResult r = runWith(spec, {"--batch", batch, "--init", "random", "--steps",
+                               "2", "--overwrite-special", "--dump-params",
+                               dir / "link.safetensors", "--dump-grads",
+                               "/dev/zero", "--log", "/dev/zero", "--quiet"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // The link stays a link; the file it names holds the dump.
+  struct stat st;
+  ASSERT_EQ(::lstat((dir / "link.safetensors").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  io::SafetensorsFile p;
+  ASSERT_TRUE(p.read(dir / "real.safetensors").ok());
+  EXPECT_TRUE(p.contains("w"));
+  ASSERT_EQ(::lstat("/dev/zero", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+TEST_F(LinearFixture, AStaleTemporaryIsRemovedWithANote) {
+  writeFile(dir / "p.safetensors.tmp.Ab12Cd", std::string(4096, 'x'));
+  writeFile(dir / "p.safetensors.tmp.keep", "not mkstemp's pattern");
+  RunResult r =
+      runWith(linearSpec(), {"--batch", batch, "--init", "random", "--steps",
+                             "1", "--dump-params", dir / "p.safetensors"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "note: removed " + dir / "p.safetensors.tmp.Ab12Cd" +
+                       ", a temporary file left by an interrupted run\n");
+  EXPECT_NE(::access((dir / "p.safetensors.tmp.Ab12Cd").c_str(), F_OK), 0);
+  EXPECT_EQ(::access((dir / "p.safetensors.tmp.keep").c_str(), F_OK), 0);
+
+  // Through a followed link, the temporaries are those of the file it names.
+  ASSERT_EQ(::symlink("p.safetensors", (dir / "link.safetensors").c_str()), 0);
+  writeFile(dir / "p.safetensors.tmp.Zz98Yx", "killed");
+  r = runWith(linearSpec(), {"--batch", batch, "--init", "random", "--steps",
+                             "1", "--overwrite-special", "--dump-params",
+                             dir / "link.safetensors"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "p.safetensors.tmp.Zz98Yx, a temporary"))
+      << r.err;
+  EXPECT_NE(::access((dir / "p.safetensors.tmp.Zz98Yx").c_str(), F_OK), 0);
 }
 
 TEST_F(LinearFixture, NonFiniteLossWarnsOnce) {
