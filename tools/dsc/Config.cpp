@@ -326,6 +326,12 @@ std::string formatNumber(double d) {
   return buf;
 }
 
+/// "1" and "1.0" are the same value.
+bool sameValue(StringRef a, StringRef b) {
+  double x, y;
+  return a == b || (!a.getAsDouble(x) && !b.getAsDouble(y) && x == y);
+}
+
 /// A flag of `dsc compile` with the value it gets from the config.
 struct Setting {
   std::string key, flag, value;
@@ -455,9 +461,12 @@ void Resolver::set(StringRef key, StringRef flag, std::string value,
   if (shown.empty())
     shown = value.empty() ? "true" : value;
   std::string flagValue = value.empty() ? "" : " " + value;
-  if (auto user = cliValue(flag); user || cliHas(flag)) {
+  // A flag without a value (--nesterov) is only present or not.
+  std::optional<std::string> user =
+      value.empty() ? std::nullopt : cliValue(flag);
+  if (user || cliHas(flag)) {
     std::string given = user ? " " + *user : "";
-    if (!isDefault && value != (user ? *user : ""))
+    if (!isDefault && user && !sameValue(value, *user))
       note(key, llvm::Twine(shown) + " overridden by " + flag + given +
                     " on the command line");
     lines_.push_back(key.str() + " = " + shown + " -> " + flag.str() + given +
@@ -607,8 +616,23 @@ void Resolver::mapZero(const json::Object &zero) {
     stage_ = static_cast<int64_t>(*v->getAsNumber());
     if (stage_ > 3)
       return error(p + ".stage", "must be 0, 1, 2 or 3");
-    set(p + ".stage", "--stage", std::to_string(stage_));
+    if (auto sharding = cliValue("--sharding"))
+      note(p + ".stage", llvm::Twine(stage_) + " overridden by --sharding " +
+                             *sharding + " on the command line");
+    else
+      set(p + ".stage", "--stage", std::to_string(stage_));
   }
+  // The bucket knobs below apply at the command line's stage, if it gives
+  // one.
+  static const std::pair<const char *, int64_t> fsdp[] = {{"NO_SHARD", 0},
+                                                          {"SHARD_GRAD_OP", 2},
+                                                          {"FULL_SHARD", 3},
+                                                          {"HYBRID_SHARD", 3}};
+  for (auto [name, stage] : fsdp)
+    if (cliValue("--sharding") == name)
+      stage_ = stage;
+  if (auto user = cliValue("--stage"))
+    StringRef(*user).getAsInteger(10, stage_);
   for (const char *name : {"offload_optimizer", "offload_param"}) {
     const json::Object *o = zero.getObject(name);
     if (!o || !check(*o, p + "." + name, kOffloadKeys))
