@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/Compile.h"
 #include "tools/dsc/Common.h"
+#include "tools/dsc/Config.h"
 #include "tools/dsc/MemoryReport.h"
 
 #include <map>
@@ -38,6 +39,13 @@ schedule, clipping and gradient accumulation, lowered to C++ (CPU) or CUDA
 C++ (GPU) against the dsc runtime and built with the system C++ compiler or
 nvcc. Weights are not compiled in: the program reads them from MODEL.onnx
 (or --init) when it starts.
+
+DeepSpeed config (docs/config.md):
+  --config ds_config.json    read the compile options from a DeepSpeed config
+                             (batch sizes, ZeRO, bf16/fp16, optimizer,
+                             scheduler, clipping); "auto" values come from the
+                             flags given beside it, and flags given beside it
+                             override it (each override is noted)
 
 target and output:
   --target cpu|cuda          the CPU backend, or NVIDIA GPUs through CUDA,
@@ -145,7 +153,39 @@ struct CompileOptions {
   std::string precision = "fp32", gradReduceDtype = "fp32";
   std::string precisionPipeline; // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
+  std::string configPath; // --config
+  ResolvedConfig config;  // what it resolved to (for --report)
 };
+
+/// Takes "--config FILE" out of `args` and puts the flags the file means in
+/// front of the rest, so that the user's own flags are parsed after them.
+/// Returns -1 to go on, else the exit status.
+int applyConfig(std::vector<std::string> &args, CompileOptions &o) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    llvm::StringRef a = args[i];
+    if (a == "--config") {
+      if (i + 1 == args.size())
+        return usageError("--config needs a file", kCompileUsage);
+      o.configPath = args[++i];
+    } else if (a.consume_front("--config=")) {
+      o.configPath = a.str();
+    } else {
+      rest.push_back(args[i]);
+    }
+  }
+  bool help =
+      llvm::is_contained(rest, "-h") || llvm::is_contained(rest, "--help");
+  if (o.configPath.empty() || help) {
+    args = std::move(rest);
+    return -1;
+  }
+  if (!resolveDeepSpeedConfig(o.configPath, rest, o.config, llvm::errs()))
+    return 1;
+  args = o.config.args;
+  args.insert(args.end(), rest.begin(), rest.end());
+  return -1;
+}
 
 /// The lowest compute capability (e.g. 90) the CUDA runtime has code for.
 #ifdef DSC_RUNTIME_CUDA_LIBRARY
@@ -189,6 +229,8 @@ std::string defaultTarget(const CompileOptions &o) {
 }
 
 int parse(std::vector<std::string> args, CompileOptions &o) {
+  if (int rc = applyConfig(args, o); rc >= 0)
+    return rc;
   ArgCursor c(std::move(args));
   std::vector<std::string> optimizerOptions;
   // Options passed through to dsc-optimizer, with the value checked here.
@@ -595,6 +637,8 @@ int runCompile(std::vector<std::string> args) {
   // The report needs the code generator's plan (the arena).
   bool emitted = false;
   if (o.report) {
+    if (!o.configPath.empty())
+      printResolvedConfig(o.configPath, o.config, llvm::outs());
     if (failed(emitSource()))
       return 1;
     emitted = true;
