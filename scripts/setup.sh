@@ -7,7 +7,9 @@
 # the `python3` on PATH (checked by importing them). Silent when everything is
 # already there; says what it installs otherwise.
 #
-# LLVM/MLIR 22 come from Debian (bookworm-security), not from apt.llvm.org.
+# LLVM/MLIR 22 come from Debian (bookworm-security), not from apt.llvm.org;
+# so do clang 22 and its ASan/UBSan/libFuzzer runtimes (libclang-rt-22-dev),
+# which build the sanitizer and fuzzer targets (`make test-sanitize`).
 #
 #===------------------------------------------------------------------------===#
 set -euo pipefail
@@ -16,6 +18,7 @@ APT_PACKAGES=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   libgtest-dev ninja-build cmake g++ python3 python3-pip
+  clang-22 libclang-rt-22-dev
 )
 # Python modules the tests and fixture generators import; the pip package
 # name equals the module name for all of them.

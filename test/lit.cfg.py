@@ -29,6 +29,11 @@ config.excludes = [
 config.environment["PATH"] = os.pathsep.join(
     [config.dsc_tools_dir, config.llvm_tools_dir, config.environment["PATH"]]
 )
+# A sanitizer build (DSC_SANITIZE) is told how to report through these;
+# lit passes on only what it is told to.
+for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "ASAN_SYMBOLIZER_PATH"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
 for tool in ("FileCheck", "not", "split-file"):
     if not os.path.exists(os.path.join(config.llvm_tools_dir, tool)):
         lit_config.fatal(f"{tool} not found in {config.llvm_tools_dir}")

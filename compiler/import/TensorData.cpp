@@ -77,7 +77,10 @@ std::string checkTensorDims(const onnx::TensorProto &t, llvm::StringRef what) {
 template <typename T>
 static void readRaw(const std::string &raw, size_t n, std::vector<T> &out) {
   out.resize(n);
-  std::memcpy(out.data(), raw.data(), n * sizeof(T));
+  // An empty vector's data() may be null, and memcpy from or to null is
+  // undefined even for 0 bytes (UBSan, on a model with an empty tensor).
+  if (n)
+    std::memcpy(out.data(), raw.data(), n * sizeof(T));
 }
 
 static double halfToDouble(uint16_t h, bool bf16) {

@@ -548,7 +548,7 @@ int build(const CompileOptions &o, const std::string &cppPath) {
     if (const char *env = std::getenv("CXX"))
       cxx = env;
   if (cxx.empty())
-    cxx = "c++";
+    cxx = DSC_PROGRAM_CXX;
   auto found = llvm::sys::findProgramByName(cxx);
   if (!found) {
     llvm::errs() << "error: C++ compiler '" << cxx
@@ -565,6 +565,13 @@ int build(const CompileOptions &o, const std::string &cppPath) {
                                    "-lpthread",
                                    "-o",
                                    o.output};
+#ifdef DSC_PROGRAM_SANITIZE
+  // A sanitizer build's runtime library is instrumented: the program links
+  // the same sanitizer runtimes (and is checked by them too).
+  argv.insert(argv.begin() + 1, {"-fsanitize=address,undefined",
+                                 "-fno-sanitize-recover=undefined",
+                                 "-fno-omit-frame-pointer", "-g1"});
+#endif
   return runBuild(cxx, argv, cppPath);
 }
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+#===- fuzz.sh - run dsc-fuzz over a corpus, for a minute or for hours -------===#
+#
+#   scripts/fuzz.sh [-t SECONDS] [-j JOBS] [-s SEED] [-b BUILD_DIR] [CORPUS_DIR]
+#
+# Builds dsc-fuzz in BUILD_DIR (default build-sanitize, configured as
+# `make fuzz-ci` does) if needed, replays every past finding in
+# test/fuzz/regressions once, then fuzzes for SECONDS (default 3600) with
+# JOBS processes (default 1) over CORPUS_DIR (default BUILD_DIR/fuzz-corpus,
+# kept between runs), seeded with the fixture models and the importer's test
+# models. A crash, sanitizer report, timeout or out-of-memory is written to
+# BUILD_DIR/fuzz-findings/ and the script fails; copy such a file to
+# test/fuzz/regressions/ once it is fixed. `make fuzz-ci` is
+# `scripts/fuzz.sh -t 60 -s 1` on a fresh corpus.
+#
+#===------------------------------------------------------------------------===#
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=3600 jobs=1 seed=0 build=build-sanitize
+while getopts "t:j:s:b:" opt; do
+  case $opt in
+  t) seconds=$OPTARG ;;
+  j) jobs=$OPTARG ;;
+  s) seed=$OPTARG ;;
+  b) build=$OPTARG ;;
+  *) echo "usage: $0 [-t seconds] [-j jobs] [-s seed] [-b build-dir] [corpus-dir]" >&2
+     exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+corpus=${1:-$build/fuzz-corpus}
+
+[[ -f $build/build.ninja ]] || make --no-print-directory sanitize-configure SAN_DIR="$build"
+ninja -C "$build" dsc-fuzz >/dev/null
+fuzz=$build/bin/dsc-fuzz
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-22/bin/llvm-symbolizer}
+
+# 1. Past findings: each must now end in a diagnostic or in success.
+shopt -s nullglob
+regressions=(test/fuzz/regressions/*.onnx)
+if ((${#regressions[@]})); then
+  echo "fuzz: replaying ${#regressions[@]} regression inputs" >&2
+  "$fuzz" -rss_limit_mb=2048 "${regressions[@]}" 2>"$build/fuzz-regressions.log" || {
+    tail -40 "$build/fuzz-regressions.log" >&2
+    echo "fuzz: a regression input fails again (log: $build/fuzz-regressions.log)" >&2
+    exit 1
+  }
+fi
+
+# 2. Seeds: the fixtures (the 700 KB GPT-2 exports too: under ASan one takes
+# about a second, so they are mutated rarely but their ops are covered) and
+# the importer's small generated models.
+seeds=$build/fuzz-seeds
+if [[ ! -d $seeds ]]; then
+  mkdir -p "$seeds.tmp"
+  cp test/fixtures/models/*.onnx "$seeds.tmp/"
+  cp test/fixtures/models/gpt2_nodrop_extdata/model.onnx "$seeds.tmp/gpt2_extdata.onnx"
+  python3 test/import/gen_test_models.py "$seeds.tmp/import" >/dev/null
+  find "$seeds.tmp/import" -name '*.onnx' -exec cp {} "$seeds.tmp/" \;
+  rm -rf "$seeds.tmp/import"
+  mv "$seeds.tmp" "$seeds"
+fi
+mkdir -p "$corpus" "$build/fuzz-findings"
+
+# 3. Fuzz. -timeout: one input through import and codegen takes at most a
+# few seconds even for GPT-2 under ASan; a minute is a hang.
+echo "fuzz: $seconds s, $jobs job(s), seed $seed, corpus $corpus" >&2
+args=(-seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=60
+      -max_len=1048576 -print_final_stats=1
+      -artifact_prefix="$build/fuzz-findings/" "$corpus" "$seeds")
+if ((jobs > 1)); then
+  # -fork keeps going after a finding and merges what each job learns.
+  exec "$fuzz" -fork="$jobs" -ignore_crashes=0 "${args[@]}"
+fi
+exec "$fuzz" "${args[@]}"
