@@ -17,14 +17,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=3600 jobs=1 seed=0 build=build-sanitize
-while getopts "t:j:s:b:" opt; do
+seconds=3600 jobs=1 seed=0 build=build-sanitize runs=
+while getopts "t:j:s:b:r:" opt; do
   case $opt in
   t) seconds=$OPTARG ;;
+  r) runs=$OPTARG ;;
   j) jobs=$OPTARG ;;
   s) seed=$OPTARG ;;
   b) build=$OPTARG ;;
-  *) echo "usage: $0 [-t seconds] [-j jobs] [-s seed] [-b build-dir] [corpus-dir]" >&2
+  *) echo "usage: $0 [-t seconds] [-r runs] [-j jobs] [-s seed] [-b build-dir] [corpus-dir]" >&2
      exit 2 ;;
   esac
 done
@@ -69,9 +70,12 @@ mkdir -p "$corpus" "$build/fuzz-findings"
 # 3. Fuzz. -timeout: one input through import and codegen takes at most a
 # few seconds even for GPT-2 under ASan; a minute is a hang.
 echo "fuzz: $seconds s, $jobs job(s), seed $seed, corpus $corpus" >&2
+# -r: a fixed number of executions (with one job and a fixed seed the same
+# inputs on any machine; -t then only bounds the time).
 args=(-seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=60
       -max_len=1048576 -print_final_stats=1
       -artifact_prefix="$build/fuzz-findings/" "$corpus" "$seeds")
+[ -n "$runs" ] && args=(-runs="$runs" "${args[@]}")
 if ((jobs > 1)); then
   # -fork keeps going after a finding and merges what each job learns.
   exec "$fuzz" -fork="$jobs" -ignore_crashes=0 "${args[@]}"

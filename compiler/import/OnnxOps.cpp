@@ -759,6 +759,19 @@ LogicalResult batchNormOp(NodeContext &c) {
   if (failed(present))
     return failure();
   SmallVector<Value> operands = std::move(*present);
+  // ONNX lets scale/bias (T1) and mean/var (T2) have their own float type
+  // (opset 15); dsc's batch-norm ops take one, X's: convert them here.
+  Type element = cast<RankedTensorType>(operands[0].getType()).getElementType();
+  for (unsigned i = 1; i < operands.size(); ++i) {
+    if (cast<RankedTensorType>(operands[i].getType()).getElementType() ==
+        element)
+      continue;
+    auto converted = c.create1("dsc.cast", {operands[i]},
+                               {c.named("to", TypeAttr::get(element))});
+    if (failed(converted))
+      return failure();
+    operands[i] = *converted;
+  }
   double eps = c.attrFloat("epsilon", 1e-5);
   bool training = c.attrInt("training_mode", 0) != 0;
   if (!training) {

@@ -490,6 +490,11 @@ static LogicalResult checkChannelParams(std::optional<Location> loc,
       return fail(loc, "batch norm scale, bias, mean and variance must have "
                        "shape [" +
                            Twine(x.getDimSize(1)) + "]");
+    // One element type: the backward's products mix them otherwise (the
+    // importer converts ONNX's separate T1/T2 to X's type).
+    if (t.getElementType() != x.getElementType())
+      return fail(loc, "batch norm scale, bias, mean and variance must have "
+                       "the input's element type");
   }
   return success();
 }

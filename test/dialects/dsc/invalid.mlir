@@ -277,6 +277,15 @@ func.func @batch_norm_param_shape(%x: tensor<2x3x4x4xf32>, %p: tensor<3xf32>, %q
 
 // -----
 
+func.func @batch_norm_param_type(%x: tensor<2x3x4x4xf32>, %p: tensor<3xf32>, %v: tensor<3xbf16>) {
+  // expected-error @below {{batch norm scale, bias, mean and variance must have the input's element type}}
+  %0:3 = dsc.batch_norm_train %x, %p, %p, %p, %v {epsilon = 1.0e-5 : f64, momentum = 0.9 : f64}
+      : tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xbf16>
+  return
+}
+
+// -----
+
 func.func @layer_norm_axis(%x: tensor<2x8xf32>, %s: tensor<8xf32>) {
   // expected-error @below {{axis out of range}}
   // expected-error @below {{'dsc.layer_norm' op failed to infer returned types}}
