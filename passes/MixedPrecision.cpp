@@ -170,6 +170,15 @@ Value MixedPrecisionPass::castTo(
   return c;
 }
 
+/// The op dsc-autodiff marks where the backward pass begins (the seed of
+/// the loss gradient), or null.
+Operation *backwardBeginOf(func::FuncOp fb) {
+  for (Operation &op : fb.front())
+    if (op.hasAttr("dsc.backward_begin"))
+      return &op;
+  return nullptr;
+}
+
 /// Erases `op` when nothing reads it any more, then its operands' producers
 /// likewise (the fp32 moves lowOperand replaced by 16-bit ones).
 void eraseIfDead(Operation *op) {
@@ -283,12 +292,7 @@ void MixedPrecisionPass::retypeOp(
 /// marked `dsc.recompute`, which also keeps CSE from merging it back.
 void MixedPrecisionPass::recomputeCastsForBackward(func::FuncOp fb) {
   Block &body = fb.front();
-  Operation *backwardBegin = nullptr;
-  for (Operation &op : body)
-    if (op.hasAttr("dsc.backward_begin")) {
-      backwardBegin = &op;
-      break;
-    }
+  Operation *backwardBegin = backwardBeginOf(fb);
   if (!backwardBegin)
     return;
   auto inBackward = [&](Operation *user) {
@@ -379,12 +383,7 @@ LogicalResult MixedPrecisionPass::makeComputeCopies(func::FuncOp step,
 /// (an argument), and gradients leave divided by it, in fp32.
 LogicalResult scaleGradients(func::FuncOp fb, Value &scale) {
   Block &body = fb.front();
-  Operation *seed = nullptr;
-  for (Operation &op : body)
-    if (op.hasAttr("dsc.backward_begin")) {
-      seed = &op;
-      break;
-    }
+  Operation *seed = backwardBeginOf(fb);
   if (!seed || seed->getNumResults() != 1)
     return fb.emitError("dsc-mixed-precision: fp16 needs the loss gradient "
                         "dsc-autodiff seeds (an op marked "

@@ -53,14 +53,13 @@ int usageError(const std::string &msg, const char *usage) {
   return 1;
 }
 
-/// Writes via a temporary file and a rename, so a reader never sees half.
-/// Writes straight into `path`: a device or FIFO (`-o /dev/null`), which a
-/// rename would replace (as root, the device node itself).
-static bool
-writeInPlace(const std::string &path,
-             const std::function<void(llvm::raw_ostream &)> &write) {
+/// Writes `write`'s output to `path` (opened with `flags`); false, after
+/// saying why, when it cannot be opened or written.
+static bool writeStream(const std::string &path,
+                        const std::function<void(llvm::raw_ostream &)> &write,
+                        llvm::sys::fs::OpenFlags flags) {
   std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Append);
+  llvm::raw_fd_ostream os(path, ec, flags);
   if (ec) {
     llvm::errs() << "error: cannot write '" << path << "': " << ec.message()
                  << "\n";
@@ -75,6 +74,9 @@ writeInPlace(const std::string &path,
   return true;
 }
 
+/// Writes via a temporary file and a rename, so a reader never sees half.
+/// A device or FIFO (`-o /dev/null`) is written straight into instead: a
+/// rename would replace it (as root, the device node itself).
 bool writeAtomically(const std::string &requested,
                      const std::function<void(llvm::raw_ostream &)> &write) {
   // A symbolic link stays: the file it names is the one replaced.
@@ -91,25 +93,13 @@ bool writeAtomically(const std::string &requested,
       return false;
     }
     if (st.type() != llvm::sys::fs::file_type::regular_file)
-      return writeInPlace(path, write);
+      return writeStream(path, write, llvm::sys::fs::OF_Append);
   }
   std::string tmp =
       path + ".tmp." + std::to_string(llvm::sys::Process::getProcessId());
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(tmp, ec);
-    if (ec) {
-      llvm::errs() << "error: cannot write '" << tmp << "': " << ec.message()
-                   << "\n";
-      return false;
-    }
-    write(os);
-    os.close();
-    if (os.has_error()) {
-      llvm::errs() << "error: writing '" << tmp << "' failed\n";
-      llvm::sys::fs::remove(tmp);
-      return false;
-    }
+  if (!writeStream(tmp, write, llvm::sys::fs::OF_None)) {
+    llvm::sys::fs::remove(tmp);
+    return false;
   }
   if (auto ec = llvm::sys::fs::rename(tmp, path)) {
     llvm::errs() << "error: cannot rename '" << tmp << "' to '" << path
