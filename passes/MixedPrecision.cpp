@@ -103,13 +103,13 @@ struct MixedPrecisionPass
                DenseMap<std::pair<Value, Type>, Value> &cache);
   Value lowOperand(OpBuilder &b, Location loc, Value v,
                    DenseMap<std::pair<Value, Type>, Value> &cache);
-  void lowerArguments(func::FuncOp fb);
+  SmallVector<unsigned> lowerArguments(func::FuncOp fb);
   void retypeOps(func::FuncOp fb);
   void retypeOp(Operation *op, DenseMap<std::pair<Value, Type>, Value> &cache);
   void castResults(func::FuncOp fb);
   void recomputeCastsForBackward(func::FuncOp fb);
-  LogicalResult makeComputeCopies(func::FuncOp step, func::FuncOp fb,
-                                  ArrayRef<unsigned> copied);
+  void makeComputeCopies(func::FuncOp step, func::FuncOp fb,
+                         ArrayRef<unsigned> copied);
   LogicalResult addLossScaling(ModuleOp module, func::FuncOp step,
                                func::FuncOp fb);
   void lowerGradientReductions(func::FuncOp f, Type element);
@@ -216,8 +216,8 @@ Value MixedPrecisionPass::lowOperand(
 }
 
 /// Step 1a: float parameters (and stage-3 shards) of @forward_backward
-/// become their 16-bit compute copies.
-void MixedPrecisionPass::lowerArguments(func::FuncOp fb) {
+/// become their 16-bit compute copies; returns their argument numbers.
+SmallVector<unsigned> MixedPrecisionPass::lowerArguments(func::FuncOp fb) {
   Block &body = fb.front();
   SmallVector<unsigned> copied;
   for (unsigned i = 0; i < fb.getNumArguments(); ++i) {
@@ -228,9 +228,11 @@ void MixedPrecisionPass::lowerArguments(func::FuncOp fb) {
       continue;
     a.setType(withElement(a.getType(), low));
     lowered.insert(a);
+    copied.push_back(i);
   }
   fb.setType(FunctionType::get(fb.getContext(), body.getArgumentTypes(),
                                fb.getResultTypes()));
+  return copied;
 }
 
 /// Step 2: each op in its class's precision.
@@ -351,9 +353,8 @@ void MixedPrecisionPass::castResults(func::FuncOp fb) {
 }
 
 /// Step 1b: the call sites pass 16-bit copies, made once per step.
-LogicalResult MixedPrecisionPass::makeComputeCopies(func::FuncOp step,
-                                                    func::FuncOp fb,
-                                                    ArrayRef<unsigned> copied) {
+void MixedPrecisionPass::makeComputeCopies(func::FuncOp step, func::FuncOp fb,
+                                           ArrayRef<unsigned> copied) {
   DenseMap<Value, Value> copyOf;
   SmallVector<func::CallOp> calls;
   step.walk([&](func::CallOp c) {
@@ -376,7 +377,6 @@ LogicalResult MixedPrecisionPass::makeComputeCopies(func::FuncOp step,
       c.setOperand(i, copy);
     }
   }
-  return success();
 }
 
 /// Step 3a, in @forward_backward: the loss gradient starts at the scale
@@ -679,18 +679,12 @@ void MixedPrecisionPass::runOnOperation() {
   SmallVector<unsigned> copied;
   if (low) {
     // 1. Parameters enter @forward_backward as 16-bit compute copies.
-    for (unsigned i = 0; i < fb.getNumArguments(); ++i)
-      if ((fb.getArgAttr(i, "dsc.param") ||
-           fb.getArgAttr(i, "dsc.param_shard")) &&
-          elementOf(fb.front().getArgument(i)) == f32)
-        copied.push_back(i);
-    lowerArguments(fb);
+    copied = lowerArguments(fb);
     // 2. Every op in its class's precision; fp32 results.
     retypeOps(fb);
     castResults(fb);
     recomputeCastsForBackward(fb);
-    if (failed(makeComputeCopies(step, fb, copied)))
-      return signalPassFailure();
+    makeComputeCopies(step, fb, copied);
     // 3. fp16: loss scaling.
     if (precision == "fp16" && failed(addLossScaling(module, step, fb)))
       return signalPassFailure();

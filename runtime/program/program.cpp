@@ -1467,6 +1467,12 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   // Runs rank `rs`'s step on the calling thread. On a device: binds the
   // thread, uploads the batch and the step (every argument when `all`),
   // and brings back the scalars the progress line prints.
+  // The results the progress line and the loss scaler read, fetched from a
+  // device after every step.
+  std::vector<int> shown = {layout.loss, layout.lr, layout.gradNorm,
+                            layout.overflow};
+  shown.insert(shown.end(), layout.scalerResults.begin(),
+               layout.scalerResults.end());
   auto stepOn = [&](RankState &rs, Communicator *comm, int64_t step,
                     bool all) -> Status {
     RankContext ctx{nullptr, comm, step, static_cast<int64_t>(o.seed)};
@@ -1489,10 +1495,6 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
             spec.trainStep(ctx, rs.dev->args.data(), rs.dev->results.data());
         !s.ok())
       return s;
-    std::vector<int> shown = {layout.loss, layout.lr, layout.gradNorm,
-                              layout.overflow};
-    shown.insert(shown.end(), layout.scalerResults.begin(),
-                 layout.scalerResults.end());
     for (int r : shown)
       if (r >= 0)
         if (Status s = rs.dev->download(rs.dev->results[size_t(r)],
