@@ -280,6 +280,7 @@ def build_models():
             self.n_head = config.n_head
             self.n_embd = config.n_embd
             self.dropout = config.dropout
+            self.flash = getattr(config, "flash", False)
             self.register_buffer("bias", torch.tril(torch.ones(config.block_size, config.block_size))
                                  .view(1, 1, config.block_size, config.block_size))
 
@@ -289,11 +290,17 @@ def build_models():
             k = k.view(Bx, Tx, self.n_head, C // self.n_head).transpose(1, 2)
             q = q.view(Bx, Tx, self.n_head, C // self.n_head).transpose(1, 2)
             v = v.view(Bx, Tx, self.n_head, C // self.n_head).transpose(1, 2)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            att = att.masked_fill(self.bias[:, :, :Tx, :Tx] == 0, float("-inf"))
-            att = F.softmax(att, dim=-1)
-            att = self.attn_dropout(att)
-            y = att @ v
+            if self.flash:
+                # nanoGPT's flash path (its default with torch >= 2.0)
+                y = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=None,
+                    dropout_p=self.dropout if self.training else 0, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                att = att.masked_fill(self.bias[:, :, :Tx, :Tx] == 0, float("-inf"))
+                att = F.softmax(att, dim=-1)
+                att = self.attn_dropout(att)
+                y = att @ v
             y = y.transpose(1, 2).contiguous().view(Bx, Tx, C)
             y = self.resid_dropout(self.c_proj(y))
             return y
@@ -436,6 +443,8 @@ def build_models():
         "mlp": dict(make=lambda: seeded(MLP), batch=batch_mlp, ref=True),
         "cnn": dict(make=lambda: seeded(CNN), batch=batch_cnn, ref=True, bn=True),
         "nanogpt": dict(make=lambda: seeded(lambda: GPT(GPTConfig())), batch=batch_nanogpt, ref=True),
+        "nanogpt_sdpa": dict(make=lambda: seeded(lambda: GPT(GPTConfig(flash=True))),
+                             batch=batch_nanogpt, ref=True),
         "gpt2": dict(make=lambda: make_gpt2(False), batch=batch_gpt2, ref=False),
         "gpt2_nodrop": dict(make=lambda: make_gpt2(True), batch=batch_gpt2, ref=True),
     }
@@ -770,11 +779,13 @@ def _tied_names(model):
 # main
 # --------------------------------------------------------------------------
 
-def main():
-    if len(sys.argv) != 2:
+def main(argv=None, build=None):
+    argv = sys.argv if argv is None else argv
+    if len(argv) < 2:
         print(__doc__)
         sys.exit(2)
-    outdir = os.path.abspath(sys.argv[1])
+    outdir = os.path.abspath(argv[1])
+    only = set(argv[2:])
     os.makedirs(outdir, exist_ok=True)
 
     import torch
@@ -803,9 +814,11 @@ def main():
     REPORT["env"] = env
     log("ENV", json.dumps(env))
 
-    specs = build_models()
+    specs = (build or build_models)()
     summary = []
     for name, spec in specs.items():
+        if only and name not in only:
+            continue
         log("=" * 78)
         log(f"MODEL {name}")
         rec = REPORT["models"].setdefault(name, {})

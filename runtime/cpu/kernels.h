@@ -253,6 +253,46 @@ Status dropoutBackward(const Tensor &gradOut, const Tensor &mask, double ratio,
                        const Tensor &gradIn);
 
 //===----------------------------------------------------------------------===//
+// Attention (dsc.attention, dsc.attention_backward)
+//===----------------------------------------------------------------------===//
+
+/// What dsc.attention computes besides its operands.
+struct AttentionAttrs {
+  double scale = 1.0; // multiplies q . k
+  bool causal = false; // query i sees keys j <= i (top-left aligned)
+  int64_t window = 0;  // > 0: query i sees keys j > i - window only
+  double dropout = 0.0; // probability of zeroing a probability (training)
+  uint64_t seed = 0;    // dropout's seed (attentionDropoutKeep)
+};
+
+/// out = softmax(scale * q k^T + mask) v per (batch, head), with the
+/// flash-attention recurrence (tiles of keys, running max and sum): no
+/// [Tq, Tk] matrix is ever held.
+///   q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], Hq % Hkv == 0
+///   (query head h reads key/value head h / (Hq / Hkv): grouped-query);
+///   mask (optional) rank 4, each dim 1 or that of [B, Hq, Tq, Tk]: a float
+///   mask is added to the scaled scores (-inf masks), a bool mask keeps
+///   where true; causal and window mask further;
+///   out [B, Hq, Tq, Dv] (q's dtype); lse [B, Hq, Tq] receives the log-sum-exp
+///   of each row's masked scores (f32, f64 for f64 q): -inf for a row with no
+///   key left, whose output is 0 (and its gradients 0).
+/// Dropout zeroes probability (b, h, i, j) unless attentionDropoutKeep, and
+/// scales the others by 1 / (1 - dropout); the lse is that of the
+/// probabilities before dropout. f32 and f64 compute in their type; f16/bf16
+/// storage is widened exactly, computed in f32, rounded once.
+Status attention(const Tensor &q, const Tensor &k, const Tensor &v,
+                 const Tensor &mask, const AttentionAttrs &attrs,
+                 const Tensor &out, const Tensor &lse);
+/// Gradients of attention from its operands, its out and lse (the forward's
+/// results) and gradOut: gradQ, gradK, gradV (shapes of q, k, v; k and v
+/// gradients summed over the query heads that share them).
+Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
+                         const Tensor &mask, const Tensor &out,
+                         const Tensor &lse, const Tensor &gradOut,
+                         const AttentionAttrs &attrs, const Tensor &gradQ,
+                         const Tensor &gradK, const Tensor &gradV);
+
+//===----------------------------------------------------------------------===//
 // Reductions
 //===----------------------------------------------------------------------===//
 

@@ -32,6 +32,7 @@
 namespace dsc::cuda {
 
 // The attribute and enum types are the CPU backend's.
+using cpu::AttentionAttrs;
 using cpu::BinaryOp;
 using cpu::ConvAttrs;
 using cpu::GemmAttrs;
@@ -111,6 +112,21 @@ Status avgPoolBackward(const Tensor &input, const PoolAttrs &attrs,
                        const Tensor &gradOut, const Tensor &gradIn);
 Status globalAvgPool(const Tensor &input, const Tensor &out);
 Status globalMaxPool(const Tensor &input, const Tensor &out);
+
+//===- Attention (attention.cu) -------------------------------------------===//
+
+/// As cpu::attention. bf16/f16 without dropout run cuDNN's fused flash
+/// attention (when the loaded cuDNN supports the graph); everything else,
+/// f32 and f64 included, runs dsc's own tiled kernel (same dropout mask as
+/// the CPU: attentionDropoutKeep).
+Status attention(const Tensor &q, const Tensor &k, const Tensor &v,
+                 const Tensor &mask, const AttentionAttrs &attrs,
+                 const Tensor &out, const Tensor &lse);
+Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
+                         const Tensor &mask, const Tensor &out,
+                         const Tensor &lse, const Tensor &gradOut,
+                         const AttentionAttrs &attrs, const Tensor &gradQ,
+                         const Tensor &gradK, const Tensor &gradV);
 
 //===- Normalization, softmax, losses (norm_loss.cu) ----------------------===//
 
