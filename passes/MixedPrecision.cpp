@@ -66,8 +66,8 @@ PrecisionClass precisionClassOf(Operation *op) {
     return r.use_empty() ? PrecisionClass::Follow
                          : precisionClassOf(*r.user_begin());
   }
-  if (isa<MatMulOp, GemmOp, ConvOp, ConvBackwardInputOp, ConvBackwardWeightOp>(
-          op))
+  if (isa<MatMulOp, GemmOp, ConvOp, ConvBackwardInputOp, ConvBackwardWeightOp,
+          AttentionOp, AttentionBackwardOp>(op))
     return PrecisionClass::Low;
   if (isa<ReshapeOp, TransposeOp, ExpandOp, SliceOp, ConcatOp, SplitOp,
           InsertSliceOp, GatherOp, WaitOp, shard::AllGatherOp,
@@ -87,6 +87,16 @@ RankedTensorType withElement(Type t, Type element) {
 
 Type elementOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getElementType();
+}
+
+/// Operands and results of a Low op that keep their own type: attention's
+/// mask (added in fp32) and its softmax statistics (fp32 always).
+bool keepsOwnType(Operation *op, Value v) {
+  if (auto a = dyn_cast<dsc::AttentionOp>(op))
+    return v == a.getMask() || v == a.getLse();
+  if (auto a = dyn_cast<dsc::AttentionBackwardOp>(op))
+    return v == a.getMask() || v == a.getLse();
+  return false;
 }
 
 struct MixedPrecisionPass
@@ -266,6 +276,11 @@ void MixedPrecisionPass::retypeOp(
   bool toLow = cls != dsc::PrecisionClass::F32;
   for (OpOperand &u : op->getOpOperands()) {
     Value v = u.get();
+    if (keepsOwnType(op, v)) {
+      if (lowered.contains(v))
+        u.set(castTo(b, op->getLoc(), v, f32, cache));
+      continue;
+    }
     if (toLow && !lowered.contains(v) && isa<RankedTensorType>(v.getType()) &&
         elementOf(v) == f32) {
       u.set(cls == dsc::PrecisionClass::Low
@@ -278,7 +293,8 @@ void MixedPrecisionPass::retypeOp(
   if (!toLow)
     return;
   for (Value r : op->getResults())
-    if (isa<RankedTensorType>(r.getType()) && elementOf(r) == f32) {
+    if (!keepsOwnType(op, r) && isa<RankedTensorType>(r.getType()) &&
+        elementOf(r) == f32) {
       r.setType(withElement(r.getType(), low));
       lowered.insert(r);
     }

@@ -31,6 +31,37 @@ def DscVerifyStatic : Pass<"dsc-verify-static", "mlir::ModuleOp"> {
   ];
 }
 
+def DscFuseAttention : Pass<"dsc-fuse-attention", "mlir::ModuleOp"> {
+  let summary = "Attention subgraphs of every exporter become dsc.attention";
+  let description = [{
+    Finds, in the forward function, `softmax(scale * q k^T + mask) v` as
+    the exporters write it (scalings of q, k or the scores; added float
+    masks and `where` masks with -inf or the dtype's minimum; the IsNaN
+    guard of HF's sdpa export; dropout on the probabilities; GQA's
+    repeat_kv) and replaces it by one `dsc.attention`. A constant mask that
+    is exactly causal (optionally with a sliding window) becomes the
+    `causal`/`window` attributes; any other mask stays an operand (summed,
+    rank 4, broadcast dims kept). A chain that computes anything else (a
+    softmax over another axis, a mask that depends on a parameter) is left
+    as it is. The module gets `dsc.fused_attention = N`.
+
+    ```mlir
+    %s = dsc.matmul %q, %kt : ... -> tensor<4x2x32x32xf32>
+    %m = dsc.add %s, %causal_mask : ...
+    %p = dsc.softmax %m {axis = 3 : i64} : tensor<4x2x32x32xf32>
+    %o = dsc.matmul %p, %v : ...
+    ```
+    becomes
+    ```mlir
+    %o, %lse = dsc.attention %q, %k, %v {causal = true, scale = 1.0 : f64} : ...
+    ```
+  }];
+  let options = [
+    Option<"function", "function", "std::string", /*default=*/"\"forward\"",
+           "The function whose attention is fused">
+  ];
+}
+
 def DscAutodiff : Pass<"dsc-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode differentiation of the forward function";
   let description = [{

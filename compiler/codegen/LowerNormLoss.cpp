@@ -1,4 +1,4 @@
-//===- LowerNormLoss.cpp - Norms, softmax, losses, dropout to kernel calls ===//
+//===- LowerNormLoss.cpp - Norms, softmax, attention, losses to kernels --===//
 //
 // Each op and its gradient op map onto the matching rt:: kernel pair. Loss
 // reductions and class_loss_backward's kind are resolved here, at compile
@@ -44,6 +44,22 @@ std::string ignoreIndex(std::optional<uint64_t> value) {
 }
 
 double toDouble(const APFloat &value) { return value.convertToDouble(); }
+
+/// "rt::AttentionAttrs{scale, causal, window, dropout, seed}". The dropout
+/// seed is drawn like a dropout's, from a position no op has (-1 - seed_id),
+/// so a forward, its backward and any recomputation draw one mask.
+template <typename AttentionLike>
+std::string attentionAttrs(AttentionLike o) {
+  double dropout = toDouble(o.getDropout());
+  std::string seed =
+      dropout > 0 ? "rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +
+                        cppInt(-1 - static_cast<int64_t>(o.getSeedId())) + ")"
+                  : "0";
+  return "rt::AttentionAttrs{" + cppDouble(toDouble(o.getScale())) + ", " +
+         cppBool(o.getCausal()) + ", " +
+         cppInt(static_cast<int64_t>(o.getWindow())) + ", " +
+         cppDouble(dropout) + ", " + seed + "}";
+}
 
 } // namespace
 
@@ -145,6 +161,22 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                              optionalView(ctx, o.getWeights()), *red,
                              ignoreIndex(o.getIgnoreIndex()),
                              ctx.view(o.getGrad()), ctx.view(o.getResult())});
+      })
+      .Case([&](AttentionOp o) {
+        return call("rt::attention",
+                    {ctx.view(o.getQuery()), ctx.view(o.getKey()),
+                     ctx.view(o.getValue()), optionalView(ctx, o.getMask()),
+                     attentionAttrs(o), ctx.view(o.getResult()),
+                     ctx.view(o.getLse())});
+      })
+      .Case([&](AttentionBackwardOp o) {
+        return call("rt::attentionBackward",
+                    {ctx.view(o.getQuery()), ctx.view(o.getKey()),
+                     ctx.view(o.getValue()), optionalView(ctx, o.getMask()),
+                     ctx.view(o.getOutput()), ctx.view(o.getLse()),
+                     ctx.view(o.getGrad()), attentionAttrs(o),
+                     ctx.view(o.getGradQuery()), ctx.view(o.getGradKey()),
+                     ctx.view(o.getGradValue())});
       })
       .Case([&](DropoutOp o) {
         std::string seed = "rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +

@@ -598,6 +598,20 @@ FoldResult gatherNDNode(NodeContext &c, std::vector<HostTensor> &out) {
   return FoldResult::Folded;
 }
 
+FoldResult gatherElementsNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0), &idx = in(c, 1);
+  if (FoldResult r = c.checkFoldSize(idx.shape, data.kind);
+      r != FoldResult::Folded)
+    return r;
+  auto src = gatherElementsSources(c, data.shape, idx);
+  if (failed(src))
+    return FoldResult::Error;
+  out.push_back(take(data, idx.shape, *src));
+  return FoldResult::Folded;
+}
+
 FoldResult expandNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (!allConstant(c))
     return FoldResult::NotFoldable;
@@ -785,6 +799,7 @@ const llvm::StringMap<NodeFolder> &nodeFolders() {
     t["Trilu"] = triluNode;
     t["Split"] = splitNode;
     t["GatherND"] = gatherNDNode;
+    t["GatherElements"] = gatherElementsNode;
     return t;
   }();
   return table;

@@ -340,6 +340,42 @@ FailureOr<int64_t> gatherAxis(NodeContext &c, int64_t rank) {
   return axisAttr(c, "axis", 0, rank);
 }
 
+FailureOr<std::vector<int64_t>>
+gatherElementsSources(NodeContext &c, ArrayRef<int64_t> dataShape,
+                      const HostTensor &indices) {
+  int64_t rank = dataShape.size();
+  if (rank == 0 || (int64_t)indices.shape.size() != rank)
+    return c.error() << "indices " << formatShape(indices.shape)
+                     << " must have the rank of data "
+                     << formatShape(dataShape) << " (>= 1)";
+  auto axis = axisAttr(c, "axis", 0, rank);
+  if (failed(axis))
+    return failure();
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != *axis && indices.shape[d] > dataShape[d])
+      return c.error() << "indices " << formatShape(indices.shape)
+                       << " exceed data " << formatShape(dataShape)
+                       << " in dim " << d;
+  std::vector<int64_t> sources(indices.numElements());
+  SmallVector<int64_t> pos(rank, 0);
+  for (size_t e = 0; e < sources.size(); ++e) {
+    int64_t i = indices.intAt(e);
+    if (i < 0)
+      i += dataShape[*axis];
+    if (i < 0 || i >= dataShape[*axis])
+      return c.error() << "index " << indices.intAt(e) << " out of range [-"
+                       << dataShape[*axis] << ", " << dataShape[*axis]
+                       << ") of axis " << *axis;
+    int64_t flat = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      flat = flat * dataShape[d] + (d == *axis ? i : pos[d]);
+    sources[e] = flat;
+    for (int64_t d = rank - 1; d >= 0 && ++pos[d] == indices.shape[d]; --d)
+      pos[d] = 0;
+  }
+  return sources;
+}
+
 FailureOr<SmallVector<int64_t>> expandTarget(NodeContext &c,
                                              ArrayRef<int64_t> shape) {
   auto given = c.shapeConstant(1, "shape");
@@ -1274,6 +1310,148 @@ LogicalResult gatherNDOp(NodeContext &c) {
   return success();
 }
 
+// GatherElements is a gather from the flattened data: with constant indices
+// (HF's BERT gathers its token-type buffer by position) the flat indices
+// are computed here; with indices computed at run time (a loss that gathers
+// log-probabilities by label) by a few integer ops, an index out of range
+// made one that the gather rejects. Its gradient is the gather's
+// scatter-add either way.
+FailureOr<Value> runtimeGatherElementsIndices(NodeContext &c, Value indices,
+                                              ArrayRef<int64_t> dataShape) {
+  OpBuilder &b = c.builder();
+  auto idxType = cast<RankedTensorType>(indices.getType());
+  int64_t rank = dataShape.size();
+  if (idxType.getRank() != rank || rank == 0)
+    return c.error() << "indices must have the rank of data (>= 1)";
+  auto axis = axisAttr(c, "axis", 0, rank);
+  if (failed(axis))
+    return failure();
+  ArrayRef<int64_t> is = idxType.getShape();
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != *axis && is[d] > dataShape[d])
+      return c.error() << "indices " << formatShape(is) << " exceed data "
+                       << formatShape(dataShape) << " in dim " << d;
+  // Flat offset of every position without its axis coordinate.
+  Shape strides(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * dataShape[d + 1];
+  std::vector<int64_t> base;
+  SmallVector<int64_t> pos(rank, 0);
+  for (int64_t e = 0, n = idxType.getNumElements(); e < n; ++e) {
+    int64_t flat = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      flat += d == *axis ? 0 : pos[d] * strides[d];
+    base.push_back(flat);
+    for (int64_t d = rank - 1; d >= 0 && ++pos[d] == is[d]; --d)
+      pos[d] = 0;
+  }
+  auto i64 = [&](int64_t v) {
+    return c.materialize(HostTensor::ofInts({v}, {}));
+  };
+  Value idx = indices;
+  if (!idxType.getElementType().isInteger(64))
+    idx = dsc::CastOp::create(b, c.loc(), idx, TypeAttr::get(b.getI64Type()));
+  int64_t dim = dataShape[*axis];
+  int64_t total = strides[0] * dataShape[0];
+  Value negative = dsc::LessOp::create(b, c.loc(), idx, i64(0));
+  Value wrapped = dsc::WhereOp::create(
+      b, c.loc(), negative, dsc::AddOp::create(b, c.loc(), idx, i64(dim)), idx);
+  Value outside = dsc::OrOp::create(
+      b, c.loc(), dsc::LessOp::create(b, c.loc(), wrapped, i64(0)),
+      dsc::GreaterEqualOp::create(b, c.loc(), wrapped, i64(dim)));
+  Value flat = dsc::AddOp::create(
+      b, c.loc(), dsc::MulOp::create(b, c.loc(), wrapped, i64(strides[*axis])),
+      c.materialize(HostTensor::ofInts(base, is)));
+  // -(total + 1) is outside every gather range: the gather reports it.
+  return Value(dsc::WhereOp::create(b, c.loc(), outside, i64(-(total + 1)),
+                                    flat));
+}
+
+LogicalResult gatherElementsOp(NodeContext &c) {
+  auto data = c.value(0);
+  if (failed(data))
+    return failure();
+  ArrayRef<int64_t> shape = c.type(0).getShape();
+  FailureOr<Value> indices = failure();
+  if (c.isConstant(1)) {
+    auto idx = c.constant(1, "indices");
+    if (failed(idx))
+      return failure();
+    auto sources = gatherElementsSources(c, shape, *idx);
+    if (failed(sources))
+      return failure();
+    indices = c.materialize(HostTensor::ofInts(*sources, idx->shape));
+  } else {
+    auto idx = c.value(1);
+    if (failed(idx))
+      return failure();
+    indices = runtimeGatherElementsIndices(c, *idx, shape);
+  }
+  if (failed(indices))
+    return failure();
+  auto flat = reshapeTo(c, *data, {c.type(0).getNumElements()});
+  if (failed(flat))
+    return failure();
+  auto r = c.create1("dsc.gather", {*flat, *indices}, {c.i64("axis", 0)});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+// IsNaN(x) is x != x; IsInf compares with the infinities it detects.
+LogicalResult isNaNOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto same = c.create1("dsc.equal", {*x, *x}, {});
+  if (failed(same))
+    return failure();
+  auto r = c.create1("dsc.not", {*same}, {});
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult isInfOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  bool neg = c.attrInt("detect_negative", 1) != 0;
+  bool pos = c.attrInt("detect_positive", 1) != 0;
+  Type elem = c.type(0).getElementType();
+  if (!isa<FloatType>(elem))
+    return c.error() << "IsInf of a non-float tensor";
+  auto inf = [&](bool negative) {
+    auto t = RankedTensorType::get({}, elem);
+    double v = negative ? -std::numeric_limits<double>::infinity()
+                        : std::numeric_limits<double>::infinity();
+    return dsc::ConstantOp::create(
+        c.builder(), c.loc(),
+        SplatElementsAttr::get(t, FloatAttr::get(elem, v)));
+  };
+  FailureOr<Value> r = failure();
+  if (pos && neg) {
+    auto a = c.create1("dsc.abs", {*x}, {});
+    if (failed(a))
+      return failure();
+    r = c.create1("dsc.equal", {*a, inf(false)}, {});
+  } else if (pos || neg) {
+    r = c.create1("dsc.equal", {*x, inf(neg)}, {});
+  } else {
+    // Detects nothing: all false.
+    auto t = RankedTensorType::get(c.type(0).getShape(), c.builder().getI1Type());
+    r = Value(dsc::ConstantOp::create(
+        c.builder(), c.loc(),
+        SplatElementsAttr::get(t, c.builder().getBoolAttr(false))));
+  }
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
 LogicalResult constantOfShapeOp(NodeContext &c) {
   // Reached only when the result is too large to fold: a splat constant.
   // The program will hold it, so it is bounded as a folded one is.
@@ -1401,6 +1579,9 @@ const llvm::StringMap<NodeHandler> &nodeHandlers() {
     t["Trilu"] = triluOp;
     t["Pad"] = padOp;
     t["GatherND"] = gatherNDOp;
+    t["GatherElements"] = gatherElementsOp;
+    t["IsNaN"] = isNaNOp;
+    t["IsInf"] = isInfOp;
     t["ConstantOfShape"] = constantOfShapeOp;
     // Evaluated at compile time only.
     for (const char *f : {"Shape", "Size", "Range", "Constant"}) {
@@ -1542,6 +1723,10 @@ const llvm::StringMap<OpSignature> &opSignatures() {
     t["SequenceAt"] = {2, 2, 1, 1, {}};
     t["Gather"] = {2, 2, 1, 1, {attrInt("axis")}};
     t["GatherND"] = {2, 2, 1, 1, {attrInt("batch_dims")}};
+    t["GatherElements"] = {2, 2, 1, 1, {attrInt("axis")}};
+    t["IsNaN"] = {1, 1, 1, 1, {}};
+    t["IsInf"] = {1, 1, 1, 1, {attrInt("detect_negative"),
+                               attrInt("detect_positive")}};
     t["Trilu"] = {1, 2, 1, 1, {attrInt("upper")}};
     t["Pad"] = {2, 4, 1, 1, {attrString("mode")}};
     t["ConstantOfShape"] = {1, 1, 1, 1, {attrTensor("value")}};

@@ -42,6 +42,13 @@ mlir::FailureOr<int64_t> gatherAxis(NodeContext &c, int64_t rank);
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 expandTarget(NodeContext &c, llvm::ArrayRef<int64_t> shape);
 
+/// GatherElements: the flat (row-major) index into `data` of every output
+/// element, for constant `indices` of data's rank; negative indices wrap.
+/// An index out of range or a shape mismatch is an error on the node.
+mlir::FailureOr<std::vector<int64_t>>
+gatherElementsSources(NodeContext &c, llvm::ArrayRef<int64_t> dataShape,
+                      const HostTensor &indices);
+
 /// Ops that dsc evaluates at compile time only (no run-time dsc op).
 bool isFoldOnlyOp(llvm::StringRef op);
 

@@ -64,6 +64,9 @@ target and output:
                              was built with)
   --no-fuse                  cuda: one kernel per elementwise op (default:
                              chains of them are one generated kernel each)
+  --no-fuse-attention        keep attention as the exporter wrote it
+                             (matmul, mask, softmax, matmul) instead of one
+                             dsc.attention per layer (dsc-fuse-attention)
 
 model (as for `dsc import`):
   --micro-batch N            examples per micro-batch (sets dim 0 of inputs)
@@ -147,6 +150,7 @@ struct CompileOptions {
   std::string model, output, emit = "exe", target, cxx, nvcc,
                              cudaArch = "sm_90a";
   bool printIRAfterAll = false, report = false, f64 = false, fuse = true;
+  bool fuseAttention = true;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
@@ -426,6 +430,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.f64 = true;
     else if (a == "--no-fuse")
       o.fuse = false;
+    else if (a == "--no-fuse-attention")
+      o.fuseAttention = false;
     else if (a == "--sync-batchnorm") {
       o.partitionPipeline +=
           std::string(o.partitionPipeline.empty() ? "" : " ") +
@@ -601,6 +607,8 @@ int runCompile(std::vector<std::string> args) {
         /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
   }
+  if (o.fuseAttention)
+    pm.addPass(createDscFuseAttention());
   pm.addPass(createDscGlobalMeanLoss());
   pm.addPass(createDscAutodiff());
   std::string pipeline = "dsc-optimizer{" + o.optimizerPipeline + "}";

@@ -377,6 +377,44 @@ def Dsc_DropoutOp : Dsc_DiffOp<"dropout"> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+def Dsc_AttentionOp : Dsc_DiffOp<"attention"> {
+  let summary = "scaled dot-product attention with its softmax statistics";
+  let description = [{
+    `result = softmax(scale * query key^T + mask) value` per batch and head,
+    computed without the [Tq, Tk] scores (flash attention):
+
+    - query [B, Hq, Tq, D], key [B, Hkv, Tk, D], value [B, Hkv, Tk, Dv] with
+      Hq a multiple of Hkv: query head h reads key/value head
+      h / (Hq / Hkv) (grouped-query and multi-query attention, without
+      repeated keys);
+    - `mask` (optional): rank 4, each dim 1 or that of [B, Hq, Tq, Tk]; a
+      float mask is added to the scaled scores (-inf masks), an i1 mask
+      keeps where true (key padding, as BERT's attention_mask makes it);
+    - `causal`: query i sees keys j <= i; `window` > 0: and only keys
+      j > i - window (Mistral's sliding window);
+    - `dropout` > 0 (training): each probability is zeroed with that
+      probability and the others scaled by 1 / (1 - dropout); the mask is a
+      function of the run's seed, the step, the call and `seed_id`, so the
+      backward (and any recomputation) draws the same one;
+    - `lse` [B, Hq, Tq] is the log-sum-exp of each row's masked scores
+      (f32; f64 for f64 operands), all the backward needs besides the
+      operands and the result: -inf for a row with no key left, whose
+      result is 0.
+  }];
+  let arguments = (ins Dsc_FloatTensor:$query, Dsc_FloatTensor:$key,
+                   Dsc_FloatTensor:$value, Optional<Dsc_Tensor>:$mask,
+                   F64Attr:$scale,
+                   DefaultValuedAttr<BoolAttr, "false">:$causal,
+                   DefaultValuedAttr<I64Attr, "0">:$window,
+                   DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   DefaultValuedAttr<I64Attr, "0">:$seed_id);
+  let results = (outs Dsc_FloatTensor:$result, Dsc_FloatTensor:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`,` $mask^)? attr-dict `:` type(operands)
+    `->` type(results)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Reductions
 //===----------------------------------------------------------------------===//
@@ -546,6 +584,30 @@ def Dsc_SoftmaxBackwardOp : Dsc_Op<"softmax_backward"> {
   let results = (outs Dsc_FloatTensor:$result);
   let assemblyFormat = [{
     $grad `,` $output attr-dict `:` type($grad) `,` type($output)
+  }];
+}
+
+def Dsc_AttentionBackwardOp : Dsc_Op<"attention_backward"> {
+  let summary = "gradients of dsc.attention: query, key, value";
+  let description = [{
+    From the gradient of the result, the forward's operands, its result and
+    its `lse` (flash attention's backward: the probabilities are recomputed
+    tile by tile, never stored). Attributes as the forward's; key and value
+    gradients are summed over the query heads that share them.
+  }];
+  let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$query,
+                   Dsc_FloatTensor:$key, Dsc_FloatTensor:$value,
+                   Dsc_FloatTensor:$output, Dsc_FloatTensor:$lse,
+                   Optional<Dsc_Tensor>:$mask, F64Attr:$scale,
+                   DefaultValuedAttr<BoolAttr, "false">:$causal,
+                   DefaultValuedAttr<I64Attr, "0">:$window,
+                   DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   DefaultValuedAttr<I64Attr, "0">:$seed_id);
+  let results = (outs Dsc_FloatTensor:$grad_query, Dsc_FloatTensor:$grad_key,
+                      Dsc_FloatTensor:$grad_value);
+  let assemblyFormat = [{
+    $grad `,` $query `,` $key `,` $value `,` $output `,` $lse
+    (`,` $mask^)? attr-dict `:` type(operands) `->` type(results)
   }];
 }
 

@@ -9,6 +9,7 @@
 #include "dialects/dsc/IR/DscOps.h"
 
 #include "mlir/IR/TypeUtilities.h"
+#include <cmath>
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
@@ -616,6 +617,115 @@ LogicalResult NllLossOp::inferReturnTypes(MLIRContext *ctx,
     return failure();
   return inferClassLoss(loc, a.getInput(), a.getLabels(), a.getWeights(),
                         a.getReduction(), results);
+}
+
+namespace {
+
+/// The checks dsc.attention and its backward share; returns the result
+/// shape [B, Hq, Tq, Dv].
+FailureOr<Shape> checkAttention(std::optional<Location> loc, Value query,
+                                Value key, Value value, Value mask,
+                                double scale, int64_t window, double dropout) {
+  auto q = rankedType(query), k = rankedType(key), v = rankedType(value);
+  if (!q || !k || !v || q.getRank() != 4 || k.getRank() != 4 ||
+      v.getRank() != 4) {
+    (void)fail(loc, "attention: query, key and value must be rank 4 "
+                    "[batch, heads, tokens, head dim]");
+    return failure();
+  }
+  auto qs = q.getShape(), ks = k.getShape(), vs = v.getShape();
+  auto bad = [&](const Twine &what) -> FailureOr<Shape> {
+    (void)fail(loc, "attention: " + what + " (query " + shapeStr(qs) +
+                        ", key " + shapeStr(ks) + ", value " + shapeStr(vs) +
+                        ")");
+    return failure();
+  };
+  if (q.getElementType() != k.getElementType() ||
+      q.getElementType() != v.getElementType())
+    return bad("query, key and value must have one element type");
+  if (qs[0] != ks[0] || ks[0] != vs[0])
+    return bad("batch sizes differ");
+  if (ks[1] != vs[1] || ks[2] != vs[2])
+    return bad("key and value must have the same heads and tokens");
+  if (ks[1] <= 0 || qs[1] % ks[1] != 0)
+    return bad("query heads must be a multiple of key/value heads");
+  if (qs[3] != ks[3])
+    return bad("query and key head dims differ");
+  if (!std::isfinite(scale))
+    return bad("scale must be finite");
+  if (window < 0)
+    return bad("window must be >= 0");
+  if (!(dropout >= 0.0 && dropout < 1.0))
+    return bad("dropout must be in [0, 1)");
+  Shape full{qs[0], qs[1], qs[2], ks[2]};
+  if (mask) {
+    auto m = rankedType(mask);
+    if (!m || m.getRank() != 4)
+      return bad("the mask must be rank 4 [batch, heads, queries, keys]");
+    if (!isa<FloatType>(m.getElementType()) &&
+        !m.getElementType().isInteger(1))
+      return bad("the mask must be float (added) or i1 (kept where true)");
+    for (int i = 0; i < 4; ++i)
+      if (m.getDimSize(i) != 1 && m.getDimSize(i) != full[i])
+        return bad("mask " + shapeStr(m.getShape()) +
+                   " does not broadcast to " + shapeStr(full));
+  }
+  return Shape{qs[0], qs[1], qs[2], vs[3]};
+}
+
+Type lseElementType(MLIRContext *ctx, Value query) {
+  Type e = getElementTypeOrSelf(query.getType());
+  return e.isF64() ? e : Float32Type::get(ctx);
+}
+
+} // namespace
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *ctx,
+                                            std::optional<Location> loc,
+                                            Adaptor a,
+                                            SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<AttentionOp>(ctx, loc, a)))
+    return failure();
+  FailureOr<Shape> out = checkAttention(
+      loc, a.getQuery(), a.getKey(), a.getValue(), a.getMask(),
+      a.getScale().convertToDouble(), a.getWindow(),
+      a.getDropout().convertToDouble());
+  if (failed(out))
+    return failure();
+  Type e = getElementTypeOrSelf(a.getQuery().getType());
+  results.push_back(RankedTensorType::get(*out, e));
+  results.push_back(RankedTensorType::get(ArrayRef<int64_t>(*out).drop_back(),
+                                          lseElementType(ctx, a.getQuery())));
+  return success();
+}
+
+LogicalResult
+AttentionBackwardOp::inferReturnTypes(MLIRContext *ctx,
+                                      std::optional<Location> loc, Adaptor a,
+                                      SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<AttentionBackwardOp>(ctx, loc, a)))
+    return failure();
+  FailureOr<Shape> out = checkAttention(
+      loc, a.getQuery(), a.getKey(), a.getValue(), a.getMask(),
+      a.getScale().convertToDouble(), a.getWindow(),
+      a.getDropout().convertToDouble());
+  if (failed(out))
+    return failure();
+  Type e = getElementTypeOrSelf(a.getQuery().getType());
+  auto resultType = RankedTensorType::get(*out, e);
+  auto lseType = RankedTensorType::get(ArrayRef<int64_t>(*out).drop_back(),
+                                       lseElementType(ctx, a.getQuery()));
+  if (a.getGrad().getType() != resultType ||
+      a.getOutput().getType() != resultType)
+    return fail(loc, "attention_backward: grad and output must be " +
+                         shapeStr(*out) + " of the query's element type");
+  if (a.getLse().getType() != lseType)
+    return fail(loc, "attention_backward: lse must be " +
+                         shapeStr(lseType.getShape()) + " " +
+                         (lseType.getElementType().isF64() ? "f64" : "f32"));
+  for (Value v : {a.getQuery(), a.getKey(), a.getValue()})
+    results.push_back(v.getType());
+  return success();
 }
 
 LogicalResult DropoutOp::inferReturnTypes(MLIRContext *ctx,

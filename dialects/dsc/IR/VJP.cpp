@@ -570,6 +570,24 @@ DSC_VJP(DropoutOp) {
   return success();
 }
 
+// Flash attention's backward from the forward's result and statistics; no
+// gradient for the mask (dsc-fuse-attention fuses only masks that do not
+// depend on a parameter).
+DSC_VJP(AttentionOp) {
+  unsigned n = getMask() ? 4 : 3;
+  if (!resultGrads[0])
+    return noGrad(operandGrads, n);
+  auto op = AttentionBackwardOp::create(
+      builder, getLoc(), resultGrads[0], getQuery(), getKey(), getValue(),
+      getResult(), getLse(), getMask(), getScaleAttr(), getCausalAttr(),
+      getWindowAttr(), getDropoutAttr(), getSeedIdAttr());
+  operandGrads.assign(
+      {op.getGradQuery(), op.getGradKey(), op.getGradValue()});
+  if (getMask())
+    operandGrads.push_back(Value());
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Reductions
 //===----------------------------------------------------------------------===//
