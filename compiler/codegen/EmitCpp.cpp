@@ -310,6 +310,28 @@ Status checkDisjoint(const dsc::ArgSpec *argSpecs, const Tensor *args,
 /// Constant arrays are named kConst0, kConst1, ... in order.
 constexpr const char *kConstPrefix = "kConst";
 
+/// The file of large constants, embedded by the assembler (host code only:
+/// nvcc's device pass skips it) as the hidden symbol dsc_constant_blob.
+std::string blobPrelude(llvm::StringRef path) {
+  std::string quoted; // for the assembler's string syntax
+  for (char ch : path) {
+    if (ch == '"' || ch == '\\')
+      quoted.push_back('\\');
+    quoted.push_back(ch);
+  }
+  std::string asmText = ".pushsection .rodata\n.balign 64\n"
+                        ".globl dsc_constant_blob\n"
+                        ".hidden dsc_constant_blob\n"
+                        "dsc_constant_blob:\n.incbin \"" +
+                        quoted + "\"\n.byte 0\n.popsection\n";
+  return "// Constants of more than " +
+         std::to_string(kInlineConstantElements) +
+         " elements: the bytes of " + commentText(path) +
+         ", embedded at build time.\n#ifndef __CUDA_ARCH__\n__asm__(" +
+         cppString(asmText) +
+         ");\n#endif\nextern \"C\" const unsigned char dsc_constant_blob[];\n\n";
+}
+
 /// After the constants of a CUDA program: their copies in each GPU's memory,
 /// made on first use.
 constexpr const char *kCudaConstants = R"cpp(
@@ -431,6 +453,8 @@ private:
   LogicalResult emitReturn(Operation *op, const FramePlan &plan,
                            StringRef function, raw_ostream &os);
   FailureOr<std::string> constantArray(ConstantOp op);
+  void appendBlobConstant(ConstantOp op, DenseElementsAttr attr,
+                          const ElementInfo &info, const std::string &name);
   bool isStaticConstant(Operation *op);
   // Step 3.
   LogicalResult emitSpec(func::FuncOp entry, raw_ostream &os);
@@ -463,6 +487,9 @@ private:
   llvm::DenseMap<Attribute, std::string> constants_;
   std::string constantsText_, functionsText_;
   uint64_t constantBytes_ = 0;
+  std::vector<uint64_t> constantSizes_; // bytes of kConst<i>
+  std::string constantBlob_;            // EmitCppOptions::constantsPath's
+  std::string blobConstantsText_;       // pointers into it
   std::vector<std::pair<std::string, uint64_t>> frames_;
   uint64_t gatheredPeakBytes_ = 0, gatheredBucketBytes_ = 0;
 
@@ -662,6 +689,14 @@ FailureOr<std::string> Emitter::constantArray(ConstantOp op) {
     return failure();
   std::string name = kConstPrefix + std::to_string(constants_.size());
   int64_t n = attr.getNumElements();
+  constants_[attr] = name;
+  constantSizes_.push_back(static_cast<uint64_t>(std::max<int64_t>(n, 1)) *
+                           info->bytes);
+  constantBytes_ += static_cast<uint64_t>(n) * info->bytes;
+  if (!options_.constantsPath.empty() && n > kInlineConstantElements) {
+    appendBlobConstant(op, attr, *info, name);
+    return name;
+  }
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "// " << typeText(op.getResult());
@@ -710,9 +745,53 @@ FailureOr<std::string> Emitter::constantArray(ConstantOp op) {
     os << (i % perLine ? " " : "\n    ") << items[i] << ",";
   os << "\n};\n\n";
   constantsText_ += text;
-  constantBytes_ += static_cast<uint64_t>(n) * info->bytes;
-  constants_[attr] = name;
   return name;
+}
+
+/// The bytes of one element as the program's C++ type holds it.
+static void appendElementBytes(std::string &out, const ElementInfo &info,
+                               const APInt &bits, const APFloat *value) {
+  auto put = [&](uint64_t v, unsigned bytes) {
+    for (unsigned i = 0; i < bytes; ++i)
+      out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  if (value && info.literal == LiteralKind::F64) {
+    APFloat d = *value;
+    bool lost = false;
+    d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
+    put(d.bitcastToAPInt().getZExtValue(), 8);
+    return;
+  }
+  if (info.literal == LiteralKind::Bool) {
+    put(bits.isZero() ? 0 : 1, 1);
+    return;
+  }
+  put(bits.getBitWidth() > 64 ? 0 : bits.getZExtValue(), info.bytes);
+}
+
+void Emitter::appendBlobConstant(ConstantOp op, DenseElementsAttr attr,
+                                 const ElementInfo &info,
+                                 const std::string &name) {
+  while (constantBlob_.size() % kAlignment)
+    constantBlob_.push_back(0);
+  size_t offset = constantBlob_.size();
+  if (isa<FloatType>(attr.getElementType())) {
+    for (const APFloat &v : attr.getValues<APFloat>())
+      appendElementBytes(constantBlob_, info, v.bitcastToAPInt(), &v);
+  } else {
+    for (const APInt &v : attr.getValues<APInt>())
+      appendElementBytes(constantBlob_, info, v, nullptr);
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "// " << typeText(op.getResult());
+  if (std::string node = nodeName(op.getLoc()); !node.empty())
+    os << ", ONNX node " << commentText(node);
+  os << ": bytes [" << offset << ", " << constantBlob_.size()
+     << ") of the constants file\nconst " << info.cType << " *const " << name
+     << " = reinterpret_cast<const " << info.cType
+     << " *>(dsc_constant_blob + " << offset << ");\n\n";
+  blobConstantsText_ += text;
 }
 
 std::string Emitter::viewDecl(Value v, const Storage &s,
@@ -1605,11 +1684,13 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
         << "constexpr int64_t kGroupSize = " << groupSize_ << ";\n"
         << kCommPrelude;
   out << "\n";
-  if (!constantsText_.empty())
+  if (!constantsText_.empty() || !blobConstantsText_.empty())
     out << "//===- Constants "
            "----------------------------------------------------------===//"
            "\n\n"
         << constantsText_;
+  if (!blobConstantsText_.empty())
+    out << blobPrelude(options_.constantsPath) << blobConstantsText_;
   if (options_.cuda) {
     out << "constexpr int kNumConstants = " << constants_.size() << ";\n";
     std::vector<std::string> byIndex(constants_.size());
@@ -1619,8 +1700,8 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
     for (const std::string &name : byIndex)
       out << name << ", ";
     out << "nullptr};\nconst size_t kConstantBytes[] = {";
-    for (const std::string &name : byIndex)
-      out << "sizeof " << name << ", ";
+    for (uint64_t bytes : constantSizes_)
+      out << bytes << ", ";
     out << "0};\n" << kCudaConstants << "\n";
   }
   if (!fusedText_.empty())
@@ -1644,6 +1725,7 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
     stats->gatheredPeakBytes = gatheredPeakBytes_;
     stats->gatheredBucketBytes = gatheredBucketBytes_;
     stats->constantBytes = constantBytes_;
+    stats->constantBlob = constantBlob_;
     stats->worldSize = worldSize_;
     stats->groupSize = groupSize_;
     stats->stage = stage_;

@@ -62,7 +62,16 @@ struct EmitCppOptions {
   bool fuseElementwise = true;
   /// Recorded in the spec when the module has no `dsc.model_path`.
   std::string modelPath;
+  /// Where the caller writes EmitCppStats::constantBlob before the source
+  /// is compiled (an absolute path). Set: constants of more than
+  /// kInlineConstantElements elements are not written as literals; the
+  /// source embeds that file's bytes with the assembler's `.incbin`. Empty:
+  /// every constant is a literal array (one self-contained file).
+  std::string constantsPath;
 };
+
+/// Constants up to this many elements are literals in the source.
+constexpr int64_t kInlineConstantElements = 256;
 
 /// One collective of the manifest (dsc::CollectiveSpec, comm.h): what one
 /// rank issues, in order, in one execution of the entry.
@@ -82,6 +91,9 @@ struct EmitCppStats {
   /// values and those of the calls it makes.
   std::vector<std::pair<std::string, uint64_t>> frameBytes;
   uint64_t constantBytes = 0; // static arrays in the source
+  /// The bytes of the constants not written as literals (64-byte aligned
+  /// each), for EmitCppOptions::constantsPath; empty when there are none.
+  std::string constantBlob;
   /// Stage-3 gathered parameters (codegen::FramePlan): the most bytes of
   /// gathered buckets alive at once in any function, and the largest bucket.
   uint64_t gatheredPeakBytes = 0;

@@ -583,6 +583,21 @@ int build(const CompileOptions &o, const std::string &cppPath) {
 
 } // namespace
 
+/// Where the large constants of the generated source go: beside the
+/// output (`<output>.consts.bin`, absolute), unless the output is stdout or
+/// a device, where the source holds every constant itself.
+std::string constantsFileFor(const CompileOptions &o) {
+  if (o.output.empty() || o.emit == "mlir")
+    return "";
+  llvm::sys::fs::file_status st;
+  if (!llvm::sys::fs::status(o.output, st) &&
+      st.type() != llvm::sys::fs::file_type::regular_file)
+    return "";
+  llvm::SmallString<256> path(o.output);
+  llvm::sys::fs::make_absolute(path);
+  return (path + ".consts.bin").str();
+}
+
 int runCompile(std::vector<std::string> args) {
   CompileOptions o;
   int rc = parse(std::move(args), o);
@@ -641,12 +656,14 @@ int runCompile(std::vector<std::string> args) {
     return 1;
   std::string source;
   EmitCppStats stats;
+  std::string constantsPath = constantsFileFor(o);
   auto emitSource = [&]() {
     llvm::raw_string_ostream os(source);
     EmitCppOptions options;
     options.promoteF32ToF64 = o.f64;
     options.cuda = o.target == "cuda";
     options.fuseElementwise = o.fuse;
+    options.constantsPath = constantsPath;
     return emitCpp(*module, os, options, &stats);
   };
   // The report needs the code generator's plan (the arena).
@@ -681,6 +698,13 @@ int runCompile(std::vector<std::string> args) {
       return 1;
   }
   auto writeSource = [&](llvm::raw_ostream &os) { os << source; };
+  // The large constants, which the source embeds from this file.
+  bool wroteConstants = !stats.constantBlob.empty();
+  if (wroteConstants &&
+      !writeAtomically(constantsPath, [&](llvm::raw_ostream &os) {
+        os << stats.constantBlob;
+      }))
+    return 1;
   if (o.emit == "cpp") {
     if (o.output.empty()) {
       llvm::outs() << source;
@@ -694,6 +718,8 @@ int runCompile(std::vector<std::string> args) {
   if ((o.target == "cuda" ? buildCuda(o, cppPath) : build(o, cppPath)) != 0)
     return 1;
   llvm::sys::fs::remove(cppPath);
+  if (wroteConstants)
+    llvm::sys::fs::remove(constantsPath); // embedded in the program now
   return 0;
 }
 
