@@ -92,10 +92,15 @@ def build_hf_models():
     def batch_text(mlm):
         def make():
             g = gen()
-            ids = torch.randint(0, V, (B, T), generator=g)
+            # token ids as a tokenizer gives them: real tokens are never the
+            # pad id (0), padded positions are. (torch's Embedding gives the
+            # padding_idx row no gradient, which the ONNX graph cannot say;
+            # with real batches that row gets none from dsc either.)
+            ids = torch.randint(1, V, (B, T), generator=g)
             mask = torch.ones(B, T, dtype=torch.long)
             mask[1, T - 5:] = 0  # padded examples
             mask[3, T - 12:] = 0
+            ids[mask == 0] = 0
             if mlm:
                 labels = torch.full((B, T), -100, dtype=torch.long)
                 pick = torch.rand(B, T, generator=g) < 0.25
