@@ -2,10 +2,10 @@
 //-*-===//
 //
 // Internal to runtime/cpu and runtime/cuda: the host-side argument checks of
-// the elementwise, reduction, norm, softmax, loss, optimizer and fill
-// kernels. They are defined beside the CPU kernels (kernels.cpp,
-// norm_loss.cpp, step_kernels.cpp) and called by them and by their CUDA
-// versions, so that both backends fail with the same Status.
+// the elementwise, reduction, norm, softmax, loss, attention, optimizer and
+// fill kernels. They are defined beside the CPU kernels (kernels.cpp,
+// norm_loss.cpp, attention.cpp, step_kernels.cpp) and called by them and by
+// their CUDA versions, so that both backends fail with the same Status.
 //
 // Each checkX(call, ...) adds the kernel's arguments to `call` (made by the
 // caller with the kernel's name) and checks them in the order the CPU
@@ -155,6 +155,33 @@ Status checkNllLossBackward(Call &call, const Tensor &input,
 
 Status checkDropout(Call &call, const Tensor &input, double ratio,
                     uint64_t seed, const Tensor &out, const Tensor &mask);
+
+//===----------------------------------------------------------------------===//
+// Attention (attention.cpp)
+//===----------------------------------------------------------------------===//
+
+/// The sizes of one attention call and how its mask is laid over
+/// [B, Hq, Tq, Tk]: element strides, 0 along broadcast dims.
+struct AttentionShape {
+  int64_t batch = 0, heads = 0, kvHeads = 0, queries = 0, keys = 0;
+  int64_t headDim = 0, valueDim = 0;
+  bool hasMask = false, boolMask = false;
+  int64_t maskStride[4] = {0, 0, 0, 0};
+  /// Query heads per key/value head.
+  int64_t group() const { return kvHeads ? heads / kvHeads : 0; }
+};
+
+Status checkAttention(Call &call, const Tensor &q, const Tensor &k,
+                      const Tensor &v, const Tensor &mask,
+                      const AttentionAttrs &attrs, const Tensor &out,
+                      const Tensor &lse, AttentionShape &shape);
+Status checkAttentionBackward(Call &call, const Tensor &q, const Tensor &k,
+                              const Tensor &v, const Tensor &mask,
+                              const Tensor &out, const Tensor &lse,
+                              const Tensor &gradOut,
+                              const AttentionAttrs &attrs, const Tensor &gradQ,
+                              const Tensor &gradK, const Tensor &gradV,
+                              AttentionShape &shape);
 
 //===----------------------------------------------------------------------===//
 // Fill and optimizer ops (step_kernels.cpp)
