@@ -82,6 +82,15 @@ if ! python3 -c "import $all_imports" >/dev/null 2>&1; then
   done
 fi
 
+# Pip packages that install no module of their name, checked by their
+# distribution: the cuDNN frontend's C++ headers (runtime/cuda's attention;
+# CMake finds its include/ through importlib.metadata).
+PIP_DISTS=(nvidia-cudnn-frontend)
+for dist in "${PIP_DISTS[@]}"; do
+  python3 -c "import importlib.metadata as m; m.distribution('$dist')" \
+    >/dev/null 2>&1 || missing_py+=("$dist")
+done
+
 if ((${#missing_py[@]})); then
   python=$(python3 -c 'import sys; print(sys.executable)')
   say "installing Python modules for $python: ${missing_py[*]}"
@@ -107,6 +116,7 @@ EOF
       "${missing_py[@]}"
   fi
   for mod in "${missing_py[@]}"; do
+    [[ " ${PIP_DISTS[*]} " == *" $mod "* ]] && continue
     python3 -c "import $mod" >/dev/null 2>&1 ||
       die "installed $mod but 'python3 -c \"import $mod\"' still fails"
   done
