@@ -478,7 +478,8 @@ struct FuseAttentionPass
     int64_t seedId = 0, fused = 0;
     for (dsc::SoftmaxOp s : softmaxes) {
       auto t = typeOf(s.getResult());
-      if (t.getRank() != 4 || (int64_t)s.getAxis() != 3)
+      int64_t axis = (int64_t)s.getAxis();
+      if (t.getRank() != 4 || (axis != 3 && axis != -1))
         continue; // a softmax over another axis is not attention
       AttentionMatch m;
       if (!matchConsumer(s, m) || !matchScores(s.getInput(), m))

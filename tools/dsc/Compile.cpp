@@ -543,7 +543,7 @@ int buildCuda(const CompileOptions &o, const std::string &cuPath) {
       "-gencode=arch=compute_" + virt + ",code=compute_" + virt,
       "-I" DSC_RUNTIME_INCLUDE_DIR, "-I" DSC_RUNTIME_SOURCE_DIR, cuPath,
       DSC_RUNTIME_CUDA_LIBRARY, DSC_RUNTIME_LIBRARY, "-L" DSC_CUDA_LIBRARY_DIR,
-      "-lcublasLt", "-lcudnn", "-lnccl", "-lpthread", "-o", o.output};
+      "-lcublasLt", "-lcudnn", "-lnvrtc", "-lnccl", "-lpthread", "-o", o.output};
   return runBuild("nvcc", argv, cuPath);
 #endif
 }
