@@ -239,6 +239,21 @@ Value peelScale(Value v, double &scale) {
 // Step 2: the mask
 //===----------------------------------------------------------------------===//
 
+bool dependsOnArgument(Value root) {
+  SmallVector<Value> work{root};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (!seen.insert(v).second)
+      continue;
+    if (isa<BlockArgument>(v))
+      return true;
+    for (Value operand : v.getDefiningOp()->getOperands())
+      work.push_back(operand);
+  }
+  return false;
+}
+
 bool dependsOnParameter(Value root) {
   SmallVector<Value> work{root};
   llvm::DenseSet<Value> seen;
@@ -258,37 +273,141 @@ bool dependsOnParameter(Value root) {
   return false;
 }
 
+/// Host values of a small mask subgraph (constants, and the trilu, not,
+/// where, cast, reshape, expand and arithmetic exporters build masks with),
+/// row-major; bools as 0/1. Anything else, or more than kMaxMaskElements
+/// elements, is not evaluated: the mask then stays an operand.
+struct HostValue {
+  Shape shape;
+  std::vector<double> data;
+};
+constexpr int64_t kMaxMaskElements = int64_t(1) << 26;
+
+/// Index into `from` (broadcast, numpy rules) of element `flat` of `to`.
+int64_t broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
+                       int64_t flat) {
+  int64_t index = 0, stride = 1;
+  for (int64_t d = (int64_t)to.size() - 1; d >= 0; --d) {
+    int64_t coord = flat % to[d];
+    flat /= to[d];
+    int64_t fd = d - ((int64_t)to.size() - (int64_t)from.size());
+    if (fd >= 0) {
+      if (from[fd] != 1)
+        index += coord * stride;
+      stride *= from[fd];
+    }
+  }
+  return index;
+}
+
+std::optional<HostValue> evaluateHost(Value v, int depth = 0) {
+  auto type = typeOf(v);
+  if (depth > 32 || type.getNumElements() > kMaxMaskElements)
+    return std::nullopt;
+  Shape shape(type.getShape());
+  Operation *op = v.getDefiningOp();
+  if (!op)
+    return std::nullopt;
+  auto operand = [&](unsigned i) { return evaluateHost(op->getOperand(i), depth + 1); };
+  // Elementwise with broadcasting, from operand values to this value.
+  auto map = [&](auto f) -> std::optional<HostValue> {
+    SmallVector<HostValue> in;
+    for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+      auto x = operand(i);
+      if (!x)
+        return std::nullopt;
+      in.push_back(std::move(*x));
+    }
+    HostValue out{shape, std::vector<double>(type.getNumElements())};
+    SmallVector<double> args(in.size());
+    for (int64_t e = 0; e < (int64_t)out.data.size(); ++e) {
+      for (size_t i = 0; i < in.size(); ++i)
+        args[i] = in[i].data[broadcastIndex(in[i].shape, shape, e)];
+      out.data[e] = f(args);
+    }
+    return out;
+  };
+  if (auto c = dyn_cast<dsc::ConstantOp>(op)) {
+    auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+    if (!dense)
+      return std::nullopt;
+    HostValue out{shape, {}};
+    out.data.reserve(type.getNumElements());
+    if (isa<FloatType>(dense.getElementType())) {
+      if (dense.isSplat())
+        out.data.assign(type.getNumElements(),
+                        dense.getSplatValue<APFloat>().convertToDouble());
+      else
+        for (APFloat f : dense.getValues<APFloat>())
+          out.data.push_back(f.convertToDouble());
+    } else if (dense.getElementType().isInteger(1)) {
+      if (dense.isSplat())
+        out.data.assign(type.getNumElements(), dense.getSplatValue<bool>());
+      else
+        for (bool b : dense.getValues<bool>())
+          out.data.push_back(b);
+    } else {
+      return std::nullopt;
+    }
+    return out;
+  }
+  if (isa<dsc::ReshapeOp>(op)) {
+    auto x = operand(0);
+    if (x)
+      x->shape = shape;
+    return x;
+  }
+  if (isa<dsc::ExpandOp, dsc::CastOp>(op)) {
+    if (isa<dsc::CastOp>(op) && !isa<FloatType>(type.getElementType()) &&
+        !type.getElementType().isInteger(1))
+      return std::nullopt;
+    bool toBool = type.getElementType().isInteger(1);
+    return map([&](ArrayRef<double> a) { return toBool ? double(a[0] != 0) : a[0]; });
+  }
+  if (isa<dsc::NotOp>(op))
+    return map([](ArrayRef<double> a) { return double(a[0] == 0); });
+  if (isa<dsc::WhereOp>(op))
+    return map([](ArrayRef<double> a) { return a[0] != 0 ? a[1] : a[2]; });
+  if (isa<dsc::AddOp>(op))
+    return map([](ArrayRef<double> a) { return a[0] + a[1]; });
+  if (isa<dsc::SubOp>(op))
+    return map([](ArrayRef<double> a) { return a[0] - a[1]; });
+  if (isa<dsc::MulOp>(op))
+    return map([](ArrayRef<double> a) { return a[0] * a[1]; });
+  if (isa<dsc::EqualOp>(op))
+    return map([](ArrayRef<double> a) { return double(a[0] == a[1]); });
+  if (auto t = dyn_cast<dsc::TriluOp>(op)) {
+    auto x = operand(0);
+    if (!x || shape.size() < 2)
+      return std::nullopt;
+    int64_t rows = shape[shape.size() - 2], cols = shape.back();
+    int64_t k = t.getK();
+    for (int64_t e = 0; e < (int64_t)x->data.size(); ++e) {
+      int64_t j = e % cols, i = (e / cols) % rows;
+      bool keep = t.getUpper() ? j - i >= k : j - i <= k;
+      if (!keep)
+        x->data[e] = 0;
+    }
+    return x;
+  }
+  return std::nullopt;
+}
+
 /// A mask term's values on the host, broadcast to `shape` (rank 4).
 std::optional<std::vector<double>> evaluate(const MaskTerm &t,
                                             ArrayRef<int64_t> shape) {
-  auto c = t.value.getDefiningOp<dsc::ConstantOp>();
-  auto dense = c ? dyn_cast<DenseElementsAttr>(c.getValue()) : nullptr;
-  if (!dense)
+  std::optional<HostValue> v = evaluateHost(t.value);
+  if (!v)
     return std::nullopt;
-  auto tt = typeOf(t.value);
-  Shape ts(4 - tt.getRank(), 1);
-  ts.append(tt.getShape().begin(), tt.getShape().end());
-  std::vector<double> src;
-  if (t.fill) {
-    for (bool b : dense.getValues<bool>())
-      src.push_back(b != t.negate ? 0.0 : *t.fill * t.factor);
-  } else if (isa<FloatType>(dense.getElementType())) {
-    for (APFloat f : dense.getValues<APFloat>())
-      src.push_back(f.convertToDouble() * t.factor);
-  } else {
-    return std::nullopt;
+  int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+  std::vector<double> out(n);
+  for (int64_t e = 0; e < n; ++e) {
+    double x = v->data[broadcastIndex(v->shape, shape, e)];
+    if (t.fill)
+      out[e] = (x != 0) != t.negate ? 0.0 : *t.fill * t.factor;
+    else
+      out[e] = x * t.factor;
   }
-  std::vector<double> out(shape[0] * shape[1] * shape[2] * shape[3]);
-  size_t e = 0;
-  for (int64_t a = 0; a < shape[0]; ++a)
-    for (int64_t b = 0; b < shape[1]; ++b)
-      for (int64_t i = 0; i < shape[2]; ++i)
-        for (int64_t j = 0; j < shape[3]; ++j) {
-          int64_t idx[4] = {a, b, i, j}, flat = 0;
-          for (int d = 0; d < 4; ++d)
-            flat = flat * ts[d] + (ts[d] == 1 ? 0 : idx[d]);
-          out[e++] = src[flat];
-        }
   return out;
 }
 
@@ -326,9 +445,10 @@ std::optional<int64_t> causalWindow(const std::vector<double> &mask,
 MaskPlan planMask(const AttentionMatch &m) {
   MaskPlan plan;
   SmallVector<MaskTerm> constants;
+  // Terms that do not depend on a function argument are evaluated on the
+  // host (constants and the ops that build masks from them).
   for (const MaskTerm &t : m.masks)
-    (t.value.getDefiningOp<dsc::ConstantOp>() ? constants : plan.operandTerms)
-        .push_back(t);
+    (dependsOnArgument(t.value) ? plan.operandTerms : constants).push_back(t);
   if (constants.empty())
     return plan;
   auto probabilities = typeOf(m.root->getOperand(0));
