@@ -307,6 +307,17 @@ Status checkDisjoint(const dsc::ArgSpec *argSpecs, const Tensor *args,
 }
 )cpp";
 
+/// The name a fused kernel is generated under before it gets its own.
+constexpr const char *kFusedPlaceholder = "dsc_fused_kernel_name_";
+
+std::string replaceAll(std::string text, llvm::StringRef from,
+                       llvm::StringRef to) {
+  for (size_t at = text.find(from.str()); at != std::string::npos;
+       at = text.find(from.str(), at + to.size()))
+    text.replace(at, from.size(), to.str());
+  return text;
+}
+
 /// Constant arrays are named kConst0, kConst1, ... in order.
 constexpr const char *kConstPrefix = "kConst";
 
@@ -483,6 +494,8 @@ private:
   codegen::FusionPlan fusion_;
   std::vector<std::string> fusedNames_;
   std::string fusedText_;
+  /// Each distinct fused kernel (its text, named kFusedPlaceholder) by name.
+  llvm::StringMap<std::string> fusedByText_;
   unsigned fusedCount_ = 0;
   llvm::DenseMap<Attribute, std::string> constants_;
   std::string constantsText_, functionsText_;
@@ -871,10 +884,15 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
     fusion_ = codegen::planFusion(func, [&](Operation *op) {
       return dead.contains(op) || folded_.contains(op);
     });
+    // A chain that recurs (every layer has the same ones) is one kernel.
     for (const codegen::FusionGroup &g : fusion_.groups) {
-      std::string name = "fused" + std::to_string(fusedCount_++);
-      fusedText_ += codegen::emitFusedKernel(g, name);
-      fusedNames_.push_back(name);
+      std::string text = codegen::emitFusedKernel(g, kFusedPlaceholder);
+      auto [it, isNew] = fusedByText_.try_emplace(text, "");
+      if (isNew) {
+        it->second = "fused" + std::to_string(fusedCount_++);
+        fusedText_ += replaceAll(text, kFusedPlaceholder, it->second);
+      }
+      fusedNames_.push_back(it->second);
     }
   }
   planOptions.isVirtual = [&](Value v) { return fusion_.internal.contains(v); };
