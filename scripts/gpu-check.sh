@@ -29,12 +29,14 @@ bundle=${2:-gpu-bundle}
 root=$(cd "$(dirname "$0")/.." && pwd)
 fixtures=test/fixtures
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on shared machines
+families="hf_llama hf_mistral hf_qwen2 hf_gpt2_sdpa hf_bert_cls hf_vit nanogpt_sdpa"
 
 build() {
   local dsc=${DSC:-$root/build/bin/dsc}
   [ -x "$dsc" ] || { echo "gpu-check: $dsc not built (make build)" >&2; exit 1; }
   rm -rf "$bundle" && mkdir -p "$bundle/bin"
-  cp "$root/build/bin/dsc-cuda-tests" "$root/build/bin/dsrun" "$bundle/bin/"
+  cp "$root/build/bin/dsc-cuda-tests" "$root/build/bin/dsrun" \
+    "$root/build/bin/dsc-attention-bench" "$bundle/bin/"
   local c="$dsc compile --target cuda"
   set -e
   # Single rank, float32, as test/e2e/torch_*.test on the CPU.
@@ -69,12 +71,20 @@ build() {
     $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_s3_n4"
   $c --f64 --micro-batch 1 --sharding HYBRID_SHARD --hybrid-group 2 --world-size 4 \
     $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_hybrid"
+  # The HF families (dsc.attention: the own kernel in fp32, cuDNN in bf16).
+  for m in $families; do
+    $c --micro-batch 4 $fixtures/models/${m}_opset17.onnx -o "$bundle/bin/$m"
+    $c --micro-batch 4 --precision bf16 $fixtures/models/${m}_opset17.onnx \
+      -o "$bundle/bin/${m}_bf16"
+  done
   # GPT-2 124M from shapes alone (bench/gpt2_124m.py export), micro-batch 16.
   if [ -f "$bundle/../gpt2_124m.onnx" ] || [ -n "${GPT2_124M:-}" ]; then
     local g=${GPT2_124M:-$bundle/../gpt2_124m.onnx}
     $c --micro-batch 16 --lr 6e-4 --weight-decay 0.1 "$g" -o "$bundle/bin/gpt2_124m"
     $c --micro-batch 16 --lr 6e-4 --weight-decay 0.1 --precision bf16 "$g" \
       -o "$bundle/bin/gpt2_124m_bf16"
+    $c --micro-batch 16 --lr 6e-4 --weight-decay 0.1 --precision bf16 \
+      --no-fuse-attention "$g" -o "$bundle/bin/gpt2_124m_bf16_unfused"
   fi
   set +e
   strip "$bundle"/bin/* 2>/dev/null
@@ -155,6 +165,20 @@ run() {
       --dump-grads $t/g_$m.safetensors --dump-params $t/p_$m.safetensors && \
       python3 test/e2e/check_against_torch.py --ref $ref/$r --exporter opset17 $extra \
       --grads $t/g_$m.safetensors --params $t/p_$m.safetensors --grad-tol 1e-5 --param-tol 1e-5"
+  done
+  # The HF families through dsc.attention: fp32 (dsc's own attention
+  # kernel) within 1e-4 of PyTorch's float64 gradients and AdamW step, as
+  # on the CPU; bf16 (cuDNN's fused attention) within 8 u of them.
+  for m in $families; do
+    check "grads_vs_torch_$m" bash -c "'$b/$m' --batch $ref/$m/batch.safetensors \
+      --init $fixtures/models/${m}_opset17.onnx --steps 1 --quiet \
+      --dump-grads $t/g_$m.safetensors --dump-params $t/p_$m.safetensors && \
+      python3 test/e2e/check_against_torch.py --ref $ref/$m --exporter opset17 \
+      --grads $t/g_$m.safetensors --params $t/p_$m.safetensors --grad-tol 1e-4 --param-tol 1e-4"
+    check "grads_bf16_vs_f64_$m" bash -c "'$b/${m}_bf16' --batch $ref/$m/batch.safetensors \
+      --init $fixtures/models/${m}_opset17.onnx --steps 1 --quiet \
+      --dump-grads $t/g_${m}_bf16.safetensors && python3 test/e2e/compare_grads.py \
+      $ref/$m/grads_f64.safetensors $t/g_${m}_bf16.safetensors --precision bf16 --units 8"
   done
   # Mixed precision: dsc's bf16 / fp16 gradients as accurate as PyTorch
   # autocast's on this GPU (scripts/make_autocast_refs.py; both against the
@@ -239,6 +263,11 @@ PY
   : >"$out/torch.jsonl"
   echo "== dsc, bf16 (dsc-mixed-precision)"
   timeout 240 "$b/gpt2_124m_bf16" $common --log "$out/dsc_bf16.jsonl" 2>&1 | tee "$out/dsc_bf16.log"
+  echo "== dsc, bf16, attention as exported (--no-fuse-attention)"
+  timeout 240 "$b/gpt2_124m_bf16_unfused" $common --log "$out/dsc_bf16_unfused.jsonl" 2>&1 | tee "$out/dsc_bf16_unfused.log"
+  echo "== attention alone: dsc (cuDNN, own kernel) and PyTorch SDPA"
+  timeout 120 "$b/dsc-attention-bench" 2>&1 | tee "$out/attention_dsc.txt"
+  timeout 120 python3 bench/attention_torch.py 2>&1 | tee "$out/attention_torch.jsonl"
   echo "== dsc, fp32 with TF32 GEMMs"
   DSC_ALLOW_TF32=1 timeout 240 "$b/gpt2_124m" $common --log "$out/dsc_tf32.jsonl" 2>&1 | tee "$out/dsc_tf32.log"
   if [ -z "${BENCH_QUICK:-}" ]; then
@@ -261,7 +290,7 @@ for _ in range(10): a @ b
 torch.cuda.synchronize(); ceiling = 2 * 8192**3 * 10 / (time.perf_counter() - t) / 1e12
 flops = 6 * 124439808 * 16 * 1024 + 12 * 12 * 1024 * 1024 * 768 * 16  # 6N per token + attention
 rows = []
-for name in ("dsc_bf16", "dsc_tf32", "dsc_fp32"):
+for name in ("dsc_bf16", "dsc_bf16_unfused", "dsc_tf32", "dsc_fp32"):
     try:
         steps = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
     except OSError:
