@@ -89,7 +89,9 @@ build() {
   set +e
   strip "$bundle"/bin/* 2>/dev/null
   # One compressed file travels to the GPU machine (a few MB, not ~70).
-  tar -cJf "$bundle.tar.xz" -C "$(dirname "$bundle")" "$(basename "$bundle")"
+  # xz -9's 64 MiB window spans several programs, which share most of
+  # their bytes (the runtime they link): ~14 MB instead of ~52.
+  tar -cf - -C "$(dirname "$bundle")" "$(basename "$bundle")" | xz -9 -T2 >"$bundle.tar.xz"
   du -sh "$bundle" "$bundle.tar.xz"
 }
 
