@@ -366,6 +366,13 @@ std::optional<Status> cudnnAttentionBackward(
           s, q, mask, attrs,
           {&q, &k, &v, &mask, &out, &lse, &gradOut, &gradQ, &gradK, &gradV}))
     return std::nullopt;
+  // A bias broadcast over the queries ([B, 1, 1, Tk]: key padding) gives
+  // wrong gradients through cuDNN 9.14's backward on an H200 (measured by
+  // CudaAttention.FloatMasks, 2026-12-01); its forward is right. The own
+  // kernel takes that backward (both read the same lse).
+  if (s.hasMask && mask.dims().size() == 4 && mask.dims()[2] == 1 &&
+      s.queries > 1)
+    return std::nullopt;
   Request r{s, q.dtype, mask.dtype, mask, attrs};
   GraphPtr g = cachedGraph(1, r);
   if (!g)

@@ -158,7 +158,8 @@ private:
 };
 
 /// The device result of `gpu` equals the host result of `cpu` within
-/// |g - c| <= atol + rtol * |c| element by element (NaN only where NaN).
+/// |g - c| <= atol + rtol * |c| element by element (NaN only where NaN, an
+/// infinity only where the same infinity).
 inline void expectClose(const DevTensor &cpu, const DevTensor &gpu,
                         double rtol = 1e-5, double atol = 1e-6,
                         const std::string &what = "") {
@@ -169,7 +170,7 @@ inline void expectClose(const DevTensor &cpu, const DevTensor &gpu,
   int reported = 0;
   for (int64_t i = 0; i < g.numel(); ++i) {
     double c = DevTensor::get(cpu.host(), i), d = DevTensor::get(g, i);
-    bool ok = (std::isnan(c) && std::isnan(d)) ||
+    bool ok = (std::isnan(c) && std::isnan(d)) || (std::isinf(c) && c == d) ||
               std::fabs(c - d) <= atol + rtol * std::fabs(c);
     if (!ok && reported++ < 5)
       ADD_FAILURE() << what << " element " << i << ": cpu " << c << ", cuda "
