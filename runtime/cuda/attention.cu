@@ -9,7 +9,9 @@
 //  2. Everything else, and whatever cuDNN declines, runs dsc's own tiled
 //     kernels (attention_flash.cuh): f32 and f64 in their type, f16/bf16
 //     storage in f32, dropout drawn with cpu::attentionDropoutKeep so the
-//     mask is the CPU's bit for bit.
+//     mask is the CPU's bit for bit. Float compute (f32, f16/bf16 storage)
+//     with head dims up to 64 takes the register-tiled kernels of
+//     attention_fast.cuh; f64 and larger head dims the generic ones.
 //
 // Both paths write the same lse (natural-log log-sum-exp of the masked
 // scaled scores, -inf for an empty row), so the backward of either may
@@ -19,11 +21,13 @@
 
 #include "cpu/checks_math.h"
 #include "cuda/attention_cudnn.h"
+#include "cuda/attention_fast.cuh"
 #include "cuda/attention_flash.cuh"
 #include "cuda/kernels.h"
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 namespace dsc::cuda {
 
@@ -35,6 +39,7 @@ using cpu::detail::checkAttentionBackward;
 namespace {
 
 constexpr int kAttnThreads = 256;
+static_assert(kAttnThreads == kFastThreads);
 
 int maxSharedBytes() {
   int device = 0, bytes = 48 << 10;
@@ -73,16 +78,28 @@ AttnParams<T> makeParams(const AttentionShape &s, const Tensor &q,
   return p;
 }
 
+/// Launches `kernel` with `bytes` of dynamic shared memory.
+template <typename T, typename Kernel>
+Status launchBytes(Kernel kernel, dim3 grid, int64_t bytes,
+                   const AttnParams<T> &p, const char *name) {
+  DSC_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  kernel<<<grid, kAttnThreads, size_t(bytes), stream()>>>(p);
+  DSC_CUDA_LAUNCHED(name);
+  return Status();
+}
+
 /// Launches `kernel` with `smemElems` elements of dynamic shared memory.
 template <typename T, typename Kernel>
 Status launch(Kernel kernel, dim3 grid, int64_t smemElems,
               const AttnParams<T> &p, const char *name) {
-  size_t bytes = size_t(smemElems) * sizeof(T);
-  DSC_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<grid, kAttnThreads, bytes, stream()>>>(p);
-  DSC_CUDA_LAUNCHED(name);
-  return Status();
+  return launchBytes(kernel, grid, smemElems * int64_t(sizeof(T)), p, name);
+}
+
+/// Whether the register-tiled kernels (attention_fast.cuh) take `p`.
+template <typename T> bool useFast(const AttnParams<T> &p) {
+  return std::is_same_v<T, float> && fastAttentionFits(p.d, p.dv) &&
+         backwardKVFastSmemBytes() <= maxSharedBytes();
 }
 
 Status gridFits(const Call &call, int64_t x, int64_t y) {
@@ -95,6 +112,15 @@ Status gridFits(const Call &call, int64_t x, int64_t y) {
 template <typename E>
 Status ownForward(const Call &call, AttnParams<typename E::T> p) {
   using T = typename E::T;
+  if constexpr (std::is_same_v<T, float>)
+    if (useFast(p)) {
+      int64_t tiles = (p.tq + kFastTile - 1) / kFastTile;
+      if (Status st = gridFits(call, p.batch * p.heads, tiles); !st.ok())
+        return st;
+      return launchBytes(attnForwardFast<E>,
+                         dim3(unsigned(p.batch * p.heads), unsigned(tiles)),
+                         forwardFastSmemBytes(), p, "attnForwardFast");
+    }
   int tile = pickTile<T>(forwardSmem, p.d, p.dv);
   if (!tile)
     return call.fail("head dims too large for the attention kernel",
@@ -132,6 +158,24 @@ Status ownBackward(const Call &call, AttnParams<typename E::T> p) {
   int64_t rows = p.batch * p.heads * p.tq;
   attnRowPrep<E><<<blocksFor(rows * 32), kThreads, 0, stream()>>>(p);
   DSC_CUDA_LAUNCHED("attnRowPrep");
+  if constexpr (std::is_same_v<T, float>)
+    if (useFast(p)) {
+      int64_t qTiles = (p.tq + kFastTile - 1) / kFastTile;
+      int64_t kTiles = (p.tk + kFastTile - 1) / kFastTile;
+      if (Status st =
+              gridFits(call, p.batch * p.heads, std::max(qTiles, kTiles));
+          !st.ok())
+        return st;
+      if (Status st = launchBytes(
+              attnBackwardQFast<E>,
+              dim3(unsigned(p.batch * p.heads), unsigned(qTiles)),
+              backwardQFastSmemBytes(), p, "attnBackwardQFast");
+          !st.ok())
+        return st;
+      return launchBytes(attnBackwardKVFast<E>,
+                         dim3(unsigned(p.batch * p.kvHeads), unsigned(kTiles)),
+                         backwardKVFastSmemBytes(), p, "attnBackwardKVFast");
+    }
   p.br = p.bc = tileQ;
   int64_t qTiles = (p.tq + tileQ - 1) / tileQ;
   int64_t kTiles = (p.tk + tileKV - 1) / tileKV;
