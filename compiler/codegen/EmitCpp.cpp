@@ -654,12 +654,10 @@ LogicalResult Emitter::orderFunctions() {
   };
   if (failed(visit(entry)))
     return failure();
+  // Only what the entry calls: @forward beside @train_step would double the
+  // source (and nvcc's time) for code the program never runs.
   for (func::FuncOp f : order_)
     reachable_.insert(f);
-  // Every other function too (e.g. @forward), so the file shows them all.
-  for (auto f : module_.getOps<func::FuncOp>())
-    if (failed(visit(f)))
-      return failure();
   return success();
 }
 
@@ -930,8 +928,6 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
      << ", " << count(func.getNumResults(), "result") << "; arena frame "
      << bytesText(plan.totalBytes) << " (its own values "
      << bytesText(plan.ownBytes) << ")\n";
-  if (!reachable_.contains(func))
-    os << "[[maybe_unused]] ";
   os << "Status " << functionIdentifier(fname)
      << "([[maybe_unused]] const Context &ctx,\n"
      << "    [[maybe_unused]] const Tensor *args,\n"
