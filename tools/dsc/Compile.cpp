@@ -553,7 +553,8 @@ int buildCuda(const CompileOptions &o, const std::string &cuPath) {
       nvcc, "-std=c++17", "-Xcompiler=-O" + o.hostOpt,
       // As the runtime's elementwise kernels: no contracted multiply-adds,
       // so a fused chain rounds as the ops do one by one.
-      "-fmad=false", "-gencode=arch=compute_" + sm + ",code=sm_" + sm,
+      "-fmad=false", "--threads=0", // the SASS and PTX passes in parallel
+      "-gencode=arch=compute_" + sm + ",code=sm_" + sm,
       "-gencode=arch=compute_" + virt + ",code=compute_" + virt,
       "-I" DSC_RUNTIME_INCLUDE_DIR, "-I" DSC_RUNTIME_SOURCE_DIR, cuPath,
       DSC_RUNTIME_CUDA_LIBRARY, DSC_RUNTIME_LIBRARY, "-L" DSC_CUDA_LIBRARY_DIR,
