@@ -239,22 +239,10 @@ Value peelScale(Value v, double &scale) {
 // Step 2: the mask
 //===----------------------------------------------------------------------===//
 
-bool dependsOnArgument(Value root) {
-  SmallVector<Value> work{root};
-  llvm::DenseSet<Value> seen;
-  while (!work.empty()) {
-    Value v = work.pop_back_val();
-    if (!seen.insert(v).second)
-      continue;
-    if (isa<BlockArgument>(v))
-      return true;
-    for (Value operand : v.getDefiningOp()->getOperands())
-      work.push_back(operand);
-  }
-  return false;
-}
-
-bool dependsOnParameter(Value root) {
+/// Whether `root` is computed from a function argument for which `pred`
+/// holds (every argument when pred is null).
+bool dependsOnArgument(Value root,
+                       function_ref<bool(BlockArgument)> pred = nullptr) {
   SmallVector<Value> work{root};
   llvm::DenseSet<Value> seen;
   while (!work.empty()) {
@@ -262,8 +250,7 @@ bool dependsOnParameter(Value root) {
     if (!seen.insert(v).second)
       continue;
     if (auto arg = dyn_cast<BlockArgument>(v)) {
-      auto f = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
-      if (f && f.getArgAttr(arg.getArgNumber(), "dsc.param"))
+      if (!pred || pred(arg))
         return true;
       continue;
     }
@@ -271,6 +258,13 @@ bool dependsOnParameter(Value root) {
       work.push_back(operand);
   }
   return false;
+}
+
+bool dependsOnParameter(Value root) {
+  return dependsOnArgument(root, [](BlockArgument arg) {
+    auto f = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    return f && f.getArgAttr(arg.getArgNumber(), "dsc.param");
+  });
 }
 
 /// Host values of a small mask subgraph (constants, and the trilu, not,
@@ -572,7 +566,7 @@ void rewrite(AttentionMatch &m, int64_t seedId) {
       b, loc, query, key, value, mask, b.getF64FloatAttr(m.scale),
       b.getBoolAttr(plan.causal), b.getI64IntegerAttr(plan.window),
       b.getF64FloatAttr(m.dropout),
-      b.getI64IntegerAttr(m.dropout > 0 ? seedId : 0));
+      b.getI64IntegerAttr(seedId));
   m.root.getResult().replaceAllUsesWith(attention.getResult());
 }
 

@@ -484,7 +484,6 @@ private:
   AsmState asmState_;
 
   llvm::SmallVector<func::FuncOp> order_; // callees first
-  llvm::DenseSet<Operation *> reachable_; // from the entry
   llvm::DenseMap<Operation *, uint64_t> totalBytes_;
   llvm::DenseMap<Value, std::string> names_;
   /// Transposes the CUDA matmuls read transposed (this function's).
@@ -656,8 +655,6 @@ LogicalResult Emitter::orderFunctions() {
     return failure();
   // Only what the entry calls: @forward beside @train_step would double the
   // source (and nvcc's time) for code the program never runs.
-  for (func::FuncOp f : order_)
-    reachable_.insert(f);
   return success();
 }
 

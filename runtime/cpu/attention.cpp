@@ -119,6 +119,20 @@ bool shapeIs4(const Tensor &t, int64_t a, int64_t b, int64_t c, int64_t d) {
   return shapeIs(t, {a, b, c, d});
 }
 
+/// What forward and backward check alike: dtypes, operand and mask shapes,
+/// attributes; fills `s`.
+Status checkOperands(Call &call, const Tensor &q, const Tensor &k,
+                     const Tensor &v, const Tensor &mask, const Tensor &lse,
+                     const AttentionAttrs &attrs, AttentionShape &s) {
+  if (Status st = checkDTypes(call, q, k, v, mask, lse); !st.ok())
+    return st;
+  if (Status st = checkOperandShapes(call, q, k, v, s); !st.ok())
+    return st;
+  if (Status st = checkMaskShape(call, mask, s); !st.ok())
+    return st;
+  return checkAttrs(call, attrs);
+}
+
 } // namespace
 
 Status detail::checkAttention(Call &call, const Tensor &q, const Tensor &k,
@@ -128,13 +142,7 @@ Status detail::checkAttention(Call &call, const Tensor &q, const Tensor &k,
   call.arg("q", q).arg("k", k).arg("v", v).arg("mask", mask);
   describeAttrs(call, attrs);
   call.arg("out", out).arg("lse", lse);
-  if (Status st = checkDTypes(call, q, k, v, mask, lse); !st.ok())
-    return st;
-  if (Status st = checkOperandShapes(call, q, k, v, s); !st.ok())
-    return st;
-  if (Status st = checkMaskShape(call, mask, s); !st.ok())
-    return st;
-  if (Status st = checkAttrs(call, attrs); !st.ok())
+  if (Status st = checkOperands(call, q, k, v, mask, lse, attrs, s); !st.ok())
     return st;
   if (out.dtype != q.dtype ||
       !shapeIs4(out, s.batch, s.heads, s.queries, s.valueDim))
@@ -158,13 +166,7 @@ Status detail::checkAttentionBackward(Call &call, const Tensor &q,
   call.arg("grad_q", gradQ).arg("grad_k", gradK).arg("grad_v", gradV);
   if (!lse.present() || !out.present())
     return call.fail("needs the forward's out and lse");
-  if (Status st = checkDTypes(call, q, k, v, mask, lse); !st.ok())
-    return st;
-  if (Status st = checkOperandShapes(call, q, k, v, s); !st.ok())
-    return st;
-  if (Status st = checkMaskShape(call, mask, s); !st.ok())
-    return st;
-  if (Status st = checkAttrs(call, attrs); !st.ok())
+  if (Status st = checkOperands(call, q, k, v, mask, lse, attrs, s); !st.ok())
     return st;
   for (const Tensor *t : {&out, &gradOut})
     if (t->dtype != q.dtype ||

@@ -76,6 +76,16 @@ __device__ inline void fastMma(float (&acc)[4][4], const float *A,
 }
 
 /// Max and sum over the 16 lanes of a row (a half warp), same bits in each.
+/// A thread's 4x4 tile s[i][j] (rows tr+i, columns tc+j) into shared
+/// memory transposed: dst[(tc + j) * kFastLd + tr + i], one float4 per j.
+__device__ inline void storeTransposed(const float (&s)[4][4], float *dst,
+                                       int tr, int tc) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    *reinterpret_cast<float4 *>(dst + (tc + j) * kFastLd + tr) =
+        make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
+}
+
 __device__ inline float rowMax16(float v) {
   for (int o = 8; o > 0; o >>= 1) {
     float other = __shfl_xor_sync(0xffffffffu, v, o);
@@ -145,10 +155,7 @@ __global__ void __launch_bounds__(kFastThreads)
       alpha[i] = mNew == ninf ? 1.0f : expf(mOld - mNew);
       l[i] = l[i] * alpha[i] + sum, m[i] = mNew;
     }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      *reinterpret_cast<float4 *>(Pt + (tc + j) * kFastLd + tr) =
-          make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
+    storeTransposed(s, Pt, tr, tc);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -229,10 +236,7 @@ __global__ void __launch_bounds__(kFastThreads)
         }
         s[i][j] = ds;
       }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      *reinterpret_cast<float4 *>(dSt + (tc + j) * kFastLd + tr) =
-          make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
+    storeTransposed(s, dSt, tr, tc);
     __syncthreads();
     fastMma(dq, dSt, Ks, tr, tc);
   }

@@ -36,24 +36,18 @@ namespace dsc::cuda::detail {
 // Element storage
 //===----------------------------------------------------------------------===//
 
-struct F32Elem {
-  using T = float;
+/// Storage that is its compute type (f32, f64).
+template <typename V> struct PlainElem {
+  using T = V;
   __device__ static T load(const void *p, int64_t i) {
-    return static_cast<const float *>(p)[i];
+    return static_cast<const V *>(p)[i];
   }
   __device__ static void store(void *p, int64_t i, T v) {
-    static_cast<float *>(p)[i] = v;
+    static_cast<V *>(p)[i] = v;
   }
 };
-struct F64Elem {
-  using T = double;
-  __device__ static T load(const void *p, int64_t i) {
-    return static_cast<const double *>(p)[i];
-  }
-  __device__ static void store(void *p, int64_t i, T v) {
-    static_cast<double *>(p)[i] = v;
-  }
-};
+using F32Elem = PlainElem<float>;
+using F64Elem = PlainElem<double>;
 struct Bf16Elem {
   using T = float;
   __device__ static T load(const void *p, int64_t i) {

@@ -673,9 +673,21 @@ FailureOr<Shape> checkAttention(std::optional<Location> loc, Value query,
   return Shape{qs[0], qs[1], qs[2], vs[3]};
 }
 
-Type lseElementType(MLIRContext *ctx, Value query) {
-  Type e = getElementTypeOrSelf(query.getType());
-  return e.isF64() ? e : Float32Type::get(ctx);
+/// dsc.attention's result and lse types, after checkAttention.
+template <typename Adaptor>
+FailureOr<std::pair<RankedTensorType, RankedTensorType>>
+attentionTypes(MLIRContext *ctx, std::optional<Location> loc, Adaptor &a) {
+  FailureOr<Shape> out = checkAttention(
+      loc, a.getQuery(), a.getKey(), a.getValue(), a.getMask(),
+      a.getScale().convertToDouble(), a.getWindow(),
+      a.getDropout().convertToDouble());
+  if (failed(out))
+    return failure();
+  Type e = getElementTypeOrSelf(a.getQuery().getType());
+  Type lse = e.isF64() ? e : Float32Type::get(ctx);
+  return std::make_pair(
+      RankedTensorType::get(*out, e),
+      RankedTensorType::get(ArrayRef<int64_t>(*out).drop_back(), lse));
 }
 
 } // namespace
@@ -686,16 +698,11 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *ctx,
                                             SmallVectorImpl<Type> &results) {
   if (failed(completeAttrs<AttentionOp>(ctx, loc, a)))
     return failure();
-  FailureOr<Shape> out = checkAttention(
-      loc, a.getQuery(), a.getKey(), a.getValue(), a.getMask(),
-      a.getScale().convertToDouble(), a.getWindow(),
-      a.getDropout().convertToDouble());
-  if (failed(out))
+  auto types = attentionTypes(ctx, loc, a);
+  if (failed(types))
     return failure();
-  Type e = getElementTypeOrSelf(a.getQuery().getType());
-  results.push_back(RankedTensorType::get(*out, e));
-  results.push_back(RankedTensorType::get(ArrayRef<int64_t>(*out).drop_back(),
-                                          lseElementType(ctx, a.getQuery())));
+  results.push_back(types->first);
+  results.push_back(types->second);
   return success();
 }
 
@@ -705,20 +712,15 @@ AttentionBackwardOp::inferReturnTypes(MLIRContext *ctx,
                                       SmallVectorImpl<Type> &results) {
   if (failed(completeAttrs<AttentionBackwardOp>(ctx, loc, a)))
     return failure();
-  FailureOr<Shape> out = checkAttention(
-      loc, a.getQuery(), a.getKey(), a.getValue(), a.getMask(),
-      a.getScale().convertToDouble(), a.getWindow(),
-      a.getDropout().convertToDouble());
-  if (failed(out))
+  auto types = attentionTypes(ctx, loc, a);
+  if (failed(types))
     return failure();
-  Type e = getElementTypeOrSelf(a.getQuery().getType());
-  auto resultType = RankedTensorType::get(*out, e);
-  auto lseType = RankedTensorType::get(ArrayRef<int64_t>(*out).drop_back(),
-                                       lseElementType(ctx, a.getQuery()));
+  auto [resultType, lseType] = *types;
   if (a.getGrad().getType() != resultType ||
       a.getOutput().getType() != resultType)
     return fail(loc, "attention_backward: grad and output must be " +
-                         shapeStr(*out) + " of the query's element type");
+                         shapeStr(resultType.getShape()) +
+                         " of the query's element type");
   if (a.getLse().getType() != lseType)
     return fail(loc, "attention_backward: lse must be " +
                          shapeStr(lseType.getShape()) + " " +
