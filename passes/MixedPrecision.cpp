@@ -396,6 +396,15 @@ void MixedPrecisionPass::makeComputeCopies(func::FuncOp step, func::FuncOp fb,
 }
 
 /// Step 3a, in @forward_backward: the loss gradient starts at the scale
+/// x * s for the f32 scalar s, in x's element type (a model may hold f16 or
+/// bf16 parameters of its own, whose gradients and loss are not f32).
+Value mulByScalar(OpBuilder &b, Location loc, Value x, Value s) {
+  Type element = cast<RankedTensorType>(x.getType()).getElementType();
+  if (cast<RankedTensorType>(s.getType()).getElementType() != element)
+    s = dsc::CastOp::create(b, loc, s, TypeAttr::get(element));
+  return dsc::MulOp::create(b, loc, x, s);
+}
+
 /// (an argument), and gradients leave divided by it, in fp32.
 LogicalResult scaleGradients(func::FuncOp fb, Value &scale) {
   Block &body = fb.front();
@@ -442,15 +451,15 @@ LogicalResult scaleGradients(func::FuncOp fb, Value &scale) {
   }
   b.setInsertionPointAfter(after);
   Value seedValue = seed->getResult(0);
-  Value scaled = dsc::MulOp::create(b, seed->getLoc(), seedValue, factor);
+  Value scaled = mulByScalar(b, seed->getLoc(), seedValue, factor);
   seedValue.replaceAllUsesExcept(scaled, scaled.getDefiningOp());
   b.setInsertionPoint(ret);
   Value inverse = dsc::ReciprocalOp::create(b, ret.getLoc(), factor);
   for (unsigned i = 0; i < ret.getNumOperands(); ++i)
     if (fb.getResultAttr(i, "dsc.grad") ||
         fb.getResultAttr(i, "dsc.bucket_grad"))
-      ret.setOperand(
-          i, dsc::MulOp::create(b, ret.getLoc(), ret.getOperand(i), inverse));
+      ret.setOperand(i,
+                     mulByScalar(b, ret.getLoc(), ret.getOperand(i), inverse));
   return success();
 }
 
