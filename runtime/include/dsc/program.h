@@ -161,6 +161,18 @@ struct ProgramSpec {
   /// "fp16"; parameters and optimizer state are fp32 masters in all three.
   const char *precision = "fp32";
   LossScalerSpec lossScaler = {};
+  /// What the program was built from and with (`./train --version`, the
+  /// checkpoint manifest). Null when not known.
+  const char *dscVersion = nullptr;     // "0.1 (MLIR 22.1.0)"
+  const char *compileCommand = nullptr; // the `dsc compile ...` line
+  const char *target = nullptr;         // "cpu", "cuda sm_90a"
+  const char *modelSha256 = nullptr;    // of the ONNX file, at compile time
+  const char *configJson = nullptr;     // the resolved ds_config, or null
+  /// Options the program reads before its own argv, as one line
+  /// ("--print-every 10 --tensorboard runs/"): run-time settings that came
+  /// from the compile (ds_config's steps_per_print, monitors, checkpoint).
+  /// argv overrides them.
+  const char *runDefaults = nullptr;
 };
 
 /// The whole program: parses argv, runs the steps, returns the exit code.
