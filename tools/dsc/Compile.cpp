@@ -558,7 +558,8 @@ int buildCuda(const CompileOptions &o, const std::string &cuPath) {
       "-gencode=arch=compute_" + virt + ",code=compute_" + virt,
       "-I" DSC_RUNTIME_INCLUDE_DIR, "-I" DSC_RUNTIME_SOURCE_DIR, cuPath,
       DSC_RUNTIME_CUDA_LIBRARY, DSC_RUNTIME_LIBRARY, "-L" DSC_CUDA_LIBRARY_DIR,
-      "-lcublasLt", "-lcudnn", "-lnvrtc", "-lnccl", "-lpthread", "-o", o.output};
+      "-lcublasLt", "-lcudnn", "-lnvrtc", "-lnccl", "-lpthread", "-ldl", "-o",
+      o.output};
   return runBuild("nvcc", argv, cuPath);
 #endif
 }
@@ -584,6 +585,7 @@ int build(const CompileOptions &o, const std::string &cppPath) {
                                    cppPath,
                                    DSC_RUNTIME_LIBRARY,
                                    "-lpthread",
+                                   "-ldl", // runtime/core/env.cpp's dlopen
                                    "-o",
                                    o.output};
 #ifdef DSC_PROGRAM_SANITIZE
