@@ -534,8 +534,8 @@ std::vector<EnvSection> envSections(const EnvInfo &env) {
   for (const char *name : kAlwaysShownVars)
     if (!findVar(env, name))
       vars.entries.emplace_back(name, "(not set)");
-  for (const auto &v : env.vars)
-    vars.entries.emplace_back(v.first, v.second);
+  for (const auto &v : env.vars) // set but empty still means something
+    vars.entries.emplace_back(v.first, v.second.empty() ? "\"\"" : v.second);
   std::sort(vars.entries.begin(), vars.entries.end());
   out.push_back(vars);
   return out;

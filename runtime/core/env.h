@@ -1,7 +1,7 @@
 //===- env.h - the machine a program runs on, probed at run time -*- C++
 //-*-===//
 //
-// What `dsc env` and `./train --version --env` report: the CUDA driver and
+// What `dsc env` and a compiled program's --version report: the CUDA driver and
 // its GPUs, the CUDA libraries a GPU program loads (runtime, cuDNN,
 // cuBLASLt, NCCL) with their versions and the files they came from, the
 // host, and the environment variables that change what a run does.

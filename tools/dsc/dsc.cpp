@@ -2,6 +2,7 @@
 //
 //   dsc import model.onnx [--micro-batch N] [--summary]   print the dsc IR
 //   dsc ops                                                supported ONNX ops
+//   dsc env [--json]                                       GPUs, CUDA libraries
 //
 //===----------------------------------------------------------------------===//
 
@@ -9,6 +10,7 @@
 #include "dialects/dsc/IR/DscOps.h"
 #include "tools/dsc/Common.h"
 #include "tools/dsc/Compile.h"
+#include "tools/dsc/Env.h"
 #include "tools/dsc/MemoryReport.h"
 #include "tools/dsc/Summary.h"
 
@@ -47,8 +49,10 @@ commands:
              schedule, ZeRO sharding) into a native program
   estimate   memory per GPU/rank of every ZeRO stage, before any run
   ops        list the ONNX operators (default domain) dsc can import
+  env        dsc's build, the CUDA toolkit, GPUs, driver and libraries, the
+             host: what a bug report should include (--json for JSON)
   help       this text; `dsc help import` for the options of a command
-  version    print the version
+  version    print the version and the commit dsc was built from
 
 Run `dsc import --help` and `dsc compile --help` for their options. docs/ops.md lists the
 supported operators and opsets, docs/architecture.md the pipeline.
@@ -225,6 +229,8 @@ int main(int argc, char **argv) {
     }
     if (args.size() >= 2 && args[1] == "compile")
       return dsc::runCompile({"--help"});
+    if (args.size() >= 2 && args[1] == "env")
+      return dsc::runEnv({"--help"});
     llvm::outs() << kUsage;
     return args.empty() ? 1 : 0;
   }
@@ -236,13 +242,17 @@ int main(int argc, char **argv) {
     return dsc::runCompile(args);
   if (command == "estimate")
     return runEstimate(args);
+  if (command == "env")
+    return dsc::runEnv(args);
   if (command == "ops") {
     for (const auto &op : dsc::supportedOnnxOps())
       llvm::outs() << op << "\n";
     return 0;
   }
   if (command == "version" || command == "--version") {
-    llvm::outs() << "dsc 0.1 (MLIR " << LLVM_VERSION_STRING << ")\n";
+    llvm::outs() << "dsc " << dsc::dscVersion() << " (MLIR "
+                 << LLVM_VERSION_STRING << ", commit " << dsc::dscBuildCommit()
+                 << ")\n";
     return 0;
   }
   return usageError("unknown command '" + command + "'", kUsage);
