@@ -20,9 +20,12 @@ APT_PACKAGES=(
   libgtest-dev ninja-build cmake g++ python3 python3-pip
   clang-22 libclang-rt-22-dev
 )
-# Python modules the tests and fixture generators import; the pip package
-# name equals the module name for all of them.
-PY_MODULES=(onnx numpy onnxruntime safetensors)
+# Python modules the tests and fixture generators import, as MODULE or
+# MODULE=PIP_PACKAGE where the package is named otherwise. tensorboard and
+# mlflow are the real readers of the metrics sinks (test/tools/
+# read_metrics.py); mlflow-skinny alone gives a working file-store
+# MlflowClient (a full `mlflow` install satisfies the import too).
+PY_MODULES=(onnx numpy onnxruntime safetensors tensorboard mlflow=mlflow-skinny)
 
 say() { echo "setup: $*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -72,13 +75,20 @@ fi
 
 command -v python3 >/dev/null 2>&1 || die "no python3 on PATH"
 
-missing_py=()
+missing_py=()   # pip packages to install
+missing_mods=() # the modules they must provide
+py_imports=()
+for entry in "${PY_MODULES[@]}"; do py_imports+=("${entry%%=*}"); done
 # One interpreter start when all is well; one per module only to name the
 # missing ones.
-all_imports=$(IFS=,; echo "${PY_MODULES[*]}")
+all_imports=$(IFS=,; echo "${py_imports[*]}")
 if ! python3 -c "import $all_imports" >/dev/null 2>&1; then
-  for mod in "${PY_MODULES[@]}"; do
-    python3 -c "import $mod" >/dev/null 2>&1 || missing_py+=("$mod")
+  for entry in "${PY_MODULES[@]}"; do
+    mod=${entry%%=*}
+    if ! python3 -c "import $mod" >/dev/null 2>&1; then
+      missing_py+=("${entry#*=}")
+      missing_mods+=("$mod")
+    fi
   done
 fi
 
@@ -115,8 +125,7 @@ EOF
     as_root env PIP_ROOT_USER_ACTION=ignore "$python" -m pip "${pip_args[@]}" \
       "${missing_py[@]}"
   fi
-  for mod in "${missing_py[@]}"; do
-    [[ " ${PIP_DISTS[*]} " == *" $mod "* ]] && continue
+  for mod in "${missing_mods[@]}"; do
     python3 -c "import $mod" >/dev/null 2>&1 ||
       die "installed $mod but 'python3 -c \"import $mod\"' still fails"
   done

@@ -51,6 +51,15 @@ struct RunInfo {
   std::map<std::string, std::string> tags;
 };
 
+/// The name DeepSpeed's monitor gives what `tag` measures, for the sinks
+/// that follow DeepSpeed's layout (the CSV monitor): "train/loss" ->
+/// "Train/Steps/train_loss", "train/lr" -> "Train/Steps/lr",
+/// "train/loss_scale" -> "Train/Steps/loss_scale". DeepSpeed's own names
+/// are "Train/Samples/..." because its x-axis is the global sample count;
+/// ours is the optimizer step, so the middle part says so. Tags DeepSpeed
+/// has no name for are returned unchanged. See docs/metrics.md.
+std::string deepspeedTag(const std::string &tag);
+
 Status openTensorBoard(const std::string &dir, const RunInfo &info,
                        std::unique_ptr<MetricsSink> &out);
 Status openMlflow(const std::string &dir, const RunInfo &info,
