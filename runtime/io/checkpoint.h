@@ -1,4 +1,5 @@
-//===- checkpoint.h - Training checkpoints on disk ---------------*- C++ -*-===//
+//===- checkpoint.h - Training checkpoints on disk ---------------*- C++
+//-*-===//
 //
 // A checkpoint is one directory per saved step:
 //
@@ -69,12 +70,12 @@ struct CheckpointFile {
 /// manifest.json, as written and read back.
 struct CheckpointManifest {
   int format = 1;
-  int64_t step = 0;           // the optimizer steps taken
-  std::string dscVersion;     // of the program that wrote it
-  std::string modelPath;      // the ONNX model compiled from
-  std::string modelSha256;    // its hash at compile time
-  std::string optimizer;      // "adamw", "sgd"
-  std::string precision;      // "fp32", "bf16", "fp16"
+  int64_t step = 0;        // the optimizer steps taken
+  std::string dscVersion;  // of the program that wrote it
+  std::string modelPath;   // the ONNX model compiled from
+  std::string modelSha256; // its hash at compile time
+  std::string optimizer;   // "adamw", "sgd"
+  std::string precision;   // "fp32", "bf16", "fp16"
   int worldSize = 1, groupSize = 1, stage = 0;
   std::string compileCommand; // the `dsc compile` command line
   std::string configJson;     // the resolved ds_config ("{}" if none)

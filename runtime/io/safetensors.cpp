@@ -1,6 +1,7 @@
 //===- safetensors.cpp - Read and write safetensors files -----------------===//
 
 #include "io/safetensors.h"
+#include "io/json.h"
 #include "io/output_file.h"
 
 #include <algorithm>
@@ -49,261 +50,6 @@ bool parseSafetensorsDtype(const std::string &name, DType &out) {
 }
 
 namespace {
-
-//===----------------------------------------------------------------------===//
-// A minimal JSON reader for the header: objects, arrays, strings, integers
-// (other scalars are parsed and kept as their text).
-//===----------------------------------------------------------------------===//
-
-struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  std::string text; // String value, or a Number's literal
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-};
-
-class JsonParser {
-public:
-  explicit JsonParser(const std::string &s) : s_(s) {}
-
-  bool parse(Json &out, std::string &error) {
-    if (!value(out, 0) || (skipSpace(), pos_ != s_.size())) {
-      error = error_.empty() ? "trailing characters" : error_;
-      error += " at byte " + std::to_string(pos_);
-      return false;
-    }
-    return true;
-  }
-
-private:
-  void skipSpace() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' ||
-                                s_[pos_] == '\t' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-  bool fail(const char *what) {
-    if (error_.empty())
-      error_ = what;
-    return false;
-  }
-  bool literal(const char *word) {
-    size_t n = std::strlen(word);
-    if (s_.compare(pos_, n, word) != 0)
-      return fail("unexpected token");
-    pos_ += n;
-    return true;
-  }
-
-  bool value(Json &out, int depth) {
-    if (depth > 64)
-      return fail("nesting too deep");
-    skipSpace();
-    if (pos_ >= s_.size())
-      return fail("unexpected end");
-    char c = s_[pos_];
-    if (c == '{')
-      return object(out, depth);
-    if (c == '[')
-      return array(out, depth);
-    if (c == '"') {
-      out.kind = Json::String;
-      return string(out.text);
-    }
-    if (c == 't' || c == 'f') {
-      out.kind = Json::Bool;
-      out.text = c == 't' ? "true" : "false";
-      return literal(c == 't' ? "true" : "false");
-    }
-    if (c == 'n') {
-      out.kind = Json::Null;
-      return literal("null");
-    }
-    size_t start = pos_;
-    while (pos_ < s_.size() &&
-           (std::isdigit(static_cast<unsigned char>(s_[pos_])) ||
-            std::strchr("+-.eE", s_[pos_])))
-      ++pos_;
-    if (start == pos_)
-      return fail("unexpected character");
-    out.kind = Json::Number;
-    out.text = s_.substr(start, pos_ - start);
-    return true;
-  }
-
-  bool object(Json &out, int depth) {
-    out.kind = Json::Object;
-    ++pos_; // '{'
-    skipSpace();
-    if (pos_ < s_.size() && s_[pos_] == '}')
-      return ++pos_, true;
-    while (true) {
-      skipSpace();
-      std::string key;
-      if (pos_ >= s_.size() || s_[pos_] != '"' || !string(key))
-        return fail("expected a member name");
-      skipSpace();
-      if (pos_ >= s_.size() || s_[pos_++] != ':')
-        return fail("expected ':'");
-      Json v;
-      if (!value(v, depth + 1))
-        return false;
-      out.members.emplace_back(std::move(key), std::move(v));
-      skipSpace();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == '}')
-        return ++pos_, true;
-      return fail("expected ',' or '}'");
-    }
-  }
-
-  bool array(Json &out, int depth) {
-    out.kind = Json::Array;
-    ++pos_; // '['
-    skipSpace();
-    if (pos_ < s_.size() && s_[pos_] == ']')
-      return ++pos_, true;
-    while (true) {
-      Json v;
-      if (!value(v, depth + 1))
-        return false;
-      out.items.push_back(std::move(v));
-      skipSpace();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == ']')
-        return ++pos_, true;
-      return fail("expected ',' or ']'");
-    }
-  }
-
-  static void appendUtf8(std::string &out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
-  }
-
-  bool hex4(uint32_t &cp) {
-    if (pos_ + 4 > s_.size())
-      return fail("bad \\u escape");
-    cp = 0;
-    for (int i = 0; i < 4; ++i) {
-      char h = s_[pos_++];
-      cp <<= 4;
-      if (h >= '0' && h <= '9')
-        cp |= h - '0';
-      else if (h >= 'a' && h <= 'f')
-        cp |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F')
-        cp |= h - 'A' + 10;
-      else
-        return fail("bad \\u escape");
-    }
-    return true;
-  }
-
-  bool string(std::string &out) {
-    ++pos_; // '"'
-    while (pos_ < s_.size()) {
-      char c = s_[pos_++];
-      if (c == '"')
-        return true;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size())
-        break;
-      char e = s_[pos_++];
-      switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out += e;
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        uint32_t cp;
-        if (!hex4(cp))
-          return false;
-        if (cp >= 0xd800 && cp < 0xdc00 && pos_ + 1 < s_.size() &&
-            s_[pos_] == '\\' && s_[pos_ + 1] == 'u') {
-          pos_ += 2;
-          uint32_t lo;
-          if (!hex4(lo))
-            return false;
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-        }
-        appendUtf8(out, cp);
-        break;
-      }
-      default:
-        return fail("bad escape");
-      }
-    }
-    return fail("unterminated string");
-  }
-
-  const std::string &s_;
-  size_t pos_ = 0;
-  std::string error_;
-};
-
-bool toUint(const Json &j, uint64_t &out) {
-  if (j.kind != Json::Number || j.text.empty() ||
-      j.text.find_first_not_of("0123456789") != std::string::npos ||
-      j.text.size() > 19)
-    return false;
-  out = std::stoull(j.text);
-  return true;
-}
-
-void appendJsonString(std::string &out, const std::string &s) {
-  out += '"';
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += '"';
-}
 
 std::string errnoText() { return std::strerror(errno); }
 
@@ -394,7 +140,7 @@ Status SafetensorsFile::read(const std::string &path) {
     uint64_t numel = 1;
     for (const Json &d : shape->items) {
       uint64_t v;
-      if (!toUint(d, v) || v > (uint64_t(1) << 48))
+      if (!jsonToUint(d, v) || v > (uint64_t(1) << 48))
         return fail(what + "bad shape entry");
       dims.push_back(static_cast<int64_t>(v));
       numel *= v;
@@ -403,8 +149,8 @@ Status SafetensorsFile::read(const std::string &path) {
     }
     uint64_t begin, end;
     if (!offsets || offsets->kind != Json::Array ||
-        offsets->items.size() != 2 || !toUint(offsets->items[0], begin) ||
-        !toUint(offsets->items[1], end))
+        offsets->items.size() != 2 || !jsonToUint(offsets->items[0], begin) ||
+        !jsonToUint(offsets->items[1], end))
       return fail(what + "missing data_offsets");
     if (end < begin || end > dataLen)
       return fail(what + "data_offsets [" + std::to_string(begin) + ", " +
