@@ -2,11 +2,13 @@
 //
 //   dsc import model.onnx [--micro-batch N] [--summary]   print the dsc IR
 //   dsc ops                                                supported ONNX ops
+//   dsc checkpoint list|verify|consolidate DIR             saved checkpoints
 //
 //===----------------------------------------------------------------------===//
 
 #include "compiler/import/OnnxImporter.h"
 #include "dialects/dsc/IR/DscOps.h"
+#include "tools/dsc/Checkpoint.h"
 #include "tools/dsc/Common.h"
 #include "tools/dsc/Compile.h"
 #include "tools/dsc/MemoryReport.h"
@@ -46,6 +48,8 @@ commands:
   compile    compile the whole training step (gradients, optimizer,
              schedule, ZeRO sharding) into a native program
   estimate   memory per GPU/rank of every ZeRO stage, before any run
+  checkpoint list, verify or consolidate the checkpoints a training run
+             saved (to safetensors, or back into the ONNX model)
   ops        list the ONNX operators (default domain) dsc can import
   help       this text; `dsc help import` for the options of a command
   version    print the version
@@ -225,6 +229,10 @@ int main(int argc, char **argv) {
     }
     if (args.size() >= 2 && args[1] == "compile")
       return dsc::runCompile({"--help"});
+    if (args.size() >= 2 && args[1] == "checkpoint") {
+      llvm::outs() << dsc::kCheckpointUsage;
+      return 0;
+    }
     llvm::outs() << kUsage;
     return args.empty() ? 1 : 0;
   }
@@ -236,6 +244,8 @@ int main(int argc, char **argv) {
     return dsc::runCompile(args);
   if (command == "estimate")
     return runEstimate(args);
+  if (command == "checkpoint")
+    return dsc::runCheckpoint(args);
   if (command == "ops") {
     for (const auto &op : dsc::supportedOnnxOps())
       llvm::outs() << op << "\n";
