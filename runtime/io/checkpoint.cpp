@@ -977,6 +977,77 @@ std::vector<std::string> removeStaleCheckpoints(const std::string &root) {
   return removed;
 }
 
+std::vector<std::string> checkpointSteps(const std::string &root) {
+  std::vector<std::pair<int64_t, std::string>> steps;
+  for (const std::string &name : listDir(root)) {
+    int64_t step;
+    std::string path = joinPath(root, name);
+    if (parseStepName(name, step) && isDirectory(path))
+      steps.emplace_back(step, path);
+  }
+  std::sort(steps.begin(), steps.end());
+  std::vector<std::string> out;
+  for (auto &entry : steps)
+    out.push_back(entry.second);
+  return out;
+}
+
+std::string describeCheckpoint(const CheckpointReader &reader,
+                               bool withTensors) {
+  const CheckpointManifest &m = reader.manifest();
+  uint64_t bytes = 0;
+  for (const CheckpointFile &f : m.files)
+    bytes += f.bytes;
+  int params = 0, optim = 0, other = 0;
+  int64_t paramElems = 0;
+  for (const CheckpointTensor &t : m.tensors) {
+    if (t.name.compare(0, 6, "param/") == 0) {
+      ++params;
+      paramElems += t.numel();
+    } else if (t.name.compare(0, 6, "optim/") == 0) {
+      ++optim;
+    } else {
+      ++other;
+    }
+  }
+  auto line = [](std::string &out, const char *key, const std::string &v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "  %-13s", key);
+    out += buf + v + "\n";
+  };
+  std::string out = reader.stepDir() + "\n";
+  line(out, "step", std::to_string(m.step));
+  line(out, "world size",
+       std::to_string(m.worldSize) +
+           (m.groupSize != m.worldSize
+                ? " (shard groups of " + std::to_string(m.groupSize) + ")"
+                : ""));
+  line(out, "ZeRO stage", std::to_string(m.stage));
+  line(out, "precision", m.precision.empty() ? "?" : m.precision);
+  line(out, "optimizer", m.optimizer.empty() ? "?" : m.optimizer);
+  line(out, "files",
+       std::to_string(m.files.size()) + ", " + std::to_string(bytes) +
+           " bytes");
+  line(out, "model",
+       (m.modelPath.empty() ? "?" : m.modelPath) +
+           (m.modelSha256.empty()
+                ? ""
+                : " (sha256 " + m.modelSha256.substr(0, 16) + "...)"));
+  line(out, "tensors",
+       std::to_string(m.tensors.size()) + ": " + std::to_string(params) +
+           " parameters (" + std::to_string(paramElems) + " elements), " +
+           std::to_string(optim) + " optimizer state, " +
+           std::to_string(other) + " other");
+  if (!m.dscVersion.empty())
+    line(out, "written by", m.dscVersion);
+  if (withTensors)
+    for (const CheckpointTensor &t : m.tensors)
+      out += "    " + t.name + " " + shapeText(t.dtype, t.shape) + " in " +
+             std::to_string(t.pieces.size()) +
+             (t.pieces.size() == 1 ? " piece\n" : " pieces\n");
+  return out;
+}
+
 //===----------------------------------------------------------------------===//
 // Reading
 //===----------------------------------------------------------------------===//

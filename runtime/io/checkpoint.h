@@ -149,6 +149,15 @@ private:
   std::unique_ptr<Files> files_; // opened shard files, by index
 };
 
+/// The `step_<N>` directories of `root`, oldest (lowest N) first.
+std::vector<std::string> checkpointSteps(const std::string &root);
+
+/// What `dsc checkpoint list` prints for one step: step, world size, stage,
+/// precision, files and bytes, model; with `withTensors` every tensor with
+/// its shape and piece count.
+std::string describeCheckpoint(const CheckpointReader &reader,
+                               bool withTensors);
+
 /// manifest.json text and back (tests and tools).
 std::string manifestToJson(const CheckpointManifest &m);
 Status manifestFromJson(const std::string &text, const std::string &what,

@@ -3,11 +3,13 @@
 //   dsc import model.onnx [--micro-batch N] [--summary]   print the dsc IR
 //   dsc ops                                                supported ONNX ops
 //   dsc env [--json]                                       GPUs, CUDA libraries
+//   dsc checkpoint list|verify|consolidate DIR             saved checkpoints
 //
 //===----------------------------------------------------------------------===//
 
 #include "compiler/import/OnnxImporter.h"
 #include "dialects/dsc/IR/DscOps.h"
+#include "tools/dsc/Checkpoint.h"
 #include "tools/dsc/Common.h"
 #include "tools/dsc/Compile.h"
 #include "tools/dsc/Env.h"
@@ -48,6 +50,8 @@ commands:
   compile    compile the whole training step (gradients, optimizer,
              schedule, ZeRO sharding) into a native program
   estimate   memory per GPU/rank of every ZeRO stage, before any run
+  checkpoint list, verify or consolidate the checkpoints a training run
+             saved (to safetensors, or back into the ONNX model)
   ops        list the ONNX operators (default domain) dsc can import
   env        dsc's build, the CUDA toolkit, GPUs, driver and libraries, the
              host: what a bug report should include (--json for JSON)
@@ -231,6 +235,10 @@ int main(int argc, char **argv) {
       return dsc::runCompile({"--help"});
     if (args.size() >= 2 && args[1] == "env")
       return dsc::runEnv({"--help"});
+    if (args.size() >= 2 && args[1] == "checkpoint") {
+      llvm::outs() << dsc::kCheckpointUsage;
+      return 0;
+    }
     llvm::outs() << kUsage;
     return args.empty() ? 1 : 0;
   }
@@ -244,6 +252,8 @@ int main(int argc, char **argv) {
     return runEstimate(args);
   if (command == "env")
     return dsc::runEnv(args);
+  if (command == "checkpoint")
+    return dsc::runCheckpoint(args);
   if (command == "ops") {
     for (const auto &op : dsc::supportedOnnxOps())
       llvm::outs() << op << "\n";

@@ -573,3 +573,25 @@ TEST(Checkpoint, ByteSizes) {
   EXPECT_FALSE(parseByteSize("5XB", b));
   EXPECT_FALSE(parseByteSize("99999999999999999999GB", b));
 }
+
+TEST(Checkpoint, StepsAndDescription) {
+  TempDir dir;
+  for (int64_t step : {10, 2, 9})
+    ASSERT_TRUE(save(dir.str(), step, 2).ok());
+  EXPECT_EQ(
+      checkpointSteps(dir.str()),
+      (std::vector<std::string>{dir.str() + "/step_2", dir.str() + "/step_9",
+                                dir.str() + "/step_10"}));
+  CheckpointReader reader;
+  ASSERT_TRUE(reader.open(dir.str()).ok());
+  std::string text = describeCheckpoint(reader, true);
+  // `latest` is the last step saved, not the highest.
+  EXPECT_NE(text.find("  step         9\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  ZeRO stage   3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  tensors      5: 3 parameters (44 elements), 1 "
+                      "optimizer state, 1 other\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("    param/b f32[11] in 2 pieces\n"), std::string::npos)
+      << text;
+}
