@@ -336,11 +336,12 @@ std::string blobPrelude(llvm::StringRef path) {
                         "dsc_constant_blob:\n.incbin \"" +
                         quoted + "\"\n.byte 0\n.popsection\n";
   return "// Constants of more than " +
-         std::to_string(kInlineConstantElements) +
-         " elements: the bytes of " + commentText(path) +
+         std::to_string(kInlineConstantElements) + " elements: the bytes of " +
+         commentText(path) +
          ", embedded at build time.\n#ifndef __CUDA_ARCH__\n__asm__(" +
          cppString(asmText) +
-         ");\n#endif\nextern \"C\" const unsigned char dsc_constant_blob[];\n\n";
+         ");\n#endif\nextern \"C\" const unsigned char "
+         "dsc_constant_blob[];\n\n";
 }
 
 /// After the constants of a CUDA program: their copies in each GPU's memory,
@@ -797,8 +798,8 @@ void Emitter::appendBlobConstant(ConstantOp op, DenseElementsAttr attr,
     os << ", ONNX node " << commentText(node);
   os << ": bytes [" << offset << ", " << constantBlob_.size()
      << ") of the constants file\nconst " << info.cType << " *const " << name
-     << " = reinterpret_cast<const " << info.cType
-     << " *>(dsc_constant_blob + " << offset << ");\n\n";
+     << " = reinterpret_cast<const " << info.cType << " *>(dsc_constant_blob + "
+     << offset << ");\n\n";
   blobConstantsText_ += text;
 }
 
@@ -1650,7 +1651,16 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << (options_.cuda ? "    /*device=*/dsc::cuda::device,\n"
                        : "    /*device=*/nullptr,\n")
      << "    /*precision=*/" << cppString(precision) << ",\n"
-     << "    /*lossScaler=*/" << lossScaler << ",\n};\n";
+     << "    /*lossScaler=*/" << lossScaler << ",\n";
+  auto text = [](const std::string &v) {
+    return v.empty() ? std::string("nullptr") : cppString(v);
+  };
+  os << "    /*dscVersion=*/" << text(options_.dscVersion) << ",\n"
+     << "    /*compileCommand=*/" << text(options_.compileCommand) << ",\n"
+     << "    /*target=*/" << text(options_.target) << ",\n"
+     << "    /*modelSha256=*/" << text(options_.modelSha256) << ",\n"
+     << "    /*configJson=*/" << text(options_.configJson) << ",\n"
+     << "    /*runDefaults=*/" << text(options_.runDefaults) << ",\n};\n";
   return success();
 }
 

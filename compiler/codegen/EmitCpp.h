@@ -68,6 +68,11 @@ struct EmitCppOptions {
   /// source embeds that file's bytes with the assembler's `.incbin`. Empty:
   /// every constant is a literal array (one self-contained file).
   std::string constantsPath;
+  /// Provenance and run-time defaults recorded in the spec (dsc/program.h:
+  /// dscVersion, compileCommand, target, modelSha256, configJson,
+  /// runDefaults); empty ones are null there.
+  std::string dscVersion, compileCommand, target, modelSha256, configJson,
+      runDefaults;
 };
 
 /// Constants up to this many elements are literals in the source.

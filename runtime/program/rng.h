@@ -50,6 +50,11 @@ public:
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 
+  /// The whole state, for checkpoints: a generator set to state() draws
+  /// what this one would draw next.
+  uint64_t state() const { return state_; }
+  void setState(uint64_t state) { state_ = state; }
+
 private:
   uint64_t state_;
 };

@@ -8,6 +8,7 @@
 #include "tools/dsc/Compile.h"
 #include "tools/dsc/Common.h"
 #include "tools/dsc/Config.h"
+#include "tools/dsc/Env.h"
 #include "tools/dsc/MemoryReport.h"
 
 #include <map>
@@ -17,10 +18,13 @@
 #include "dialects/dsc/IR/DscOps.h"
 #include "passes/Passes.h"
 
+#include "io/sha256.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
 
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -615,8 +619,48 @@ std::string constantsFileFor(const CompileOptions &o) {
   return (path + ".consts.bin").str();
 }
 
+/// The command line as a shell would take it back.
+std::string commandLine(const std::vector<std::string> &args) {
+  std::string line = "dsc compile";
+  for (const std::string &a : args) {
+    bool plain = !a.empty() &&
+                 a.find_first_not_of(
+                     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOP"
+                     "QRSTUVWXYZ0123456789-_=.,/:+@%") == std::string::npos;
+    if (plain) {
+      line += " " + a;
+      continue;
+    }
+    line += " '";
+    for (char c : a)
+      line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += "'";
+  }
+  return line;
+}
+
+/// What the program records of its making (dsc/program.h), and the
+/// run-time defaults the config gave.
+void setProvenance(const CompileOptions &o, const std::string &command,
+                   EmitCppOptions &options) {
+  options.dscVersion = std::string("0.1 (MLIR ") + LLVM_VERSION_STRING +
+                       ", commit " + dscBuildCommit() + ")";
+  options.compileCommand = command;
+  options.target = o.target == "cuda" ? "cuda " + o.cudaArch : "cpu";
+  std::string hash;
+  if (io::sha256File(o.model, hash).ok())
+    options.modelSha256 = hash;
+  options.configJson = o.config.json;
+  for (const std::string &a : o.config.runArgs) {
+    bool plain = a.find_first_of(" \t'") == std::string::npos && !a.empty();
+    options.runDefaults +=
+        (options.runDefaults.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
+  }
+}
+
 int runCompile(std::vector<std::string> args) {
   CompileOptions o;
+  std::string command = commandLine(args);
   int rc = parse(std::move(args), o);
   if (rc >= 0)
     return rc;
@@ -681,6 +725,7 @@ int runCompile(std::vector<std::string> args) {
     options.cuda = o.target == "cuda";
     options.fuseElementwise = o.fuse;
     options.constantsPath = constantsPath;
+    setProvenance(o, command, options);
     return emitCpp(*module, os, options, &stats);
   };
   // The report needs the code generator's plan (the arena).

@@ -74,12 +74,8 @@ const Key kTopKeys[] = {
     {"activation_checkpointing", Type::Object, Use::Warn,
      "not supported yet: every activation the backward pass reads is kept",
      false},
-    {"tensorboard", Type::Object, Use::Warn,
-     "metrics are not written yet; the program's --log FILE.jsonl has them",
-     false},
-    {"csv_monitor", Type::Object, Use::Warn,
-     "metrics are not written yet; the program's --log FILE.jsonl has them",
-     false},
+    {"tensorboard", Type::Object, Use::Map, "", false},
+    {"csv_monitor", Type::Object, Use::Map, "", false},
     {"wandb", Type::Object, Use::Refuse,
      "Weights & Biases is not supported; remove the block or set "
      "\"enabled\": false",
@@ -203,6 +199,13 @@ const Key kFp16Keys[] = {
 const Key kBf16Keys[] = {
     {"enabled", Type::Bool, Use::Map, "", kAuto},
     {"immediate_grad_update", Type::Bool, Use::Accept, "", false},
+};
+
+// deepspeed/monitor/config.py: both blocks have these three.
+const Key kMonitorKeys[] = {
+    {"enabled", Type::Bool, Use::Map, "", false},
+    {"output_path", Type::String, Use::Map, "", false},
+    {"job_name", Type::String, Use::Map, "", false},
 };
 
 const Key kDataTypeKeys[] = {
@@ -376,6 +379,9 @@ private:
   void mapNumber(const json::Object &obj, StringRef path, StringRef name,
                  StringRef flag, StringRef hfName);
 
+  /// A run-time default of the program (ResolvedConfig::runArgs).
+  void runArg(StringRef key, StringRef flag, const std::string &value);
+  void mapMonitors(const json::Object &root);
   void mapBatch(const json::Object &root);
   void mapZero(const json::Object &zero);
   void mapPrecision(const json::Object &root);
@@ -388,6 +394,7 @@ private:
   llvm::raw_ostream &diag_;
   std::vector<Setting> settings_;
   std::vector<std::string> lines_;
+  std::vector<std::string> runArgs_;
   int errors_ = 0;
   int64_t stage_ = 0;
 };
@@ -910,17 +917,46 @@ void Resolver::mapScheduler(const json::Object &sched) {
     set(p + ".warmup_min_lr", "--min-ratio", ratio, !minV, shown);
 }
 
+void Resolver::runArg(StringRef key, StringRef flag, const std::string &value) {
+  runArgs_.push_back(flag.str());
+  runArgs_.push_back(value);
+  lines_.push_back(key.str() + " = " + value + " -> the program's " +
+                   flag.str() + " " + value +
+                   " (its default; the run's own "
+                   "option overrides it)");
+}
+
+/// DeepSpeed's monitors write to output_path/job_name; the program's
+/// --tensorboard and --csv do the same, as run-time defaults.
+void Resolver::mapMonitors(const json::Object &root) {
+  for (const char *block : {"tensorboard", "csv_monitor"}) {
+    const json::Object *m = root.getObject(block);
+    if (!m || !check(*m, block, kMonitorKeys))
+      continue;
+    if (!m->getBoolean("enabled").value_or(false))
+      continue;
+    std::string path = m->getString("output_path").value_or("").str();
+    std::string job =
+        m->getString("job_name").value_or("DeepSpeedJobName").str();
+    std::string key = std::string(block) + ".output_path";
+    if (std::string(block) == "tensorboard") {
+      std::string dir = path.empty() ? job : path + "/" + job;
+      runArg(key, "--tensorboard", dir);
+    } else {
+      runArg(key, "--csv", path.empty() ? "." : path);
+      runArg(std::string(block) + ".job_name", "--run-name", job);
+    }
+  }
+}
+
 void Resolver::mapMisc(const json::Object &root) {
   mapNumber(root, "", "gradient_clipping", "--clip", "max_grad_norm");
   if (auto n = root.getNumber("steps_per_print")) {
-    // Recorded only: the program's --print-every is a run-time option. The
+    // A run-time option of the program, compiled in as its default. The
     // default is 10 in deepspeed/runtime/constants.py (the docs say 1).
-    lines_.push_back("steps_per_print = " + formatNumber(*n) +
-                     " -> the program's --print-every " + formatNumber(*n));
-    warning("steps_per_print",
-            "not compiled into the program; run it with --print-every " +
-                formatNumber(*n));
+    runArg("steps_per_print", "--print-every", formatNumber(*n));
   }
+  mapMonitors(root);
   if (auto f = root.getNumber("gradient_predivide_factor"); f && *f != 1)
     error("gradient_predivide_factor", "not supported (only 1.0)");
   if (const json::Object *dt = root.getObject("data_types");
@@ -964,6 +1000,16 @@ bool Resolver::run(const json::Object &root, ResolvedConfig &out) {
       out.args.push_back(s.value);
   }
   out.lines = lines_;
+  out.runArgs = runArgs_;
+  json::Object saved;
+  saved["file"] = file_;
+  saved["config"] = json::Object(root);
+  json::Array lines;
+  for (const std::string &l : lines_)
+    lines.push_back(l);
+  saved["resolved"] = std::move(lines);
+  llvm::raw_string_ostream os(out.json);
+  os << json::Value(std::move(saved));
   return true;
 }
 

@@ -23,6 +23,12 @@ struct ResolvedConfig {
   std::vector<std::string> args;
   /// One line per key: "key = value -> --flag value" (for --report).
   std::vector<std::string> lines;
+  /// The program's run-time defaults ("--print-every", "10", ...):
+  /// steps_per_print and the monitor blocks.
+  std::vector<std::string> runArgs;
+  /// {"file": path, "config": the file as given, "resolved": lines}, saved
+  /// in the program and in every checkpoint.
+  std::string json;
 };
 
 /// Reads and resolves `path` against the user's command line `cli` (used

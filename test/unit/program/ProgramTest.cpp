@@ -166,7 +166,8 @@ TEST_F(LinearFixture, TrainsLogsAndDumps) {
   // Progress lines.
   std::vector<std::string> out = lines(r.out);
   std::regex line(R"(step (\d+)/60 \| loss [0-9.]+ \| lr 5\.00e-03 \| )"
-                  R"(grad norm [0-9.]+ \| \d+ samples/s)");
+                  R"(grad norm [0-9.]+ \| \d+ samples/s \| mem [0-9.]+ [KMG]?i?B )"
+                  R"(\| elapsed \w+( \| eta \w+)?)");
   int stepLines = 0;
   for (const std::string &l : out)
     if (l.rfind("step ", 0) == 0) {
@@ -666,7 +667,8 @@ TEST(ProgramData, TokenFileFeedsWindowsAndTargets) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "global batch 4 = 2 x 2 x 8 tokens")) << r.out;
   EXPECT_TRUE(contains(r.out, "int32, 300 tokens")) << r.out;
-  std::regex line(R"(step \d/4 \| loss [0-9.]+ \| \d+ tok/s)");
+  std::regex line(R"(step \d/4 \| loss [0-9.]+ \| \d+ tok/s \| mem .+ )"
+                  R"(\| elapsed \w+( \| eta \w+)?)");
   int n = 0;
   for (const std::string &l : lines(r.out))
     if (l.rfind("step ", 0) == 0) {

@@ -1,0 +1,605 @@
+//===- ranks.cpp - The ranks this process runs, and the step on each ------===//
+
+#include "program/ranks.h"
+#include "cpu/kernel_util.h"
+#include "program/convert.h"
+
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <set>
+#include <thread>
+
+namespace dsc::program {
+
+//===----------------------------------------------------------------------===//
+// DeviceMirror
+//===----------------------------------------------------------------------===//
+
+DeviceMirror::~DeviceMirror() {
+  for (void *p : memory)
+    device->release(p);
+}
+
+Status DeviceMirror::create(Device *d, const std::vector<Tensor> &hostArgs,
+                            const std::vector<Tensor> &hostResults,
+                            size_t arenaBytes) {
+  device = d;
+  auto mirror = [&](const Tensor &h, Tensor &out) -> Status {
+    void *p = nullptr;
+    if (Status s = d->allocate(h.nbytes(), &p); !s.ok())
+      return s;
+    memory.push_back(p);
+    out = h;
+    out.data = p;
+    return Status();
+  };
+  args.resize(hostArgs.size());
+  results.resize(hostResults.size());
+  for (size_t i = 0; i < hostArgs.size(); ++i)
+    if (Status s = mirror(hostArgs[i], args[i]); !s.ok())
+      return s;
+  for (size_t i = 0; i < hostResults.size(); ++i)
+    if (Status s = mirror(hostResults[i], results[i]); !s.ok())
+      return s;
+  void *base = nullptr;
+  if (Status s = d->allocate(arenaBytes, &base); !s.ok())
+    return Status::error(s.code(), "the step's arena (" +
+                                       std::to_string(arenaBytes) +
+                                       " bytes): " + s.message());
+  memory.push_back(base);
+  return arena.adopt(base, arenaBytes);
+}
+
+Status DeviceMirror::upload(const std::vector<Tensor> &hostArgs, size_t i) {
+  return device->toDevice(args[i].data, hostArgs[i].data, hostArgs[i].nbytes());
+}
+
+Status DeviceMirror::download(const Tensor &d, const Tensor &h) {
+  return device->toHost(h.data, d.data, h.nbytes());
+}
+
+//===----------------------------------------------------------------------===//
+// Storage and initial values
+//===----------------------------------------------------------------------===//
+
+Status Ranks::allocate() {
+  const int W = job_.W;
+  // The global batch: rank r's Input is a view of rows [r B, (r + 1) B).
+  for (int i : job_.layout.inputs) {
+    TensorSpec t = spec_.args[i].type;
+    if (W > 1)
+      t.shape[0] *= W;
+    Memory m;
+    Tensor g;
+    if (Status s = allocateTensor(
+            t, std::string("input '") + spec_.args[i].name + "'", m, g);
+        !s.ok())
+      return s;
+    slots_.push_back({spec_.args[i].name, g});
+    inputMemory_.push_back(std::move(m));
+  }
+  std::vector<int> ids; // the ranks this process runs
+  if (job_.distributed)
+    ids.push_back(job_.env.rank);
+  else
+    for (int r = 0; r < W; ++r)
+      ids.push_back(r);
+  for (int r : ids) {
+    auto rs = std::make_unique<RankState>();
+    rs->id = r;
+    std::string who = W > 1 ? format(" of rank %d", r) : "";
+    rs->args.resize(size_t(spec_.numArgs));
+    rs->argMemory.resize(size_t(spec_.numArgs));
+    size_t inputIndex = 0;
+    for (int i = 0; i < spec_.numArgs; ++i) {
+      const ArgSpec &a = spec_.args[i];
+      if (a.role == ArgRole::Input) {
+        Tensor view = slots_[inputIndex++].tensor;
+        size_t bytes = size_t(numelOf(a.type)) * dtypeSize(a.type.dtype);
+        view.data = static_cast<char *>(view.data) + size_t(r) * bytes;
+        view.shape[0] = a.type.shape[0];
+        rs->args[i] = view;
+        continue;
+      }
+      if (Status s = allocateTensor(a.type,
+                                    std::string(argRoleName(a.role)) + " '" +
+                                        a.name + "'" + who,
+                                    rs->argMemory[i], rs->args[i]);
+          !s.ok())
+        return s;
+    }
+    rs->results.resize(size_t(spec_.numResults));
+    rs->resultMemory.resize(size_t(spec_.numResults));
+    for (int i = 0; i < spec_.numResults; ++i) {
+      const ResultSpec &res = spec_.results[i];
+      if (Status s = allocateTensor(res.type,
+                                    std::string(resultRoleName(res.role)) +
+                                        " result '" + res.name + "'" + who,
+                                    rs->resultMemory[i], rs->results[i]);
+          !s.ok())
+        return s;
+    }
+    if (!job_.device) // a device program's arena is in device memory
+      if (Status s = rs->arena.init(spec_.arenaBytes); !s.ok())
+        return s;
+    ranks_.push_back(std::move(rs));
+  }
+  return Status();
+}
+
+Status Ranks::initialize(std::string &initWhat, bool weights) {
+  const Options &o = job_.o;
+  RankState &first = rank0();
+  // Parameter shapes from the model of --init when it is one (the program
+  // may run where the model it was compiled from is not), else that model.
+  std::string shapeModel = spec_.modelPath ? spec_.modelPath : "";
+  if (endsWith(lower(o.init), ".onnx"))
+    shapeModel = o.init;
+  shapes_ = bucketShapes(spec_, shapeModel);
+  if (!weights) {
+    setScalars(/*scaler=*/false);
+    return Status();
+  }
+  // Rank 0's replicated parameters and buffers, and each sharded bucket
+  // packed whole (zeros in the padding); then every rank gets the
+  // replicated ones and its shard.
+  std::vector<Memory> packed(size_t(spec_.numBuckets));
+  std::vector<InitTarget> targets;
+  for (int i = 0; i < spec_.numArgs; ++i) {
+    const ArgSpec &a = spec_.args[i];
+    if (a.role == ArgRole::Buffer ||
+        (a.role == ArgRole::Param && a.bucket < 0)) {
+      targets.push_back({a.role, a.name, a.type, first.args[i]});
+    } else if (a.role == ArgRole::Param) {
+      const BucketSpec &bk = spec_.buckets[a.bucket];
+      Memory &m = packed[size_t(a.bucket)];
+      if (m)
+        continue; // a bucket is one argument; be safe with two
+      Tensor flat;
+      if (Status s =
+              allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
+                             std::string("bucket '") + bk.name + "'", m, flat);
+          !s.ok())
+        return s;
+      std::vector<io::NamedTensor> views;
+      unpackBucket(spec_, shapes_, a.bucket, flat.data, views);
+      for (size_t e = 0; e < views.size(); ++e)
+        targets.push_back({ArgRole::Param, views[e].name,
+                           shapes_[size_t(a.bucket)][e], views[e].tensor});
+    }
+  }
+  if (Status s = initWeights(spec_, o, targets, initWhat); !s.ok())
+    return s;
+  for (auto &rsp : ranks_)
+    for (int i = 0; i < spec_.numArgs; ++i) {
+      const ArgSpec &a = spec_.args[i];
+      const Tensor &dst = rsp->args[i];
+      if (a.role == ArgRole::Param && a.bucket >= 0) {
+        int64_t shard = numelOf(a.type);
+        std::memcpy(dst.data,
+                    static_cast<char *>(packed[size_t(a.bucket)].get()) +
+                        size_t((rsp->id % job_.G) * shard) *
+                            dtypeSize(a.type.dtype),
+                    dst.nbytes());
+      } else if (rsp.get() != &first &&
+                 (a.role == ArgRole::Param || a.role == ArgRole::Buffer)) {
+        std::memcpy(dst.data, first.args[i].data, dst.nbytes());
+      }
+    }
+  setScalars(/*scaler=*/true);
+  return Status();
+}
+
+void Ranks::setScalars(bool scaler) {
+  const Options &o = job_.o;
+  lrHyper_ = NAN;
+  const LossScalerSpec &ls = spec_.lossScaler;
+  for (auto &rs : ranks_)
+    for (int i = 0; i < spec_.numArgs; ++i) {
+      const ArgSpec &a = spec_.args[i];
+      if (a.role == ArgRole::Hyper)
+        fillValue(rs->args[i], o.hypers.at(a.name));
+      else if (a.role == ArgRole::Seed)
+        setIntScalar(rs->args[i], static_cast<int64_t>(o.seed));
+      else if (a.role == ArgRole::Scaler && scaler)
+        fillValue(rs->args[i], std::strcmp(a.name, "loss_scale") == 0
+                                   ? ls.initialScale
+                               : std::strcmp(a.name, "hysteresis") == 0
+                                   ? double(ls.hysteresis)
+                                   : 0.0);
+    }
+  if (o.hypers.count("lr"))
+    lrHyper_ = o.hypers.at("lr");
+}
+
+//===----------------------------------------------------------------------===//
+// Devices
+//===----------------------------------------------------------------------===//
+
+/// Will it fit? What every rank needs (its tensors, the planned arena and
+/// the GEMM workspace), summed per GPU, against that GPU's memory, before
+/// anything is allocated.
+Status Ranks::checkFit(size_t rankBytes) {
+  Device *device = job_.device;
+  std::map<int, std::pair<size_t, int>> perGpu;       // bytes, ranks
+  std::map<int, std::pair<size_t, size_t>> gpuMemory; // free, total
+  for (auto &rs : ranks_) {
+    if (Status s = device->bindRank(rs->id, rs->gpu); !s.ok())
+      return s;
+    int gpu = 0;
+    size_t free = 0, total = 0;
+    if (!device->memoryInfo(gpu, free, total).ok())
+      continue; // no answer: the allocations will tell
+    perGpu[gpu].first += rankBytes;
+    perGpu[gpu].second += 1;
+    gpuMemory[gpu] = {free, total};
+  }
+  for (const auto &[gpu, need] : perGpu) {
+    auto [free, total] = gpuMemory[gpu];
+    std::string what = format(
+        "this step needs %s on GPU %d (%d rank%s x (tensors and arena "
+        "of the compiled plan, %s))",
+        humanBytes(double(need.first)).c_str(), gpu, need.second,
+        need.second == 1 ? "" : "s", humanBytes(double(rankBytes)).c_str());
+    if (need.first > total)
+      return fail(what + format(", but it has %s in all; compile with a "
+                                "smaller --micro-batch (and --accum-steps), a "
+                                "higher --stage, or more ranks over more GPUs "
+                                "(`dsc compile --report` shows the plan)",
+                                humanBytes(double(total)).c_str()));
+    if (need.first > free)
+      job_.warn(what + format(", but only %s of its %s are free now; the "
+                              "allocations may fail",
+                              humanBytes(double(free)).c_str(),
+                              humanBytes(double(total)).c_str()));
+  }
+  return Status();
+}
+
+Status Ranks::placeOnDevice(std::string &deviceWhat) {
+  Device *device = job_.device;
+  const launch::DistEnv &env = job_.env;
+  RankState &first = rank0();
+  if (job_.distributed) {
+    DistributedInit init;
+    init.rank = env.rank;
+    init.worldSize = env.worldSize;
+    init.groupSize = job_.G;
+    init.localRank = env.localRank;
+    init.timeoutSeconds = job_.timeout;
+    init.manifest = spec_.collectives;
+    init.numCollectives = spec_.numCollectives;
+    double timeout = job_.timeout;
+    init.exchangeId = [&env, timeout](std::vector<uint8_t> &id) {
+      return launch::exchangeId(env, id, timeout > 0 ? timeout : 300);
+    };
+    if (Status s = device->createDistributed(init, nccl_); !s.ok())
+      return Status::error(s.code(),
+                           format("rank %d: ", env.rank) + s.message());
+    first.gpu = env.localRank % std::max(device->count(), 1);
+  }
+  if (!device)
+    return Status();
+  size_t rankBytes = spec_.arenaBytes + (size_t(32) << 20);
+  for (const Tensor &t : first.args)
+    rankBytes += t.nbytes();
+  for (const Tensor &t : first.results)
+    rankBytes += t.nbytes();
+  if (Status s = checkFit(rankBytes); !s.ok())
+    return s;
+  for (auto &rs : ranks_) {
+    if (Status s = device->bindRank(rs->id, rs->gpu); !s.ok())
+      return s;
+    rs->dev = std::make_unique<DeviceMirror>();
+    if (Status s =
+            rs->dev->create(device, rs->args, rs->results, spec_.arenaBytes);
+        !s.ok())
+      return Status::error(s.code(), format("rank %d: ", rs->id) + s.message());
+  }
+  if (Status s = uploadAll(); !s.ok())
+    return s;
+  deviceWhat = device->describe();
+  const int W = job_.W;
+  if (job_.distributed)
+    deviceWhat += format(" | rank %d of %d (%s), NCCL", env.rank, env.worldSize,
+                         env.source.c_str());
+  else if (W > 1)
+    deviceWhat += format(" | %d in-process ranks over %d GPU%s", W,
+                         std::min(W, device->count()),
+                         std::min(W, device->count()) == 1 ? "" : "s");
+  return Status();
+}
+
+Status Ranks::uploadAll() {
+  if (!job_.device)
+    return Status();
+  for (auto &rs : ranks_) {
+    if (Status s = job_.device->bindRank(rs->id, rs->gpu); !s.ok())
+      return s;
+    for (int i = 0; i < spec_.numArgs; ++i)
+      if (spec_.args[i].role != ArgRole::Input)
+        if (Status s = rs->dev->upload(rs->args, size_t(i)); !s.ok())
+          return s;
+  }
+  return job_.device->bindRank(rank0().id, rank0().gpu);
+}
+
+void Ranks::startWorld() {
+  if (job_.W > 1 && !job_.distributed) {
+    world_ = std::make_unique<comm::InProcessWorld>(
+        job_.W, job_.G, spec_.collectives, spec_.numCollectives, job_.timeout);
+    if (job_.device)
+      for (int r = 0; r < job_.W; ++r)
+        staged_.push_back(job_.device->wrapInProcess(world_->comm(r)));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The step
+//===----------------------------------------------------------------------===//
+
+Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
+  Communicator *comm = nullptr;
+  if (world_)
+    comm = job_.device ? staged_[size_t(rs.id)].get() : world_->comm(rs.id);
+  else
+    comm = nccl_.get();
+  RankContext ctx{nullptr, comm, step, static_cast<int64_t>(job_.o.seed)};
+  if (!rs.dev) {
+    rs.arena.reset();
+    ctx.arena = &rs.arena;
+    return spec_.trainStep(ctx, rs.args.data(), rs.results.data());
+  }
+  Device *device = job_.device;
+  if (Status s = device->bindRank(rs.id, rs.gpu); !s.ok())
+    return s;
+  for (int i = 0; i < spec_.numArgs; ++i) {
+    ArgRole role = spec_.args[i].role;
+    if (all || role == ArgRole::Input || role == ArgRole::Step)
+      if (Status s = rs.dev->upload(rs.args, size_t(i)); !s.ok())
+        return s;
+  }
+  rs.dev->arena.reset();
+  ctx.arena = &rs.dev->arena;
+  if (Status s =
+          spec_.trainStep(ctx, rs.dev->args.data(), rs.dev->results.data());
+      !s.ok())
+    return s;
+  // The results the progress line and the loss scaler read.
+  const Layout &l = job_.layout;
+  std::vector<int> shown = {l.loss, l.lr, l.gradNorm, l.overflow};
+  shown.insert(shown.end(), l.scalerResults.begin(), l.scalerResults.end());
+  for (int r : shown)
+    if (r >= 0)
+      if (Status s = rs.dev->download(rs.dev->results[size_t(r)],
+                                      rs.results[size_t(r)]);
+          !s.ok())
+        return s;
+  return device->synchronize();
+}
+
+std::vector<std::string> Ranks::runStep(int64_t step) {
+  if (world_)
+    return runWorldStep(step);
+  Status s = stepOn(rank0(), step, /*all=*/false);
+  if (s.ok())
+    return {};
+  return {(job_.distributed ? format("rank %d: ", job_.env.rank) : "") +
+          format("step %" PRId64 ": ", step) + s.message()};
+}
+
+std::vector<std::string> Ranks::runWorldStep(int64_t step) {
+  const int W = job_.W;
+  std::string at = format("step %" PRId64 ": ", step);
+  world_->beginStep();
+  std::vector<Status> st(static_cast<size_t>(W));
+  auto body = [&](int r) {
+    RankState &rs = *ranks_[size_t(r)];
+    try {
+      st[size_t(r)] = stepOn(rs, step, /*all=*/false);
+    } catch (const std::bad_alloc &) {
+      st[size_t(r)] =
+          Status::error(StatusCode::OutOfMemory, "out of host memory");
+    } catch (const std::exception &e) {
+      st[size_t(r)] = Status::error(StatusCode::InvalidArgument, e.what());
+    }
+    if (!st[size_t(r)].ok())
+      world_->abort(r, st[size_t(r)].message());
+    else
+      world_->finishStep(r);
+  };
+  std::vector<std::thread> threads;
+  for (int r = 1; r < W; ++r)
+    threads.emplace_back(body, r);
+  body(0);
+  for (auto &t : threads)
+    t.join();
+  // The rank whose failure aborted the world first, then any other rank
+  // that failed on its own (not with "rank F failed: ...").
+  std::vector<std::string> lines;
+  auto line = [&](int r) {
+    std::string m = st[size_t(r)].message();
+    std::string prefix = "rank " + std::to_string(r) + ": ";
+    if (m.compare(0, prefix.size(), prefix) == 0)
+      m = m.substr(prefix.size());
+    return prefix + at + m;
+  };
+  int root = world_->failedRank();
+  if (root >= 0 && !st[size_t(root)].ok())
+    lines.push_back(line(root));
+  std::string secondary = "rank " + std::to_string(root) + " failed: ";
+  for (int r = 0; r < W; ++r)
+    if (r != root && !st[size_t(r)].ok() &&
+        st[size_t(r)].message().find(secondary) == std::string::npos)
+      lines.push_back(line(r));
+  if (lines.empty() && root >= 0)
+    lines.push_back("rank " + std::to_string(root) + ": " + at +
+                    world_->failure());
+  if (lines.empty() && spec_.collectives)
+    for (int r = 0; r < W; ++r) {
+      int64_t calls = world_->callsThisStep(r);
+      if (calls != spec_.numCollectives)
+        lines.push_back(format("rank %d: ", r) + at +
+                        format("issued %" PRId64
+                               " collectives, but the manifest has %d per "
+                               "step",
+                               calls, spec_.numCollectives));
+    }
+  return lines;
+}
+
+void Ranks::setStep(int64_t step) {
+  for (auto &rs : ranks_)
+    for (int i = 0; i < spec_.numArgs; ++i)
+      if (spec_.args[i].role == ArgRole::Step)
+        setIntScalar(rs->args[i], step);
+}
+
+void Ranks::swapUpdates() {
+  for (auto &rs : ranks_)
+    for (const auto &[r, a] : job_.layout.updates) {
+      std::swap(rs->args[a].data, rs->results[r].data);
+      if (rs->dev)
+        std::swap(rs->dev->args[size_t(a)].data,
+                  rs->dev->results[size_t(r)].data);
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// What the host reads back
+//===----------------------------------------------------------------------===//
+
+Status Ranks::fetch(const std::vector<int> &which, bool args) {
+  if (!job_.device)
+    return Status();
+  for (auto &rs : ranks_) {
+    if (Status s = job_.device->bindRank(rs->id, rs->gpu); !s.ok())
+      return s;
+    for (int i : which) {
+      const Tensor &d =
+          args ? rs->dev->args[size_t(i)] : rs->dev->results[size_t(i)];
+      const Tensor &h = args ? rs->args[size_t(i)] : rs->results[size_t(i)];
+      if (Status s = rs->dev->download(d, h); !s.ok())
+        return s;
+    }
+  }
+  return Status();
+}
+
+Status Ranks::gatherBucket(int b, const std::function<Tensor(int)> &shardOf,
+                           std::vector<io::NamedTensor> &list) {
+  const BucketSpec &bk = spec_.buckets[b];
+  Memory m;
+  Tensor flat;
+  if (Status s =
+          allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
+                         std::string("bucket '") + bk.name + "'", m, flat);
+      !s.ok())
+    return s;
+  size_t shardBytes = size_t(bk.paddedNumel / job_.G) * dtypeSize(bk.dtype);
+  for (int g = 0; g < job_.G; ++g)
+    std::memcpy(static_cast<char *>(flat.data) + size_t(g) * shardBytes,
+                shardOf(g).data, shardBytes);
+  unpackBucket(spec_, shapes_, b, flat.data, list);
+  scratch_.push_back(std::move(m));
+  return Status();
+}
+
+Status Ranks::collectGrads(std::vector<io::NamedTensor> &grads) {
+  if (Status s = fetch(job_.layout.grads, /*args=*/false); !s.ok())
+    return s;
+  for (int r : job_.layout.grads) {
+    if (spec_.results[r].bucket < 0) {
+      grads.push_back({spec_.results[r].name, rank0().results[r]});
+      continue;
+    }
+    if (Status s = gatherBucket(
+            spec_.results[r].bucket,
+            [&](int g) { return ranks_[size_t(g)]->results[r]; }, grads);
+        !s.ok())
+      return s;
+  }
+  return Status();
+}
+
+Status Ranks::collectParams(std::vector<io::NamedTensor> &tensors) {
+  const Layout &l = job_.layout;
+  std::vector<int> kept = l.params;
+  kept.insert(kept.end(), l.buffers.begin(), l.buffers.end());
+  if (Status s = fetch(kept, /*args=*/true); !s.ok())
+    return s;
+  for (int i : l.params) {
+    if (spec_.args[i].bucket < 0) {
+      tensors.push_back({spec_.args[i].name, rank0().args[i]});
+      continue;
+    }
+    if (Status s = gatherBucket(
+            spec_.args[i].bucket,
+            [&](int g) { return ranks_[size_t(g)]->args[i]; }, tensors);
+        !s.ok())
+      return s;
+  }
+  for (int i : l.buffers)
+    tensors.push_back({spec_.args[i].name, rank0().args[i]});
+  return Status();
+}
+
+Status Ranks::nonFiniteGrads(std::string &where) {
+  // A distributed rank holds only its own shards and says nothing more.
+  if (job_.distributed && job_.W > 1)
+    return Status();
+  std::vector<io::NamedTensor> grads;
+  if (Status s = collectGrads(grads); !s.ok())
+    return s;
+  std::map<std::string, int> bucketOf;
+  for (int b = 0; b < spec_.numBuckets; ++b)
+    for (int e = 0; e < spec_.buckets[b].numEntries; ++e)
+      bucketOf[spec_.buckets[b].entries[e].param] = b;
+  std::vector<std::string> bad;
+  for (const io::NamedTensor &g : grads) {
+    bool finite = true;
+    for (int64_t i = 0, n = g.tensor.numel(); finite && i < n; ++i)
+      finite = std::isfinite(
+          cpu::detail::loadAsDouble(g.tensor.data, g.tensor.dtype, i));
+    if (finite)
+      continue;
+    auto b = bucketOf.find(g.name);
+    bad.push_back(g.name + (b == bucketOf.end()
+                                ? std::string()
+                                : std::string(" (") +
+                                      spec_.buckets[b->second].name + ")"));
+  }
+  clearScratch();
+  for (size_t i = 0; i < bad.size() && i < 3; ++i)
+    where += (i ? ", " : " in ") + bad[i];
+  if (bad.size() > 3)
+    where += " and " + std::to_string(bad.size() - 3) + " more";
+  return Status();
+}
+
+size_t Ranks::arenaPeak() const {
+  size_t peak = 0;
+  for (auto &rs : ranks_)
+    peak = std::max(peak, rs->dev ? rs->dev->arena.peak() : rs->arena.peak());
+  return peak;
+}
+
+void Ranks::deviceMemory(size_t &peak, size_t &tensorBytes) const {
+  peak = tensorBytes = 0;
+  if (!job_.device)
+    return;
+  for (auto &rs : ranks_) {
+    size_t now = 0, p = 0;
+    if (job_.device->bindRank(rs->id, rs->gpu).ok() &&
+        job_.device->memoryInUse(now, p).ok())
+      peak = std::max(peak, p);
+  }
+  for (const Tensor &t : ranks_[0]->args)
+    tensorBytes += t.nbytes();
+  for (const Tensor &t : ranks_[0]->results)
+    tensorBytes += t.nbytes();
+}
+
+} // namespace dsc::program

@@ -1,0 +1,136 @@
+//===- ranks.h - The ranks this process runs, and the step on each -*- C++
+//-*-===//
+//
+// Every rank of the world as a thread of this process (a program compiled
+// for the CPU, or for a device without a launcher), or one rank per process
+// talking over NCCL. Each rank owns its arguments, results and scratch
+// arena; on a device, a mirror of them in GPU memory. Param, OptState and
+// Buffer results are double-buffered with their argument (swapped after a
+// step, never copied).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_RUNTIME_PROGRAM_RANKS_H
+#define DSC_RUNTIME_PROGRAM_RANKS_H
+
+#include "comm/inprocess.h"
+#include "program/shell.h"
+
+#include <functional>
+
+namespace dsc::program {
+
+/// A rank's arguments, results and arena in device memory (a program
+/// compiled for a device): the host ones keep the initial values and
+/// receive what is printed, dumped or saved.
+struct DeviceMirror {
+  Device *device = nullptr;
+  std::vector<Tensor> args, results;
+  std::vector<void *> memory;
+  HostArena arena;
+
+  DeviceMirror() = default;
+  DeviceMirror(const DeviceMirror &) = delete;
+  DeviceMirror &operator=(const DeviceMirror &) = delete;
+  ~DeviceMirror();
+  Status create(Device *d, const std::vector<Tensor> &hostArgs,
+                const std::vector<Tensor> &hostResults, size_t arenaBytes);
+  /// Host argument i to the device.
+  Status upload(const std::vector<Tensor> &hostArgs, size_t i);
+  /// Device tensor `d` into host tensor `h` (same type).
+  Status download(const Tensor &d, const Tensor &h);
+};
+
+/// One rank's tensors and scratch. Its Input arguments are views of its
+/// rows of the global batch; everything else is its own.
+struct RankState {
+  int id = 0;               // the global rank
+  int gpu = -1;             // its GPU (-1: rank % visible GPUs)
+  std::vector<Tensor> args; // in spec order
+  std::vector<Memory> argMemory;
+  std::vector<Tensor> results;
+  std::vector<Memory> resultMemory;
+  HostArena arena;
+  std::unique_ptr<DeviceMirror> dev; // a device program's tensors
+};
+
+class Ranks {
+public:
+  explicit Ranks(Job &job) : job_(job), spec_(job.spec) {}
+
+  /// The global batch (one tensor per Input with W times a rank's rows)
+  /// and every rank's tensors and arena.
+  Status allocate();
+  /// Parameters and buffers (--init) unless `weights` is false (a resumed
+  /// run reads them from its checkpoint), then setScalars().
+  Status initialize(std::string &initWhat, bool weights);
+  /// Hyperparameters and the seed from the options; with `scaler`, the loss
+  /// scaler's first state.
+  void setScalars(bool scaler);
+  /// The NCCL communicator of a distributed run, then (a device program)
+  /// will-it-fit, and every rank's tensors in its GPU's memory.
+  Status placeOnDevice(std::string &deviceWhat);
+  /// The in-process world of a multi-rank run without a launcher.
+  void startWorld();
+
+  /// Runs rank `rs`'s step on the calling thread. On a device: binds the
+  /// thread, uploads the batch and the step (every argument when `all`),
+  /// and brings back the scalars the progress line prints.
+  Status stepOn(RankState &rs, int64_t step, bool all);
+  /// One step on every rank; the error lines, empty when all went well.
+  std::vector<std::string> runStep(int64_t step);
+  /// Sets every rank's Step argument.
+  void setStep(int64_t step);
+  /// After a step: updated results become the next step's arguments.
+  void swapUpdates();
+  /// All arguments to the device again (after the host ones were changed).
+  Status uploadAll();
+
+  /// On a device: results `which` (or, with args, arguments) of every rank
+  /// back into the host tensors.
+  Status fetch(const std::vector<int> &which, bool args);
+  /// Per-parameter tensors of a sharded bucket: the shards of group 0 (the
+  /// ranks of replica 0) in order, unpacked by BucketEntry without padding.
+  /// The packed copy lives until clearScratch().
+  Status gatherBucket(int b, const std::function<Tensor(int)> &shardOf,
+                      std::vector<io::NamedTensor> &list);
+  /// Every gradient of the last step by parameter name (fetched first).
+  Status collectGrads(std::vector<io::NamedTensor> &grads);
+  /// Every parameter and buffer by ONNX name (fetched first).
+  Status collectParams(std::vector<io::NamedTensor> &tensors);
+  /// fp16, on a skipped step: ", in <params>" naming the gradients that
+  /// hold an inf or nan (and their bucket).
+  Status nonFiniteGrads(std::string &where);
+  void clearScratch() { scratch_.clear(); }
+
+  size_t arenaPeak() const;
+  /// Device peak bytes over the ranks, and the bytes of one rank's tensors.
+  void deviceMemory(size_t &peak, size_t &tensorBytes) const;
+
+  RankState &rank0() { return *ranks_[0]; }
+  std::vector<std::unique_ptr<RankState>> &all() { return ranks_; }
+  const std::vector<InputSlot> &slots() const { return slots_; }
+  const std::vector<std::vector<TensorSpec>> &shapes() const { return shapes_; }
+  /// The learning rate hyperparameter (NaN without one).
+  double lrHyper() const { return lrHyper_; }
+
+private:
+  Status checkFit(size_t rankBytes);
+  std::vector<std::string> runWorldStep(int64_t step);
+
+  Job &job_;
+  const ProgramSpec &spec_;
+  std::vector<InputSlot> slots_;
+  std::vector<Memory> inputMemory_;
+  std::vector<std::unique_ptr<RankState>> ranks_;
+  std::vector<std::vector<TensorSpec>> shapes_;
+  std::unique_ptr<Communicator> nccl_;
+  std::unique_ptr<comm::InProcessWorld> world_;
+  std::vector<std::unique_ptr<Communicator>> staged_; // on a device
+  std::vector<Memory> scratch_;
+  double lrHyper_ = 0;
+};
+
+} // namespace dsc::program
+
+#endif // DSC_RUNTIME_PROGRAM_RANKS_H
