@@ -249,12 +249,14 @@ Checkpointer::restoreState(const std::map<std::string, std::string> &state,
                            int64_t step) {
   Options &o = job_.o;
   std::string text;
+  bool sameSeed = true;
   if (parseState(state, "seed", text)) {
     uint64_t seed = 0;
     if (!parseU64(text, seed))
       return fail("--resume: the checkpoint's seed '" + text +
                   "' is not a number");
-    if (o.seedGiven && seed != o.seed)
+    sameSeed = !o.seedGiven || seed == o.seed;
+    if (!sameSeed)
       job_.note(format("--seed %" PRIu64 " overrides the checkpoint's seed "
                        "%" PRIu64 " (dropout masks and --data windows differ "
                        "from the run that saved it)",
@@ -267,7 +269,7 @@ Checkpointer::restoreState(const std::map<std::string, std::string> &state,
     if (!parseU64(text, rng))
       return fail("--resume: the checkpoint's data_rng '" + text +
                   "' is not a number");
-    if (!o.seedGiven) // else the new seed's own windows
+    if (sameSeed) // else the new seed's own windows
       feed_.setRngState(rng);
   }
   if (parseState(state, "data", text) && text != o.data)
