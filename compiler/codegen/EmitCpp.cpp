@@ -17,6 +17,7 @@
 
 #include "compiler/codegen/Lowering.h"
 #include "compiler/codegen/MemoryPlan.h"
+#include "compiler/codegen/StepFlops.h"
 
 #include "dialects/dsc/IR/DscOps.h"
 
@@ -1660,7 +1661,10 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "    /*target=*/" << text(options_.target) << ",\n"
      << "    /*modelSha256=*/" << text(options_.modelSha256) << ",\n"
      << "    /*configJson=*/" << text(options_.configJson) << ",\n"
-     << "    /*runDefaults=*/" << text(options_.runDefaults) << ",\n};\n";
+     << "    /*runDefaults=*/" << text(options_.runDefaults) << ",\n"
+     << "    /*flopsPerStep=*/"
+     << llvm::formatv("{0:e}", codegen::stepFlops(module_, entry)).str()
+     << ",\n};\n";
   return success();
 }
 

@@ -6,11 +6,16 @@
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <sys/resource.h>
 
 namespace dsc::program {
+
+namespace {
+double peakTflops(const std::string &describe, const char *precision);
+} // namespace
 
 Reporter::~Reporter() {
   if (log_)
@@ -85,6 +90,8 @@ Status Reporter::open() {
 void Reporter::banner(const std::string &initWhat, const std::string &dataWhat,
                       const std::string &deviceWhat, int64_t firstStep) {
   firstStep_ = firstStep;
+  if (job_.device)
+    peakTflops_ = peakTflops(deviceWhat, job_.spec.precision);
   const Options &o = job_.o;
   if (o.quiet)
     return;
@@ -156,6 +163,30 @@ size_t Reporter::peakMemory() const {
 
 namespace {
 
+/// The dense tensor-core peak of the step's precision on the GPU
+/// `describe` names, TFLOP/s (DSC_PEAK_TFLOPS overrides; 0: unknown).
+double peakTflops(const std::string &describe, const char *precision) {
+  if (const char *env = std::getenv("DSC_PEAK_TFLOPS")) {
+    char *end = nullptr;
+    double v = std::strtod(env, &end);
+    if (end != env && v > 0)
+      return v;
+  }
+  bool half = precision && std::strcmp(precision, "fp32") != 0;
+  struct Peak {
+    const char *name;
+    double half, tf32;
+  } peaks[] = {{"H200", 989.4, 494.7}, {"H100", 989.4, 494.7},
+               {"H800", 989.4, 494.7}, {"GH200", 989.4, 494.7},
+               {"B200", 2250, 1100},   {"A100", 312, 156},
+               {"A800", 312, 156},     {"L40S", 362, 183},
+               {"A10", 125, 62.5}};
+  for (const Peak &p : peaks)
+    if (describe.find(p.name) != std::string::npos)
+      return half ? p.half : p.tf32;
+  return 0;
+}
+
 std::string duration(double s) {
   if (!std::isfinite(s) || s < 0)
     return "?";
@@ -183,6 +214,9 @@ std::string Reporter::progressLine(const StepRecord &r, double rate) {
   if (r.skippedSteps > 0)
     line += format(" | skipped %" PRId64, r.skippedSteps);
   line += format(" | %.0f %s", rate, tokenUnits() ? "tok/s" : "samples/s");
+  if (peakTflops_ > 0 && spec.flopsPerStep > 0 && r.seconds > 0)
+    line += format(" | MFU %.1f%%", 100.0 * spec.flopsPerStep / r.seconds /
+                                        (peakTflops_ * 1e12));
   if (size_t peak = peakMemory())
     line += " | mem " + humanBytes(double(peak));
   double elapsed = seconds(Clock::now() - job_.start);

@@ -60,6 +60,7 @@ private:
   int64_t firstStep_ = 1;
   double stepSeconds_ = 0; // of the steps run by this process
   int64_t stepsRun_ = 0;
+  double peakTflops_ = 0; // of the device, for MFU; 0: unknown
 };
 
 } // namespace dsc::program

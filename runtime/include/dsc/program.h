@@ -173,6 +173,10 @@ struct ProgramSpec {
   /// from the compile (ds_config's steps_per_print, monitors, checkpoint).
   /// argv overrides them.
   const char *runDefaults = nullptr;
+  /// The floating-point work of one step on one rank (matmuls, attention,
+  /// convolutions, forward and backward; codegen/StepFlops.h), for MFU.
+  /// 0: not counted.
+  double flopsPerStep = 0;
 };
 
 /// The whole program: parses argv, runs the steps, returns the exit code.
