@@ -71,6 +71,11 @@ build() {
     $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_s3_n4"
   $c --f64 --micro-batch 1 --sharding HYBRID_SHARD --hybrid-group 2 --world-size 4 \
     $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_hybrid"
+  # Checkpoints on the GPU: HF GPT-2 with dropout, bf16, stage 2 on 2
+  # in-process ranks (stop/resume bit for bit), and the float64 nanoGPT
+  # saved at 4 ranks stage 3, resumed at 1 rank (within 1e-10).
+  $c --micro-batch 2 --stage 2 --world-size 2 --precision bf16 \
+    $fixtures/models/gpt2_opset17.onnx -o "$bundle/bin/gpt2drop_bf16_s2_n2"
   # The HF families (dsc.attention: the own kernel in fp32, cuDNN in bf16).
   for m in $families; do
     $c --micro-batch 4 $fixtures/models/${m}_opset17.onnx -o "$bundle/bin/$m"
@@ -217,6 +222,25 @@ run() {
       --dump-params $t/g$v.safetensors && python3 test/e2e/compare_runs.py $t/g1.jsonl \
       $t/g1.safetensors $t/g$v.jsonl $t/g$v.safetensors --tol 1e-10"
   done
+  # Checkpoints: stop at step 3, resume to 6, against the uninterrupted 6.
+  python3 examples/tinytext/prepare.py examples/tinytext/input.txt "$t/train.bin" >/dev/null
+  local cd="--data $t/train.bin --quiet"
+  check checkpoint_resume_gpt2_dropout_bf16_s2 bash -c "rm -rf $t/ck1 && \
+    '$b/gpt2drop_bf16_s2_n2' $cd --seed 3 --steps 6 --log $t/cf.jsonl --dump-params $t/cf.safetensors && \
+    '$b/gpt2drop_bf16_s2_n2' $cd --seed 3 --steps 3 --log $t/ca.jsonl --save-dir $t/ck1 && \
+    '$b/gpt2drop_bf16_s2_n2' $cd --steps 6 --log $t/cb.jsonl --resume $t/ck1 --dump-params $t/cr.safetensors && \
+    cat $t/ca.jsonl $t/cb.jsonl > $t/cab.jsonl && \
+    python3 test/e2e/compare_runs.py $t/cf.jsonl $t/cf.safetensors $t/cab.jsonl $t/cr.safetensors --tol 0"
+  check checkpoint_reshard_nanogpt_f64_s3n4_to_1 bash -c "rm -rf $t/ck2 && \
+    '$b/nanogpt64_s3_n4' $cd --seed 5 --steps 6 --log $t/nf.jsonl --dump-params $t/nf.safetensors && \
+    '$b/nanogpt64_s3_n4' $cd --seed 5 --steps 3 --log $t/na.jsonl --save-dir $t/ck2 && \
+    '$b/nanogpt64' $cd --steps 6 --log $t/nb.jsonl --resume $t/ck2 --dump-params $t/nr.safetensors && \
+    cat $t/na.jsonl $t/nb.jsonl > $t/nab.jsonl && \
+    python3 test/e2e/compare_runs.py $t/nf.jsonl $t/nf.safetensors $t/nab.jsonl $t/nr.safetensors --tol 1e-10"
+  # What a compiled program says of itself and of this machine (the
+  # environment probe on a real driver: GPUs, libraries).
+  check version_and_env bash -c "'$b/mlp' --version > $out/version.txt && cat $out/version.txt && \
+    grep -q 'count: *[1-9]' $out/version.txt && ! grep -q 'CUDA driver: *not found' $out/version.txt"
   # NCCL, one process per GPU, launched by dsrun; the same losses as without.
   check nccl_dsrun_n1_mlp bash -c "'$b/dsrun' -n 1 '$b/mlp' $mi --log $t/nccl.jsonl \
     --dump-params $t/nccl.safetensors && python3 test/e2e/compare_runs.py $t/mlp1.jsonl \

@@ -295,6 +295,10 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   // is allocated.
   if (Status s = report.open(); !s.ok())
     return error(job, s);
+  DataFeed feed(job);
+  Checkpointer ckpt(job, ranks, feed);
+  if (Status s = ckpt.prepare(); !s.ok())
+    return error(job, s);
 
   // 2-3. The ranks, their initial state (or a checkpoint's) and their
   // devices.
@@ -303,10 +307,6 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     return error(job, s);
   bool resuming = !job.o.resume.empty();
   if (Status s = ranks.initialize(initWhat, /*weights=*/!resuming); !s.ok())
-    return error(job, s);
-  DataFeed feed(job);
-  Checkpointer ckpt(job, ranks, feed);
-  if (Status s = ckpt.prepare(); !s.ok())
     return error(job, s);
   int64_t firstStep = 1;
   if (resuming) {

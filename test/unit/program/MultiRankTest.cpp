@@ -13,10 +13,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "TestUtil.h"
+#include "io/checkpoint.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <chrono>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -190,9 +191,8 @@ TEST_F(MultiRank, AFailingRankIsOneErrorLineNamingIt) {
   };
   RunResult r = runWith(spec, {"--batch", batch, "--init", "random"});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_EQ(r.err,
-            "error: rank 2: step 1: matmul(lhs=f32[2,3], rhs=f32[4,5]): "
-            "inner dims\n");
+  EXPECT_EQ(r.err, "error: rank 2: step 1: matmul(lhs=f32[2,3], rhs=f32[4,5]): "
+                   "inner dims\n");
 }
 
 TEST_F(MultiRank, ManifestMismatchAndMissingCollectives) {
@@ -313,8 +313,9 @@ Status stage3Step(const RankContext &ctx, const Tensor *a, const Tensor *r) {
   record(ctx, a[X3_ARG].as<float>()[0]);
   float full[10], grad[10] = {}, gshard[5], gsum[5], loss = 0, lsum = 0;
   if (ctx.comm) {
-    if (Status s = ctx.comm->allGather(a[P_ARG], Tensor::of(full, DType::F32, {10}),
-                                       {2}, "bucket0 params");
+    if (Status s =
+            ctx.comm->allGather(a[P_ARG], Tensor::of(full, DType::F32, {10}),
+                                {2}, "bucket0 params");
         !s.ok())
       return s;
   } else {
@@ -404,11 +405,11 @@ TEST(MultiRankStage3, ShardsPackUpdateAndDumpUnpadded) {
       std::lock_guard<std::mutex> lock(gMu);
       gFirstX.clear();
     }
-    RunResult r = runWith(
-        stage3Spec(hybrid),
-        {"--batch", batch, "--init", init, "--steps", "3", "--lr", "0.5",
-         "--dump-grads", dir / (tag + "g.safetensors"), "--dump-params",
-         dir / (tag + "p.safetensors")});
+    RunResult r =
+        runWith(stage3Spec(hybrid),
+                {"--batch", batch, "--init", init, "--steps", "3", "--lr",
+                 "0.5", "--dump-grads", dir / (tag + "g.safetensors"),
+                 "--dump-params", dir / (tag + "p.safetensors")});
     EXPECT_EQ(r.rc, 0) << r.err;
     EXPECT_EQ(r.err, "");
     return r;
@@ -430,16 +431,18 @@ TEST(MultiRankStage3, ShardsPackUpdateAndDumpUnpadded) {
   // Per parameter, unpadded, full shapes; the same bytes as on one rank.
   for (const char *kind : {"g", "p"}) {
     io::SafetensorsFile f1, f4;
-    ASSERT_TRUE(f1.read(dir / (std::string("one") + kind + ".safetensors")).ok());
-    ASSERT_TRUE(f4.read(dir / (std::string("four") + kind + ".safetensors")).ok());
+    ASSERT_TRUE(
+        f1.read(dir / (std::string("one") + kind + ".safetensors")).ok());
+    ASSERT_TRUE(
+        f4.read(dir / (std::string("four") + kind + ".safetensors")).ok());
     EXPECT_EQ(f4.names(), (std::vector<std::string>{"a", "b"})) << kind;
     for (const char *name : {"a", "b"}) {
       Tensor t1, t4;
       ASSERT_TRUE(f1.get(name, t1).ok());
       ASSERT_TRUE(f4.get(name, t4).ok());
-      EXPECT_EQ(t4.dims(), (std::string(name) == "a"
-                                ? std::vector<int64_t>{2, 3}
-                                : std::vector<int64_t>{3}));
+      EXPECT_EQ(t4.dims(),
+                (std::string(name) == "a" ? std::vector<int64_t>{2, 3}
+                                          : std::vector<int64_t>{3}));
       ASSERT_EQ(t1.dims(), t4.dims());
       EXPECT_EQ(std::memcmp(t1.data, t4.data, t1.nbytes()), 0)
           << kind << " " << name;
@@ -480,7 +483,8 @@ std::map<int, std::vector<int64_t>> gTokens; // rank -> idx of step 1
 
 const ArgSpec kTokArgs2[] = {{ArgRole::Input, "idx", {DType::I64, 2, {2, 4}}}};
 const ArgSpec kTokArgs1[] = {{ArgRole::Input, "idx", {DType::I64, 2, {4, 4}}}};
-const ResultSpec kTokResults[] = {{ResultRole::Loss, "loss", {DType::F32, 0, {}}}};
+const ResultSpec kTokResults[] = {
+    {ResultRole::Loss, "loss", {DType::F32, 0, {}}}};
 
 Status tokenRecord(const RankContext &ctx, const Tensor *a, const Tensor *r) {
   std::lock_guard<std::mutex> lock(gMu);
@@ -510,8 +514,8 @@ TEST(MultiRankData, TokenWindowsAreSlicedPerRank) {
   spec.trainStep = tokenRecord;
   spec.worldSize = 2;
   gTokens.clear();
-  RunResult r = runWith(spec, {"--data", dir / "train.bin", "--steps", "1",
-                               "--seed", "5"});
+  RunResult r = runWith(
+      spec, {"--data", dir / "train.bin", "--steps", "1", "--seed", "5"});
   ASSERT_EQ(r.rc, 0) << r.err;
   std::vector<int64_t> split = gTokens[0];
   split.insert(split.end(), gTokens[1].begin(), gTokens[1].end());
@@ -520,10 +524,94 @@ TEST(MultiRankData, TokenWindowsAreSlicedPerRank) {
   spec.microBatch = 4;
   spec.worldSize = 1;
   gTokens.clear();
-  r = runWith(spec, {"--data", dir / "train.bin", "--steps", "1", "--seed", "5"});
+  r = runWith(spec,
+              {"--data", dir / "train.bin", "--steps", "1", "--seed", "5"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(split, gTokens[0]);
   EXPECT_EQ(split.size(), 16u);
+}
+
+// Checkpoints of a hybrid stage-3 run (4 ranks, groups of 2): only the
+// ranks of group 0 write shards, as pieces of the parameters they overlap;
+// a resume continues bit for bit, and so does a resume into the program for
+// one rank (another world size and group size).
+TEST(MultiRankStage3, CheckpointsResumeAndReshard) {
+  TempDir dir;
+  std::vector<float> a0 = {1, 2, 3, 4, 5, 6}, b0 = {-1, -2, -3};
+  std::vector<float> x(80);
+  for (int i = 0; i < 80; ++i)
+    x[size_t(i)] = float(i % 7) - 2.5f;
+  std::string init = dir / "init.safetensors", batch = dir / "x.safetensors";
+  ASSERT_TRUE(io::writeSafetensors(
+                  init, {{"a", Tensor::of(a0.data(), DType::F32, {2, 3})},
+                         {"b", Tensor::of(b0.data(), DType::F32, {3})}})
+                  .ok());
+  ASSERT_TRUE(io::writeSafetensors(
+                  batch, {{"x", Tensor::of(x.data(), DType::F32, {8, 10})}})
+                  .ok());
+  std::vector<std::string> common = {"--batch", batch,  "--init", init,
+                                     "--lr",    "0.25", "--quiet"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  RunResult full = runWith(
+      stage3Spec(true),
+      with({"--steps", "4", "--dump-params", dir / "full.safetensors"}));
+  ASSERT_EQ(full.rc, 0) << full.err;
+  RunResult first = runWith(stage3Spec(true),
+                            with({"--steps", "2", "--save-dir", dir / "ck"}));
+  ASSERT_EQ(first.rc, 0) << first.err;
+  EXPECT_EQ(readFile(dir / "ck/latest"), "step_2\n");
+  // Group 0 (ranks 0 and 1) wrote the shards; replicas 2 and 3 nothing.
+  io::CheckpointReader reader;
+  ASSERT_TRUE(reader.open(dir / "ck").ok());
+  const io::CheckpointManifest &m = reader.manifest();
+  EXPECT_EQ(m.step, 2);
+  EXPECT_EQ(m.worldSize, 4);
+  EXPECT_EQ(m.groupSize, 2);
+  EXPECT_EQ(m.files.size(), 2u);
+  const io::CheckpointTensor *a = m.find("param/a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+  // Shards of 5 elements: rank 0 holds a[0, 5), rank 1 a[5] and b.
+  ASSERT_EQ(a->pieces.size(), 2u);
+  EXPECT_EQ(a->pieces[0].numel, 5);
+  EXPECT_EQ(a->pieces[1].offset, 5);
+  EXPECT_EQ(a->pieces[1].numel, 1);
+  ASSERT_NE(m.find("param/b"), nullptr);
+  EXPECT_EQ(m.find("param/b")->shape, (std::vector<int64_t>{3}));
+  std::vector<std::string> problems;
+  ASSERT_TRUE(reader.verify(problems).ok());
+  EXPECT_TRUE(problems.empty());
+
+  auto sameParams = [&](const std::string &path) {
+    io::SafetensorsFile f1, f2;
+    ASSERT_TRUE(f1.read(dir / "full.safetensors").ok());
+    ASSERT_TRUE(f2.read(path).ok());
+    for (const char *name : {"a", "b"}) {
+      Tensor t1, t2;
+      ASSERT_TRUE(f1.get(name, t1).ok());
+      ASSERT_TRUE(f2.get(name, t2).ok());
+      ASSERT_EQ(t1.dims(), t2.dims()) << name;
+      EXPECT_EQ(std::memcmp(t1.data, t2.data, t1.nbytes()), 0) << name;
+    }
+  };
+  RunResult resumed = runWith(
+      stage3Spec(true), with({"--steps", "4", "--resume", dir / "ck",
+                              "--dump-params", dir / "resumed.safetensors"}));
+  ASSERT_EQ(resumed.rc, 0) << resumed.err;
+  sameParams(dir / "resumed.safetensors");
+  RunResult one = runWith(stage3Spec(false),
+                          with({"--steps", "4", "--resume", dir / "ck",
+                                "--dump-params", dir / "one.safetensors"}));
+  ASSERT_EQ(one.rc, 0) << one.err;
+  sameParams(dir / "one.safetensors");
+  // A resume past the end runs nothing and keeps the state.
+  RunResult done =
+      runWith(stage3Spec(true), with({"--steps", "2", "--resume", dir / "ck"}));
+  EXPECT_EQ(done.rc, 0) << done.err;
 }
 
 } // namespace

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <regex>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -165,9 +166,10 @@ TEST_F(LinearFixture, TrainsLogsAndDumps) {
 
   // Progress lines.
   std::vector<std::string> out = lines(r.out);
-  std::regex line(R"(step (\d+)/60 \| loss [0-9.]+ \| lr 5\.00e-03 \| )"
-                  R"(grad norm [0-9.]+ \| \d+ samples/s \| mem [0-9.]+ [KMG]?i?B )"
-                  R"(\| elapsed \w+( \| eta \w+)?)");
+  std::regex line(
+      R"(step (\d+)/60 \| loss [0-9.]+ \| lr 5\.00e-03 \| )"
+      R"(grad norm [0-9.]+ \| \d+ samples/s \| mem [0-9.]+ [KMG]?i?B )"
+      R"(\| elapsed \w+( \| eta \w+)?)");
   int stepLines = 0;
   for (const std::string &l : out)
     if (l.rfind("step ", 0) == 0) {
@@ -701,6 +703,62 @@ TEST(ProgramData, FloatInputsCannotComeFromATokenFile) {
   writeFile(dir / "train.bin", std::string(2000, '\0'));
   RunResult r = runWith(mlpSpec(), {"--data", dir / "train.bin"});
   expectOneErrorLine(r, "input 'x' is f32[4,64]");
+}
+
+// The compile's run-time defaults (spec.runDefaults, from ds_config's
+// steps_per_print and monitors) come before argv, which overrides them;
+// '...' quotes a word.
+TEST_F(LinearFixture, RunDefaultsAreOverriddenByArgv) {
+  ProgramSpec spec = linearSpec();
+  std::string tb = dir / "tb dir";
+  std::string defaults = "--print-every 2 --tensorboard '" + tb + "' --steps 4";
+  spec.runDefaults = defaults.c_str();
+  RunResult r = runWith(
+      spec, {"--batch", batch, "--init", "random", "--print-every", "3"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::vector<std::string> steps;
+  for (const std::string &l : lines(r.out))
+    if (l.rfind("step ", 0) == 0)
+      steps.push_back(l.substr(0, l.find(' ', 5)));
+  EXPECT_EQ(steps,
+            (std::vector<std::string>{"step 1/4", "step 3/4", "step 4/4"}))
+      << r.out;
+  EXPECT_TRUE(std::filesystem::is_directory(tb)) << r.out;
+}
+
+// --save-dir checks: a folder under a file is refused before training;
+// --save-every and --keep-last need it.
+TEST_F(LinearFixture, SaveDirIsCheckedBeforeTraining) {
+  writeFile(dir / "file", "x");
+  RunResult r = runWith(linearSpec(), {"--batch", batch, "--init", "random",
+                                       "--save-dir", dir / "file/ck"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "--save-dir")) << r.err;
+  EXPECT_FALSE(contains(r.out, "step 1/")) << r.out;
+  RunResult e = runWith(linearSpec(), {"--batch", batch, "--keep-last", "2"});
+  EXPECT_EQ(e.rc, 1);
+  EXPECT_TRUE(contains(e.err, "--keep-last needs --save-dir DIR")) << e.err;
+}
+
+// A checkpoint keeps the hyperparameters in force: a resume without --lr
+// takes the saved one; with --lr it says that it overrides it.
+TEST_F(LinearFixture, ResumeKeepsOrOverridesTheHyperparameters) {
+  RunResult a = runWith(linearSpec(),
+                        {"--batch", batch, "--init", "random", "--steps", "2",
+                         "--lr", "0.005", "--save-dir", dir / "ck", "--quiet"});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  RunResult b = runWith(
+      linearSpec(), {"--batch", batch, "--steps", "3", "--resume", dir / "ck"});
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_TRUE(contains(b.out, "step 3/3 | loss")) << b.out;
+  EXPECT_TRUE(contains(b.out, "lr 5.00e-03")) << b.out;
+  RunResult c = runWith(linearSpec(), {"--batch", batch, "--steps", "3",
+                                       "--resume", dir / "ck", "--lr", "0.02"});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_TRUE(contains(c.err, "note: --lr 0.02 overrides the checkpoint's "
+                              "0.005"))
+      << c.err;
+  EXPECT_TRUE(contains(c.out, "lr 2.00e-02")) << c.out;
 }
 
 } // namespace
