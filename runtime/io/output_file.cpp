@@ -220,8 +220,15 @@ std::atomic<int> gSlots[kMaxTemporaries];
 
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction gPrevious[3];
+std::atomic<void (*)(int)> gGracefulStop{nullptr};
+std::once_flag gInstalled;
 
 extern "C" void removeTemporariesOnSignal(int sig) {
+  if (sig != SIGHUP)
+    if (void (*onStop)(int) = gGracefulStop.load()) {
+      onStop(sig);
+      return;
+    }
   for (int i = 0; i < kMaxTemporaries; ++i)
     if (gSlots[i].load() == 2)
       ::unlink(gPaths[i]);
@@ -252,9 +259,13 @@ void installHandlers() {
 
 } // namespace
 
+void setGracefulStop(void (*onStop)(int)) {
+  std::call_once(gInstalled, installHandlers);
+  gGracefulStop.store(onStop);
+}
+
 int registerTemporary(const std::string &path) {
-  static std::once_flag installed;
-  std::call_once(installed, installHandlers);
+  std::call_once(gInstalled, installHandlers);
   if (path.size() >= kMaxTemporaryPath)
     return -1;
   for (int i = 0; i < kMaxTemporaries; ++i) {

@@ -92,6 +92,13 @@ private:
   int slot_ = -1; // in the signal cleanup registry
 };
 
+/// While `onStop` is set, SIGINT and SIGTERM call it (from the signal
+/// handler: async-signal-safe code only) instead of removing the registered
+/// temporaries and ending the program: a run that stops gracefully finishes
+/// its step, saves a checkpoint and exits. Null restores the default, which
+/// SIGHUP always has.
+void setGracefulStop(void (*onStop)(int));
+
 /// The signal cleanup registry (exposed for tests): at most
 /// kMaxTemporaries paths of at most kMaxTemporaryPath bytes at once; a
 /// temporary that does not fit is still removed on normal exit paths.

@@ -2,6 +2,7 @@
 
 #include "program/checkpointing.h"
 #include "io/checkpoint.h"
+#include "io/output_file.h"
 #include "program/convert.h"
 
 #include <atomic>
@@ -18,10 +19,10 @@ namespace {
 
 std::atomic<bool> gStop{false};
 
-extern "C" void onStopSignal(int sig) {
+extern "C" void onStopSignal(int) {
   gStop.store(true);
-  // A second signal of the same kind ends the run at once.
-  std::signal(sig, SIG_DFL);
+  // A second signal ends the run at once (temporaries removed).
+  io::setGracefulStop(nullptr);
 }
 
 const char *kindOf(ArgRole role) {
@@ -137,6 +138,11 @@ void Checkpointer::entriesOf(const RankState &rs,
 
 bool Checkpointer::stopRequested() { return gStop.load(); }
 
+Checkpointer::~Checkpointer() {
+  if (armed_)
+    io::setGracefulStop(nullptr);
+}
+
 bool Checkpointer::due(int64_t step) const {
   const Options &o = job_.o;
   return !o.saveDir.empty() && o.saveEvery > 0 && step % o.saveEvery == 0 &&
@@ -153,8 +159,9 @@ Status Checkpointer::prepare() {
     for (const std::string &stale : io::removeStaleCheckpoints(o.saveDir))
       job_.note("removed " + stale +
                 ", a checkpoint an interrupted save left incomplete");
-  std::signal(SIGTERM, onStopSignal);
-  std::signal(SIGINT, onStopSignal);
+  gStop.store(false);
+  io::setGracefulStop(onStopSignal);
+  armed_ = true;
   return Status();
 }
 

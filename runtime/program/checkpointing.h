@@ -26,6 +26,9 @@ class Checkpointer {
 public:
   Checkpointer(Job &job, Ranks &ranks, DataFeed &feed)
       : job_(job), spec_(job.spec), ranks_(ranks), feed_(feed) {}
+  ~Checkpointer();
+  Checkpointer(const Checkpointer &) = delete;
+  Checkpointer &operator=(const Checkpointer &) = delete;
 
   /// Before training: the save directory exists and is writable (created if
   /// missing); temporaries of an interrupted save are removed; SIGTERM and
@@ -57,6 +60,7 @@ private:
   DataFeed &feed_;
   std::map<std::string, double> hypers_;
   int64_t lastSaved_ = -1;
+  bool armed_ = false; // SIGTERM/SIGINT stop gracefully while it lives
 };
 
 } // namespace dsc::program

@@ -4,7 +4,8 @@ the uninterrupted run, bit for bit.
 
   stop_and_resume.py DIR -- PROGRAM ARGS...
 
-Runs PROGRAM ARGS --steps 100000 --log DIR/sig.jsonl --save-dir DIR/ck,
+Runs PROGRAM ARGS --steps 100000 --log DIR/sig.jsonl --save-dir DIR/ck
+--save-every 2 (so that the signal may arrive during a save),
 sends SIGTERM once two steps are logged, and checks the exit status (0) and
 the checkpoint of the step it stopped at (k). Then resumes it to k + 3
 steps and runs the same k + 3 steps uninterrupted; the losses and the
@@ -29,7 +30,7 @@ def main():
     cmd = sys.argv[sys.argv.index("--") + 1:]
     log, ck = os.path.join(d, "sig.jsonl"), os.path.join(d, "ck")
     p = subprocess.Popen(cmd + ["--steps", "100000", "--quiet", "--log", log,
-                                "--save-dir", ck],
+                                "--save-dir", ck, "--save-every", "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     deadline = time.time() + 60
