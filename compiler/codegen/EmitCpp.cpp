@@ -232,12 +232,19 @@ struct Context {
   char *frame;    // this call's range of the arena
   dsc::Communicator *comm; // the other ranks; null on one rank
   const void *const *consts; // the constants in device memory (CUDA)
+  dsc::PhaseClock *clock;     // --wall-clock-breakdown; null: not timed
 
   /// The context of a call made from here, its frame at `offset`.
   Context callee(size_t offset) const {
-    return {seed, step, ++*calls, calls, frame + offset, comm, consts};
+    return {seed, step, ++*calls, calls, frame + offset, comm, consts, clock};
   }
 };
+
+/// Where the step's phases begin (dsc::Phase), for the program's timing.
+inline void markPhase(const Context &ctx, dsc::Phase phase) {
+  if (ctx.clock)
+    ctx.clock->mark(phase);
+}
 
 /// A view of planned or static storage (kernels never write their inputs).
 Tensor view(const void *data, DType dtype, dsc::I64s shape) {
@@ -955,6 +962,20 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   // Op numbers (in comments and unlabelled collectives' manifest entries)
   // do not count dsc.collective_input: it runs nothing, and the manifest
   // stays what it was before the op existed.
+  // The phases the program times (dsc::Phase): forward_backward's start
+  // and its backward_begin; in the entry, the optimizer after the last call
+  // of forward_backward, and the end.
+  bool isEntry = fname == options_.entry;
+  Operation *lastCall = nullptr;
+  for (Operation &op : body)
+    if (auto call = dyn_cast<func::CallOp>(op))
+      if (call.getCallee() == "forward_backward")
+        lastCall = &op;
+  auto mark = [&](const char *phase) {
+    os << "\n  markPhase(ctx, dsc::Phase::" << phase << ");\n";
+  };
+  if (fname == "forward_backward")
+    mark("Forward");
   size_t i = 0;
   for (Operation &op : body) {
     if (auto in = dyn_cast<CollectiveInputOp>(op)) {
@@ -964,14 +985,18 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
     }
     size_t index = i++;
     if (op.hasTrait<OpTrait::IsTerminator>()) {
+      if (isEntry)
+        mark("End");
       if (failed(emitReturn(&op, plan, label, os)))
         return failure();
       continue;
     }
-    if (plan.dead.contains(&op))
-      continue;
-    if (failed(emitOp(&op, index, plan, label, os)))
+    if (op.hasAttr("dsc.backward_begin"))
+      mark("Backward");
+    if (!plan.dead.contains(&op) && failed(emitOp(&op, index, plan, label, os)))
       return failure();
+    if (isEntry && &op == lastCall)
+      mark("Optimizer");
   }
   os << "  return Status();\n}\n\n";
   functionsText_ += text;
@@ -1626,7 +1651,7 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
                         : std::string("0"))
      << ", 0, &calls,\n                    static_cast<char *>(frame), "
         "rank.comm, "
-     << (options_.cuda ? "consts" : "nullptr") << "};\n"
+     << (options_.cuda ? "consts" : "nullptr") << ", rank.clock};\n"
      << "  return " << functionIdentifier(entry.getSymName())
      << "(ctx, args, results);\n}\n\n"
      << "} // namespace\n\n";

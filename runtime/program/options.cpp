@@ -158,6 +158,10 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
       o.version = true;
       continue;
     }
+    if (arg == "--wall-clock-breakdown") {
+      o.wallClockBreakdown = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0)
       return fail("unexpected argument '" + arg +
                   "' (options start with --; "
@@ -172,7 +176,8 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
     bool isHyper = hyperOptions.count(name) != 0;
     if (!valued.count(name) && !isHyper) {
       if (name == "--help" || name == "--quiet" ||
-          name == "--overwrite-special" || name == "--version")
+          name == "--overwrite-special" || name == "--version" ||
+          name == "--wall-clock-breakdown")
         return fail(name + " takes no value");
       std::string hint;
       static const char *known[] = {"--lr",    "--weight-decay", "--beta1",
@@ -381,6 +386,9 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   opt("", "  file it names is replaced) or a device or FIFO");
   opt("", "  (written through); refused without it");
   opt("--quiet", "no progress lines (errors and warnings print)");
+  opt("--wall-clock-breakdown", "time forward, backward, optimizer and the");
+  opt("", "  collectives of every step (progress line, --log,");
+  opt("", "  metrics); on a GPU each phase synchronizes it");
   opt("--print-every N", "a progress line every N steps (and the first and");
   opt("", "  last); --log still gets every step");
   opt("--gradcheck N", "instead of training: compare the gradients of step 1");

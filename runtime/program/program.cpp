@@ -223,6 +223,12 @@ Status trainStep(Job &job, Ranks &ranks, DataFeed &feed, Reporter &report,
   double scaleBefore = st.lossScale, hysteresisBefore = st.hysteresis;
   StepRecord r = readStep(job, ranks, step, st);
   r.seconds = seconds(Clock::now() - t0);
+  if (const StepClock *c = ranks.clock0()) {
+    for (int k = 0; k < 3; ++k)
+      r.phase[k] = c->seconds[k];
+    r.comm = c->commSeconds;
+    ranks.resetClocks();
+  }
   st.trainSeconds += r.seconds;
   st.lastLoss = r.loss;
   ++st.stepsRun;

@@ -61,6 +61,83 @@ Status DeviceMirror::download(const Tensor &d, const Tensor &h) {
 }
 
 //===----------------------------------------------------------------------===//
+// Timing (--wall-clock-breakdown)
+//===----------------------------------------------------------------------===//
+
+void StepClock::mark(Phase phase) {
+  if (device_)
+    (void)device_->synchronize();
+  Clock::time_point now = Clock::now();
+  if (current_ >= 0 && current_ < 3)
+    seconds[current_] += dsc::program::seconds(now - since_);
+  current_ = phase == Phase::End ? -1 : int(phase);
+  since_ = now;
+}
+
+namespace {
+
+/// A communicator whose collectives add their host time to a StepClock.
+class TimedComm final : public Communicator {
+public:
+  TimedComm(Communicator *inner, StepClock *clock)
+      : inner_(inner), clock_(clock) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  int groupRank(GridAxes axes) const override {
+    return inner_->groupRank(axes);
+  }
+  int groupSize(GridAxes axes) const override {
+    return inner_->groupSize(axes);
+  }
+  Status allReduce(const Tensor &in, const Tensor &out, GridAxes axes,
+                   const char *what) override {
+    return timed([&] { return inner_->allReduce(in, out, axes, what); });
+  }
+  Status allGather(const Tensor &in, const Tensor &out, GridAxes axes,
+                   const char *what) override {
+    return timed([&] { return inner_->allGather(in, out, axes, what); });
+  }
+  Status reduceScatter(const Tensor &in, const Tensor &out, GridAxes axes,
+                       const char *what) override {
+    return timed([&] { return inner_->reduceScatter(in, out, axes, what); });
+  }
+  Status wait(const Tensor &out, const char *what) override {
+    return timed([&] { return inner_->wait(out, what); });
+  }
+
+private:
+  template <typename F> Status timed(F f) {
+    Clock::time_point t0 = Clock::now();
+    Status s = f();
+    clock_->commSeconds += seconds(Clock::now() - t0);
+    return s;
+  }
+  Communicator *inner_;
+  StepClock *clock_;
+};
+
+} // namespace
+
+void Ranks::resetClocks() {
+  for (auto &rs : ranks_)
+    if (rs->clock)
+      rs->clock->reset();
+}
+
+Communicator *Ranks::commOf(RankState &rs) {
+  Communicator *comm = nullptr;
+  if (world_)
+    comm = job_.device ? staged_[size_t(rs.id)].get() : world_->comm(rs.id);
+  else
+    comm = nccl_.get();
+  if (!comm || !rs.clock)
+    return comm;
+  if (!rs.timedComm)
+    rs.timedComm = std::make_unique<TimedComm>(comm, rs.clock.get());
+  return rs.timedComm.get();
+}
+
+//===----------------------------------------------------------------------===//
 // Storage and initial values
 //===----------------------------------------------------------------------===//
 
@@ -124,6 +201,8 @@ Status Ranks::allocate() {
     if (!job_.device) // a device program's arena is in device memory
       if (Status s = rs->arena.init(spec_.arenaBytes); !s.ok())
         return s;
+    if (job_.o.wallClockBreakdown)
+      rs->clock = std::make_unique<StepClock>(job_.device);
     ranks_.push_back(std::move(rs));
   }
   return Status();
@@ -341,12 +420,8 @@ void Ranks::startWorld() {
 //===----------------------------------------------------------------------===//
 
 Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
-  Communicator *comm = nullptr;
-  if (world_)
-    comm = job_.device ? staged_[size_t(rs.id)].get() : world_->comm(rs.id);
-  else
-    comm = nccl_.get();
-  RankContext ctx{nullptr, comm, step, static_cast<int64_t>(job_.o.seed)};
+  RankContext ctx{nullptr, commOf(rs), step, static_cast<int64_t>(job_.o.seed),
+                  rs.clock.get()};
   if (!rs.dev) {
     rs.arena.reset();
     ctx.arena = &rs.arena;

@@ -41,6 +41,24 @@ struct DeviceMirror {
   Status download(const Tensor &d, const Tensor &h);
 };
 
+/// --wall-clock-breakdown: the time of each phase of one rank's step
+/// (dsc::Phase marks), and of its collectives. On a device every mark
+/// synchronizes it first, so that the GPU's work lands in its phase.
+class StepClock final : public PhaseClock {
+public:
+  explicit StepClock(Device *device) : device_(device) {}
+  void mark(Phase phase) override;
+  /// Seconds per phase since the last reset: forward, backward, optimizer.
+  double seconds[3] = {0, 0, 0};
+  double commSeconds = 0; // inside collectives (host time)
+  void reset() { seconds[0] = seconds[1] = seconds[2] = commSeconds = 0; }
+
+private:
+  Device *device_;
+  int current_ = -1;
+  Clock::time_point since_;
+};
+
 /// One rank's tensors and scratch. Its Input arguments are views of its
 /// rows of the global batch; everything else is its own.
 struct RankState {
@@ -51,7 +69,9 @@ struct RankState {
   std::vector<Tensor> results;
   std::vector<Memory> resultMemory;
   HostArena arena;
-  std::unique_ptr<DeviceMirror> dev; // a device program's tensors
+  std::unique_ptr<DeviceMirror> dev;       // a device program's tensors
+  std::unique_ptr<StepClock> clock;        // --wall-clock-breakdown
+  std::unique_ptr<Communicator> timedComm; // its communicator, timed
 };
 
 class Ranks {
@@ -111,12 +131,17 @@ public:
   std::vector<std::unique_ptr<RankState>> &all() { return ranks_; }
   const std::vector<InputSlot> &slots() const { return slots_; }
   const std::vector<std::vector<TensorSpec>> &shapes() const { return shapes_; }
+  /// --wall-clock-breakdown: rank 0's phase times of the last step, then
+  /// reset (null when not timed).
+  const StepClock *clock0() const { return ranks_[0]->clock.get(); }
+  void resetClocks();
   /// The learning rate hyperparameter (NaN without one).
   double lrHyper() const { return lrHyper_; }
 
 private:
   Status checkFit(size_t rankBytes);
   std::vector<std::string> runWorldStep(int64_t step);
+  Communicator *commOf(RankState &rs);
 
   Job &job_;
   const ProgramSpec &spec_;

@@ -176,11 +176,10 @@ double peakTflops(const std::string &describe, const char *precision) {
   struct Peak {
     const char *name;
     double half, tf32;
-  } peaks[] = {{"H200", 989.4, 494.7}, {"H100", 989.4, 494.7},
-               {"H800", 989.4, 494.7}, {"GH200", 989.4, 494.7},
-               {"B200", 2250, 1100},   {"A100", 312, 156},
-               {"A800", 312, 156},     {"L40S", 362, 183},
-               {"A10", 125, 62.5}};
+  } peaks[] = {
+      {"H200", 989.4, 494.7},  {"H100", 989.4, 494.7}, {"H800", 989.4, 494.7},
+      {"GH200", 989.4, 494.7}, {"B200", 2250, 1100},   {"A100", 312, 156},
+      {"A800", 312, 156},      {"L40S", 362, 183},     {"A10", 125, 62.5}};
   for (const Peak &p : peaks)
     if (describe.find(p.name) != std::string::npos)
       return half ? p.half : p.tf32;
@@ -214,6 +213,10 @@ std::string Reporter::progressLine(const StepRecord &r, double rate) {
   if (r.skippedSteps > 0)
     line += format(" | skipped %" PRId64, r.skippedSteps);
   line += format(" | %.0f %s", rate, tokenUnits() ? "tok/s" : "samples/s");
+  if (r.comm >= 0)
+    line +=
+        format(" | fwd %.1f bwd %.1f opt %.1f comm %.1f ms", 1e3 * r.phase[0],
+               1e3 * r.phase[1], 1e3 * r.phase[2], 1e3 * r.comm);
   if (peakTflops_ > 0 && spec.flopsPerStep > 0 && r.seconds > 0)
     line += format(" | MFU %.1f%%", 100.0 * spec.flopsPerStep / r.seconds /
                                         (peakTflops_ * 1e12));
@@ -242,6 +245,11 @@ Status Reporter::logLine(const StepRecord &r, double rate) {
             ",\"skipped\":" + (r.skipped ? "true" : "false") +
             ",\"skipped_steps\":" + std::to_string(r.skippedSteps);
   json += ",\"step_time_s\":" + jsonNumber(r.seconds);
+  if (r.comm >= 0)
+    json += ",\"forward_s\":" + jsonNumber(r.phase[0]) +
+            ",\"backward_s\":" + jsonNumber(r.phase[1]) +
+            ",\"optimizer_s\":" + jsonNumber(r.phase[2]) +
+            ",\"comm_s\":" + jsonNumber(r.comm);
   json +=
       std::string(tokenUnits() ? ",\"tokens_per_s\":" : ",\"samples_per_s\":") +
       jsonNumber(rate);
@@ -293,6 +301,12 @@ Status Reporter::sinks(const StepRecord &r, double rate) {
       {"train/samples",
        double(r.step) * double(job_.W * spec.microBatch * spec.accumSteps)});
   values.push_back({"time/step_s", r.seconds});
+  if (r.comm >= 0) {
+    values.push_back({"time/forward_s", r.phase[0]});
+    values.push_back({"time/backward_s", r.phase[1]});
+    values.push_back({"time/optimizer_s", r.phase[2]});
+    values.push_back({"time/comm_s", r.comm});
+  }
   if (size_t peak = peakMemory())
     values.push_back({"memory/peak_bytes", double(peak)});
   for (auto &[option, sink] : sinks_) {

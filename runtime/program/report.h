@@ -25,6 +25,10 @@ struct StepRecord {
   bool skipped = false;   // fp16: the step overflowed
   int64_t skippedSteps = 0;
   double seconds = 0; // wall time of the step
+  /// --wall-clock-breakdown (rank 0): forward, backward, optimizer and
+  /// collective seconds; negative when not timed.
+  double phase[3] = {-1, -1, -1};
+  double comm = -1;
 };
 
 class Reporter {

@@ -103,6 +103,7 @@ struct Options {
   int64_t gradcheck = 0;                // elements per parameter; 0 = off
   double gradcheckTol = -1;             // < 0: by dtype
   bool version = false;                 // --version
+  bool wallClockBreakdown = false;      // time the step's phases
   std::set<std::string> hypersGiven;    // on the command line
   bool seedGiven = false;
   // Checkpoints (checkpointing.h).

@@ -54,10 +54,7 @@ const Key kTopKeys[] = {
     {"gradient_accumulation_steps", Type::Count, Use::Map, "", kAuto},
     {"gradient_clipping", Type::Number, Use::Map, "", kAuto},
     {"steps_per_print", Type::Count, Use::Map, "", false},
-    {"wall_clock_breakdown", Type::Bool, Use::Warn,
-     "not supported yet: forward, backward, communication and optimizer "
-     "times are not measured",
-     false},
+    {"wall_clock_breakdown", Type::Bool, Use::Map, "", false},
     {"memory_breakdown", Type::Bool, Use::Warn,
      "not supported yet; `dsc compile --report` gives the memory plan", false},
     {"dump_state", Type::Bool, Use::Warn, "not supported; ignored", false},
@@ -957,6 +954,11 @@ void Resolver::mapMisc(const json::Object &root) {
     runArg("steps_per_print", "--print-every", formatNumber(*n));
   }
   mapMonitors(root);
+  if (root.getBoolean("wall_clock_breakdown").value_or(false)) {
+    runArgs_.push_back("--wall-clock-breakdown");
+    lines_.push_back("wall_clock_breakdown = true -> the program's "
+                     "--wall-clock-breakdown (its default)");
+  }
   if (auto f = root.getNumber("gradient_predivide_factor"); f && *f != 1)
     error("gradient_predivide_factor", "not supported (only 1.0)");
   if (const json::Object *dt = root.getObject("data_types");

@@ -114,6 +114,17 @@ struct LossScalerSpec {
 
 struct ProgramSpec;
 
+/// The parts of a step as the generated code marks them: forward_backward's
+/// start (Forward) and its backward_begin (Backward), per micro-batch, then
+/// the optimizer after the last micro-batch (Optimizer) and the step's end
+/// (End). The program's --wall-clock-breakdown times the spans between.
+enum class Phase : int { Forward = 0, Backward = 1, Optimizer = 2, End = 3 };
+
+struct PhaseClock {
+  virtual ~PhaseClock() = default;
+  virtual void mark(Phase phase) = 0;
+};
+
 /// The generated step: reads `args` (in spec order), writes `results` (in
 /// spec order, storage provided by the caller). Scratch memory comes from
 /// `arena`, sized by the compiler (spec.arenaBytes).
@@ -126,6 +137,8 @@ struct RankContext {
   /// device memory (the host cannot read them there).
   int64_t step = 0;
   int64_t seed = 0;
+  /// Set: the step marks its phases on it (--wall-clock-breakdown).
+  PhaseClock *clock = nullptr;
 };
 
 using TrainStepFn = Status (*)(const RankContext &ctx, const Tensor *args,
