@@ -137,6 +137,15 @@ void Checkpointer::entriesOf(const RankState &rs,
 
 bool Checkpointer::stopRequested() { return gStop.load(); }
 
+Checkpointer::~Checkpointer() {
+  // The shell may run again in this process (tests): leave the signals as
+  // they were.
+  if (handlers_) {
+    ::sigaction(SIGTERM, &previous_[0], nullptr);
+    ::sigaction(SIGINT, &previous_[1], nullptr);
+  }
+}
+
 bool Checkpointer::due(int64_t step) const {
   const Options &o = job_.o;
   return !o.saveDir.empty() && o.saveEvery > 0 && step % o.saveEvery == 0 &&
@@ -153,8 +162,13 @@ Status Checkpointer::prepare() {
     for (const std::string &stale : io::removeStaleCheckpoints(o.saveDir))
       job_.note("removed " + stale +
                 ", a checkpoint an interrupted save left incomplete");
-  std::signal(SIGTERM, onStopSignal);
-  std::signal(SIGINT, onStopSignal);
+  gStop.store(false);
+  struct sigaction sa {};
+  sa.sa_handler = onStopSignal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, &previous_[0]);
+  ::sigaction(SIGINT, &sa, &previous_[1]);
+  handlers_ = true;
   return Status();
 }
 
@@ -163,6 +177,29 @@ Status Checkpointer::prepare() {
 //===----------------------------------------------------------------------===//
 
 Status Checkpointer::save(int64_t step) {
+  Status s = saveImpl(step);
+  if (s.ok()) {
+    lastSaved_ = step;
+    return s;
+  }
+  // A failed save (a full disk, an I/O error) leaves no half-written step:
+  // the previous checkpoint and `latest` are untouched. In a run of one
+  // process per rank, rank 0 owns the step's temporary folder.
+  const std::string &dir = job_.o.saveDir;
+  std::string tmp = io::checkpointTempDir(dir, step);
+  if (!job_.distributed || job_.env.rank == 0) {
+    if (io::removeCheckpointTemp(tmp))
+      job_.note("removed " + tmp + " of the failed save; " +
+                (lastSaved_ >= 0 ? io::checkpointStepDir(dir, lastSaved_)
+                                 : std::string("the latest checkpoint")) +
+                " is intact");
+  }
+  ++failedSaves_;
+  lastFailed_ = step;
+  return s;
+}
+
+Status Checkpointer::saveImpl(int64_t step) {
   const Options &o = job_.o;
   const Layout &l = job_.layout;
   // The state lives on the device: bring it back first.
@@ -199,7 +236,6 @@ Status Checkpointer::save(int64_t step) {
     if (Status s = io::writeCheckpointShard(tmp, rs->id, tensors); !s.ok())
       return Status::error(s.code(), "--save-dir: " + s.message());
   }
-  lastSaved_ = step;
   if (job_.distributed && job_.env.rank != 0)
     return Status(); // rank 0 commits
   io::CheckpointManifest m;
