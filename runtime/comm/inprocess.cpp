@@ -25,31 +25,6 @@ const char *kindName(InProcessWorld::Kind k) {
   return "collective";
 }
 
-std::string axesName(uint32_t mask) {
-  switch (mask) {
-  case 0:
-    return "no axis";
-  case 1:
-    return "the replicas axis";
-  case 2:
-    return "the group axis";
-  case 3:
-    return "all ranks";
-  }
-  return "axes mask " + std::to_string(mask);
-}
-
-std::string describeOp(const char *kind, int64_t inNumel, int64_t outNumel,
-                       DType dtype, uint32_t mask, const char *what) {
-  std::string s = std::string(kind) + " of " + std::to_string(inNumel);
-  if (outNumel != inNumel)
-    s += " -> " + std::to_string(outNumel);
-  s += std::string(" ") + dtypeName(dtype) + " over " + axesName(mask);
-  if (what && *what)
-    s += std::string(" (\"") + what + "\")";
-  return s;
-}
-
 std::string rankList(const std::vector<int> &ranks) {
   std::string s;
   for (size_t i = 0; i < ranks.size(); ++i)
@@ -194,14 +169,14 @@ InProcessWorld::InProcessWorld(int worldSize, int groupSize,
                                int numCollectives, double timeoutSeconds)
     : worldSize_(std::max(worldSize, 1)),
       groupSize_(groupSize <= 0 ? std::max(worldSize, 1) : groupSize),
-      manifest_(manifest), numCollectives_(manifest ? numCollectives : 0),
       timeout_(timeoutSeconds > 0 ? timeoutSeconds
                                   : collectiveTimeoutFromEnv()) {
   if (worldSize_ % groupSize_ != 0)
     groupSize_ = worldSize_; // the runner checks the spec before this
   for (int r = 0; r < worldSize_; ++r)
     comms_.push_back(std::make_unique<RankComm>(*this, r));
-  calls_.assign(size_t(worldSize_), 0);
+  checkers_.assign(size_t(worldSize_),
+                   ManifestChecker(manifest, manifest ? numCollectives : 0));
   groupCalls_.resize(size_t(worldSize_));
   finished_.assign(size_t(worldSize_), false);
   waitingIn_.assign(size_t(worldSize_), -1);
@@ -215,7 +190,8 @@ Communicator *InProcessWorld::comm(int rank) {
 
 void InProcessWorld::beginStep() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::fill(calls_.begin(), calls_.end(), 0);
+  for (ManifestChecker &c : checkers_)
+    c.beginStep();
   std::fill(finished_.begin(), finished_.end(), false);
   std::fill(waitingIn_.begin(), waitingIn_.end(), -1);
   // Group sequence numbers continue: slots of a finished step are gone, and
@@ -259,7 +235,7 @@ std::string InProcessWorld::failure() const {
 
 int64_t InProcessWorld::callsThisStep(int rank) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return rank >= 0 && rank < worldSize_ ? calls_[size_t(rank)] : 0;
+  return rank >= 0 && rank < worldSize_ ? checkers_[size_t(rank)].calls() : 0;
 }
 
 std::vector<int> InProcessWorld::groupOf(int rank, uint32_t mask) const {
@@ -287,10 +263,13 @@ Status InProcessWorld::collective(int rank, Kind kind, const Tensor &in,
                " of a world of " + std::to_string(worldSize_));
   std::string me = "rank " + std::to_string(rank) + ": ";
   std::unique_lock<std::mutex> lock(mu_);
-  int64_t index = calls_[size_t(rank)]++;
+  int64_t index = 0;
+  Status checked =
+      checkers_[size_t(rank)].check(kindName(kind), in.dtype, in.numel(),
+                                    out.numel(), axes.mask, what, index);
   std::string call = "collective #" + std::to_string(index) + " (" +
-                     describeOp(kindName(kind), in.numel(), out.numel(),
-                                in.dtype, axes.mask, what) +
+                     describeCollective(kindName(kind), in.numel(), out.numel(),
+                                        in.dtype, axes.mask, what) +
                      ")";
   // Fails this rank: aborts the world, returns the message.
   auto failHere = [&](const std::string &body) {
@@ -323,23 +302,8 @@ Status InProcessWorld::collective(int rank, Kind kind, const Tensor &in,
   if (in.dtype != out.dtype)
     return failHere(call + ": input " + describe(in) + " and output " +
                     describe(out) + " differ in dtype");
-  if (manifest_) {
-    if (index >= numCollectives_)
-      return failHere(call + " is one more than the manifest's " +
-                      std::to_string(numCollectives_) +
-                      " collectives per step");
-    const CollectiveSpec &m = manifest_[index];
-    if (!m.kind || std::strcmp(m.kind, kindName(kind)) != 0 ||
-        m.dtype != in.dtype || m.inNumel != in.numel() ||
-        m.outNumel != out.numel() || m.axesMask != axes.mask)
-      return failHere(
-          "collective #" + std::to_string(index) + " is " +
-          describeOp(kindName(kind), in.numel(), out.numel(), in.dtype,
-                     axes.mask, what) +
-          " but the manifest says " +
-          describeOp(m.kind ? m.kind : "(none)", m.inNumel, m.outNumel,
-                     m.dtype, m.axesMask, m.what));
-  }
+  if (!checked.ok())
+    return failHere(checked.message());
 
   int64_t expectOut = kind == Kind::AllReduce   ? in.numel()
                       : kind == Kind::AllGather ? in.numel() * n
@@ -404,7 +368,7 @@ Status InProcessWorld::collective(int rank, Kind kind, const Tensor &in,
     if (finishedPeer >= 0)
       return failHere(call + ": rank " + std::to_string(finishedPeer) +
                       " finished its step after " +
-                      std::to_string(calls_[size_t(finishedPeer)]) +
+                      std::to_string(checkers_[size_t(finishedPeer)].calls()) +
                       " collectives without joining this one (ranks " +
                       rankList(group) + ")");
     (void)inTime;
@@ -415,11 +379,13 @@ Status InProcessWorld::collective(int rank, Kind kind, const Tensor &in,
         int r = group[size_t(k)];
         missing.push_back(r);
         int64_t w = waitingIn_[size_t(r)];
-        where += (where.empty() ? "" : ", ") + std::string("rank ") +
-                 std::to_string(r) +
-                 (w >= 0 ? " waits in collective #" + std::to_string(w)
-                         : " is computing (last issued collective #" +
-                               std::to_string(calls_[size_t(r)] - 1) + ")");
+        where +=
+            (where.empty() ? "" : ", ") + std::string("rank ") +
+            std::to_string(r) +
+            (w >= 0
+                 ? " waits in collective #" + std::to_string(w)
+                 : " is computing (last issued collective #" +
+                       std::to_string(checkers_[size_t(r)].calls() - 1) + ")");
       }
     char secs[32];
     std::snprintf(secs, sizeof secs, "%g", timeout_);
@@ -449,8 +415,8 @@ Status InProcessWorld::collective(int rank, Kind kind, const Tensor &in,
     break;
   case Kind::AllGather:
     for (int k = 0; k < n; ++k)
-      std::memcpy(static_cast<char *>(dst) + size_t(k) * inBytes, ins[size_t(k)],
-                  inBytes);
+      std::memcpy(static_cast<char *>(dst) + size_t(k) * inBytes,
+                  ins[size_t(k)], inBytes);
     break;
   }
 

@@ -20,7 +20,7 @@
 // Checks, each an error naming the rank and the collective (its index in
 // the step, kind, size, dtype and `what`):
 //   - the call against the manifest entry of the same index, when a
-//     manifest is given;
+//     manifest is given (comm/manifest.h, the checker NCCL uses too);
 //   - the members of a group against each other (kind, dtype, sizes);
 //   - a timeout (DSC_COLLECTIVE_TIMEOUT seconds, default 300) naming the
 //     ranks that have not arrived;
@@ -35,6 +35,7 @@
 #ifndef DSC_RUNTIME_COMM_INPROCESS_H
 #define DSC_RUNTIME_COMM_INPROCESS_H
 
+#include "comm/manifest.h"
 #include "dsc/comm.h"
 
 #include <condition_variable>
@@ -100,8 +101,6 @@ private:
   class RankComm;
 
   int worldSize_, groupSize_;
-  const CollectiveSpec *manifest_;
-  int numCollectives_;
   double timeout_;
   std::vector<std::unique_ptr<RankComm>> comms_;
 
@@ -109,8 +108,9 @@ private:
   std::condition_variable cv_;
   // (mask, first rank of the group, the group's call number) -> rendezvous.
   std::map<std::tuple<uint32_t, int, int64_t>, std::shared_ptr<Slot>> slots_;
-  std::vector<int64_t> calls_;                            // per rank, this step
-  std::vector<std::map<std::pair<uint32_t, int>, int64_t>> groupCalls_; // per rank
+  std::vector<ManifestChecker> checkers_; // per rank: calls this step
+  std::vector<std::map<std::pair<uint32_t, int>, int64_t>>
+      groupCalls_; // per rank
   std::vector<bool> finished_;
   // Where each rank waits now (-1: not in a collective), for messages.
   std::vector<int64_t> waitingIn_;

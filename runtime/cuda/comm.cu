@@ -1,5 +1,6 @@
 //===- comm.cu - In-process (staged) and NCCL communicators ---------------===//
 
+#include "comm/manifest.h"
 #include "cuda/comm.h"
 #include "cuda/context.h"
 
@@ -167,8 +168,7 @@ public:
     rank_ = init.rank;
     size_ = init.worldSize;
     groupSize_ = init.groupSize > 0 ? init.groupSize : init.worldSize;
-    manifest_ = manifest;
-    numCollectives_ = manifest ? numCollectives : 0;
+    checker_ = comm::ManifestChecker(manifest, manifest ? numCollectives : 0);
     std::vector<uint8_t> id(sizeof(ncclUniqueId));
     ncclUniqueId uid{};
     if (rank_ == 0) {
@@ -277,7 +277,9 @@ public:
       std::this_thread::sleep_for(
           std::chrono::microseconds(spins < 1000 ? 20 : 1000));
     }
-    // Every collective of the step is done: recycle their events.
+    // Every collective of the step is done: recycle their events; the next
+    // call is the next step's collective #0.
+    checker_.beginStep();
     for (auto &p : pending_) {
       cudaError_t q = cudaEventQuery(p.done);
       if (q == cudaErrorNotReady) {
@@ -337,25 +339,17 @@ private:
 
   Status issue(int kind, const Tensor &in, const Tensor &out, GridAxes axes,
                const char *what) {
-    int64_t index = calls_++;
     std::string call = std::string(kindName(kind)) + " \"" + what + "\"";
     auto fail = [&](const std::string &why) {
       return callFailed(call.c_str(), why);
     };
-    if (manifest_) {
-      const CollectiveSpec &m = manifest_[index % numCollectives_];
-      if (std::string(m.kind) != kindName(kind) || m.dtype != in.dtype ||
-          m.inNumel != in.numel() || m.outNumel != out.numel() ||
-          m.axesMask != axes.mask)
-        return fail("collective #" + std::to_string(index % numCollectives_) +
-                    " of the step is " + describe(in) + " -> " + describe(out) +
-                    " over axes " + std::to_string(axes.mask) +
-                    ", but the compiled manifest says " + m.kind + " \"" +
-                    m.what + "\" " + dtypeName(m.dtype) + "[" +
-                    std::to_string(m.inNumel) + "] -> [" +
-                    std::to_string(m.outNumel) + "] over axes " +
-                    std::to_string(m.axesMask));
-    }
+    // The manifest checker the in-process world uses too (comm/manifest.h);
+    // idle() at the end of the step starts the next one at entry 0.
+    int64_t index = 0;
+    if (Status s = checker_.check(kindName(kind), in.dtype, in.numel(),
+                                  out.numel(), axes.mask, what, index);
+        !s.ok())
+      return fail(s.message());
     int n = groupSize(axes);
     ncclDataType_t type;
     if (!ncclTypeOf(in.dtype, type) || in.dtype != out.dtype)
@@ -405,15 +399,12 @@ private:
     for (auto &p : pending_)
       if (p.out == out.data)
         p.out = nullptr;
-    pending_.push_back(
-        {out.data, done, what, index % std::max(numCollectives_, 1), kind});
+    pending_.push_back({out.data, done, what, index, kind});
     return Status();
   }
 
   int rank_ = 0, size_ = 1, groupSize_ = 1;
-  const CollectiveSpec *manifest_ = nullptr;
-  int numCollectives_ = 0;
-  int64_t calls_ = 0;
+  comm::ManifestChecker checker_;
   ncclComm_t world_ = nullptr, group_ = nullptr, replicas_ = nullptr;
   cudaEvent_t ready_ = nullptr;
   std::deque<Pending> pending_;

@@ -40,6 +40,11 @@ constexpr uint64_t kMaxJsonBytes = uint64_t(1) << 30;
 
 std::string errnoText(int e = errno) { return std::strerror(e); }
 
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 Status ioError(const std::string &message) {
   return Status::error(StatusCode::IoError, message);
 }
@@ -965,16 +970,42 @@ std::vector<std::string> removeStaleCheckpoints(const std::string &root) {
   std::vector<std::string> removed;
   for (const std::string &name : listDir(root)) {
     int64_t step;
-    if (name.size() < 4 || name.compare(name.size() - 4, 4, ".tmp") != 0 ||
-        !parseStepName(name.substr(0, name.size() - 4), step))
+    bool tmp = endsWith(name, ".tmp"), old = endsWith(name, ".old");
+    if ((!tmp && !old) || !parseStepName(name.substr(0, name.size() - 4), step))
       continue;
     std::string path = joinPath(root, name);
-    if (isDirectory(path) && removeTree(path).ok())
+    if (!isDirectory(path))
+      continue;
+    if (old) {
+      // A re-save of step N was killed between its two renames (publishDir):
+      // step_N.old is the complete previous save of N, and `latest` may name
+      // step_N. Put it back unless the new step_N is in place.
+      std::string stepDir = joinPath(root, name.substr(0, name.size() - 4));
+      if (!exists(stepDir) && exists(joinPath(path, "manifest.json")) &&
+          ::rename(path.c_str(), stepDir.c_str()) == 0) {
+        removed.push_back(path + " (renamed back to " + stepDir + ")");
+        continue;
+      }
+    }
+    if (removeTree(path).ok())
       removed.push_back(path);
   }
+  // A `latest` being replaced when the run was killed.
+  for (const std::string &stale :
+       removeStaleTemporaries(joinPath(root, "latest")))
+    removed.push_back(stale);
   if (!removed.empty())
     (void)fsyncDir(root);
   return removed;
+}
+
+bool removeCheckpointTemp(const std::string &tmpDir) {
+  if (!isDirectory(tmpDir))
+    return false;
+  bool ok = removeTree(tmpDir).ok();
+  if (ok)
+    (void)fsyncDir(parentOf(tmpDir));
+  return ok;
 }
 
 std::vector<std::string> checkpointSteps(const std::string &root) {
@@ -1107,10 +1138,21 @@ Status CheckpointReader::open(const std::string &path) {
     s = fileSize(file, bytes);
     if (!s.ok())
       return ioError(call + ": " + s.message());
-    if (bytes != f.bytes)
+    if (bytes != f.bytes) {
+      // Name what it holds, so that the message says what is lost.
+      std::string held;
+      int count = 0, index = int(&f - m.files.data());
+      for (const CheckpointTensor &t : m.tensors)
+        for (const CheckpointPiece &p : t.pieces)
+          if (p.file == index && count++ < 3)
+            held += (held.empty() ? "" : ", ") + ("'" + t.name + "'");
+      if (count > 3)
+        held += " and " + std::to_string(count - 3) + " more";
       return ioError(call + ": " + file + " has " + std::to_string(bytes) +
                      " bytes, the manifest says " + std::to_string(f.bytes) +
-                     " (truncated or replaced?)");
+                     " (truncated or replaced?)" +
+                     (held.empty() ? "" : "; it holds tensor " + held));
+    }
   }
   auto files = std::make_unique<Files>();
   files->loaded.resize(m.files.size());
@@ -1132,6 +1174,18 @@ Status loadShard(const std::string &dir, const CheckpointManifest &m,
                  const std::vector<std::pair<size_t, size_t>> &uses,
                  std::unique_ptr<SafetensorsFile> &out) {
   std::string path = joinPath(dir, m.files[index].name);
+  // A file of the right size whose bytes changed (a bad disk, a torn copy)
+  // is refused before any of it is used.
+  if (!m.files[index].sha256.empty()) {
+    std::string hex;
+    Status h = sha256File(path, hex);
+    if (!h.ok())
+      return h;
+    if (hex != m.files[index].sha256)
+      return ioError(path + ": sha256 " + hex + ", the manifest says " +
+                     m.files[index].sha256 +
+                     " (the file is corrupted or changed since it was saved)");
+  }
   auto file = std::make_unique<SafetensorsFile>();
   Status s = file->read(path);
   if (!s.ok())

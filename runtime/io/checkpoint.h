@@ -120,8 +120,17 @@ Status commitCheckpoint(const std::string &root, const std::string &tmpDir,
 std::string checkpointStepDir(const std::string &root, int64_t step);
 std::string checkpointTempDir(const std::string &root, int64_t step);
 
-/// Removes `DIR/step_*.tmp` left by an interrupted save; the names removed.
+/// What an interrupted save left in `root`, for a run starting there: every
+/// `step_<N>.tmp` (a step not committed) is removed; a `step_<N>.old` (a
+/// re-save of step N killed between its two renames) is renamed back to
+/// `step_<N>` when that is missing, else removed; `latest.tmp.*` nobody
+/// writes is removed. `latest` then names a complete step (or none). The
+/// paths handled, for a note.
 std::vector<std::string> removeStaleCheckpoints(const std::string &root);
+
+/// Removes the temporary folder of a save that failed (`step_<N>.tmp`);
+/// true when there was one and it is gone.
+bool removeCheckpointTemp(const std::string &tmpDir);
 
 class CheckpointReader {
 public:

@@ -170,6 +170,29 @@ Status Checkpointer::prepare() {
 //===----------------------------------------------------------------------===//
 
 Status Checkpointer::save(int64_t step) {
+  Status s = saveImpl(step);
+  if (s.ok()) {
+    lastSaved_ = step;
+    return s;
+  }
+  // A failed save (a full disk, an I/O error) leaves no half-written step:
+  // the previous checkpoint and `latest` are untouched. In a run of one
+  // process per rank, rank 0 owns the step's temporary folder.
+  const std::string &dir = job_.o.saveDir;
+  std::string tmp = io::checkpointTempDir(dir, step);
+  if (!job_.distributed || job_.env.rank == 0) {
+    if (io::removeCheckpointTemp(tmp))
+      job_.note("removed " + tmp + " of the failed save; " +
+                (lastSaved_ >= 0 ? io::checkpointStepDir(dir, lastSaved_)
+                                 : std::string("the latest checkpoint")) +
+                " is intact");
+  }
+  ++failedSaves_;
+  lastFailed_ = step;
+  return s;
+}
+
+Status Checkpointer::saveImpl(int64_t step) {
   const Options &o = job_.o;
   const Layout &l = job_.layout;
   // The state lives on the device: bring it back first.
@@ -206,7 +229,6 @@ Status Checkpointer::save(int64_t step) {
     if (Status s = io::writeCheckpointShard(tmp, rs->id, tensors); !s.ok())
       return Status::error(s.code(), "--save-dir: " + s.message());
   }
-  lastSaved_ = step;
   if (job_.distributed && job_.env.rank != 0)
     return Status(); // rank 0 commits
   io::CheckpointManifest m;

@@ -135,11 +135,12 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
     hyperOptions[optionName(spec.hypers[h].name)] = spec.hypers[h].name;
   }
   static const std::set<std::string> valued = {
-      "--steps",       "--seed",       "--batch",         "--data",
-      "--data-dtype",  "--init",       "--log",           "--dump-grads",
-      "--dump-params", "--gradcheck",  "--gradcheck-tol", "--print-every",
-      "--save-dir",    "--save-every", "--keep-last",     "--resume",
-      "--tensorboard", "--mlflow",     "--csv",           "--run-name"};
+      "--steps",         "--seed",         "--batch",         "--data",
+      "--data-dtype",    "--init",         "--log",           "--dump-grads",
+      "--dump-params",   "--gradcheck",    "--gradcheck-tol", "--print-every",
+      "--save-dir",      "--save-every",   "--keep-last",     "--resume",
+      "--tensorboard",   "--mlflow",       "--csv",           "--run-name",
+      "--on-save-error", "--max-bad-steps"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i] ? argv[i] : "";
     if (arg == "--help" || arg == "-h") {
@@ -239,6 +240,15 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
         return fail("--keep-last expects a count >= 0, not '" + value + "'");
     } else if (name == "--resume") {
       o.resume = value;
+    } else if (name == "--on-save-error") {
+      if (value != "stop" && value != "continue")
+        return fail("--on-save-error expects stop or continue, not '" + value +
+                    "'");
+      o.continueOnSaveError = value == "continue";
+    } else if (name == "--max-bad-steps") {
+      if (!parseInt(value, o.maxBadSteps) || o.maxBadSteps < 0)
+        return fail("--max-bad-steps expects a count >= 0, not '" + value +
+                    "'");
     } else if (name == "--tensorboard") {
       o.tensorboard = value;
     } else if (name == "--mlflow") {
@@ -405,6 +415,16 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   opt("--keep-last K", "keep only the newest K checkpoints (default all)");
   opt("--resume PATH", "continue from DIR (its latest) or DIR/step_N, at");
   opt("", "  any world size or stage; --steps is the total");
+  opt("--on-save-error X", "a save that fails (disk full, I/O error): stop");
+  opt("", "  (default: exit 1) or continue (a warning; the next");
+  opt("", "  save retries); the previous checkpoint stays intact");
+  std::fprintf(out, "\nNon-finite values:\n");
+  opt("--max-bad-steps K",
+      "stop (exit 1) after K consecutive steps whose loss");
+  opt("", "  or gradient norm is inf or nan (default 10; 0: never");
+  opt("", "  stop); each run of them is a warning naming the step");
+  opt("", "  and the gradients, and is not checkpointed. fp16's");
+  opt("", "  skipped steps are the loss scaler's, not counted");
   std::fprintf(out, "\nMetrics (beside --log; rank 0 writes them):\n");
   opt("--tensorboard DIR", "TensorBoard event files");
   opt("--mlflow DIR", "an MLflow file store (mlflow ui --backend-store-uri");

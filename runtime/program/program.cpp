@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dsc/program.h"
+#include "io/checkpoint.h"
 #include "io/output_file.h"
 #include "program/checkpointing.h"
 #include "program/convert.h"
@@ -115,6 +116,10 @@ void removeStaleOutputs(const Job &job) {
 
 struct LoopState {
   int64_t nonFinite = 0, skippedSteps = 0, stepsRun = 0;
+  // fp32/bf16: the current run of consecutive non-finite steps.
+  int64_t badInARow = 0, firstBad = 0;
+  std::string firstBadWhere;
+  bool lastBad = false; // the step just run: not checkpointed
   double lastLoss = NAN, trainSeconds = 0;
   // The loss scaler's scale after the last step (fp16), as the program
   // reports it; the step's tensors may live on a device.
@@ -169,18 +174,63 @@ StepRecord readStep(Job &job, Ranks &ranks, int64_t step, LoopState &st) {
   return r;
 }
 
-void warnNonFinite(Job &job, const StepRecord &r, LoopState &st) {
-  if (std::isfinite(r.loss) || st.nonFinite++ > 0)
-    return;
+/// fp32/bf16 (an fp16 step that overflows is skipped by the loss scaler,
+/// see checkOverflow): a step whose loss or gradient norm is inf or nan.
+/// The first of a run of them is a warning naming the step and the first
+/// non-finite gradients (tensor and bucket); --max-bad-steps in a row stop
+/// the run with an error naming the step.
+Status checkNonFinite(Job &job, Ranks &ranks, const StepRecord &r,
+                      LoopState &st) {
+  bool bad =
+      !r.skipped && (!std::isfinite(r.loss) ||
+                     (job.layout.gradNorm >= 0 && !std::isfinite(r.gradNorm)));
+  st.lastBad = bad;
+  if (!bad) {
+    st.badInARow = 0;
+    return Status();
+  }
+  ++st.nonFinite;
   const Options &o = job.o;
-  std::string hint = o.hypers.count("lr") ? "lower --lr" : "";
-  if (o.hypers.count("clip"))
-    hint += std::string(hint.empty() ? "" : " or ") + "set --clip";
-  job.warn(format("step %" PRId64 ": the loss is %s; training goes on, but "
-                  "the parameters are probably ruined%s%s (further "
-                  "non-finite losses are counted, not reported)",
-                  r.step, std::isnan(r.loss) ? "nan" : "infinite",
-                  hint.empty() ? "" : "; ", hint.c_str()));
+  if (st.badInARow++ == 0) {
+    st.firstBad = r.step;
+    st.firstBadWhere.clear();
+    if (Status s = ranks.nonFiniteGrads(st.firstBadWhere); !s.ok())
+      return s;
+    std::string what = !std::isfinite(r.loss)
+                           ? std::string("the loss is ") +
+                                 (std::isnan(r.loss) ? "nan" : "infinite")
+                           : std::string("the gradient norm is ") +
+                                 (std::isnan(r.gradNorm) ? "nan" : "infinite");
+    std::string grads = st.firstBadWhere.empty()
+                            ? ""
+                            : "; non-finite gradients" + st.firstBadWhere;
+    std::string hint = o.hypers.count("lr") ? "lower --lr" : "";
+    if (o.hypers.count("clip"))
+      hint += std::string(hint.empty() ? "" : " or ") + "set --clip";
+    std::string limit =
+        o.maxBadSteps > 0
+            ? format("the run stops after %" PRId64 " such steps in a row "
+                     "(--max-bad-steps)",
+                     o.maxBadSteps)
+            : std::string("training goes on (--max-bad-steps 0)");
+    job.warn(format("step %" PRId64 ": %s%s; the parameters are probably "
+                    "ruined%s%s; %s, and none is checkpointed (further "
+                    "non-finite steps of this run of them are counted, not "
+                    "reported)",
+                    r.step, what.c_str(), grads.c_str(),
+                    hint.empty() ? "" : "; ", hint.c_str(), limit.c_str()));
+  }
+  if (o.maxBadSteps > 0 && st.badInARow >= o.maxBadSteps)
+    return fail(format("step %" PRId64 ": %" PRId64 " steps in a row with a "
+                       "non-finite loss or gradient norm (since step %" PRId64
+                       "%s); stopping (--max-bad-steps %" PRId64
+                       "). The last checkpoint, if any, predates them",
+                       r.step, st.badInARow, st.firstBad,
+                       st.firstBadWhere.empty()
+                           ? ""
+                           : (", gradients" + st.firstBadWhere).c_str(),
+                       o.maxBadSteps));
+  return Status();
 }
 
 Status dumpGrads(Job &job, Ranks &ranks, int64_t step) {
@@ -239,9 +289,25 @@ Status trainStep(Job &job, Ranks &ranks, DataFeed &feed, Reporter &report,
   if (st.stepsRun == 1 && !job.o.dumpGrads.empty())
     if (Status s = dumpGrads(job, ranks, step); !s.ok())
       return s;
+  Status bad = checkNonFinite(job, ranks, r, st);
   ranks.swapUpdates();
-  warnNonFinite(job, r, st);
-  return report.step(r);
+  if (Status s = report.step(r); !s.ok())
+    return s;
+  return bad;
+}
+
+/// A checkpoint of step `step`. A failed save (its temporary folder
+/// removed, the previous checkpoint intact) stops the run, or with
+/// --on-save-error continue is a warning and the next save retries.
+Status saveStep(Job &job, Checkpointer &ckpt, int64_t step) {
+  Status s = ckpt.save(step);
+  if (s.ok() || !job.o.continueOnSaveError)
+    return s;
+  job.warn(format("step %" PRId64 ": the checkpoint was not saved: %s; "
+                  "training goes on (--on-save-error continue), the next save "
+                  "retries",
+                  step, s.message().c_str()));
+  return Status();
 }
 
 //===----------------------------------------------------------------------===//
@@ -346,9 +412,10 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   int64_t last = firstStep - 1;
   for (int64_t step = firstStep; step <= job.o.steps; ++step) {
     Status s = trainStep(job, ranks, feed, report, step, st);
-    if (s.ok() && (ckpt.due(step) ||
-                   (Checkpointer::stopRequested() && !job.o.saveDir.empty())))
-      s = ckpt.save(step);
+    if (s.ok() && !st.lastBad &&
+        (ckpt.due(step) ||
+         (Checkpointer::stopRequested() && !job.o.saveDir.empty())))
+      s = saveStep(job, ckpt, step);
     if (!s.ok()) {
       (void)report.close(false);
       return error(job, s);
@@ -361,8 +428,9 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
       break;
     }
   }
-  if (!job.o.saveDir.empty() && last >= firstStep && !ckpt.saved(last))
-    if (Status s = ckpt.save(last); !s.ok()) {
+  if (!job.o.saveDir.empty() && last >= firstStep && !ckpt.saved(last) &&
+      !ckpt.failed(last) && !st.lastBad)
+    if (Status s = saveStep(job, ckpt, last); !s.ok()) {
       (void)report.close(false);
       return error(job, s);
     }
@@ -371,6 +439,14 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
 
   // 6. Summary and dumps.
   report.summary(st.stepsRun, st.trainSeconds, st.lastLoss, st.nonFinite);
+  if (ckpt.failedSaves() > 0)
+    job.warn(format(
+        "%" PRId64 " checkpoint save%s failed (--on-save-error "
+        "continue); the newest checkpoint is %s",
+        ckpt.failedSaves(), ckpt.failedSaves() == 1 ? "" : "s",
+        ckpt.lastSaved() >= 0
+            ? io::checkpointStepDir(job.o.saveDir, ckpt.lastSaved()).c_str()
+            : (resuming ? job.o.resume.c_str() : "none (no save succeeded)")));
   if (!job.o.dumpParams.empty())
     if (Status s = dumpParams(job, ranks, last); !s.ok())
       return error(job, s);

@@ -108,8 +108,11 @@ struct Options {
   bool seedGiven = false;
   // Checkpoints (checkpointing.h).
   std::string saveDir, resume;
-  int64_t saveEvery = 0; // 0: only at the end and on SIGTERM/SIGINT
-  int64_t keepLast = 0;  // 0: keep all
+  int64_t saveEvery = 0;            // 0: only at the end and on SIGTERM/SIGINT
+  int64_t keepLast = 0;             // 0: keep all
+  bool continueOnSaveError = false; // --on-save-error continue
+  // Non-finite steps (fp32/bf16): stop after this many in a row; 0 never.
+  int64_t maxBadSteps = 10;
   // Metrics sinks (io/metrics.h); rank 0 writes them.
   std::string tensorboard, mlflow, csv, runName;
 };

@@ -30,8 +30,9 @@ bool contains(const std::string &s, const std::string &part) {
 
 /// Runs body(rank, comm) on one thread per rank, as the runner does; a rank
 /// whose body fails aborts the world. Returns each rank's status.
-std::vector<Status> runRanks(InProcessWorld &world,
-                             const std::function<Status(int, Communicator &)> &body) {
+std::vector<Status>
+runRanks(InProcessWorld &world,
+         const std::function<Status(int, Communicator &)> &body) {
   world.beginStep();
   std::vector<Status> st(size_t(world.size()));
   std::vector<std::thread> threads;
@@ -60,7 +61,8 @@ TEST_P(CollectivesOnWorld, AllReduceAllGatherReduceScatter) {
   const int W = GetParam();
   const int64_t N = 24 * 8; // divisible by every group size here
   InProcessWorld world(W, W, nullptr, 0, 30);
-  std::vector<std::vector<float>> sum(static_cast<size_t>(W), std::vector<float>(N));
+  std::vector<std::vector<float>> sum(static_cast<size_t>(W),
+                                      std::vector<float>(N));
   std::vector<std::vector<float>> gathered(size_t(W),
                                            std::vector<float>(size_t(W) * 5));
   std::vector<std::vector<float>> scattered(size_t(W),
@@ -77,9 +79,8 @@ TEST_P(CollectivesOnWorld, AllReduceAllGatherReduceScatter) {
     for (int i = 0; i < 5; ++i)
       small[i] = float(r * 100 + i);
     Tensor tin = Tensor::of(in.data(), DType::F32, {N});
-    if (Status s = c.allReduce(tin,
-                               Tensor::of(sum[r].data(), DType::F32, {N}), {2},
-                               "sum");
+    if (Status s = c.allReduce(tin, Tensor::of(sum[r].data(), DType::F32, {N}),
+                               {2}, "sum");
         !s.ok())
       return s;
     if (Status s = c.allGather(
@@ -88,9 +89,9 @@ TEST_P(CollectivesOnWorld, AllReduceAllGatherReduceScatter) {
             "gather");
         !s.ok())
       return s;
-    return c.reduceScatter(
-        tin, Tensor::of(scattered[r].data(), DType::F32, {N / W}), {2},
-        "scatter");
+    return c.reduceScatter(tin,
+                           Tensor::of(scattered[r].data(), DType::F32, {N / W}),
+                           {2}, "scatter");
   });
   for (int r = 0; r < W; ++r)
     ASSERT_TRUE(st[r].ok()) << st[r].message();
@@ -135,9 +136,9 @@ TEST(InProcessComm, HybridGridEveryMask) {
     int64_t in = int64_t(1) << (r * 4);
     for (uint32_t mask = 0; mask < 4; ++mask) {
       int64_t out = 0;
-      if (Status s = c.allReduce(Tensor::of(&in, DType::I64, {1}),
-                                 Tensor::of(&out, DType::I64, {1}), {mask},
-                                 "mask");
+      if (Status s =
+              c.allReduce(Tensor::of(&in, DType::I64, {1}),
+                          Tensor::of(&out, DType::I64, {1}), {mask}, "mask");
           !s.ok())
         return s;
       got[r][mask] = out;
@@ -149,9 +150,9 @@ TEST(InProcessComm, HybridGridEveryMask) {
         !s.ok())
       return s;
     int64_t half = 0;
-    if (Status s = c.reduceScatter(Tensor::of(pair, DType::I64, {2}),
-                                   Tensor::of(&half, DType::I64, {1}), {1},
-                                   "rs");
+    if (Status s =
+            c.reduceScatter(Tensor::of(pair, DType::I64, {2}),
+                            Tensor::of(&half, DType::I64, {1}), {1}, "rs");
         !s.ok())
       return s;
     gathered[r * 2] = pair[0];
@@ -198,10 +199,9 @@ TEST(InProcessComm, DeterministicAcrossRanksAndRuns) {
                                  {2}, "f32");
           !s.ok())
         return s;
-      if (Status s =
-              c.allReduce(Tensor::of(in64.data(), DType::F64, {N}),
-                          Tensor::of(out64[r].data(), DType::F64, {N}), {2},
-                          "f64");
+      if (Status s = c.allReduce(Tensor::of(in64.data(), DType::F64, {N}),
+                                 Tensor::of(out64[r].data(), DType::F64, {N}),
+                                 {2}, "f64");
           !s.ok())
         return s;
       return c.allReduce(Tensor::of(inBf.data(), DType::BF16, {N}),
@@ -277,7 +277,8 @@ TEST(InProcessComm, ManifestIsCheckedAndStepsRestartIt) {
             "group axis (\"bucket 0 grads\") but the manifest says all_gather "
             "of 4 -> 8 f32 over the group axis (\"bucket 0 params\")");
   ASSERT_FALSE(st[0].ok());
-  EXPECT_TRUE(contains(st[0].message(), "rank 0: collective #1")) << st[0].message();
+  EXPECT_TRUE(contains(st[0].message(), "rank 0: collective #1"))
+      << st[0].message();
   EXPECT_TRUE(contains(st[0].message(), "rank 1 failed: collective #1 is "
                                         "reduce_scatter"))
       << st[0].message();
@@ -337,9 +338,9 @@ TEST(InProcessComm, TimeoutNamesTheMissingRank) {
                        Tensor::of(b, DType::F32, {4}), {3},
                        "bucket 0 gradients");
   });
-  double secs = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - t0)
-                    .count();
+  double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   EXPECT_LT(secs, 5.0);
   int failed = world.failedRank();
   ASSERT_NE(failed, 2);
@@ -352,8 +353,10 @@ TEST(InProcessComm, TimeoutNamesTheMissingRank) {
       << m;
   for (int r = 0; r < 4; ++r)
     EXPECT_FALSE(st[r].ok()) << r;
-  EXPECT_TRUE(contains(st[2].message(), "rank 2: collective #0")) << st[2].message();
-  EXPECT_TRUE(contains(st[2].message(), "failed: collective #0")) << st[2].message();
+  EXPECT_TRUE(contains(st[2].message(), "rank 2: collective #0"))
+      << st[2].message();
+  EXPECT_TRUE(contains(st[2].message(), "failed: collective #0"))
+      << st[2].message();
 }
 
 TEST(InProcessComm, TimeoutFromTheEnvironment) {
@@ -428,3 +431,65 @@ TEST(InProcessComm, BadShapesAreErrors) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// The manifest checker both communicators use (comm/manifest.h)
+//===----------------------------------------------------------------------===//
+
+TEST(ManifestChecker, EveryStepStartsAtEntryZeroAndAnExtraCallIsAnError) {
+  const CollectiveSpec manifest[] = {
+      {"all_reduce", "bucket 0 gradients", DType::F32, 8, 8, 2},
+      {"all_gather", "bucket 0 params", DType::BF16, 4, 8, 3},
+  };
+  ManifestChecker c(manifest, 2);
+  int64_t index = -1;
+  for (int step = 0; step < 3; ++step) {
+    c.beginStep();
+    ASSERT_TRUE(c.check("all_reduce", DType::F32, 8, 8, 2, "g", index).ok());
+    EXPECT_EQ(index, 0);
+    ASSERT_TRUE(c.check("all_gather", DType::BF16, 4, 8, 3, "p", index).ok());
+    EXPECT_EQ(index, 1);
+    EXPECT_EQ(c.calls(), 2);
+  }
+  // A third call is not entry 0 again (what indexing modulo the manifest's
+  // length would make it).
+  Status s = c.check("all_reduce", DType::F32, 8, 8, 2, "g", index);
+  EXPECT_EQ(index, 2);
+  EXPECT_EQ(s.message(), "collective #2 (all_reduce of 8 f32 over the group "
+                         "axis (\"g\")) is one more than the manifest's 2 "
+                         "collectives per step");
+}
+
+TEST(ManifestChecker, AMismatchNamesTheIndexTheCallAndTheEntry) {
+  const CollectiveSpec manifest[] = {
+      {"all_reduce", "loss", DType::F32, 1, 1, 3},
+      {"reduce_scatter", "bucket 1 gradients", DType::F32, 16, 4, 2},
+  };
+  ManifestChecker c(manifest, 2);
+  int64_t index = -1;
+  ASSERT_TRUE(c.check("all_reduce", DType::F32, 1, 1, 3, "loss", index).ok());
+  for (auto [kind, dtype, in, out, mask] :
+       {std::make_tuple("all_gather", DType::F32, 16, 4, 2u),
+        std::make_tuple("reduce_scatter", DType::F16, 16, 4, 2u),
+        std::make_tuple("reduce_scatter", DType::F32, 8, 4, 2u),
+        std::make_tuple("reduce_scatter", DType::F32, 16, 2, 2u),
+        std::make_tuple("reduce_scatter", DType::F32, 16, 4, 1u)}) {
+    ManifestChecker d = c; // at entry 1
+    Status s = d.check(kind, dtype, in, out, mask, "grads", index);
+    ASSERT_FALSE(s.ok()) << kind;
+    EXPECT_EQ(index, 1);
+    EXPECT_EQ(s.message().rfind("collective #1 is ", 0), 0u) << s.message();
+    EXPECT_TRUE(contains(s.message(),
+                         " but the manifest says reduce_scatter of 16 -> 4 "
+                         "f32 over the group axis (\"bucket 1 gradients\")"))
+        << s.message();
+  }
+  // Without a manifest calls are counted, never refused.
+  ManifestChecker none;
+  EXPECT_TRUE(none.check("all_reduce", DType::F32, 3, 3, 0, "", index).ok());
+  EXPECT_TRUE(none.check("all_gather", DType::F32, 3, 9, 3, "", index).ok());
+  EXPECT_EQ(index, 1);
+  EXPECT_FALSE(none.enabled());
+  EXPECT_EQ(describeCollective("all_gather", 3, 9, DType::BF16, 1, "w"),
+            "all_gather of 3 -> 9 bf16 over the replicas axis (\"w\")");
+}

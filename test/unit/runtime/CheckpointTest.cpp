@@ -10,6 +10,7 @@
 #include "io/consolidate.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "io/sha256.h"
 
 #include <gtest/gtest.h>
 
@@ -498,6 +499,30 @@ TEST(Checkpoint, ReaderErrors) {
   bytes.replace(at, 9, "\"param/x\"");
   writeFile(f1, bytes);
   CheckpointReader r2;
+  ASSERT_TRUE(r2.open(dir.str() + "/step_1").ok());
+  // Its hash no longer matches the manifest's: refused before it is parsed.
+  s = r2.read("param/c", Tensor::of(buf, DType::F32, {3, 3}));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("read_checkpoint(param/c, "), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("rank_00001.safetensors: sha256 "),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("(the file is corrupted or changed since it was "
+                             "saved)"),
+            std::string::npos)
+      << s.message();
+  // With the manifest's hash updated too, the piece itself is missing.
+  std::string manifestPath = dir.str() + "/step_1/manifest.json";
+  std::string manifest = readFile(manifestPath), oldHash, newHash;
+  CheckpointReader r1;
+  ASSERT_TRUE(r1.open(dir.str() + "/step_1").ok());
+  oldHash = r1.manifest().files[1].sha256;
+  ASSERT_TRUE(sha256File(f1, newHash).ok());
+  size_t h = manifest.find(oldHash);
+  ASSERT_NE(h, std::string::npos);
+  manifest.replace(h, oldHash.size(), newHash);
+  writeFile(manifestPath, manifest);
   ASSERT_TRUE(r2.open(dir.str() + "/step_1").ok());
   s = r2.read("param/c", Tensor::of(buf, DType::F32, {3, 3}));
   ASSERT_FALSE(s.ok());
