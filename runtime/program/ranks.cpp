@@ -4,9 +4,13 @@
 #include "cpu/kernel_util.h"
 #include "program/convert.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <set>
 #include <thread>
@@ -465,32 +469,60 @@ std::vector<std::string> Ranks::runStep(int64_t step) {
           format("step %" PRId64 ": ", step) + s.message()};
 }
 
+/// One step of the in-process ranks, shared with their threads: a rank
+/// that never returns (it computes forever outside the collectives) is
+/// left behind, and its thread must not outlive what it writes to.
+struct WorldStep {
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<Status> st;
+  std::vector<char> done;
+  int finished = 0;
+};
+
 std::vector<std::string> Ranks::runWorldStep(int64_t step) {
   const int W = job_.W;
   std::string at = format("step %" PRId64 ": ", step);
   world_->beginStep();
-  std::vector<Status> st(static_cast<size_t>(W));
-  auto body = [&](int r) {
+  auto ws = std::make_shared<WorldStep>();
+  ws->st.resize(size_t(W));
+  ws->done.assign(size_t(W), 0);
+  comm::InProcessWorld *world = world_.get();
+  auto body = [this, ws, world, step](int r) {
     RankState &rs = *ranks_[size_t(r)];
+    Status s;
     try {
-      st[size_t(r)] = stepOn(rs, step, /*all=*/false);
+      s = stepOn(rs, step, /*all=*/false);
     } catch (const std::bad_alloc &) {
-      st[size_t(r)] =
-          Status::error(StatusCode::OutOfMemory, "out of host memory");
+      s = Status::error(StatusCode::OutOfMemory, "out of host memory");
     } catch (const std::exception &e) {
-      st[size_t(r)] = Status::error(StatusCode::InvalidArgument, e.what());
+      s = Status::error(StatusCode::InvalidArgument, e.what());
     }
-    if (!st[size_t(r)].ok())
-      world_->abort(r, st[size_t(r)].message());
+    if (!s.ok())
+      world->abort(r, s.message());
     else
-      world_->finishStep(r);
+      world->finishStep(r);
+    std::lock_guard<std::mutex> lock(ws->m);
+    ws->st[size_t(r)] = s;
+    ws->done[size_t(r)] = 1;
+    ++ws->finished;
+    ws->cv.notify_all();
   };
   std::vector<std::thread> threads;
-  for (int r = 1; r < W; ++r)
+  for (int r = 0; r < W; ++r)
     threads.emplace_back(body, r);
-  body(0);
-  for (auto &t : threads)
-    t.join();
+  std::vector<int> hung = waitForRanks(*ws);
+  std::vector<Status> st;
+  {
+    std::lock_guard<std::mutex> lock(ws->m);
+    st = ws->st;
+  }
+  for (int r = 0; r < W; ++r) {
+    if (std::find(hung.begin(), hung.end(), r) != hung.end())
+      threads[size_t(r)].detach();
+    else
+      threads[size_t(r)].join();
+  }
   // The rank whose failure aborted the world first, then any other rank
   // that failed on its own (not with "rank F failed: ...").
   std::vector<std::string> lines;
@@ -522,7 +554,56 @@ std::vector<std::string> Ranks::runWorldStep(int64_t step) {
                                "step",
                                calls, spec_.numCollectives));
     }
+  if (!hung.empty())
+    exitWithHungRanks(lines, hung, at);
   return lines;
+}
+
+/// Waits for every rank's step. Once the world has failed, the others
+/// return from their collectives at once; a rank still in its step a grace
+/// period later (the collective timeout, 5 to 60 s) is hung outside the
+/// collectives: those ranks are returned.
+std::vector<int> Ranks::waitForRanks(WorldStep &ws) {
+  const int W = job_.W;
+  double grace =
+      job_.timeout > 0 ? std::min(60.0, std::max(5.0, job_.timeout)) : -1;
+  std::unique_lock<std::mutex> lock(ws.m);
+  bool failed = false;
+  Clock::time_point failedAt;
+  while (ws.finished < W) {
+    ws.cv.wait_for(lock, std::chrono::milliseconds(50));
+    if (ws.finished == W || grace < 0 || !world_->aborted())
+      continue;
+    if (!failed) {
+      failed = true;
+      failedAt = Clock::now();
+    }
+    if (seconds(Clock::now() - failedAt) > grace)
+      break;
+  }
+  std::vector<int> hung;
+  for (int r = 0; r < W; ++r)
+    if (!ws.done[size_t(r)])
+      hung.push_back(r);
+  return hung;
+}
+
+/// Some rank never returned: report every rank, then end the process (its
+/// thread cannot be stopped, and the process cannot exit while it runs).
+void Ranks::exitWithHungRanks(std::vector<std::string> &lines,
+                              const std::vector<int> &hung,
+                              const std::string &at) {
+  for (int r : hung)
+    lines.push_back(format("rank %d: ", r) + at +
+                    format("did not return from its step within %g s of "
+                           "the failure above: it is stuck outside the "
+                           "collectives (computing or waiting on its own)",
+                           std::min(60.0, std::max(5.0, job_.timeout))));
+  for (const std::string &l : lines)
+    std::fprintf(job_.err, "error: %s\n", l.c_str());
+  std::fflush(job_.out);
+  std::fflush(job_.err);
+  std::_Exit(1);
 }
 
 void Ranks::setStep(int64_t step) {

@@ -74,6 +74,8 @@ struct RankState {
   std::unique_ptr<Communicator> timedComm; // its communicator, timed
 };
 
+struct WorldStep;
+
 class Ranks {
 public:
   explicit Ranks(Job &job) : job_(job), spec_(job.spec) {}
@@ -141,6 +143,10 @@ public:
 private:
   Status checkFit(size_t rankBytes);
   std::vector<std::string> runWorldStep(int64_t step);
+  std::vector<int> waitForRanks(WorldStep &ws);
+  [[noreturn]] void exitWithHungRanks(std::vector<std::string> &lines,
+                                      const std::vector<int> &hung,
+                                      const std::string &at);
   Communicator *commOf(RankState &rs);
 
   Job &job_;

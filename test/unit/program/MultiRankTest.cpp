@@ -20,7 +20,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace dsc;
 using namespace dsc::program;
@@ -193,6 +195,41 @@ TEST_F(MultiRank, AFailingRankIsOneErrorLineNamingIt) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(r.err, "error: rank 2: step 1: matmul(lhs=f32[2,3], rhs=f32[4,5]): "
                    "inner dims\n");
+}
+
+// A rank that never returns from its step (stuck outside the collectives):
+// the others time out in their collective and the process still ends, with
+// exit code 1 and a line naming the stuck rank, within the timeout and its
+// grace period (it cannot wait for that thread).
+Status hangOnRank1(const RankContext &ctx, const Tensor *a, const Tensor *r) {
+  if (ctx.comm && ctx.comm->rank() == 1)
+    for (;;)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+  return linearStage0(ctx, a, r);
+}
+
+TEST_F(MultiRank, AHungRankDoesNotKeepTheProcessAlive) {
+  std::string errFile = dir / "err.txt";
+  auto start = std::chrono::steady_clock::now();
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setenv("DSC_COLLECTIVE_TIMEOUT", "1", 1);
+    ProgramSpec spec = stage0Spec(4);
+    spec.trainStep = hangOnRank1;
+    RunResult r = runWith(spec, {"--batch", batch, "--init", "random",
+                                 "--steps", "2", "--quiet"});
+    writeFile(errFile, r.err); // not reached: the program exits itself
+    ::_exit(r.rc == 0 ? 3 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << readFile(errFile);
+  EXPECT_LT(took, 20.0);
 }
 
 TEST_F(MultiRank, ManifestMismatchAndMissingCollectives) {
