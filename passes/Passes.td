@@ -296,6 +296,42 @@ def DscSchedule : Pass<"dsc-schedule", "mlir::ModuleOp"> {
   ];
 }
 
+def DscRecompute : Pass<"dsc-recompute", "mlir::ModuleOp"> {
+  let summary = "Recompute cheap forward values in backward instead of "
+                "keeping them (selective activation recomputation)";
+  let description = [{
+    In `@forward_backward`, a forward value the backward reads is normally
+    kept from its forward op to its last backward use. With
+    `mode=selective`, a value made by a cheap op (elementwise math, casts,
+    where, layer norm, softmax, log-softmax; never dropout, the matmuls,
+    attention or collectives) is computed again right before its first
+    backward use, from operands the backward keeps anyway (its block
+    arguments, constants, values a backward op reads, or other recomputed
+    values), so no value lives longer than it did; the forward copy then
+    dies at its last forward use. The clone is the same op on the same
+    operands, so it computes the same bits (same kernel, same order), and
+    carries `dsc.recomputed` so that CSE does not merge it back.
+
+    ```mlir
+    // before
+    %h = dsc.matmul %x, %w1 ...
+    %g = dsc.gelu %h ...             // kept until dW2 reads it
+    ... backward_begin ...
+    %dw2 = dsc.matmul %gT, %dy ...   // via a transpose of %g
+    // after
+    %g = dsc.gelu %h ...             // dies in forward
+    ... backward_begin ...
+    %g2 = dsc.gelu %h {dsc.recomputed} ...
+    %dw2 = ... %g2 ...
+    ```
+    `mode=none` (the default) leaves the IR as it is.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"none\"",
+           "none or selective">,
+  ];
+}
+
 def DscGlobalMeanLoss : Pass<"dsc-global-mean-loss", "mlir::ModuleOp"> {
   let summary = "Make a mean loss with ignored labels exact across "
                 "micro-batches and ranks";

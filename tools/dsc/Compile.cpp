@@ -76,6 +76,10 @@ target and output:
   --no-fuse-attention        keep attention as the exporter wrote it
                              (matmul, mask, softmax, matmul) instead of one
                              dsc.attention per layer (dsc-fuse-attention)
+  --recompute none|selective activation recomputation (dsc-recompute):
+                             selective computes elementwise values, norms
+                             and softmax again in backward instead of
+                             keeping them (default none)
 
 model (as for `dsc import`):
   --micro-batch N            examples per micro-batch (sets dim 0 of inputs)
@@ -164,7 +168,8 @@ struct CompileOptions {
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
   std::string precision = "fp32", gradReduceDtype = "fp32";
-  std::string precisionPipeline; // dsc-mixed-precision options
+  std::string recompute = "none"; // dsc-recompute mode
+  std::string precisionPipeline;  // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
   std::string configPath; // --config
   ResolvedConfig config;  // what it resolved to (for --report)
@@ -349,6 +354,14 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.partitionPipeline +=
           (o.partitionPipeline.empty() ? "" : " ") + it->second;
       o.partition = true;
+      continue;
+    }
+    if (auto v = c.take("--recompute")) {
+      if (*v != "none" && *v != "selective")
+        return usageError("--recompute must be none or selective, not '" + *v +
+                              "'",
+                          kCompileUsage);
+      o.recompute = *v;
       continue;
     }
     if (auto v = c.take("--precision")) {
@@ -711,6 +724,12 @@ int runCompile(std::vector<std::string> args) {
                                    " prefetch-bucket-size=" + o.prefetchSize +
                                    " max-live-parameters=" + o.maxLive + "}",
                                pm, llvm::errs())))
+    return 1;
+  // Last before CSE, on the final order of the step (its clones carry
+  // dsc.recomputed, so CSE keeps them apart).
+  if (o.recompute != "none" &&
+      failed(parsePassPipeline("dsc-recompute{mode=" + o.recompute + "}", pm,
+                               llvm::errs())))
     return 1;
   pm.addPass(createCSEPass());
   if (failed(pm.run(*module)))

@@ -69,7 +69,10 @@ const Key kTopKeys[] = {
     {"zero_force_ds_cpu_optimizer", Type::Bool, Use::Accept, "", false},
     {"fp32_allreduce", Type::Bool, Use::Accept, "", false},
     {"activation_checkpointing", Type::Object, Use::Warn,
-     "not supported yet: every activation the backward pass reads is kept",
+     "not mapped: DeepSpeed checkpoints what the model's code wraps "
+     "(partitioned, on the CPU); dsc decides in the compiler: "
+     "--recompute selective recomputes elementwise values, norms and "
+     "softmax in backward",
      false},
     {"tensorboard", Type::Object, Use::Map, "", false},
     {"csv_monitor", Type::Object, Use::Map, "", false},

@@ -1,0 +1,77 @@
+// RUN: dsc-opt %s --split-input-file --dsc-recompute=mode=selective | FileCheck %s
+// RUN: dsc-opt %s --split-input-file --dsc-recompute=mode=selective --cse | FileCheck %s --check-prefix=CSE
+// RUN: dsc-opt %s --split-input-file --dsc-recompute | FileCheck %s --check-prefix=NONE
+
+// GPT-2's tanh GELU: tanh(k * h^3) is read by the backward; h (a matmul
+// output the backward reads anyway) is kept, and the chain from it is
+// computed again right before the first backward use. The forward copies
+// die in forward (here: they are not used there at all, and go).
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[H:.*]] = dsc.matmul
+// CHECK-NOT: dsc.tanh
+// CHECK: dsc.constant {dsc.backward_begin}
+// CHECK: %[[B1:.*]] = dsc.mul %{{.*}}, %[[H]]
+// CHECK-NEXT: %[[P:.*]] = dsc.pow %[[H]], %{{.*}} {dsc.recomputed}
+// CHECK-NEXT: %[[E:.*]] = dsc.mul %[[P]], %{{.*}} {dsc.recomputed}
+// CHECK-NEXT: %[[T:.*]] = dsc.tanh %[[E]] {dsc.recomputed}
+// CHECK-NEXT: dsc.mul %[[B1]], %[[T]]
+// CHECK: return %[[T]],
+// NONE-NOT: dsc.recomputed
+// CSE-LABEL: func.func @forward_backward
+// CSE: dsc.tanh {{.*}} {dsc.recomputed}
+func.func @forward_backward(%x: tensor<2x4xf32>, %w: tensor<4x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+  %h = dsc.matmul %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %c = dsc.constant dense<3.0> : tensor<f32>
+  %p = dsc.pow %h, %c : tensor<2x4xf32>, tensor<f32> -> tensor<2x4xf32>
+  %e = dsc.mul %p, %c : tensor<2x4xf32>, tensor<f32> -> tensor<2x4xf32>
+  %t = dsc.tanh %e : tensor<2x4xf32>
+  %seed = dsc.constant {dsc.backward_begin} dense<1.0> : tensor<2x4xf32>
+  %b1 = dsc.mul %seed, %h : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  %b2 = dsc.mul %b1, %t : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  %b3 = dsc.add %b2, %t : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  return %t, %b3 : tensor<2x4xf32>, tensor<2x4xf32>
+}
+
+// -----
+
+// Kept: a relu whose operand the backward does not read (recomputing it
+// would keep the matmul output alive instead), a dropout (random), the
+// matmuls. A cheap value the forward uses too keeps its forward copy
+// there, and the backward reads the clone.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[H:.*]] = dsc.matmul
+// CHECK-NEXT: %[[R:.*]] = dsc.relu %[[H]] : tensor<2x4xf32>
+// CHECK-NEXT: %[[D:.*]], %{{.*}} = dsc.dropout
+// CHECK-NEXT: %[[S:.*]] = dsc.sigmoid %[[X:.*]] : tensor<2x4xf32>
+// CHECK-NEXT: %[[F:.*]] = dsc.add %[[S]], %[[R]] :
+// CHECK-NEXT: %[[G:.*]] = dsc.matmul %[[F]]
+// CHECK-NEXT: dsc.constant {dsc.backward_begin}
+// CHECK-NEXT: dsc.mul %{{.*}}, %[[R]]
+// CHECK-NEXT: dsc.mul %{{.*}}, %[[D]]
+// CHECK-NEXT: %[[S2:.*]] = dsc.sigmoid %[[X]] {dsc.recomputed}
+// CHECK-NEXT: dsc.mul %{{.*}}, %[[S2]]
+// CHECK-NEXT: return %[[G]]
+func.func @forward_backward(%x: tensor<2x4xf32>, %w: tensor<4x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+  %h = dsc.matmul %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %r = dsc.relu %h : tensor<2x4xf32>
+  %d, %m = dsc.dropout %r {ratio = 0.1 : f64, seed = 0 : i64} : tensor<2x4xf32>
+  %s = dsc.sigmoid %x : tensor<2x4xf32>
+  %f = dsc.add %s, %r : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  %g = dsc.matmul %f, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %seed = dsc.constant {dsc.backward_begin} dense<1.0> : tensor<2x4xf32>
+  %b1 = dsc.mul %seed, %r : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  %b2 = dsc.mul %b1, %d : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  %b3 = dsc.mul %b2, %s : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  return %g, %b3 : tensor<2x4xf32>, tensor<2x4xf32>
+}
+
+// -----
+
+// No backward marker (not a training step): nothing to do.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK-NOT: dsc.recomputed
+func.func @forward_backward(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %t = dsc.tanh %x : tensor<2x4xf32>
+  %u = dsc.mul %t, %t : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  return %u : tensor<2x4xf32>
+}
