@@ -663,43 +663,41 @@ Status Ranks::gatherBucket(int b, const std::function<Tensor(int)> &shardOf,
   return Status();
 }
 
-Status Ranks::collectGrads(std::vector<io::NamedTensor> &grads) {
-  if (Status s = fetch(job_.layout.grads, /*args=*/false); !s.ok())
+/// Results `which` (or, with args, arguments) of every rank by name: a
+/// replicated one is rank 0's, a sharded bucket gathered and unpacked.
+Status Ranks::collect(const std::vector<int> &which, bool args,
+                      std::vector<io::NamedTensor> &list) {
+  if (Status s = fetch(which, args); !s.ok())
     return s;
-  for (int r : job_.layout.grads) {
-    if (spec_.results[r].bucket < 0) {
-      grads.push_back({spec_.results[r].name, rank0().results[r]});
+  for (int i : which) {
+    int bucket = args ? spec_.args[i].bucket : spec_.results[i].bucket;
+    const char *name = args ? spec_.args[i].name : spec_.results[i].name;
+    if (bucket < 0) {
+      list.push_back({name, args ? rank0().args[i] : rank0().results[i]});
       continue;
     }
     if (Status s = gatherBucket(
-            spec_.results[r].bucket,
-            [&](int g) { return ranks_[size_t(g)]->results[r]; }, grads);
+            bucket,
+            [&](int g) {
+              RankState &rs = *ranks_[size_t(g)];
+              return args ? rs.args[i] : rs.results[i];
+            },
+            list);
         !s.ok())
       return s;
   }
   return Status();
 }
 
+Status Ranks::collectGrads(std::vector<io::NamedTensor> &grads) {
+  return collect(job_.layout.grads, /*args=*/false, grads);
+}
+
 Status Ranks::collectParams(std::vector<io::NamedTensor> &tensors) {
   const Layout &l = job_.layout;
-  std::vector<int> kept = l.params;
-  kept.insert(kept.end(), l.buffers.begin(), l.buffers.end());
-  if (Status s = fetch(kept, /*args=*/true); !s.ok())
+  if (Status s = collect(l.params, /*args=*/true, tensors); !s.ok())
     return s;
-  for (int i : l.params) {
-    if (spec_.args[i].bucket < 0) {
-      tensors.push_back({spec_.args[i].name, rank0().args[i]});
-      continue;
-    }
-    if (Status s = gatherBucket(
-            spec_.args[i].bucket,
-            [&](int g) { return ranks_[size_t(g)]->args[i]; }, tensors);
-        !s.ok())
-      return s;
-  }
-  for (int i : l.buffers)
-    tensors.push_back({spec_.args[i].name, rank0().args[i]});
-  return Status();
+  return collect(l.buffers, /*args=*/true, tensors);
 }
 
 Status Ranks::nonFiniteGrads(std::string &where) {

@@ -142,6 +142,8 @@ public:
 
 private:
   Status checkFit(size_t rankBytes);
+  Status collect(const std::vector<int> &which, bool args,
+                 std::vector<io::NamedTensor> &list);
   std::vector<std::string> runWorldStep(int64_t step);
   std::vector<int> waitForRanks(WorldStep &ws);
   [[noreturn]] void exitWithHungRanks(std::vector<std::string> &lines,

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "io/checkpoint.h"
+#include "TempDir.h"
 #include "io/consolidate.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -26,17 +27,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("dsc-ckpt-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
+/// A fresh folder for the test (TempDir.h).
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("dsc-ckpt-test") {}
 };
 
 struct Logical {

@@ -9,6 +9,7 @@
 
 #include "io/metrics.h"
 #include "GradCheck.h"
+#include "TempDir.h"
 #include "io/crc32c.h"
 #include "io/metrics_internal.h"
 
@@ -26,16 +27,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("dsc-metrics-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+/// A fresh folder for the test (TempDir.h).
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("dsc-metrics-test") {}
 };
 
 std::string readAll(const fs::path &path) {

@@ -2,6 +2,7 @@
 
 #include "io/safetensors.h"
 #include "GradCheck.h"
+#include "TempDir.h"
 
 #include <cstdio>
 #include <cstring>
@@ -16,18 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh folder under the system temp dir, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("dsc-runtime-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 } // namespace
 
