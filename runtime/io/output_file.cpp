@@ -264,6 +264,8 @@ void setGracefulStop(void (*onStop)(int)) {
   gGracefulStop.store(onStop);
 }
 
+void clearGracefulStop() { gGracefulStop.store(nullptr); }
+
 int registerTemporary(const std::string &path) {
   std::call_once(gInstalled, installHandlers);
   if (path.size() >= kMaxTemporaryPath)

@@ -98,6 +98,9 @@ private:
 /// its step, saves a checkpoint and exits. Null restores the default, which
 /// SIGHUP always has.
 void setGracefulStop(void (*onStop)(int));
+/// setGracefulStop(nullptr), async-signal-safe (a lock-free store): what a
+/// stop handler calls so that a second signal ends the program.
+void clearGracefulStop();
 
 /// The signal cleanup registry (exposed for tests): at most
 /// kMaxTemporaries paths of at most kMaxTemporaryPath bytes at once; a

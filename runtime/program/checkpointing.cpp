@@ -22,7 +22,7 @@ std::atomic<bool> gStop{false};
 extern "C" void onStopSignal(int) {
   gStop.store(true);
   // A second signal ends the run at once (temporaries removed).
-  io::setGracefulStop(nullptr);
+  io::clearGracefulStop();
 }
 
 const char *kindOf(ArgRole role) {
@@ -151,6 +151,7 @@ bool Checkpointer::due(int64_t step) const {
 
 Status Checkpointer::prepare() {
   const Options &o = job_.o;
+  gStop.store(false); // not an earlier run's signal (one process, many runs)
   if (o.saveDir.empty())
     return Status();
   if (Status s = makeDirs(o.saveDir); !s.ok())

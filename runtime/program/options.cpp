@@ -159,8 +159,8 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
       o.version = true;
       continue;
     }
-    if (arg == "--wall-clock-breakdown") {
-      o.wallClockBreakdown = true;
+    if (arg == "--wall-clock-breakdown" || arg == "--no-wall-clock-breakdown") {
+      o.wallClockBreakdown = arg == "--wall-clock-breakdown";
       continue;
     }
     if (arg.rfind("--", 0) != 0)
@@ -178,7 +178,8 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
     if (!valued.count(name) && !isHyper) {
       if (name == "--help" || name == "--quiet" ||
           name == "--overwrite-special" || name == "--version" ||
-          name == "--wall-clock-breakdown")
+          name == "--wall-clock-breakdown" ||
+          name == "--no-wall-clock-breakdown")
         return fail(name + " takes no value");
       std::string hint;
       static const char *known[] = {"--lr",    "--weight-decay", "--beta1",
@@ -398,7 +399,8 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   opt("--quiet", "no progress lines (errors and warnings print)");
   opt("--wall-clock-breakdown", "time forward, backward, optimizer and the");
   opt("", "  collectives of every step (progress line, --log,");
-  opt("", "  metrics); on a GPU each phase synchronizes it");
+  opt("", "  metrics); on a GPU each phase synchronizes it;");
+  opt("", "  --no-wall-clock-breakdown undoes a compiled-in one");
   opt("--print-every N", "a progress line every N steps (and the first and");
   opt("", "  last); --log still gets every step");
   opt("--gradcheck N", "instead of training: compare the gradients of step 1");

@@ -394,6 +394,12 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   if (Status s = feed.open(ranks.slots()); !s.ok())
     return error(job, s);
   report.banner(initWhat, feed.what(), deviceWhat, firstStep);
+  if (resuming && firstStep > job.o.steps)
+    job.note(format("the checkpoint is at step %" PRId64
+                    " and --steps is %" PRId64
+                    " (the total): nothing to run; give a larger "
+                    "--steps to go on",
+                    firstStep - 1, job.o.steps));
 
   if (job.o.gradcheck > 0) {
     bool passed = false;

@@ -568,17 +568,29 @@ std::vector<int> Ranks::waitForRanks(WorldStep &ws) {
   double grace =
       job_.timeout > 0 ? std::min(60.0, std::max(5.0, job_.timeout)) : -1;
   std::unique_lock<std::mutex> lock(ws.m);
-  bool failed = false;
-  Clock::time_point failedAt;
+  bool failed = false, someDone = false;
+  Clock::time_point failedAt, firstDoneAt;
   while (ws.finished < W) {
     ws.cv.wait_for(lock, std::chrono::milliseconds(50));
-    if (ws.finished == W || grace < 0 || !world_->aborted())
+    if (ws.finished == W || grace < 0)
+      continue;
+    Clock::time_point now = Clock::now();
+    if (ws.finished > 0 && !someDone) {
+      someDone = true;
+      firstDoneAt = now;
+    }
+    // Others done and none waiting for it in a collective: a rank still in
+    // its step after the collective timeout is stuck (after the step's
+    // last collective nothing else would ever time out).
+    if (someDone && seconds(now - firstDoneAt) > job_.timeout + grace)
+      break;
+    if (!world_->aborted())
       continue;
     if (!failed) {
       failed = true;
-      failedAt = Clock::now();
+      failedAt = now;
     }
-    if (seconds(Clock::now() - failedAt) > grace)
+    if (seconds(now - failedAt) > grace)
       break;
   }
   std::vector<int> hung;
@@ -595,10 +607,9 @@ void Ranks::exitWithHungRanks(std::vector<std::string> &lines,
                               const std::string &at) {
   for (int r : hung)
     lines.push_back(format("rank %d: ", r) + at +
-                    format("did not return from its step within %g s of "
-                           "the failure above: it is stuck outside the "
-                           "collectives (computing or waiting on its own)",
-                           std::min(60.0, std::max(5.0, job_.timeout))));
+                    "did not return from its step while the other ranks "
+                    "were done or had failed: it is stuck outside the "
+                    "collectives (computing or waiting on its own)");
   for (const std::string &l : lines)
     std::fprintf(job_.err, "error: %s\n", l.c_str());
   std::fflush(job_.out);

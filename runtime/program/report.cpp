@@ -2,6 +2,7 @@
 
 #include "program/report.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -90,8 +91,12 @@ Status Reporter::open() {
 void Reporter::banner(const std::string &initWhat, const std::string &dataWhat,
                       const std::string &deviceWhat, int64_t firstStep) {
   firstStep_ = firstStep;
-  if (job_.device)
-    peakTflops_ = peakTflops(deviceWhat, job_.spec.precision);
+  if (job_.device) {
+    // In-process ranks may share a GPU: its work is theirs together.
+    int gpus = std::max(1, std::min(job_.W, job_.device->count()));
+    int perGpu = job_.distributed ? 1 : (job_.W + gpus - 1) / gpus;
+    peakTflops_ = peakTflops(deviceWhat, job_.spec.precision) / perGpu;
+  }
   const Options &o = job_.o;
   if (o.quiet)
     return;

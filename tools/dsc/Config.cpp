@@ -936,8 +936,16 @@ void Resolver::mapMonitors(const json::Object &root) {
     if (!m->getBoolean("enabled").value_or(false))
       continue;
     std::string path = m->getString("output_path").value_or("").str();
-    std::string job =
-        m->getString("job_name").value_or("DeepSpeedJobName").str();
+    std::string job = m->getString("job_name").value_or("").str();
+    if (job.empty()) // DeepSpeed's default
+      job = "DeepSpeedJobName";
+    if (path.find_first_of("'\n") != std::string::npos ||
+        job.find_first_of("'\n") != std::string::npos) {
+      error(std::string(block) + ".output_path",
+            "a path with a quote or a newline cannot be a default of the "
+            "program; give it to the program's own option");
+      continue;
+    }
     std::string key = std::string(block) + ".output_path";
     if (std::string(block) == "tensorboard") {
       std::string dir = path.empty() ? job : path + "/" + job;
@@ -954,7 +962,11 @@ void Resolver::mapMisc(const json::Object &root) {
   if (auto n = root.getNumber("steps_per_print")) {
     // A run-time option of the program, compiled in as its default. The
     // default is 10 in deepspeed/runtime/constants.py (the docs say 1).
-    runArg("steps_per_print", "--print-every", formatNumber(*n));
+    if (*n < 1)
+      error("steps_per_print", "must be at least 1 (the program prints a "
+                               "line every N steps)");
+    else
+      runArg("steps_per_print", "--print-every", formatNumber(*n));
   }
   mapMonitors(root);
   if (root.getBoolean("wall_clock_breakdown").value_or(false)) {
