@@ -155,6 +155,8 @@ public:
       cudaEventDestroy(e);
     if (ready_)
       cudaEventDestroy(ready_);
+    if (flag_)
+      cudaFree(flag_);
     if (group_ && group_ != world_)
       ncclCommDestroy(group_);
     if (replicas_ && replicas_ != world_)
@@ -231,6 +233,23 @@ public:
   Status allReduce(const Tensor &in, const Tensor &out, GridAxes axes,
                    const char *what) override {
     return issue(0, in, out, axes, what);
+  }
+  /// A max over one int of every process, on the compute stream once the
+  /// step's collectives are done; not a call of the manifest.
+  Status anyRank(bool local, bool &any) override {
+    RankDevice &rd = current();
+    if (!flag_)
+      DSC_CUDA_CHECK(cudaMalloc(&flag_, sizeof(int)));
+    int v = local ? 1 : 0;
+    DSC_CUDA_CHECK(cudaMemcpyAsync(flag_, &v, sizeof v, cudaMemcpyHostToDevice,
+                                   rd.compute));
+    DSC_NCCL_CHECK(
+        ncclAllReduce(flag_, flag_, 1, ncclInt32, ncclMax, world_, rd.compute));
+    DSC_CUDA_CHECK(cudaMemcpyAsync(&v, flag_, sizeof v, cudaMemcpyDeviceToHost,
+                                   rd.compute));
+    DSC_CUDA_CHECK(cudaStreamSynchronize(rd.compute));
+    any = v != 0;
+    return Status();
   }
   Status allGather(const Tensor &in, const Tensor &out, GridAxes axes,
                    const char *what) override {
@@ -407,6 +426,7 @@ private:
   comm::ManifestChecker checker_;
   ncclComm_t world_ = nullptr, group_ = nullptr, replicas_ = nullptr;
   cudaEvent_t ready_ = nullptr;
+  int *flag_ = nullptr; // anyRank's device word
   std::deque<Pending> pending_;
   std::vector<cudaEvent_t> freeEvents_;
 };

@@ -184,6 +184,9 @@ private:
     Status wait(const Tensor &out, const char *what) override {
       return c().wait(out, what);
     }
+    Status anyRank(bool local, bool &any) override {
+      return c().anyRank(local, any);
+    }
 
   private:
     CudaDevice *d_;

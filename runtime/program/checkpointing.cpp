@@ -207,6 +207,7 @@ Status Checkpointer::saveImpl(int64_t step) {
   if (Status s = ranks_.fetch(kept, /*args=*/true); !s.ok())
     return s;
   std::string tmp = io::checkpointTempDir(o.saveDir, step);
+  Status written;
   for (auto &rs : ranks_.all()) {
     std::vector<Entry> entries;
     entriesOf(*rs, entries);
@@ -227,9 +228,23 @@ Status Checkpointer::saveImpl(int64_t step) {
     }
     if (rs->id >= job_.G && !tensors.size())
       continue; // a replica beyond group 0 holds nothing of its own
-    if (Status s = io::writeCheckpointShard(tmp, rs->id, tensors); !s.ok())
-      return Status::error(s.code(), "--save-dir: " + s.message());
+    if (Status s = io::writeCheckpointShard(tmp, rs->id, tensors); !s.ok()) {
+      written = Status::error(s.code(), "--save-dir: " + s.message());
+      break;
+    }
   }
+  // Every process learns whether all shards were written, so that rank 0
+  // commits only a complete step and none waits for a shard that failed.
+  bool anyFailed = false;
+  if (Status s = ranks_.anyRank(!written.ok(), anyFailed); !s.ok())
+    return s;
+  if (!written.ok())
+    return written;
+  if (anyFailed)
+    return fail(format("--save-dir: another rank could not write its shard "
+                       "of step %" PRId64 " (its own error says why); the "
+                       "step was not saved",
+                       step));
   if (job_.distributed && job_.env.rank != 0)
     return Status(); // rank 0 commits
   io::CheckpointManifest m;

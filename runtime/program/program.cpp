@@ -418,16 +418,19 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   int64_t last = firstStep - 1;
   for (int64_t step = firstStep; step <= job.o.steps; ++step) {
     Status s = trainStep(job, ranks, feed, report, step, st);
-    if (s.ok() && !st.lastBad &&
-        (ckpt.due(step) ||
-         (Checkpointer::stopRequested() && !job.o.saveDir.empty())))
+    // A signal stops every rank after the same step: the processes of a
+    // distributed run agree on it (a signal may reach them between steps).
+    bool stop = false;
+    if (s.ok() && !job.o.saveDir.empty())
+      s = ranks.anyRank(Checkpointer::stopRequested(), stop);
+    if (s.ok() && !st.lastBad && (ckpt.due(step) || stop))
       s = saveStep(job, ckpt, step);
     if (!s.ok()) {
       (void)report.close(false);
       return error(job, s);
     }
     last = step;
-    if (Checkpointer::stopRequested()) {
+    if (stop) {
       job.note(format("stopped by a signal after step %" PRId64
                       "; resume with --resume %s",
                       step, job.o.saveDir.c_str()));

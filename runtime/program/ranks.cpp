@@ -108,6 +108,9 @@ public:
   Status wait(const Tensor &out, const char *what) override {
     return timed([&] { return inner_->wait(out, what); });
   }
+  Status anyRank(bool local, bool &any) override {
+    return inner_->anyRank(local, any);
+  }
 
 private:
   template <typename F> Status timed(F f) {
@@ -121,6 +124,13 @@ private:
 };
 
 } // namespace
+
+Status Ranks::anyRank(bool local, bool &any) {
+  any = local;
+  if (!nccl_)
+    return Status(); // one process: its decision is every rank's
+  return nccl_->anyRank(local, any);
+}
 
 void Ranks::resetClocks() {
   for (auto &rs : ranks_)

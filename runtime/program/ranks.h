@@ -137,6 +137,9 @@ public:
   /// reset (null when not timed).
   const StepClock *clock0() const { return ranks_[0]->clock.get(); }
   void resetClocks();
+  /// True on every process when `local` is on any (Communicator::anyRank):
+  /// a stop or a failed save decided by all ranks of a distributed run.
+  Status anyRank(bool local, bool &any);
   /// The learning rate hyperparameter (NaN without one).
   double lrHyper() const { return lrHyper_; }
 

@@ -43,6 +43,10 @@ using Clock = std::chrono::steady_clock;
 constexpr int kMaxRanks = 1024;
 constexpr size_t kMaxLine = 64 * 1024; // longer lines are cut
 constexpr auto kKillAfter = std::chrono::seconds(5);
+// A signal from the user is a request to stop: the ranks finish their step
+// and save (a program with --save-dir) before they exit, which can take a
+// while for a large model; SIGKILL only after this (or a second signal).
+constexpr auto kStopGrace = std::chrono::seconds(600);
 constexpr auto kDrainAfterExit = std::chrono::seconds(1);
 
 const char *const kUsage =
@@ -60,8 +64,9 @@ const char *const kUsage =
     "When a rank exits with a non-zero status or is killed by a signal, dsrun\n"
     "sends SIGTERM to the other ranks (SIGKILL 5 s later) and exits with that\n"
     "rank's status (128 + signal for a signal). SIGINT, SIGTERM and SIGHUP to\n"
-    "dsrun are passed on to every rank (a second one kills them). When every\n"
-    "rank exits with 0, so does dsrun.\n"
+    "dsrun are passed on to every rank, which may finish its step and save\n"
+    "(--save-dir) before it exits: SIGKILL follows after 600 s, or at once on\n"
+    "a second signal. When every rank exits with 0, so does dsrun.\n"
     "\n"
     "options:\n"
     "  -n N, --nproc N      number of ranks (1 to 1024)\n"
@@ -416,7 +421,7 @@ private:
   void signalAll(int sig);
   void reap();
   void onRankExit(Rank &r);
-  void beginStop(int sig);
+  void beginStop(int sig, bool requested = false);
   void handleSignals();
   bool anyRunning() const;
   bool anyOpen() const;
@@ -426,6 +431,7 @@ private:
   bool stopping_ = false;
   bool killed_ = false;
   Clock::time_point killAt_;
+  std::chrono::seconds grace_{0};
   int exitCode_ = 0;
   int interruptedBy_ = 0;
 };
@@ -511,11 +517,12 @@ bool Launcher::anyOpen() const {
   });
 }
 
-void Launcher::beginStop(int sig) {
+void Launcher::beginStop(int sig, bool requested) {
   if (stopping_)
     return;
   stopping_ = true;
-  killAt_ = Clock::now() + kKillAfter;
+  grace_ = requested ? kStopGrace : kKillAfter;
+  killAt_ = Clock::now() + grace_;
   signalAll(sig);
 }
 
@@ -524,8 +531,8 @@ void Launcher::onRankExit(Rank &r) {
   // before saying that it failed.
   readStream(r, r.out);
   readStream(r, r.err);
-  if (stopping_)
-    return;
+  if (stopping_ && interruptedBy_ == 0)
+    return; // stopped for another rank's failure, which is the status
   int code = 0;
   std::string how;
   if (WIFEXITED(r.status)) {
@@ -538,6 +545,11 @@ void Launcher::onRankExit(Rank &r) {
   }
   if (code == 0)
     return;
+  if (stopping_) { // stopped by the user: the first rank that did not exit 0
+    if (exitCode_ == 0)
+      exitCode_ = code;
+    return;
+  }
   exitCode_ = code;
   bool others = std::any_of(ranks_.begin(), ranks_.end(),
                             [&](const Rank &o) { return o.running; });
@@ -581,7 +593,7 @@ void Launcher::handleSignals() {
              : sig == SIGTERM ? "SIGTERM"
                               : "SIGHUP") +
             "; passing it on to the ranks");
-        beginStop(sig);
+        beginStop(sig, /*requested=*/true);
       } else if (!killed_ && anyRunning()) {
         say("killing the ranks");
         killed_ = true;
@@ -668,10 +680,7 @@ int Launcher::run() {
         if (r.running)
           left += (left.empty() ? "" : ", ") + std::to_string(r.index);
       say("rank(s) " + left + " still running " +
-          std::to_string(
-              std::chrono::duration_cast<std::chrono::seconds>(kKillAfter)
-                  .count()) +
-          " s after SIGTERM; killing them");
+          std::to_string(grace_.count()) + " s after SIGTERM; killing them");
       killed_ = true;
       signalAll(SIGKILL);
     }
@@ -680,10 +689,10 @@ int Launcher::run() {
     closeStream(r, r.out);
     closeStream(r, r.err);
   }
+  // Stopped by a signal and every rank exited 0 (it finished its step and
+  // saved): so does dsrun. A rank the signal ended gives 128 + signal.
   if (exitCode_ != 0)
     return exitCode_;
-  if (interruptedBy_ != 0)
-    return 128 + interruptedBy_;
   return 0;
 }
 

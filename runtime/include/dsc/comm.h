@@ -69,6 +69,15 @@ public:
   /// their own and this makes the compute stream wait for them; the
   /// synchronous implementations need nothing.
   virtual Status wait(const Tensor &out, const char *what) { return Status(); }
+
+  /// Between steps, outside the compiled manifest: `any` is true on every
+  /// process when `local` is true on any of them (a stop was requested, a
+  /// save failed), so that all ranks take the same decision. One process
+  /// (every rank a thread of it) decides alone: `any` = `local`.
+  virtual Status anyRank(bool local, bool &any) {
+    any = local;
+    return Status();
+  }
 };
 
 } // namespace dsc
