@@ -382,8 +382,9 @@ TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
       << out;
   // The context carries the communicator to every call.
   EXPECT_TRUE(has("return {seed, step, ++*calls, calls, frame + offset, "
-                  "comm, consts};"));
-  EXPECT_TRUE(has("static_cast<char *>(frame), rank.comm, nullptr};"));
+                  "comm, consts, clock};"));
+  EXPECT_TRUE(has("static_cast<char *>(frame), rank.comm, nullptr, "
+                  "rank.clock};"));
   EXPECT_TRUE(has("Status trainStep(const dsc::RankContext &rank, "));
   EXPECT_TRUE(has("constexpr int64_t kWorldSize = 4;"));
   EXPECT_TRUE(has("constexpr int64_t kGroupSize = 2;"));
@@ -409,7 +410,12 @@ TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
                   "    /*stage=*/3,\n    /*numBuckets=*/2,\n    kBuckets,\n"
                   "    /*numCollectives=*/5,\n    kCollectives,\n"
                   "    /*device=*/nullptr,\n    /*precision=*/\"fp32\",\n"
-                  "    /*lossScaler=*/{},\n};"));
+                  "    /*lossScaler=*/{},\n"));
+  // Provenance is left null without a compile command line; the step's
+  // FLOPs are counted (here: no matmul, 0).
+  EXPECT_TRUE(has("    /*dscVersion=*/nullptr,\n"
+                  "    /*compileCommand=*/nullptr,\n"));
+  EXPECT_TRUE(has("    /*flopsPerStep=*/"));
   // The manifest: @micro's collectives twice, in call order, then the
   // entry's own; the unused all_reduce and the all_slice are not in it.
   EXPECT_TRUE(has("const dsc::CollectiveSpec kCollectives[] = {\n"
