@@ -15,6 +15,7 @@
 
 #include "io/metrics.h"
 #include "io/metrics_internal.h"
+#include "io/output_file.h"
 
 #include <map>
 
@@ -47,7 +48,7 @@ public:
       if (c == '/')
         c = '_';
     dir_ = dir + "/" + job;
-    return makeDirs("csv monitor", dir_);
+    return makeDirectories("csv monitor", dir_);
   }
 
   Status scalar(const std::string &tag, double value, int64_t step,

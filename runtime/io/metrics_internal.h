@@ -19,11 +19,6 @@ namespace dsc::io::detail {
 
 std::string errnoText(int e);
 
-/// Creates `path` and its missing parents (mode 0777 less the umask). An
-/// error reads "<who>: cannot create directory 'P': why", naming the
-/// component that failed.
-Status makeDirs(const std::string &who, const std::string &path);
-
 /// `path` made absolute against the working directory (not resolved).
 std::string absolutePath(const std::string &path);
 

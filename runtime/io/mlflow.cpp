@@ -26,6 +26,7 @@
 
 #include "io/metrics.h"
 #include "io/metrics_internal.h"
+#include "io/output_file.h"
 
 #include <cctype>
 #include <cerrno>
@@ -263,9 +264,9 @@ class MlflowSink : public MetricsSink {
 public:
   Status open(const std::string &dir, const RunInfo &info) {
     root_ = absolutePath(dir);
-    if (Status st = makeDirs(kWho, root_); !st.ok())
+    if (Status st = makeDirectories(kWho, root_); !st.ok())
       return st;
-    if (Status st = makeDirs(kWho, root_ + "/.trash"); !st.ok())
+    if (Status st = makeDirectories(kWho, root_ + "/.trash"); !st.ok())
       return st;
     if (!isDir(root_ + "/0") && !isDir(root_ + "/.trash/0"))
       if (Status st = createExperiment("Default", "0"); !st.ok())
@@ -286,7 +287,7 @@ public:
                                runDir + "': " + errnoText(errno));
     runDir_ = runDir; // from here on, the run exists and is ended by close()
     for (const char *sub : {"metrics", "params", "tags", "artifacts"})
-      if (Status st = makeDirs(kWho, runDir_ + "/" + sub); !st.ok())
+      if (Status st = makeDirectories(kWho, runDir_ + "/" + sub); !st.ok())
         return st;
     if (Status st = writeRunMeta(kRunning, -1); !st.ok())
       return st;
@@ -315,7 +316,7 @@ public:
     if (it == metrics_.end()) {
       std::string path = runDir_ + "/metrics/" + key;
       size_t slash = path.rfind('/');
-      if (Status st = makeDirs(kWho, path.substr(0, slash)); !st.ok())
+      if (Status st = makeDirectories(kWho, path.substr(0, slash)); !st.ok())
         return st;
       AppendFile &file = metrics_[key];
       if (Status st = file.open(kWho, path); !st.ok()) {
@@ -424,7 +425,7 @@ private:
                     const std::string &value) {
     std::string path = runDir_ + "/" + folder + "/" + mlflowKey(key);
     size_t slash = path.rfind('/');
-    if (Status st = makeDirs(kWho, path.substr(0, slash)); !st.ok())
+    if (Status st = makeDirectories(kWho, path.substr(0, slash)); !st.ok())
       return st;
     return writeFileAtomically(kWho, path, value);
   }

@@ -205,6 +205,36 @@ std::vector<std::string> removeStaleTemporaries(const std::string &target) {
   return removed;
 }
 
+Status makeDirectories(const std::string &who, const std::string &path) {
+  if (path.empty())
+    return Status::error(StatusCode::InvalidArgument,
+                         who + ": needs a directory name");
+  // Each prefix ending before a '/', then the whole path.
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    std::string prefix = path.substr(0, end);
+    if (!prefix.empty() && prefix.back() != '/' &&
+        ::mkdir(prefix.c_str(), 0777) != 0) {
+      int e = errno;
+      struct stat st;
+      if (e != EEXIST || ::stat(prefix.c_str(), &st) != 0)
+        return Status::error(StatusCode::IoError,
+                             who + ": cannot create directory '" + prefix +
+                                 "': " + std::strerror(e));
+      if (!S_ISDIR(st.st_mode))
+        return Status::error(StatusCode::IoError,
+                             who + ": cannot create directory '" + prefix +
+                                 "': a file is in the way");
+    }
+    if (end == std::string::npos)
+      break;
+  }
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    return Status::error(StatusCode::IoError, who + ": cannot write into '" +
+                                                  path +
+                                                  "': " + std::strerror(errno));
+  return Status();
+}
+
 //===----------------------------------------------------------------------===//
 // The signal cleanup registry
 //===----------------------------------------------------------------------===//

@@ -92,6 +92,11 @@ private:
   int slot_ = -1; // in the signal cleanup registry
 };
 
+/// Creates `path` and its missing parents (mode 0777 less the umask) and
+/// checks that it is a writable folder. An error reads "<who>: cannot
+/// create directory 'P': why", naming the component that failed.
+Status makeDirectories(const std::string &who, const std::string &path);
+
 /// While `onStop` is set, SIGINT and SIGTERM call it (from the signal
 /// handler: async-signal-safe code only) instead of removing the registered
 /// temporaries and ending the program: a run that stops gracefully finishes

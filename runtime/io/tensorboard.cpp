@@ -22,6 +22,7 @@
 #include "io/crc32c.h"
 #include "io/metrics.h"
 #include "io/metrics_internal.h"
+#include "io/output_file.h"
 
 #include <cerrno>
 #include <cstring>
@@ -125,7 +126,7 @@ class TensorBoardSink : public MetricsSink {
 public:
   Status open(const std::string &dir) {
     const char *who = "tensorboard";
-    if (Status st = makeDirs(who, dir); !st.ok())
+    if (Status st = makeDirectories(who, dir); !st.ok())
       return st;
     double now = nowSeconds();
     // TensorFlow's name; a second writer in the same second of the same

@@ -10,8 +10,6 @@
 #include <cinttypes>
 #include <csignal>
 #include <cstring>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace dsc::program {
 
@@ -38,27 +36,6 @@ const char *kindOf(ArgRole role) {
   default:
     return nullptr;
   }
-}
-
-Status makeDirs(const std::string &dir) {
-  std::string path;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    path = dir.substr(0, pos);
-    if (path.empty())
-      continue;
-    if (::mkdir(path.c_str(), 0777) != 0 && errno != EEXIST)
-      return fail("--save-dir " + dir + ": cannot create " + path + ": " +
-                  std::strerror(errno));
-  }
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return fail("--save-dir " + dir + " is not a folder");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return fail("--save-dir " + dir + ": not writable (" +
-                std::strerror(errno) + ")");
-  return Status();
 }
 
 bool parseState(const std::map<std::string, std::string> &state,
@@ -154,7 +131,8 @@ Status Checkpointer::prepare() {
   gStop.store(false); // not an earlier run's signal (one process, many runs)
   if (o.saveDir.empty())
     return Status();
-  if (Status s = makeDirs(o.saveDir); !s.ok())
+  if (Status s = io::makeDirectories("--save-dir " + o.saveDir, o.saveDir);
+      !s.ok())
     return s;
   if (!job_.distributed || job_.env.rank == 0)
     for (const std::string &stale : io::removeStaleCheckpoints(o.saveDir))

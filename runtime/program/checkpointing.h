@@ -20,7 +20,6 @@
 #include "program/feed.h"
 #include "program/ranks.h"
 
-
 namespace dsc::program {
 
 class Checkpointer {

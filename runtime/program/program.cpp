@@ -233,17 +233,25 @@ Status checkNonFinite(Job &job, Ranks &ranks, const StepRecord &r,
   return Status();
 }
 
+/// --dump-grads / --dump-params: `tensors` into the option's file.
+Status writeDump(const char *option, const io::OutputTarget &to,
+                 const std::vector<io::NamedTensor> &tensors,
+                 const std::string &content) {
+  if (Status w = io::writeSafetensors(
+          to.path, tensors, {{"format", "pt"}, {"content", content}}, to.mode);
+      !w.ok())
+    return Status::error(w.code(), std::string(option) + ": " + w.message());
+  return Status();
+}
+
 Status dumpGrads(Job &job, Ranks &ranks, int64_t step) {
   std::vector<io::NamedTensor> grads;
   if (Status s = ranks.collectGrads(grads); !s.ok())
     return s;
-  if (Status w = io::writeSafetensors(
-          job.o.dumpGradsTo.path, grads,
-          {{"format", "pt"},
-           {"content", format("gradients of step %" PRId64, step)}},
-          job.o.dumpGradsTo.mode);
-      !w.ok())
-    return Status::error(w.code(), "--dump-grads: " + w.message());
+  if (Status s = writeDump("--dump-grads", job.o.dumpGradsTo, grads,
+                           format("gradients of step %" PRId64, step));
+      !s.ok())
+    return s;
   ranks.clearScratch();
   return Status();
 }
@@ -318,14 +326,11 @@ Status dumpParams(Job &job, Ranks &ranks, int64_t steps) {
   std::vector<io::NamedTensor> tensors;
   if (Status s = ranks.collectParams(tensors); !s.ok())
     return s;
-  if (Status w = io::writeSafetensors(
-          job.o.dumpParamsTo.path, tensors,
-          {{"format", "pt"},
-           {"content",
-            format("parameters and buffers after %" PRId64 " steps", steps)}},
-          job.o.dumpParamsTo.mode);
-      !w.ok())
-    return Status::error(w.code(), "--dump-params: " + w.message());
+  if (Status s = writeDump(
+          "--dump-params", job.o.dumpParamsTo, tensors,
+          format("parameters and buffers after %" PRId64 " steps", steps));
+      !s.ok())
+    return s;
   if (!job.o.quiet)
     std::fprintf(job.out, "wrote %s (%zu tensors)\n", job.o.dumpParams.c_str(),
                  tensors.size());

@@ -222,6 +222,13 @@ Status Ranks::allocate() {
   return Status();
 }
 
+/// Host storage for bucket `b` packed whole (zeros in the padding).
+Status Ranks::allocateBucket(int b, Memory &m, Tensor &flat) const {
+  const BucketSpec &bk = spec_.buckets[b];
+  return allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
+                        std::string("bucket '") + bk.name + "'", m, flat);
+}
+
 Status Ranks::initialize(std::string &initWhat, bool weights) {
   const Options &o = job_.o;
   RankState &first = rank0();
@@ -246,15 +253,11 @@ Status Ranks::initialize(std::string &initWhat, bool weights) {
         (a.role == ArgRole::Param && a.bucket < 0)) {
       targets.push_back({a.role, a.name, a.type, first.args[i]});
     } else if (a.role == ArgRole::Param) {
-      const BucketSpec &bk = spec_.buckets[a.bucket];
       Memory &m = packed[size_t(a.bucket)];
       if (m)
         continue; // a bucket is one argument; be safe with two
       Tensor flat;
-      if (Status s =
-              allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
-                             std::string("bucket '") + bk.name + "'", m, flat);
-          !s.ok())
+      if (Status s = allocateBucket(a.bucket, m, flat); !s.ok())
         return s;
       std::vector<io::NamedTensor> views;
       unpackBucket(spec_, shapes_, a.bucket, flat.data, views);
@@ -670,10 +673,7 @@ Status Ranks::gatherBucket(int b, const std::function<Tensor(int)> &shardOf,
   const BucketSpec &bk = spec_.buckets[b];
   Memory m;
   Tensor flat;
-  if (Status s =
-          allocateTensor(TensorSpec{bk.dtype, 1, {bk.paddedNumel}},
-                         std::string("bucket '") + bk.name + "'", m, flat);
-      !s.ok())
+  if (Status s = allocateBucket(b, m, flat); !s.ok())
     return s;
   size_t shardBytes = size_t(bk.paddedNumel / job_.G) * dtypeSize(bk.dtype);
   for (int g = 0; g < job_.G; ++g)

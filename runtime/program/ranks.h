@@ -145,6 +145,7 @@ public:
 
 private:
   Status checkFit(size_t rankBytes);
+  Status allocateBucket(int b, Memory &m, Tensor &flat) const;
   Status collect(const std::vector<int> &which, bool args,
                  std::vector<io::NamedTensor> &list);
   std::vector<std::string> runWorldStep(int64_t step);

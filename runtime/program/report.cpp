@@ -204,7 +204,8 @@ std::string duration(double s) {
 
 } // namespace
 
-std::string Reporter::progressLine(const StepRecord &r, double rate) {
+std::string Reporter::progressLine(const StepRecord &r, double rate,
+                                   size_t peak) {
   const Layout &l = job_.layout;
   const ProgramSpec &spec = job_.spec;
   std::string line = format("step %" PRId64 "/%" PRId64 " | loss %.4f", r.step,
@@ -225,7 +226,7 @@ std::string Reporter::progressLine(const StepRecord &r, double rate) {
   if (peakTflops_ > 0 && spec.flopsPerStep > 0 && r.seconds > 0)
     line += format(" | MFU %.1f%%", 100.0 * spec.flopsPerStep / r.seconds /
                                         (peakTflops_ * 1e12));
-  if (size_t peak = peakMemory())
+  if (peak)
     line += " | mem " + humanBytes(double(peak));
   double elapsed = seconds(Clock::now() - job_.start);
   double left = double(job_.o.steps - r.step) * stepSeconds_ /
@@ -271,18 +272,21 @@ Status Reporter::step(const StepRecord &r) {
   ++stepsRun_;
   double rate = r.seconds > 0 ? perStep() / r.seconds : 0;
   const Options &o = job_.o;
-  if (!o.quiet && (r.step == firstStep_ || r.step == o.steps ||
-                   r.step % o.printEvery == 0)) {
-    std::fprintf(job_.out, "%s\n", progressLine(r, rate).c_str());
+  bool print = !o.quiet && (r.step == firstStep_ || r.step == o.steps ||
+                            r.step % o.printEvery == 0);
+  // Read once: on a device it asks every rank's GPU.
+  size_t peak = print || !sinks_.empty() ? peakMemory() : 0;
+  if (print) {
+    std::fprintf(job_.out, "%s\n", progressLine(r, rate, peak).c_str());
     std::fflush(job_.out);
   }
   if (log_)
     if (Status s = logLine(r, rate); !s.ok())
       return s;
-  return sinks(r, rate);
+  return sinks(r, rate, peak);
 }
 
-Status Reporter::sinks(const StepRecord &r, double rate) {
+Status Reporter::sinks(const StepRecord &r, double rate, size_t peak) {
   if (sinks_.empty())
     return Status();
   const Layout &l = job_.layout;
@@ -312,7 +316,7 @@ Status Reporter::sinks(const StepRecord &r, double rate) {
     values.push_back({"time/optimizer_s", r.phase[2]});
     values.push_back({"time/comm_s", r.comm});
   }
-  if (size_t peak = peakMemory())
+  if (peak)
     values.push_back({"memory/peak_bytes", double(peak)});
   for (auto &[option, sink] : sinks_) {
     for (const auto &[tag, v] : values)

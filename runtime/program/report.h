@@ -50,9 +50,9 @@ public:
   bool tokenUnits() const { return job_.spec.tokensPerExample > 1; }
 
 private:
-  std::string progressLine(const StepRecord &r, double rate);
+  std::string progressLine(const StepRecord &r, double rate, size_t peak);
   Status logLine(const StepRecord &r, double rate);
-  Status sinks(const StepRecord &r, double rate);
+  Status sinks(const StepRecord &r, double rate, size_t peak);
   size_t peakMemory() const;
   io::RunInfo runInfo() const;
 
