@@ -425,4 +425,30 @@ def DscMixedPrecision : Pass<"dsc-mixed-precision", "mlir::ModuleOp"> {
   ];
 }
 
+
+def DscFuseElementwise : Pass<"dsc-fuse-elementwise", "mlir::ModuleOp"> {
+  let summary = "Group elementwise chains into dsc.fused ops (one kernel each)";
+  let description = [{
+    For a target with generated kernels (`dsc.target` says
+    `generated_kernels`; nothing happens otherwise), every chain of
+    elementwise ops over one shape becomes one `dsc.fused "elementwise"` op
+    whose body holds the chain: unary and binary math, comparisons, where,
+    gelu, leaky_relu on f32 and bool values, casts between f32 and bool and
+    between f32 and bf16/f16. A value used only inside its chain is then
+    never written to memory. An op joins the chain of an operand while no op
+    outside the chain has used a value of it yet, so the fused op can stand
+    where the chain's last op stood; operands of another shape broadcast to
+    the chain's shape and are read from memory, splat constants are copied
+    into the body. Chains of one op stay as they are.
+
+    ```mlir
+    %0 = dsc.cast %x {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+    %1 = dsc.add %0, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+    // becomes
+    %1 = dsc.fused "elementwise" (%x, %b) : (tensor<4x8xbf16>, tensor<8xf32>)
+        -> tensor<4x8xf32> { ... dsc.yield ... }
+    ```
+  }];
+}
+
 #endif // DSC_PASSES_TD

@@ -20,6 +20,7 @@
 #include "compiler/codegen/StepFlops.h"
 
 #include "dialects/dsc/IR/DscOps.h"
+#include "dialects/dsc/IR/Target.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -438,26 +439,25 @@ constexpr const char *kCheckCommunicator =
 // The emitter
 //===----------------------------------------------------------------------===//
 
-/// A transpose that swaps the last two dims of a rank >= 2 tensor and whose
-/// every user is a dsc.matmul: a GEMM can read its input transposed.
-bool isFoldableTranspose(TransposeOp t) {
-  ArrayRef<int64_t> perm = t.getPerm();
-  int64_t n = static_cast<int64_t>(perm.size());
-  if (n < 2 || t.getResult().use_empty())
-    return false;
-  for (int64_t i = 0; i < n - 2; ++i)
-    if (perm[i] != i)
-      return false;
-  if (perm[n - 2] != n - 1 || perm[n - 1] != n - 2)
-    return false;
-  return llvm::all_of(t.getResult().getUsers(),
-                      [](Operation *user) { return isa<MatMulOp>(user); });
+/// What the generated file needs of one runtime: its headers, its
+/// namespace, the title in the file's header and the spec's device hook.
+struct RuntimeFlavor {
+  const char *includes, *ns, *title, *device;
+};
+
+const RuntimeFlavor &runtimeFor(const TargetDescription &target) {
+  static const RuntimeFlavor cpu{kCpuIncludes, "dsc::cpu", "CPU", "nullptr"};
+  static const RuntimeFlavor cuda{kCudaIncludes, "dsc::cuda", "CUDA",
+                                  "dsc::cuda::device"};
+  return target.name == "cuda" ? cuda : cpu;
 }
 
 class Emitter {
 public:
-  Emitter(ModuleOp module, const EmitCppOptions &options)
-      : module_(module), options_(options), asmState_(module) {}
+  Emitter(ModuleOp module, const EmitCppOptions &options,
+          const TargetDescription &target)
+      : module_(module), options_(options), target_(target),
+        runtime_(runtimeFor(target)), asmState_(module) {}
 
   LogicalResult run(raw_ostream &os, EmitCppStats *stats);
 
@@ -468,6 +468,9 @@ private:
   LogicalResult orderFunctions();
   // Step 2.
   LogicalResult emitFunction(func::FuncOp func);
+  /// The kernels of `func`'s dsc.fused ops (a kernel that recurs, as every
+  /// layer's do, is generated once).
+  LogicalResult emitFusedKernels(func::FuncOp func);
   LogicalResult emitOp(Operation *op, size_t index, const FramePlan &plan,
                        StringRef function, raw_ostream &os);
   LogicalResult emitReturn(Operation *op, const FramePlan &plan,
@@ -490,17 +493,15 @@ private:
 
   ModuleOp module_;
   const EmitCppOptions &options_;
+  const TargetDescription &target_;
+  const RuntimeFlavor &runtime_;
   AsmState asmState_;
 
   llvm::SmallVector<func::FuncOp> order_; // callees first
   llvm::DenseMap<Operation *, uint64_t> totalBytes_;
   llvm::DenseMap<Value, std::string> names_;
-  /// Transposes the CUDA matmuls read transposed (this function's).
-  llvm::DenseSet<Operation *> folded_;
-  /// Elementwise chains run as one generated kernel (this function's), the
-  /// launcher of each, and every function's kernels' text.
-  codegen::FusionPlan fusion_;
-  std::vector<std::string> fusedNames_;
+  /// The launcher of each dsc.fused op, and every fused kernel's text.
+  llvm::DenseMap<Operation *, std::string> fusedNames_;
   std::string fusedText_;
   /// Each distinct fused kernel (its text, named kFusedPlaceholder) by name.
   llvm::StringMap<std::string> fusedByText_;
@@ -833,20 +834,41 @@ std::string Emitter::viewDecl(Value v, const Storage &s,
   case Storage::Kind::Constant:
     // On a GPU, the copy of array kConst<i> in the device's memory.
     return "const Tensor " + name + " = view(" +
-           (options_.cuda
+           (target_.deviceMemory
                 ? "ctx.consts[" + sourceName.substr(strlen(kConstPrefix)) + "]"
                 : sourceName) +
            ", " + info.dtype + ", " + shape + ");";
   case Storage::Kind::Alias:
     return "const Tensor " + name + " = view(" + sourceName + ".data, " +
            info.dtype + ", " + shape + ");";
-  case Storage::Kind::None:
-    return "// " + name + ": in registers only";
   case Storage::Kind::Arena:
     return "const Tensor " + name + " = view(ctx.frame + " +
            std::to_string(s.offset) + ", " + info.dtype + ", " + shape + ");";
   }
   llvm_unreachable("unknown storage kind");
+}
+
+LogicalResult Emitter::emitFusedKernels(func::FuncOp func) {
+  for (auto fused : func.getBody().front().getOps<FusedOp>()) {
+    if (!target_.generatedKernels)
+      return fused.emitOpError("needs a target with generated kernels; "
+                               "dsc.target \"")
+             << target_.name << "\" has none (compile for cuda)";
+    if (options_.promoteF32ToF64)
+      return fused.emitOpError("fused kernels compute in the IR's float32: "
+                               "not available when computing in float64");
+    FailureOr<std::string> text =
+        codegen::emitFusedKernel(fused, kFusedPlaceholder);
+    if (failed(text))
+      return failure();
+    auto [it, isNew] = fusedByText_.try_emplace(*text, "");
+    if (isNew) {
+      it->second = "fused" + std::to_string(fusedCount_++);
+      fusedText_ += replaceAll(*text, kFusedPlaceholder, it->second);
+    }
+    fusedNames_[fused] = it->second;
+  }
+  return success();
 }
 
 LogicalResult Emitter::emitFunction(func::FuncOp func) {
@@ -867,43 +889,9 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   planOptions.reuse = options_.reuseMemory;
   planOptions.aliasReshapes = options_.aliasReshapes;
   planOptions.alignment = kAlignment;
-  planOptions.asyncCollectives = options_.cuda;
-  // On a GPU a transpose of the last two dims whose every user is a matmul
-  // is not run: cuBLASLt reads the operand transposed.
-  folded_.clear();
-  if (options_.cuda)
-    func.walk([&](TransposeOp t) {
-      if (isFoldableTranspose(t))
-        folded_.insert(t);
-    });
-  planOptions.isFoldedView = [&](Operation *op) {
-    return folded_.contains(op);
-  };
-  // On a GPU, chains of elementwise ops are one generated kernel each.
-  fusion_ = codegen::FusionPlan();
-  fusedNames_.clear();
-  // (Not under promoteF32ToF64: the kernels are written for the IR's f32.)
-  if (options_.cuda && options_.fuseElementwise && !options_.promoteF32ToF64) {
-    llvm::DenseSet<Operation *> dead = codegen::findDeadOps(func);
-    fusion_ = codegen::planFusion(func, [&](Operation *op) {
-      return dead.contains(op) || folded_.contains(op);
-    });
-    // A chain that recurs (every layer has the same ones) is one kernel.
-    for (const codegen::FusionGroup &g : fusion_.groups) {
-      std::string text = codegen::emitFusedKernel(g, kFusedPlaceholder);
-      auto [it, isNew] = fusedByText_.try_emplace(text, "");
-      if (isNew) {
-        it->second = "fused" + std::to_string(fusedCount_++);
-        fusedText_ += replaceAll(text, kFusedPlaceholder, it->second);
-      }
-      fusedNames_.push_back(it->second);
-    }
-  }
-  planOptions.isVirtual = [&](Value v) { return fusion_.internal.contains(v); };
-  planOptions.runsAt = [&](Operation *op) -> Operation * {
-    const codegen::FusionGroup *g = fusion_.group(op);
-    return g ? g->ops.back() : nullptr;
-  };
+  planOptions.asyncCollectives = target_.asyncCollectives;
+  if (failed(emitFusedKernels(func)))
+    return failure();
   planOptions.bytes = [&](Value v) -> uint64_t {
     auto type = cast<RankedTensorType>(v.getType());
     auto info = *elementInfo(type.getElementType(), options_.promoteF32ToF64);
@@ -1007,7 +995,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
 LogicalResult Emitter::emitOp(Operation *op, size_t index,
                               const FramePlan &plan, StringRef function,
                               raw_ostream &os) {
-  if (op->getNumRegions() != 0)
+  if (op->getNumRegions() != 0 && !isa<FusedOp>(op))
     return op->emitError("codegen cannot lower op with regions: ")
            << op->getName();
   // The ONNX node(s) an op came from; a collective's NameLoc is its label
@@ -1041,23 +1029,12 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     os << "  [" << commentText(label.getName().strref()) << "]";
   os << "\n";
 
-  // A folded transpose: its users read its input (see emitFunction).
-  if (folded_.contains(op)) {
-    names_[op->getResult(0)] = names_.lookup(op->getOperand(0));
-    os << "  // (read transposed by the matmuls that use it)\n";
-    return success();
-  }
-
   // The result views.
   for (Value r : op->getResults()) {
     std::string name = identifier(ssaName(r));
     names_[r] = name;
     const Storage &s = plan.storage.lookup(r);
     std::string source, prefix;
-    if (s.kind == Storage::Kind::None) {
-      os << "  // (in registers of the fused kernel)\n";
-      continue;
-    }
     if (s.kind == Storage::Kind::Constant) {
       FailureOr<std::string> array = constantArray(cast<ConstantOp>(op));
       if (failed(array))
@@ -1106,42 +1083,21 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     lowered.call =
         codegen::cppCall("rt::fill", {names_.lookup(constant.getResult()),
                                       cppDouble(splatValue(attr))});
-  } else if (folded_.contains(op)) {
-    return success();
-  } else if (const codegen::FusionGroup *g = fusion_.group(op)) {
-    // A chain's kernel runs at its last op, reading the chain's inputs and
-    // writing its outputs.
-    if (op != g->ops.back())
-      return success();
+  } else if (auto fused = dyn_cast<FusedOp>(op)) {
+    // One generated kernel reads the inputs and writes the results.
     std::vector<std::string> operands;
-    for (Value v : g->inputs)
+    for (Value v : fused.getInputs())
       operands.push_back(names_.lookup(v));
-    for (Value v : g->outputs)
+    for (Value v : fused.getResults())
       operands.push_back(names_.lookup(v));
-    lowered.call =
-        codegen::cppCall(fusedNames_[fusion_.groupOf.lookup(op)], operands);
-  } else if (auto mm = dyn_cast<MatMulOp>(op);
-             mm && (folded_.contains(mm.getLhs().getDefiningOp()) ||
-                    folded_.contains(mm.getRhs().getDefiningOp()))) {
-    // Each folded operand is read as stored, transposed by cuBLASLt.
-    auto operand = [&](Value v) {
-      Operation *def = v.getDefiningOp();
-      bool t = folded_.contains(def);
-      return std::make_pair(names_.lookup(t ? def->getOperand(0) : v),
-                            std::string(t ? "true" : "false"));
-    };
-    auto [lhs, tl] = operand(mm.getLhs());
-    auto [rhs, tr] = operand(mm.getRhs());
-    lowered.call =
-        codegen::cppCall("rt::matmulTransposed",
-                         {lhs, tl, rhs, tr, names_.lookup(mm.getResult())});
+    lowered.call = codegen::cppCall(fusedNames_.lookup(op), operands);
   } else if (codegen::isViewOp(op) &&
              plan.storage.lookup(op->getResult(0)).kind ==
                  Storage::Kind::Alias) {
     // On a GPU a collective runs on its own stream: its completion is an
     // event the compute stream waits for.
     auto wait = dyn_cast<WaitOp>(op);
-    if (!options_.cuda || !wait)
+    if (!target_.asyncCollectives || !wait)
       return success();
     std::string what;
     if (auto label = dyn_cast<NameLoc>(op->getLoc()))
@@ -1177,7 +1133,7 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
                    std::to_string(plan.calleeOffset.lookup(op)) + "), " +
                    argsName + ", " + resultsName + ")";
   } else {
-    if (auto wait = dyn_cast<WaitOp>(op); wait && options_.cuda) {
+    if (auto wait = dyn_cast<WaitOp>(op); wait && target_.asyncCollectives) {
       // Not aliased (--no-alias-reshapes): wait, then copy.
       lowered.call = "[&] { Status w = ctx.comm ? ctx.comm->wait(" +
                      names_.lookup(wait.getInput()) +
@@ -1635,23 +1591,23 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "  if (Status s = rank.arena->at(0, kArenaBytes, &frame); !s.ok())\n"
      << "    return s;\n"
      << "  int64_t calls = 0;\n"
-     << (options_.cuda ? "  const void *const *consts = nullptr;\n"
+     << (target_.deviceMemory ? "  const void *const *consts = nullptr;\n"
                          "  if (Status s = deviceConstants(&consts); !s.ok())\n"
                          "    return s;\n"
                        : "")
      << "  const Context ctx{"
-     << (options_.cuda // device memory: the host's copies from the context
+     << (target_.deviceMemory // the host's copies from the context
              ? std::string("static_cast<uint64_t>(rank.seed)")
              : seedArg >= 0 ? "static_cast<uint64_t>(*args[" +
                                   std::to_string(seedArg) + "].as<int64_t>())"
                             : std::string("0"))
      << ", "
-     << (options_.cuda  ? std::string("rank.step")
+     << (target_.deviceMemory ? std::string("rank.step")
          : stepArg >= 0 ? "*args[" + std::to_string(stepArg) + "].as<int64_t>()"
                         : std::string("0"))
      << ", 0, &calls,\n                    static_cast<char *>(frame), "
         "rank.comm, "
-     << (options_.cuda ? "consts" : "nullptr") << ", rank.clock};\n"
+     << (target_.deviceMemory ? "consts" : "nullptr") << ", rank.clock};\n"
      << "  return " << functionIdentifier(entry.getSymName())
      << "(ctx, args, results);\n}\n\n"
      << "} // namespace\n\n";
@@ -1674,8 +1630,7 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "    /*numBuckets=*/" << numBuckets << ",\n    kBuckets,\n"
      << "    /*numCollectives=*/" << collectives.size()
      << ",\n    kCollectives,\n"
-     << (options_.cuda ? "    /*device=*/dsc::cuda::device,\n"
-                       : "    /*device=*/nullptr,\n")
+     << "    /*device=*/" << runtime_.device << ",\n"
      << "    /*precision=*/" << cppString(precision) << ",\n"
      << "    /*lossScaler=*/" << lossScaler << ",\n";
   auto text = [](const std::string &v) {
@@ -1713,7 +1668,7 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
       << ": do not edit ---===//\n"
       << "//\n"
       << "// @" << entry.getSymName() << " as calls to the dsc "
-      << (options_.cuda ? "CUDA" : "CPU")
+      << runtime_.title
       << " runtime. Every value lives at a\n"
       << "// static offset of one arena of " << arenaBytes << " bytes ("
       << bytesText(arenaBytes) << "); constants take "
@@ -1724,8 +1679,7 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
       << "//\n"
       << "//===------------------------------------------------------------"
          "----------===//\n\n"
-      << (options_.cuda ? kCudaIncludes : kCpuIncludes) << kPrelude
-      << "namespace rt = " << (options_.cuda ? "dsc::cuda" : "dsc::cpu")
+      << runtime_.includes << kPrelude << "namespace rt = " << runtime_.ns
       << "; // the runtime's kernels\n";
   if (!gridName_.empty())
     out << "\n// The rank grid @" << gridName_ << ": " << gridShape_[0]
@@ -1741,7 +1695,7 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
         << constantsText_;
   if (!blobConstantsText_.empty())
     out << blobPrelude(options_.constantsPath) << blobConstantsText_;
-  if (options_.cuda) {
+  if (target_.deviceMemory) {
     out << "constexpr int kNumConstants = " << constants_.size() << ";\n";
     std::vector<std::string> byIndex(constants_.size());
     for (auto &[attr, name] : constants_)
@@ -1788,7 +1742,10 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
 
 LogicalResult emitCpp(ModuleOp module, raw_ostream &os,
                       const EmitCppOptions &options, EmitCppStats *stats) {
-  return Emitter(module, options).run(os, stats);
+  FailureOr<TargetDescription> target = TargetDescription::of(module);
+  if (failed(target))
+    return failure();
+  return Emitter(module, options, *target).run(os, stats);
 }
 
 void writeManifestJson(const EmitCppStats &stats, raw_ostream &os) {

@@ -55,11 +55,6 @@ struct EmitCppOptions {
   bool reuseMemory = true;
   /// Let reshapes share their input's storage instead of copying.
   bool aliasReshapes = true;
-  /// Emit for the CUDA runtime (dsc::cuda, tensors in GPU memory,
-  /// asynchronous collectives waited for by event); else the CPU runtime.
-  bool cuda = false;
-  /// With cuda: chains of elementwise ops as one generated kernel each.
-  bool fuseElementwise = true;
   /// Recorded in the spec when the module has no `dsc.model_path`.
   std::string modelPath;
   /// Where the caller writes EmitCppStats::constantBlob before the source

@@ -142,11 +142,6 @@ std::optional<std::string> expression(Operation *op,
   return std::nullopt;
 }
 
-bool fusible(Operation *op) {
-  std::vector<std::string> names(op->getNumOperands(), "x");
-  return expression(op, names).has_value();
-}
-
 /// A splat f32 or bool constant's literal, to inline.
 std::optional<std::string> splatLiteral(Value v) {
   auto c = v.getDefiningOp<ConstantOp>();
@@ -164,82 +159,19 @@ std::optional<std::string> splatLiteral(Value v) {
 
 } // namespace
 
-FusionPlan planFusion(func::FuncOp func,
-                      const std::function<bool(Operation *)> &skip) {
-  FusionPlan plan;
-  struct Open {
+FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
+  Block &block = op.getBody().front();
+  struct {
     std::vector<Operation *> ops;
-    ArrayRef<int64_t> shape;
-    bool open = true;
-  };
-  std::vector<Open> groups;
-  llvm::DenseMap<Operation *, unsigned> member;
-  for (Operation &opRef : func.getBody().front()) {
-    Operation *op = &opRef;
-    if (skip(op))
-      continue;
-    bool canFuse = fusible(op);
-    std::optional<unsigned> join;
-    if (canFuse) {
-      ArrayRef<int64_t> shape = typeOf(op->getResult(0)).getShape();
-      for (Value v : op->getOperands()) {
-        auto it = member.find(v.getDefiningOp());
-        if (it != member.end() && groups[it->second].open &&
-            groups[it->second].shape == shape) {
-          join = it->second;
-          break;
-        }
-      }
-    }
-    // Every other chain this op reads from has now been used outside:
-    // closed, so its values are written before this op runs.
-    for (Value v : op->getOperands()) {
-      auto it = member.find(v.getDefiningOp());
-      if (it != member.end() && (!join || it->second != *join))
-        groups[it->second].open = false;
-    }
-    if (!canFuse)
-      continue;
-    if (!join) {
-      join = groups.size();
-      groups.push_back({{}, typeOf(op->getResult(0)).getShape(), true});
-    }
-    groups[*join].ops.push_back(op);
-    member[op] = *join;
-  }
-
-  for (Open &g : groups) {
-    if (g.ops.size() < 2)
-      continue;
-    FusionGroup fg;
-    fg.ops = g.ops;
-    llvm::DenseSet<Operation *> in(g.ops.begin(), g.ops.end());
-    for (Operation *op : g.ops) {
-      for (Value v : op->getOperands())
-        if (!in.contains(v.getDefiningOp()) && !splatLiteral(v))
-          fg.inputs.insert(v);
-      Value r = op->getResult(0);
-      bool outside = llvm::any_of(
-          r.getUsers(), [&](Operation *user) { return !in.contains(user); });
-      if (outside)
-        fg.outputs.push_back(r);
-      else
-        plan.internal.insert(r);
-    }
-    if (fg.outputs.empty()) { // nothing of it is used: dead code
-      for (Operation *op : g.ops)
-        plan.internal.erase(op->getResult(0));
-      continue;
-    }
-    unsigned index = plan.groups.size();
-    for (Operation *op : g.ops)
-      plan.groupOf[op] = index;
-    plan.groups.push_back(std::move(fg));
-  }
-  return plan;
-}
-
-std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
+    std::vector<Value> inputs, outputs;
+  } group;
+  for (Value v : block.getArguments())
+    group.inputs.push_back(v);
+  for (Operation &inner : block.without_terminator())
+    if (!(isa<ConstantOp>(inner) && splatLiteral(inner.getResult(0))))
+      group.ops.push_back(&inner);
+  for (Value v : block.getTerminator()->getOperands())
+    group.outputs.push_back(v);
   Value first = group.outputs.front();
   ArrayRef<int64_t> shape = typeOf(first).getShape();
   int64_t n = typeOf(first).getNumElements();
@@ -282,19 +214,29 @@ std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
              value + ";\n";
     expr[v] = reg;
   }
-  for (auto [k, op] : llvm::enumerate(group.ops)) {
+  for (auto [k, inner] : llvm::enumerate(group.ops)) {
     std::vector<std::string> in;
-    for (Value v : op->getOperands()) {
+    for (Value v : inner->getOperands()) {
       if (auto it = expr.find(v); it != expr.end())
         in.push_back(it->second);
+      else if (std::optional<std::string> literal = splatLiteral(v))
+        in.push_back(*literal);
       else
-        in.push_back(*splatLiteral(v));
+        return inner->emitOpError("in a dsc.fused body: operand is neither "
+                                  "a body value nor a splat constant");
     }
-    Value r = op->getResult(0);
+    std::optional<std::string> e = expression(inner, in);
+    if (inner->getNumResults() != 1 || !e)
+      return inner->emitOpError(
+          "has no device expression in a fused elementwise kernel (on these "
+          "element types); dsc-fuse-elementwise should not have fused it");
+    Value r = inner->getResult(0);
+    if (typeOf(r).getShape() != shape)
+      return inner->emitOpError("in a dsc.fused body: result shape differs "
+                                "from the fused op's first result");
     std::string reg = "t" + std::to_string(k);
-    body += "    const " + std::string(regType(r)) + " " + reg + " = " +
-            *expression(op, in) + "; // " + op->getName().getStringRef().str() +
-            "\n";
+    body += "    const " + std::string(regType(r)) + " " + reg + " = " + *e +
+            "; // " + inner->getName().getStringRef().str() + "\n";
     expr[r] = reg;
   }
   std::string outParams, outHost;
@@ -319,9 +261,9 @@ std::string emitFusedKernel(const FusionGroup &group, const std::string &name) {
         std::string(k ? ", " : "") + "const Tensor &out" + std::to_string(k);
 
   std::string opsList;
-  for (Operation *op : group.ops)
+  for (Operation *inner : group.ops)
     opsList += (opsList.empty() ? "" : " ") +
-               op->getName().getStringRef().drop_front(4).str();
+               inner->getName().getStringRef().drop_front(4).str();
   std::string shapeText = "[";
   for (auto [i, d] : llvm::enumerate(shape))
     shapeText += (i ? "," : "") + std::to_string(d);

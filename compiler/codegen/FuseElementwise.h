@@ -1,16 +1,11 @@
-//===- FuseElementwise.h - Elementwise chains as one CUDA kernel -*- C++
-//-*-===//
+//===- FuseElementwise.h - a dsc.fused op as one CUDA kernel ----*- C++ -*-===//
 //
-// Internal to compiler/codegen, for --target cuda. Groups the elementwise ops
-// of a function (unary, binary, comparisons, where, f32/bool casts, gelu,
-// leaky_relu on f32 and bool tensors) into chains computed by one generated
-// kernel each: a value used only inside its chain is never stored, the
-// others are written once. A chain's ops all have one result shape; their
-// other operands broadcast to it and are read from memory (splat constants
-// are inlined). An op joins the chain of an operand while no op outside the
-// chain has used a value of it yet, so the chain can run at its last op.
+// Internal to compiler/codegen, for targets with generated kernels. The
+// chains themselves are chosen by dsc-fuse-elementwise (passes/), which the
+// IR shows as `dsc.fused "elementwise"` ops; this file only translates one
+// such op into a kernel and its host launcher.
 //
-// The kernel computes each op with the runtime's own device functions
+// The kernel computes each body op with the runtime's own device functions
 // (runtime/cuda/elementwise_ops.cuh) in op order, so a fused chain gives the
 // bits the same ops give one kernel at a time.
 //
@@ -19,44 +14,18 @@
 #ifndef DSC_COMPILER_CODEGEN_FUSEELEMENTWISE_H
 #define DSC_COMPILER_CODEGEN_FUSEELEMENTWISE_H
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/DenseSet.h"
-#include "llvm/ADT/SetVector.h"
+#include "dialects/dsc/IR/DscOps.h"
 
-#include <functional>
 #include <string>
-#include <vector>
 
 namespace dsc::codegen {
 
-struct FusionGroup {
-  std::vector<mlir::Operation *> ops;  // in program order; the kernel runs
-                                       // at the last
-  llvm::SetVector<mlir::Value> inputs; // read from memory, in first-use order
-  std::vector<mlir::Value> outputs;    // written (used outside the chain)
-};
-
-struct FusionPlan {
-  std::vector<FusionGroup> groups; // of two ops or more
-  llvm::DenseMap<mlir::Operation *, unsigned> groupOf;
-  llvm::DenseSet<mlir::Value> internal; // computed in registers only
-
-  bool fused(mlir::Operation *op) const { return groupOf.count(op); }
-  const FusionGroup *group(mlir::Operation *op) const {
-    auto it = groupOf.find(op);
-    return it == groupOf.end() ? nullptr : &groups[it->second];
-  }
-};
-
-/// Chains of `func`'s body; `skip` ops (dead, folded) are left out.
-FusionPlan planFusion(mlir::func::FuncOp func,
-                      const std::function<bool(mlir::Operation *)> &skip);
-
-/// The kernel and its host launcher for `group`, named `name` (the
-/// launcher is `Status <name>(const Tensor &in0, ..., const Tensor &out0,
-/// ...)`, inputs first, outputs in group.outputs order).
-std::string emitFusedKernel(const FusionGroup &group, const std::string &name);
+/// The kernel and its host launcher for `op`, named `name` (the launcher is
+/// `Status <name>(const Tensor &in0, ..., const Tensor &out0, ...)`, the
+/// op's inputs first, then its results). Fails, with an error at the body
+/// op, when an op of the body has no device expression.
+mlir::FailureOr<std::string> emitFusedKernel(FusedOp op,
+                                             const std::string &name);
 
 } // namespace dsc::codegen
 

@@ -46,6 +46,11 @@ LowerResult lowerLinalg(Operation *op, const LowerContext &ctx) {
   };
   return llvm::TypeSwitch<Operation *, LowerResult>(op)
       .Case([&](MatMulOp o) {
+        if (o.getTransposeLhs() || o.getTransposeRhs())
+          return call("rt::matmulTransposed",
+                      {ctx.view(o.getLhs()), cppBool(o.getTransposeLhs()),
+                       ctx.view(o.getRhs()), cppBool(o.getTransposeRhs()),
+                       ctx.view(o.getResult())});
         return call("rt::matmul", {ctx.view(o.getLhs()), ctx.view(o.getRhs()),
                                    ctx.view(o.getResult())});
       })

@@ -121,8 +121,7 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
   // 1. Dead ops.
   plan.dead = findDeadOps(func);
 
-  // 2. Last uses, by op position (where the op reads them: a fused chain
-  //    reads at its last op).
+  // 2. Last uses, by op position.
   llvm::DenseMap<Operation *, size_t> positionOf;
   for (auto [i, op] : llvm::enumerate(ops))
     positionOf[op] = i;
@@ -130,12 +129,8 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
   for (auto [i, op] : llvm::enumerate(ops)) {
     if (plan.dead.contains(op))
       continue;
-    size_t at = i;
-    if (options.runsAt)
-      if (Operation *runner = options.runsAt(op))
-        at = positionOf.lookup(runner);
     for (Value v : op->getOperands())
-      lastUse[v] = std::max(lastUse.lookup(v), at);
+      lastUse[v] = std::max(lastUse.lookup(v), i);
   }
 
   // 2b. An asynchronous collective reads its input until its dsc.wait.
@@ -167,13 +162,10 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
       continue;
     for (Value r : op->getResults()) {
       Storage s;
-      if (options.isVirtual && options.isVirtual(r)) {
-        s.kind = Storage::Kind::None;
-      } else if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
+      if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
         s.kind = Storage::Kind::Constant;
       } else if ((isViewOp(op) && options.aliasReshapes) ||
-                 isa<dsc::CollectiveInputOp>(op) ||
-                 (options.isFoldedView && options.isFoldedView(op))) {
+                 isa<dsc::CollectiveInputOp>(op)) {
         Value in = op->getOperand(0);
         const Storage &src = plan.storage[in];
         s.kind = Storage::Kind::Alias;

@@ -34,7 +34,6 @@ struct Storage {
     Alias,    // the storage of `source` (which is never itself an Alias);
               // a returned alias's source may be computed into its result
     Arena,    // [offset, offset + bytes) of the function's frame
-    None,     // never stored: computed in registers by a fused kernel
   };
   Kind kind = Kind::Arena;
   unsigned index = 0;
@@ -67,15 +66,6 @@ struct PlanOptions {
   uint64_t alignment = 64;
   /// Bytes of a value's elements.
   std::function<uint64_t(mlir::Value)> bytes;
-  /// Further ops whose result is their first operand's bytes, read in
-  /// another layout by every user (e.g. a transpose folded into the GEMMs
-  /// that use it): planned as aliases whatever aliasReshapes says.
-  std::function<bool(mlir::Operation *)> isFoldedView;
-  /// Values never stored (inside a fused chain: Storage::Kind::None).
-  std::function<bool(mlir::Value)> isVirtual;
-  /// The op at whose position `op` reads its operands (a fused chain runs
-  /// at its last op); null or returning `op`: its own position.
-  std::function<mlir::Operation *(mlir::Operation *)> runsAt;
   /// Whether a dsc.constant becomes a static array (else it is filled into
   /// the frame where it is defined).
   std::function<bool(mlir::Operation *)> isStaticConstant;

@@ -114,6 +114,11 @@ Status reduceToShape(const Tensor &grad, const Tensor &out);
 /// dims broadcast.
 Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
               int threads = 0);
+/// matmul of op(lhs) and op(rhs), where op swaps the last two dims of an
+/// operand whose flag is set (dsc.matmul's transpose_lhs / transpose_rhs):
+/// the operand is read transposed, not copied.
+Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
+                        bool transRhs, const Tensor &out, int threads = 0);
 /// gradLhs = gradOut @ rhs^T, gradRhs = lhs^T @ gradOut, each summed over
 /// the batch dims its operand was broadcast along. Either may be absent.
 Status matmulBackward(const Tensor &lhs, const Tensor &rhs,

@@ -144,17 +144,21 @@ Status checkGemm(Call &call, const Tensor &a, const Tensor &b, const Tensor &c,
 
 } // namespace detail
 
-Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
-              int threads) {
-  if (auto st = emulateHalf("matmul", {lhs, rhs, out}, [&](HalfAsF32 &h) {
-        return matmul(h.in(lhs), h.in(rhs), h.out(out), threads);
-      }))
-    return *st;
-  Call call("matmul");
-  MatmulLayout l;
-  if (Status st = checkMatmul(call, lhs, rhs, out, FloatTypes::F32F64, l);
-      !st.ok())
-    return st;
+namespace {
+
+/// `t` with its last two dims swapped (the shape only: a transposed read).
+Tensor swapLastTwo(const Tensor &t) {
+  Tensor v = t;
+  if (v.rank >= 2 && v.rank <= kMaxRank)
+    std::swap(v.shape[v.rank - 2], v.shape[v.rank - 1]);
+  return v;
+}
+
+/// The product of op(lhs) and op(rhs), already checked into `l`; `lhs` and
+/// `rhs` are the views of op(x) (a transposed operand's view is its stored
+/// data with the last two dims swapped, read with swapped strides).
+Status matmulChecked(const Tensor &lhs, bool tl, const Tensor &rhs, bool tr,
+                     const Tensor &out, const MatmulLayout &l, int threads) {
   dispatchFloat(lhs.dtype, [&](auto tag) {
     using T = decltype(tag);
     int64_t nb = l.outBatch.numel();
@@ -168,8 +172,11 @@ Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
       for (int64_t r = r0; r < r1;) {
         int64_t b = r / l.m, m0 = r % l.m;
         int64_t m1 = std::min(l.m, m0 + (r1 - r));
-        MatView<T> a{lhs.as<T>() + lo[b] * l.m * l.k, l.k, 1};
-        MatView<T> bv{rhs.as<T>() + ro[b] * l.k * l.n, l.n, 1};
+        // A(m, k) is stored [m][k], or [k][m] when transposed.
+        MatView<T> a{lhs.as<T>() + lo[b] * l.m * l.k, tl ? 1 : l.k,
+                     tl ? l.m : 1};
+        MatView<T> bv{rhs.as<T>() + ro[b] * l.k * l.n, tr ? 1 : l.n,
+                      tr ? l.k : 1};
         productRows(a, bv, out.as<T>() + b * l.m * l.n, l.n, l.k, m0, m1,
                     false);
         r += m1 - m0;
@@ -177,6 +184,40 @@ Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
     });
   });
   return Status();
+}
+
+} // namespace
+
+Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
+              int threads) {
+  return matmulTransposed(lhs, false, rhs, false, out, threads);
+}
+
+Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
+                        bool transRhs, const Tensor &out, int threads) {
+  if (auto st = emulateHalf("matmul", {lhs, rhs, out}, [&](HalfAsF32 &h) {
+        return matmulTransposed(h.in(lhs), transLhs, h.in(rhs), transRhs,
+                                h.out(out), threads);
+      }))
+    return *st;
+  Call call("matmul");
+  call.arg("lhs", lhs);
+  if (transLhs)
+    call.raw("trans_lhs", "true");
+  call.arg("rhs", rhs);
+  if (transRhs)
+    call.raw("trans_rhs", "true");
+  call.arg("out", out);
+  if ((transLhs && lhs.rank < 2) || (transRhs && rhs.rank < 2))
+    return call.fail("a transposed operand needs rank >= 2");
+  const Tensor opLhs = transLhs ? swapLastTwo(lhs) : lhs;
+  const Tensor opRhs = transRhs ? swapLastTwo(rhs) : rhs;
+  MatmulLayout l;
+  if (Status st =
+          matmulLayout(call, opLhs, opRhs, out, FloatTypes::F32F64, l);
+      !st.ok())
+    return st;
+  return matmulChecked(opLhs, transLhs, opRhs, transRhs, out, l, threads);
 }
 
 Status matmulBackward(const Tensor &lhs, const Tensor &rhs,

@@ -87,9 +87,8 @@ Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
 
 Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out);
 /// matmul of op(lhs) and op(rhs), where op swaps the last two dims of an
-/// operand whose flag is set: the code generator folds a dsc.transpose whose
-/// only users are matmuls into them (no CPU counterpart: the CPU target
-/// keeps the transpose).
+/// operand whose flag is set (dsc.matmul's transpose_lhs / transpose_rhs):
+/// cuBLASLt reads the stored operand transposed.
 Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
                         bool transRhs, const Tensor &out);
 Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,

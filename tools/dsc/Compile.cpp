@@ -16,11 +16,15 @@
 #include "compiler/codegen/EmitCpp.h"
 #include "compiler/import/OnnxImporter.h"
 #include "dialects/dsc/IR/DscOps.h"
+#include "dialects/dsc/IR/Target.h"
 #include "passes/Passes.h"
 
 #include "io/sha256.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -160,6 +164,7 @@ numerics (docs/numerics.md):
 
 struct CompileOptions {
   ImportOptions import;
+  bool targetGiven = false; // --target on the command line
   std::string model, output, emit = "exe", target, cxx, nvcc,
                              cudaArch = "sm_90a", hostOpt = "0";
   bool printIRAfterAll = false, report = false, f64 = false, fuse = true;
@@ -417,6 +422,7 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     }
     if (auto v = c.take("--target")) {
       o.target = *v;
+      o.targetGiven = true;
       continue;
     }
     if (auto v = c.take("--emit")) {
@@ -671,6 +677,86 @@ void setProvenance(const CompileOptions &o, const std::string &command,
   }
 }
 
+/// A `.mlir` file as the final IR (no passes run): code generation only,
+/// for the target its `dsc.target` names (which --target must agree with).
+OwningOpRef<ModuleOp> readIR(MLIRContext &ctx, CompileOptions &o) {
+  ctx.loadDialect<DscDialect, func::FuncDialect, shard::ShardDialect>();
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(o.model, &ctx);
+  if (!module)
+    return nullptr;
+  FailureOr<TargetDescription> target = TargetDescription::of(*module);
+  if (failed(target))
+    return nullptr;
+  if (!(*module)->hasAttr("dsc.target")) {
+    std::string error;
+    target = TargetDescription::forName(o.target, o.cudaArch, error);
+    setTarget(*module, *target);
+  } else if (o.targetGiven && target->name != o.target) {
+    llvm::errs() << "error: " << o.model << ": the IR is for target \""
+                 << target->name << "\" (its dsc.target), not --target "
+                 << o.target << "\n";
+    return nullptr;
+  } else {
+    o.target = target->name;
+    if (!target->arch.empty())
+      o.cudaArch = target->arch;
+  }
+  return module;
+}
+
+/// The passes from the imported forward graph to the step code generation
+/// translates: gradients, optimizer, sharding, precision, schedule,
+/// recomputation, then canonicalization, CSE and (for a target with
+/// generated kernels) elementwise fusion.
+LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
+                          const CompileOptions &o) {
+  PassManager pm(&ctx);
+  if (o.printIRAfterAll) {
+    ctx.disableMultithreading();
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
+        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+  }
+  auto add = [&](const std::string &pipeline, const char *what) {
+    if (succeeded(parsePassPipeline(pipeline, pm, llvm::errs())))
+      return true;
+    llvm::errs() << "error: bad " << what << ": " << pipeline << "\n";
+    return false;
+  };
+  if (o.fuseAttention)
+    pm.addPass(createDscFuseAttention());
+  pm.addPass(createDscGlobalMeanLoss());
+  pm.addPass(createDscAutodiff());
+  if (!add("dsc-optimizer{" + o.optimizerPipeline + "}", "optimizer options"))
+    return failure();
+  if (o.partition &&
+      !add("dsc-zero-partition{" + o.partitionPipeline + "}",
+           "sharding options"))
+    return failure();
+  if (!add("dsc-mixed-precision{precision=" + o.precision +
+               " grad-reduce-dtype=" + o.gradReduceDtype + o.precisionPipeline +
+               "}",
+           "precision options"))
+    return failure();
+  if (o.partition &&
+      !add("dsc-schedule{prefetch=" + o.prefetch + " prefetch-bucket-size=" +
+               o.prefetchSize + " max-live-parameters=" + o.maxLive + "}",
+           "schedule options"))
+    return failure();
+  // On the final order of the step (its clones carry dsc.recomputed, so
+  // CSE keeps them apart).
+  if (o.recompute != "none" &&
+      !add("dsc-recompute{mode=" + o.recompute + "}", "recompute options"))
+    return failure();
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  // Kernels are generated for the IR's f32 (not under --f64).
+  if (o.fuse && !o.f64)
+    pm.addPass(createDscFuseElementwise());
+  return pm.run(module);
+}
+
 int runCompile(std::vector<std::string> args) {
   CompileOptions o;
   std::string command = commandLine(args);
@@ -681,59 +767,26 @@ int runCompile(std::vector<std::string> args) {
   registerDscPasses();
   MLIRContext ctx;
   installDiagnosticPrinter(ctx);
-  auto module = importOnnxFile(ctx, o.model, o.import);
+  bool fromIR = llvm::StringRef(o.model).ends_with(".mlir");
+  OwningOpRef<ModuleOp> module = fromIR ? readIR(ctx, o)
+                                        : importOnnxFile(ctx, o.model, o.import);
   if (!module)
     return 1;
-  llvm::SmallString<256> abs(o.model);
-  llvm::sys::fs::make_absolute(abs);
-  (*module)->setAttr("dsc.model_path", StringAttr::get(&ctx, abs));
-
-  PassManager pm(&ctx);
-  if (o.printIRAfterAll) {
-    ctx.disableMultithreading();
-    pm.enableIRPrinting(
-        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
-        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
-        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
-  }
-  if (o.fuseAttention)
-    pm.addPass(createDscFuseAttention());
-  pm.addPass(createDscGlobalMeanLoss());
-  pm.addPass(createDscAutodiff());
-  std::string pipeline = "dsc-optimizer{" + o.optimizerPipeline + "}";
-  if (failed(parsePassPipeline(pipeline, pm, llvm::errs()))) {
-    llvm::errs() << "error: bad optimizer options: " << o.optimizerPipeline
-                 << "\n";
-    return 1;
-  }
-  if (o.partition) {
-    std::string zp = "dsc-zero-partition{" + o.partitionPipeline + "}";
-    if (failed(parsePassPipeline(zp, pm, llvm::errs()))) {
-      llvm::errs() << "error: bad sharding options: " << o.partitionPipeline
-                   << "\n";
+  if (!fromIR) {
+    llvm::SmallString<256> abs(o.model);
+    llvm::sys::fs::make_absolute(abs);
+    (*module)->setAttr("dsc.model_path", StringAttr::get(&ctx, abs));
+    std::string error;
+    FailureOr<TargetDescription> target =
+        TargetDescription::forName(o.target, o.cudaArch, error);
+    if (failed(target)) {
+      llvm::errs() << "error: " << error << "\n";
       return 1;
     }
+    setTarget(*module, *target);
+    if (failed(runPipeline(ctx, *module, o)))
+      return 1;
   }
-  if (failed(parsePassPipeline("dsc-mixed-precision{precision=" + o.precision +
-                                   " grad-reduce-dtype=" + o.gradReduceDtype +
-                                   o.precisionPipeline + "}",
-                               pm, llvm::errs())))
-    return 1;
-  if (o.partition &&
-      failed(parsePassPipeline("dsc-schedule{prefetch=" + o.prefetch +
-                                   " prefetch-bucket-size=" + o.prefetchSize +
-                                   " max-live-parameters=" + o.maxLive + "}",
-                               pm, llvm::errs())))
-    return 1;
-  // Last before CSE, on the final order of the step (its clones carry
-  // dsc.recomputed, so CSE keeps them apart).
-  if (o.recompute != "none" &&
-      failed(parsePassPipeline("dsc-recompute{mode=" + o.recompute + "}", pm,
-                               llvm::errs())))
-    return 1;
-  pm.addPass(createCSEPass());
-  if (failed(pm.run(*module)))
-    return 1;
   std::string source;
   EmitCppStats stats;
   std::string constantsPath = constantsFileFor(o);
@@ -741,8 +794,6 @@ int runCompile(std::vector<std::string> args) {
     llvm::raw_string_ostream os(source);
     EmitCppOptions options;
     options.promoteF32ToF64 = o.f64;
-    options.cuda = o.target == "cuda";
-    options.fuseElementwise = o.fuse;
     options.constantsPath = constantsPath;
     setProvenance(o, command, options);
     return emitCpp(*module, os, options, &stats);

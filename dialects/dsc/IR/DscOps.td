@@ -15,6 +15,7 @@ include "mlir/IR/OpBase.td"
 include "mlir/IR/OpAsmInterface.td"
 include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/BuiltinAttributes.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "dialects/dsc/IR/DscInterfaces.td"
@@ -106,9 +107,16 @@ def Dsc_ConstantOp : Dsc_Op<"constant", [ConstantLike]> {
 
 def Dsc_CastOp : Dsc_DiffOp<"cast"> {
   let summary = "element type conversion (ONNX Cast, CastLike)";
+  let description = [{
+    Canonicalization removes a cast to the input's own type, and a pair
+    `cast(cast(x : A -> B) -> A)` when A -> B is exact (a widening between
+    float formats: bf16 or f16 to f32 or f64, f32 to f64), which gives x back
+    bit for bit.
+  }];
   let arguments = (ins Dsc_Tensor:$input, TypeAttr:$to);
   let results = (outs Dsc_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasCanonicalizer = 1;
 }
 
 //===----------------------------------------------------------------------===//
@@ -216,11 +224,23 @@ def Dsc_WhereOp : Dsc_DiffOp<"where"> {
 
 def Dsc_MatMulOp : Dsc_DiffOp<"matmul"> {
   let summary = "numpy matmul with batch broadcasting (ONNX MatMul)";
-  let arguments = (ins Dsc_FloatTensor:$lhs, Dsc_FloatTensor:$rhs);
+  let description = [{
+    `op(lhs) x op(rhs)`, where op swaps the last two dims of an operand whose
+    `transpose_lhs` / `transpose_rhs` flag is set (the operand then has rank
+    >= 2). The importer writes no flags; canonicalization folds a
+    `dsc.transpose` of the last two dims into them, and rewrites
+    `transpose(matmul(a, b))` as `matmul(b, a)` with the flags flipped, so a
+    backend whose GEMM reads operands transposed (cuBLASLt, the CPU kernels)
+    moves no data for them.
+  }];
+  let arguments = (ins Dsc_FloatTensor:$lhs, Dsc_FloatTensor:$rhs,
+                   DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                   DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
   let results = (outs Dsc_FloatTensor:$result);
   let assemblyFormat = [{
     $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
   }];
+  let hasCanonicalizer = 1;
 }
 
 def Dsc_GemmOp : Dsc_DiffOp<"gemm"> {
@@ -438,9 +458,14 @@ def Dsc_ReshapeOp : Dsc_DiffOp<"reshape"> {
 }
 
 def Dsc_TransposeOp : Dsc_DiffOp<"transpose"> {
+  let description = [{
+    Canonicalization composes a transpose of a transpose into one (none when
+    the composition is the identity) and drops an identity permutation.
+  }];
   let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Dsc_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasCanonicalizer = 1;
 }
 
 def Dsc_ExpandOp : Dsc_DiffOp<"expand"> {
@@ -836,6 +861,52 @@ def Dsc_LrScheduleOp : Dsc_Op<"lr_schedule"> {
                    DefaultValuedAttr<F64Attr, "0.0">:$min_ratio);
   let results = (outs Dsc_ScalarF32:$lr);
   let assemblyFormat = "$step `,` $base_lr attr-dict `:` type(operands)";
+}
+
+
+//===----------------------------------------------------------------------===//
+// Fusion (dsc-fuse-elementwise)
+//===----------------------------------------------------------------------===//
+
+def Dsc_FusedOp : Op<Dsc_Dialect, "fused", [
+    Pure, IsolatedFromAbove, SingleBlock,
+    SingleBlockImplicitTerminator<"YieldOp">]> {
+  let summary = "ops that one generated kernel computes";
+  let description = [{
+    A decision of dsc-fuse-elementwise that the IR shows: the body (one
+    block whose arguments are `inputs`, in order) is a chain of elementwise
+    ops computed by one kernel, element by element in registers; the values
+    the body yields are the only ones written to memory. `kind` names how a
+    backend generates the kernel: "elementwise" (every body op elementwise
+    over the shape of the first result, inputs broadcast to it, splat
+    constants inlined). A backend without generated kernels rejects it.
+
+    ```mlir
+    %r = dsc.fused "elementwise" (%x, %b) : (tensor<4x8xbf16>, tensor<8xf32>)
+        -> tensor<4x8xf32> {
+    ^bb0(%a: tensor<4x8xbf16>, %c: tensor<8xf32>):
+      %0 = dsc.cast %a {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+      %1 = dsc.add %0, %c : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+      dsc.yield %1 : tensor<4x8xf32>
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, Variadic<Dsc_Tensor>:$inputs);
+  let results = (outs Variadic<Dsc_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $kind `(` $inputs `)` attr-dict `:` functional-type($inputs, $results)
+    $body
+  }];
+  let hasVerifier = 1;
+}
+
+def Dsc_YieldOp : Op<Dsc_Dialect, "yield", [
+    Pure, Terminator, ReturnLike, HasParent<"FusedOp">]> {
+  let summary = "the values a dsc.fused op writes";
+  let arguments = (ins Variadic<Dsc_Tensor>:$values);
+  let builders = [OpBuilder<(ins), [{ /* nothing yielded */ }]>];
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
 }
 
 #endif // DSC_OPS_TD

@@ -311,6 +311,17 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *ctx,
   if (failed(sameElementTypes(loc, a.getLhs(), a.getRhs())))
     return failure();
   Shape ls(l.getShape()), rs(r.getShape());
+  // op(x): the last two dims swapped when x's flag is set.
+  for (auto [flag, shape, name] :
+       {std::make_tuple(a.getTransposeLhs(), &ls, "lhs"),
+        std::make_tuple(a.getTransposeRhs(), &rs, "rhs")}) {
+    if (!flag)
+      continue;
+    if (shape->size() < 2)
+      return fail(loc, std::string("matmul: a transposed ") + name +
+                           " needs rank >= 2");
+    std::swap((*shape)[shape->size() - 1], (*shape)[shape->size() - 2]);
+  }
   bool lVec = ls.size() == 1, rVec = rs.size() == 1;
   if (lVec)
     ls.insert(ls.begin(), 1);

@@ -354,7 +354,11 @@ DSC_VJP(WhereOp) {
 
 DSC_VJP(MatMulOp) {
   GradBuilder g{builder, getLoc()};
-  Value a = getLhs(), bm = getRhs(), gy = resultGrads[0];
+  // The gradients of op(lhs) and op(rhs), transposed back at the end for a
+  // flagged operand (canonicalization folds those transposes again).
+  Value a = getTransposeLhs() ? g.transposeLast2(getLhs()) : getLhs();
+  Value bm = getTransposeRhs() ? g.transposeLast2(getRhs()) : getRhs();
+  Value gy = resultGrads[0];
   Shape as(g.ty(a).getShape()), bs(g.ty(bm).getShape());
   // Promote vectors to matrices as numpy does, then undo it.
   Shape ap = as, bp = bs;
@@ -380,7 +384,10 @@ DSC_VJP(MatMulOp) {
   } else {
     gb = g.sumTo(g.matmul(g.transposeLast2(a2), gy2), bp);
   }
-  operandGrads.assign({g.reshape(ga, as), g.reshape(gb, bs)});
+  ga = g.reshape(ga, as);
+  gb = g.reshape(gb, bs);
+  operandGrads.assign({getTransposeLhs() ? g.transposeLast2(ga) : ga,
+                       getTransposeRhs() ? g.transposeLast2(gb) : gb});
   return success();
 }
 

@@ -1,0 +1,213 @@
+//===- Canonicalize.cpp - canonicalization patterns of the dsc ops --------===//
+//
+// Rewrites that every backend profits from and that keep results bit for
+// bit: transposes folded into the matmuls that read them, a transpose of a
+// matmul computed as the swapped product, exact cast pairs removed. The
+// standard `canonicalize` pass applies them (dsc compile runs it after the
+// step is complete, so --print-ir-after-all shows what they did).
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/IR/TypeUtilities.h"
+
+using namespace mlir;
+using namespace dsc;
+
+namespace {
+
+/// Whether `perm` keeps every dim but swaps the last two.
+bool swapsLastTwo(ArrayRef<int64_t> perm) {
+  int64_t n = static_cast<int64_t>(perm.size());
+  if (n < 2)
+    return false;
+  for (int64_t i = 0; i < n - 2; ++i)
+    if (perm[i] != i)
+      return false;
+  return perm[n - 2] == n - 1 && perm[n - 1] == n - 2;
+}
+
+/// Whether reading `v` at `to` instead of at `from` would cross a
+/// dsc.release of it (stage 3 frees a gathered bucket after its last
+/// direct use): then the read must stay where it is. Conservative across
+/// blocks.
+bool releasedBetween(Value v, Operation *from, Operation *to) {
+  if (from->getBlock() != to->getBlock() || !from->isBeforeInBlock(to))
+    return true;
+  for (Operation *op = from->getNextNode(); op != to; op = op->getNextNode())
+    if (auto release = dyn_cast<ReleaseOp>(op))
+      if (llvm::is_contained(release.getValues(), v))
+        return true;
+  return false;
+}
+
+/// The input of a transpose that swaps the last two dims and that `user`
+/// may read in its place, else null.
+Value swappedSource(Value v, Operation *user) {
+  auto t = v.getDefiningOp<TransposeOp>();
+  if (!t || !swapsLastTwo(t.getPerm()) ||
+      releasedBetween(t.getInput(), t, user))
+    return Value();
+  return t.getInput();
+}
+
+/// matmul(transpose(x), y) -> matmul(x, y) {transpose_lhs}: the GEMM reads
+/// x transposed (and likewise for the right operand, or both).
+struct FoldTransposedOperands : OpRewritePattern<MatMulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MatMulOp op,
+                                PatternRewriter &rewriter) const override {
+    Value lhs = swappedSource(op.getLhs(), op),
+          rhs = swappedSource(op.getRhs(), op);
+    if (!lhs && !rhs)
+      return failure();
+    rewriter.modifyOpInPlace(op, [&] {
+      if (lhs) {
+        op.getLhsMutable().assign(lhs);
+        op.setTransposeLhs(!op.getTransposeLhs());
+      }
+      if (rhs) {
+        op.getRhsMutable().assign(rhs);
+        op.setTransposeRhs(!op.getTransposeRhs());
+      }
+    });
+    return success();
+  }
+};
+
+/// transpose(matmul(a, b)) -> matmul(b, a) with both flags flipped, since
+/// (op(a) op(b))^T = op(b)^T op(a)^T: a weight gradient computed as
+/// (x^T g)^T is g^T x, with no transposed copy of either.
+struct SwapTransposedProduct : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto mm = op.getInput().getDefiningOp<MatMulOp>();
+    if (!mm || !swapsLastTwo(op.getPerm()) || !mm->hasOneUse())
+      return failure();
+    auto rank = [](Value v) {
+      return cast<RankedTensorType>(v.getType()).getRank();
+    };
+    if (rank(mm.getLhs()) < 2 || rank(mm.getRhs()) < 2 ||
+        releasedBetween(mm.getLhs(), mm, op) ||
+        releasedBetween(mm.getRhs(), mm, op))
+      return failure();
+    auto swapped = MatMulOp::create(
+        rewriter, mm.getLoc(), op.getType(), mm.getRhs(), mm.getLhs(),
+        rewriter.getBoolAttr(!mm.getTransposeRhs()),
+        rewriter.getBoolAttr(!mm.getTransposeLhs()));
+    // The markers passes leave (dsc.recompute, ...), not the flags.
+    for (NamedAttribute a : mm->getAttrs())
+      if (a.getName().strref().starts_with("dsc."))
+        swapped->setAttr(a.getName(), a.getValue());
+    rewriter.replaceOp(op, swapped.getResult());
+    return success();
+  }
+};
+
+/// transpose(transpose(x)) -> one transpose (or x); an identity perm -> x.
+struct ComposeTransposes : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    ArrayRef<int64_t> perm = op.getPerm();
+    auto identity = [](ArrayRef<int64_t> p) {
+      for (auto [i, d] : llvm::enumerate(p))
+        if (d != static_cast<int64_t>(i))
+          return false;
+      return true;
+    };
+    if (identity(perm) && op.getInput().getType() == op.getType()) {
+      rewriter.replaceOp(op, op.getInput());
+      return success();
+    }
+    auto inner = op.getInput().getDefiningOp<TransposeOp>();
+    if (!inner)
+      return failure();
+    // result[i] = input[perm[i]] = x[innerPerm[perm[i]]].
+    SmallVector<int64_t> composed;
+    for (int64_t d : perm)
+      composed.push_back(inner.getPerm()[d]);
+    if (identity(composed)) {
+      rewriter.replaceOp(op, inner.getInput());
+      return success();
+    }
+    rewriter.replaceOpWithNewOp<TransposeOp>(
+        op, op.getType(), inner.getInput(),
+        rewriter.getDenseI64ArrayAttr(composed));
+    return success();
+  }
+};
+
+/// Whether every value of float type `from` is exactly a value of `to`.
+bool exactWidening(Type from, Type to) {
+  auto f = dyn_cast<FloatType>(from), t = dyn_cast<FloatType>(to);
+  if (!f || !t || f == t)
+    return false;
+  if (f.isBF16() || f.isF16())
+    return t.isF32() || t.isF64();
+  return f.isF32() && t.isF64();
+}
+
+/// cast(x -> type of x) -> x; cast(cast(x : A -> B) -> A) -> x when A -> B
+/// is exact.
+struct RemoveCastPairs : OpRewritePattern<CastOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(CastOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getInput().getType() == op.getType()) {
+      rewriter.replaceOp(op, op.getInput());
+      return success();
+    }
+    auto inner = op.getInput().getDefiningOp<CastOp>();
+    if (!inner || inner.getInput().getType() != op.getType())
+      return failure();
+    if (!exactWidening(getElementTypeOrSelf(inner.getInput().getType()),
+                       getElementTypeOrSelf(inner.getType())))
+      return failure();
+    rewriter.replaceOp(op, inner.getInput());
+    return success();
+  }
+};
+
+} // namespace
+
+void MatMulOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                           MLIRContext *context) {
+  results.add<FoldTransposedOperands>(context);
+}
+
+void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                              MLIRContext *context) {
+  results.add<SwapTransposedProduct, ComposeTransposes>(context);
+}
+
+void CastOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                         MLIRContext *context) {
+  results.add<RemoveCastPairs>(context);
+}
+
+LogicalResult FusedOp::verify() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("body has ") << body.getNumArguments()
+                                    << " arguments for " << getInputs().size()
+                                    << " inputs";
+  for (auto [arg, in] : llvm::zip(body.getArguments(), getInputs()))
+    if (arg.getType() != in.getType())
+      return emitOpError("body argument type ")
+             << arg.getType() << " differs from its input's " << in.getType();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yields ")
+           << yield.getValues().size()
+           << " values whose types differ from the op's results";
+  if (getKind() != "elementwise")
+    return emitOpError("kind must be \"elementwise\", got \"")
+           << getKind() << "\"";
+  if (getResults().empty())
+    return emitOpError("must have a result");
+  return success();
+}

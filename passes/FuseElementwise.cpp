@@ -1,0 +1,238 @@
+//===- FuseElementwise.cpp - elementwise chains as dsc.fused ops ----------===//
+//
+// dsc-fuse-elementwise (Passes.td): in two steps per function, as upstream
+// fusion passes do: find the chains (analysis: which ops, which values come
+// from memory, which are written), then build one dsc.fused op per chain
+// where its last op stood and erase the chain (rewrite).
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dsc/IR/DscOps.h"
+#include "dialects/dsc/IR/Target.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace dsc {
+#define GEN_PASS_DEF_DSCFUSEELEMENTWISE
+#include "passes/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace {
+
+RankedTensorType typeOf(Value v) {
+  return dyn_cast<RankedTensorType>(v.getType());
+}
+bool isF32(Value v) {
+  auto t = typeOf(v);
+  return t && t.getElementType().isF32();
+}
+bool isBool(Value v) {
+  auto t = typeOf(v);
+  return t && t.getElementType().isInteger(1);
+}
+bool isHalf(Value v) {
+  auto t = typeOf(v);
+  return t && (t.getElementType().isBF16() || t.getElementType().isF16());
+}
+bool isF32OrBool(Value v) { return isF32(v) || isBool(v); }
+
+/// What a generated elementwise kernel computes (in float or bool
+/// registers; 16-bit floats are loaded and stored through casts).
+bool isFusible(Operation *op) {
+  if (op->getNumResults() != 1 || op->getNumRegions() || !isPure(op))
+    return false;
+  Value r = op->getResult(0);
+  if (auto c = dyn_cast<dsc::CastOp>(op)) {
+    Value in = c.getInput();
+    bool halfCast = (isF32(in) && isHalf(r)) || (isHalf(in) && isF32(r));
+    return halfCast || (isF32OrBool(in) && isF32OrBool(r));
+  }
+  if (!llvm::all_of(op->getOperands(), isF32OrBool) || !isF32OrBool(r))
+    return false;
+  if (isa<dsc::NotOp>(op))
+    return isBool(r) && isBool(op->getOperand(0));
+  if (isa<dsc::NegOp, dsc::AbsOp, dsc::ExpOp, dsc::LogOp, dsc::SqrtOp,
+          dsc::ReciprocalOp, dsc::TanhOp, dsc::ErfOp, dsc::SigmoidOp,
+          dsc::ReluOp, dsc::FloorOp, dsc::CeilOp, dsc::SinOp, dsc::CosOp,
+          dsc::SoftplusOp, dsc::GeluOp, dsc::LeakyReluOp>(op))
+    return isF32(r) && isF32(op->getOperand(0));
+  if (isa<dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp, dsc::PowOp,
+          dsc::MaxOp, dsc::MinOp>(op))
+    return llvm::all_of(op->getOperands(), isF32) && isF32(r);
+  if (isa<dsc::EqualOp, dsc::LessOp, dsc::LessEqualOp, dsc::GreaterOp,
+          dsc::GreaterEqualOp>(op))
+    return isBool(r) && (llvm::all_of(op->getOperands(), isF32) ||
+                         (isa<dsc::EqualOp>(op) &&
+                          llvm::all_of(op->getOperands(), isBool)));
+  if (isa<dsc::AndOp, dsc::OrOp, dsc::XorOp>(op))
+    return isBool(r) && llvm::all_of(op->getOperands(), isBool);
+  if (auto w = dyn_cast<dsc::WhereOp>(op))
+    return isBool(w.getCond()) && isF32(w.getX()) && isF32(w.getY()) &&
+           isF32(r);
+  return false;
+}
+
+/// A splat f32 or bool constant: copied into the body, not read.
+bool isSplatConstant(Value v) {
+  auto c = v.getDefiningOp<dsc::ConstantOp>();
+  auto attr = c ? dyn_cast<DenseElementsAttr>(c.getValue()) : nullptr;
+  return attr && attr.isSplat() && isF32OrBool(v);
+}
+
+/// One chain: its ops in block order, the values it reads from memory and
+/// those it writes (used outside it).
+struct Chain {
+  SmallVector<Operation *> ops;
+  llvm::SetVector<Value> inputs;
+  SmallVector<Value> outputs;
+};
+
+/// Step 1: the chains of `block` (two ops or more, with an output).
+std::vector<Chain> findChains(Block &block) {
+  struct Open {
+    SmallVector<Operation *> ops;
+    ArrayRef<int64_t> shape;
+    bool open = true;
+  };
+  std::vector<Open> groups;
+  llvm::DenseMap<Operation *, unsigned> member;
+  for (Operation &opRef : block) {
+    Operation *op = &opRef;
+    // A released value (a stage-3 bucket) must be read before its release:
+    // a chain that reads it ends here.
+    if (auto release = dyn_cast<dsc::ReleaseOp>(op)) {
+      for (Value v : release.getValues())
+        for (Operation *user : v.getUsers())
+          if (auto it = member.find(user); it != member.end())
+            groups[it->second].open = false;
+      continue;
+    }
+    std::optional<unsigned> join;
+    bool canFuse = isFusible(op);
+    if (canFuse) {
+      ArrayRef<int64_t> shape = typeOf(op->getResult(0)).getShape();
+      for (Value v : op->getOperands()) {
+        auto it = member.find(v.getDefiningOp());
+        if (it != member.end() && groups[it->second].open &&
+            groups[it->second].shape == shape) {
+          join = it->second;
+          break;
+        }
+      }
+    }
+    // Every other chain this op reads from has now been used outside:
+    // closed, so its values are written before this op runs.
+    for (Value v : op->getOperands()) {
+      auto it = member.find(v.getDefiningOp());
+      if (it != member.end() && (!join || it->second != *join))
+        groups[it->second].open = false;
+    }
+    if (!canFuse)
+      continue;
+    if (!join) {
+      join = groups.size();
+      groups.push_back({{}, typeOf(op->getResult(0)).getShape(), true});
+    }
+    groups[*join].ops.push_back(op);
+    member[op] = *join;
+  }
+
+  std::vector<Chain> chains;
+  for (Open &g : groups) {
+    if (g.ops.size() < 2)
+      continue;
+    Chain c;
+    c.ops = g.ops;
+    llvm::DenseSet<Operation *> in(g.ops.begin(), g.ops.end());
+    for (Operation *op : g.ops) {
+      for (Value v : op->getOperands())
+        if (!in.contains(v.getDefiningOp()) && !isSplatConstant(v))
+          c.inputs.insert(v);
+      Value r = op->getResult(0);
+      if (llvm::any_of(r.getUsers(),
+                       [&](Operation *user) { return !in.contains(user); }))
+        c.outputs.push_back(r);
+    }
+    if (!c.outputs.empty()) // else nothing of it is used: dead code
+      chains.push_back(std::move(c));
+  }
+  return chains;
+}
+
+/// Step 2: the chain as one dsc.fused op where its last op stood.
+/// `replaced` maps the outputs of chains fused before to the fused ops'
+/// results (a chain may read another's output).
+void fuse(const Chain &c, llvm::DenseMap<Value, Value> &replaced) {
+  Operation *last = c.ops.back();
+  OpBuilder b(last);
+  SmallVector<Location> locs;
+  for (Operation *op : c.ops)
+    locs.push_back(op->getLoc());
+  SmallVector<Type> types;
+  for (Value v : c.outputs)
+    types.push_back(v.getType());
+  SmallVector<Value> inputs;
+  for (Value v : c.inputs)
+    inputs.push_back(replaced.lookup(v) ? replaced.lookup(v) : v);
+  auto fused =
+      dsc::FusedOp::create(b, FusedLoc::get(b.getContext(), locs), types,
+                           b.getStringAttr("elementwise"), inputs);
+  Block *body = new Block();
+  fused.getBody().push_back(body);
+  IRMapping map;
+  // (The chain's ops already read a replaced input's new value.)
+  for (auto [original, v] : llvm::zip(c.inputs, inputs)) {
+    BlockArgument arg = body->addArgument(v.getType(), v.getLoc());
+    map.map(original, arg);
+    map.map(v, arg);
+  }
+  OpBuilder inner = OpBuilder::atBlockEnd(body);
+  for (Operation *op : c.ops) {
+    for (Value v : op->getOperands())
+      if (!map.contains(v) && isSplatConstant(v))
+        map.map(v, inner.clone(*v.getDefiningOp())->getResult(0));
+    inner.clone(*op, map);
+  }
+  SmallVector<Value> yielded;
+  for (Value v : c.outputs)
+    yielded.push_back(map.lookup(v));
+  dsc::YieldOp::create(inner, last->getLoc(), yielded);
+  for (auto [k, v] : llvm::enumerate(c.outputs)) {
+    Value out = v, r = fused.getResult(k);
+    out.replaceAllUsesWith(r);
+    replaced[out] = r;
+  }
+  for (Operation *op : llvm::reverse(c.ops))
+    op->erase();
+}
+
+struct FuseElementwise
+    : dsc::impl::DscFuseElementwiseBase<FuseElementwise> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    FailureOr<dsc::TargetDescription> target =
+        dsc::TargetDescription::of(module);
+    if (failed(target))
+      return signalPassFailure();
+    if (!target->generatedKernels)
+      return;
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      llvm::DenseMap<Value, Value> replaced;
+      for (const Chain &c : findChains(fn.getBody().front()))
+        fuse(c, replaced);
+    }
+  }
+};
+
+} // namespace
