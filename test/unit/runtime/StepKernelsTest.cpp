@@ -430,11 +430,10 @@ TEST(StepKernels, AdamwMultiChecksEntries) {
   // Nothing to do is fine; a failed call writes nothing.
   DSC_EXPECT_OK(
       cpu::adamwMulti(nullptr, 0, s.t(), s.t(), s.t(), s.t(), s.t(), step.t()));
-  F before = p3;
   p3.v = {1, 2, 3};
-  before = p3;
+  const std::vector<float> before = p3.v;
   EXPECT_FALSE(run({entry(p3.t(), p3.t()), entry(p3.t(), p4.t())}).ok());
-  EXPECT_EQ(p3.v, before.v);
+  EXPECT_EQ(p3.v, before);
 }
 
 //===----------------------------------------------------------------------===//
