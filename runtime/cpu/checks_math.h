@@ -20,6 +20,7 @@
 
 #include "cpu/kernel_util.h"
 #include "cpu/kernels.h"
+#include "cpu/step_kernels.h"
 
 #include <cstdint>
 #include <optional>
@@ -200,6 +201,15 @@ Status checkAdamw(Call &call, const Tensor &param, const Tensor &grad,
                   const Tensor &step, const Tensor &newParam,
                   const Tensor &newExpAvg, const Tensor &newExpAvgSq,
                   int64_t *stepValue);
+/// adamwMulti's checks: checkAdamw on every entry with a Call of its own
+/// ("adamw_multi(entry=i, ...)"), then the compute copy (bf16 or f16 of
+/// param's shape), the entries' common dtype and gradScale (absent or a
+/// scalar of that dtype). `stepValue` as for checkAdamw.
+Status checkAdamwMulti(const AdamwTensors *tensors, size_t count,
+                       const Tensor &lr, const Tensor &beta1,
+                       const Tensor &beta2, const Tensor &eps,
+                       const Tensor &weightDecay, const Tensor &step,
+                       const Tensor &gradScale, int64_t *stepValue);
 Status checkSgd(Call &call, const Tensor &param, const Tensor &grad,
                 const Tensor &momentumBuffer, const Tensor &lr,
                 const Tensor &momentum, const Tensor &weightDecay,

@@ -158,6 +158,61 @@ Status detail::checkAdamw(Call &call, const Tensor &param, const Tensor &grad,
   return checkStep(call, step, stepValue);
 }
 
+namespace {
+
+/// The per-step scalars of adamw's element loop, in the element dtype.
+template <typename T> struct AdamwConsts {
+  T b1, b2, decay, stepSize, bc2Sqrt, eps;
+};
+
+/// Bias corrections, step size and decay in double, then rounded to T.
+template <typename T>
+AdamwConsts<T> adamwConsts(const Tensor &lr, const Tensor &beta1,
+                           const Tensor &beta2, const Tensor &eps,
+                           const Tensor &weightDecay, int64_t t) {
+  const double lrV = scalar(lr), b1 = scalar(beta1), b2 = scalar(beta2),
+               epsV = scalar(eps), wd = scalar(weightDecay);
+  const double bc1 = 1 - std::pow(b1, static_cast<double>(t));
+  const double bc2Sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(t)));
+  const double stepSize = lrV / bc1, decay = 1 - lrV * wd;
+  return {T(b1), T(b2), T(decay), T(stepSize), T(bc2Sqrt), T(epsV)};
+}
+
+/// Elements [begin, end) of one parameter's adamw. With Scaled the gradient
+/// is first multiplied by `scale` and rounded to T, as binary's mul rounds
+/// it; with `copy` newParam is also written rounded to bf16 (copyBf16) or
+/// f16, through f32 as cast rounds it.
+template <typename T, bool Scaled>
+void adamwElements(const AdamwConsts<T> &k, T scale, const AdamwTensors &e,
+                   int64_t begin, int64_t end) {
+  const T *p = e.param.as<T>(), *g = e.grad.as<T>(), *m = e.expAvg.as<T>(),
+          *v = e.expAvgSq.as<T>();
+  T *np = e.newParam.as<T>(), *nm = e.newExpAvg.as<T>(),
+    *nv = e.newExpAvgSq.as<T>();
+  uint16_t *copy = e.computeCopy.as<uint16_t>();
+  const bool copyBf16 = e.computeCopy.dtype == DType::BF16;
+  const T tB1 = k.b1, tB2 = k.b2, tDecay = k.decay, tStep = k.stepSize,
+          tBc2 = k.bc2Sqrt, tEps = k.eps;
+  // Element i reads all its operands before writing, so results may be the
+  // operands' own storage.
+  for (int64_t i = begin; i < end; ++i) {
+    T gi = g[i];
+    if constexpr (Scaled)
+      gi = T(gi * scale);
+    T pi = p[i] * tDecay;
+    T mi = tB1 * m[i] + (T(1) - tB1) * gi;
+    T vi = tB2 * v[i] + (T(1) - tB2) * gi * gi;
+    pi -= tStep * mi / (std::sqrt(vi) / tBc2 + tEps);
+    np[i] = pi, nm[i] = mi, nv[i] = vi;
+    if (copy) {
+      float f = static_cast<float>(pi);
+      copy[i] = copyBf16 ? floatToBfloat16(f) : floatToHalf(f);
+    }
+  }
+}
+
+} // namespace
+
 Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
              const Tensor &expAvgSq, const Tensor &lr, const Tensor &beta1,
              const Tensor &beta2, const Tensor &eps, const Tensor &weightDecay,
@@ -170,29 +225,99 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
                      weightDecay, step, newParam, newExpAvg, newExpAvgSq, &t);
       !st.ok())
     return st;
-  const double lrV = scalar(lr), b1 = scalar(beta1), b2 = scalar(beta2),
-               epsV = scalar(eps), wd = scalar(weightDecay);
-  const double bc1 = 1 - std::pow(b1, static_cast<double>(t));
-  const double bc2Sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(t)));
-  const double stepSize = lrV / bc1, decay = 1 - lrV * wd;
+  const AdamwTensors e{param,    grad,      expAvg,      expAvgSq,
+                       newParam, newExpAvg, newExpAvgSq, Tensor()};
   dispatchFloat(param.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *p = param.as<T>(), *g = grad.as<T>(), *m = expAvg.as<T>(),
-            *v = expAvgSq.as<T>();
-    T *np = newParam.as<T>(), *nm = newExpAvg.as<T>(),
-      *nv = newExpAvgSq.as<T>();
-    const T tB1 = T(b1), tB2 = T(b2), tDecay = T(decay), tStep = T(stepSize),
-            tBc2 = T(bc2Sqrt), tEps = T(epsV);
-    // Element i reads all its operands before writing, so results may be
-    // the operands' own storage.
-    for (int64_t i = 0, n = param.numel(); i < n; ++i) {
-      T gi = g[i];
-      T pi = p[i] * tDecay;
-      T mi = tB1 * m[i] + (T(1) - tB1) * gi;
-      T vi = tB2 * v[i] + (T(1) - tB2) * gi * gi;
-      pi -= tStep * mi / (std::sqrt(vi) / tBc2 + tEps);
-      np[i] = pi, nm[i] = mi, nv[i] = vi;
+    adamwElements<T, false>(
+        adamwConsts<T>(lr, beta1, beta2, eps, weightDecay, t), T(1), e, 0,
+        param.numel());
+  });
+  return Status();
+}
+
+Status detail::checkAdamwMulti(const AdamwTensors *tensors, size_t count,
+                               const Tensor &lr, const Tensor &beta1,
+                               const Tensor &beta2, const Tensor &eps,
+                               const Tensor &weightDecay, const Tensor &step,
+                               const Tensor &gradScale, int64_t *stepValue) {
+  if (count == 0)
+    return Status();
+  if (!tensors)
+    return Call("adamw_multi")
+        .raw("count", std::to_string(count))
+        .fail("the entries are missing (null pointer)");
+  const DType dtype = tensors[0].param.dtype;
+  for (size_t i = 0; i < count; ++i) {
+    const AdamwTensors &e = tensors[i];
+    Call call("adamw_multi");
+    call.raw("entry", std::to_string(i));
+    if (Status st = checkAdamw(call, e.param, e.grad, e.expAvg, e.expAvgSq, lr,
+                               beta1, beta2, eps, weightDecay, step, e.newParam,
+                               e.newExpAvg, e.newExpAvgSq, stepValue);
+        !st.ok())
+      return st;
+    if (e.param.dtype != dtype)
+      return call.fail(std::string("every entry must have entry 0's dtype, ") +
+                       dtypeName(dtype));
+    if (e.computeCopy.present()) {
+      call.arg("compute_copy", e.computeCopy);
+      if (!validRank(e.computeCopy) ||
+          (e.computeCopy.dtype != DType::BF16 &&
+           e.computeCopy.dtype != DType::F16) ||
+          !sameShape(e.computeCopy, e.param))
+        return call.fail("compute_copy must be bf16 or f16 of param's shape");
     }
+  }
+  if (gradScale.present() && (!isScalar(gradScale) || !validRank(gradScale) ||
+                              gradScale.dtype != dtype))
+    return Call("adamw_multi")
+        .arg("grad_scale", gradScale)
+        .fail(std::string("grad_scale must be a scalar of the parameters' "
+                          "dtype, ") +
+              dtypeName(dtype));
+  return Status();
+}
+
+Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
+                  const Tensor &beta1, const Tensor &beta2, const Tensor &eps,
+                  const Tensor &weightDecay, const Tensor &step,
+                  const Tensor &gradScale, int threads) {
+  int64_t t = 0;
+  if (Status st = checkAdamwMulti(tensors, count, lr, beta1, beta2, eps,
+                                  weightDecay, step, gradScale, &t);
+      !st.ok())
+    return st;
+  if (count == 0)
+    return Status();
+  int64_t total = 0;
+  for (size_t i = 0; i < count; ++i)
+    total += tensors[i].param.numel();
+  dispatchFloat(tensors[0].param.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const AdamwConsts<T> k =
+        adamwConsts<T>(lr, beta1, beta2, eps, weightDecay, t);
+    const bool scaled = gradScale.present();
+    const T scale = scaled ? *gradScale.as<T>() : T(1);
+    // The entries laid end to end; each thread takes a contiguous range of
+    // that and updates the parts of the entries it covers.
+    parallelFor(total, threads, int64_t(1) << 16,
+                [&](int64_t begin, int64_t end) {
+                  int64_t offset = 0;
+                  for (size_t i = 0; i < count && offset < end; ++i) {
+                    const AdamwTensors &e = tensors[i];
+                    int64_t n = e.param.numel();
+                    int64_t lo = std::max(begin, offset) - offset;
+                    int64_t hi = std::min(end, offset + n) - offset;
+                    offset += n;
+                    if (lo >= hi)
+                      continue;
+                    if (scaled)
+                      adamwElements<T, true>(k, scale, e, lo, hi);
+                    else
+                      adamwElements<T, false>(k, scale, e, lo, hi);
+                  }
+                });
   });
   return Status();
 }

@@ -45,6 +45,36 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
              const Tensor &step, const Tensor &newParam,
              const Tensor &newExpAvg, const Tensor &newExpAvgSq);
 
+/// One parameter's tensors for adamwMulti: the operands and results of one
+/// adamw call, plus an optional compute copy (data == nullptr: none), a
+/// bf16 or f16 tensor of param's shape that receives newParam rounded to its
+/// dtype (round to nearest even, as cast does; f64 goes through f32 first,
+/// as cast does).
+struct AdamwTensors {
+  Tensor param, grad, expAvg, expAvgSq;    // operands
+  Tensor newParam, newExpAvg, newExpAvgSq; // results
+  Tensor computeCopy;                      // optional result
+};
+
+/// adamw over `count` parameters in one call, with the gradient scaled
+/// first and the compute copy written after. For every entry the results
+/// are bitwise those of
+///   binary(Mul, grad, gradScale, scaled)         (when gradScale is present)
+///   adamw(param, scaled, expAvg, ..., newParam, newExpAvg, newExpAvgSq)
+///   cast(newParam, computeCopy)                  (when computeCopy is present)
+/// without writing the scaled gradient anywhere (grad is only read).
+/// Every entry passes adamw's checks; all share one dtype (f32 or f64);
+/// gradScale, when present, is a scalar of that dtype. Results may be their
+/// operands' storage element for element (newParam == param, ...), as for
+/// adamw; the compute copy overlaps nothing. Errors name the entry:
+/// "adamw_multi(entry=3, param=f32[4], grad=f32[5], ...): ...". Zero
+/// entries is a no-op. Elements are split over `threads` (0: hardware
+/// concurrency); every element is computed the same whatever the split.
+Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
+                  const Tensor &beta1, const Tensor &beta2, const Tensor &eps,
+                  const Tensor &weightDecay, const Tensor &step,
+                  const Tensor &gradScale = Tensor(), int threads = 0);
+
 /// dsc.sgd, PyTorch's SGD with momentum:
 ///   g   = grad + weight_decay * param
 ///   buf = step == 1 ? g : momentum * buf + (1 - dampening) * g

@@ -32,6 +32,7 @@
 namespace dsc::cuda {
 
 // The attribute and enum types are the CPU backend's.
+using cpu::AdamwTensors;
 using cpu::AttentionAttrs;
 using cpu::BinaryOp;
 using cpu::ConvAttrs;
@@ -184,6 +185,18 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
              const Tensor &beta2, const Tensor &eps, const Tensor &weightDecay,
              const Tensor &step, const Tensor &newParam,
              const Tensor &newExpAvg, const Tensor &newExpAvgSq);
+/// As cpu::adamwMulti (same checks and errors, same bits up to the device's
+/// double pow in the bias corrections, as for adamw): every entry in one
+/// launch (several past 360 entries, the most one kernel parameter table
+/// holds). The launch grid-strides over chunks of 2048 elements of the
+/// entries laid end to end, with 16-byte loads and stores where an entry's
+/// pointers are aligned. No host synchronization and no allocation, so it
+/// can be captured in a CUDA graph; the hyperparameters, step and gradScale
+/// are read on the device. A step below 1 writes nothing (as adamw).
+Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
+                  const Tensor &beta1, const Tensor &beta2, const Tensor &eps,
+                  const Tensor &weightDecay, const Tensor &step,
+                  const Tensor &gradScale = Tensor());
 Status sgd(const Tensor &param, const Tensor &grad,
            const Tensor &momentumBuffer, const Tensor &lr,
            const Tensor &momentum, const Tensor &weightDecay,

@@ -28,12 +28,14 @@
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace dsc::cuda {
 
 using namespace detail;
 using cpu::detail::checkAdamw;
+using cpu::detail::checkAdamwMulti;
 using cpu::detail::checkLrSchedule;
 using cpu::detail::checkSgd;
 
@@ -182,6 +184,204 @@ __global__ void lrScheduleKernel(Scalar step, Scalar baseLr, LrSchedule kind,
   storeScalar(lr, lrType, mul(loadScalar(baseLr), ratio));
 }
 
+//===----------------------------------------------------------------------===//
+// Multi-tensor AdamW
+//===----------------------------------------------------------------------===//
+
+/// Elements per chunk of the flattened index space: each entry is cut into
+/// chunks of this many elements (its last one shorter), and a block works
+/// on one chunk at a time, so a chunk never spans two entries. A multiple
+/// of 4 * kThreads: every chunk of a 16-byte aligned entry starts aligned.
+constexpr int64_t kMultiChunk = 4 * kThreads * 2;
+
+/// Entries per launch: the table below is one kernel parameter, which may
+/// be up to 32764 bytes (CUDA 12.1+, Volta and later); more entries take
+/// several launches.
+constexpr int kMultiMaxEntries = 360;
+
+enum : uint8_t {
+  kEntryVector = 1, ///< every pointer 16-byte aligned (the copy's half that)
+  kEntryCopy = 2,   ///< computeCopy present
+  kEntryBf16 = 4,   ///< computeCopy is bf16 (else f16)
+};
+
+template <typename T> struct MultiEntry {
+  const T *p, *g, *m, *v;
+  T *np, *nm, *nv;
+  uint16_t *copy;
+  int64_t n;
+  uint32_t flags;
+};
+
+template <typename T> struct AdamwMultiArgs {
+  AdamwScalars s;
+  Scalar gradScale; ///< data == nullptr: none
+  int count;
+  /// chunkEnd[i]: the chunks of entries 0..i; the last is the total.
+  int64_t chunkEnd[kMultiMaxEntries];
+  MultiEntry<T> entry[kMultiMaxEntries];
+};
+static_assert(sizeof(AdamwMultiArgs<double>) <= 32764,
+              "the entry table must fit in the kernel parameters");
+
+/// 16 bytes of T (V) and the 16-bit copies of those elements (H), taken
+/// apart and put together by value so that loads and stores stay single
+/// vector instructions.
+template <typename T> struct Pack;
+template <> struct Pack<float> {
+  using V = float4;
+  using H = ushort4;
+  static constexpr int N = 4;
+  __device__ static void split(V v, float *x) {
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  }
+  __device__ static V join(const float *x) {
+    return make_float4(x[0], x[1], x[2], x[3]);
+  }
+  __device__ static H joinHalf(const uint16_t *x) {
+    return make_ushort4(x[0], x[1], x[2], x[3]);
+  }
+};
+template <> struct Pack<double> {
+  using V = double2;
+  using H = ushort2;
+  static constexpr int N = 2;
+  __device__ static void split(V v, double *x) { x[0] = v.x, x[1] = v.y; }
+  __device__ static V join(const double *x) { return make_double2(x[0], x[1]); }
+  __device__ static H joinHalf(const uint16_t *x) {
+    return make_ushort2(x[0], x[1]);
+  }
+};
+
+/// The per-step constants of adamwKernel, plus the gradient scale.
+template <typename T> struct AdamwConsts {
+  T b1, b2, oneB1, oneB2, decay, step, bc2, eps, scale;
+  bool scaled;
+};
+
+/// One element: adamwKernel's arithmetic after the gradient is scaled (one
+/// rounding, as the elementwise mul).
+template <typename T>
+__device__ inline void adamwElement(const AdamwConsts<T> &k, T p, T g, T m, T v,
+                                    T &np, T &nm, T &nv) {
+  if (k.scaled)
+    g = mul(g, k.scale);
+  T pi = mul(p, k.decay);
+  T mi = add(mul(k.b1, m), mul(k.oneB1, g));
+  T vi = add(mul(k.b2, v), mul(mul(k.oneB2, g), g));
+  np = sub(pi, quo(mul(k.step, mi), add(quo(root(vi), k.bc2), k.eps)));
+  nm = mi;
+  nv = vi;
+}
+
+/// newParam rounded to the copy's dtype, as castKernel rounds f32 (and f64
+/// through f32, as storeDouble).
+__device__ inline uint16_t roundCopy(float f, bool bf16) {
+  return bf16 ? floatToBf16Bits(f) : floatToHalfBits(f);
+}
+
+/// Elements [begin, end) of entry e: 16-byte loads and stores of Pack<T>
+/// while Vector, scalar after (the entry's last n % N elements, or all of
+/// them when not aligned). Every operand of an element (or of a pack) is
+/// read before any result is written.
+template <typename T, bool Vector>
+__device__ void adamwMultiChunk(const AdamwConsts<T> &k, const MultiEntry<T> &e,
+                                int64_t begin, int64_t end) {
+  using P = Pack<T>;
+  using V = typename P::V;
+  using H = typename P::H;
+  constexpr int N = P::N;
+  const bool copy = e.flags & kEntryCopy, bf16 = e.flags & kEntryBf16;
+  int64_t tail = begin;
+  if constexpr (Vector) {
+    int64_t packs = (end - begin) / N;
+    for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
+      int64_t i = begin + j * N;
+      T p[N], g[N], m[N], v[N], np[N], nm[N], nv[N];
+      uint16_t h[N];
+      P::split(*reinterpret_cast<const V *>(e.p + i), p);
+      P::split(*reinterpret_cast<const V *>(e.g + i), g);
+      P::split(*reinterpret_cast<const V *>(e.m + i), m);
+      P::split(*reinterpret_cast<const V *>(e.v + i), v);
+#pragma unroll
+      for (int l = 0; l < N; ++l) {
+        adamwElement(k, p[l], g[l], m[l], v[l], np[l], nm[l], nv[l]);
+        if (copy)
+          h[l] = roundCopy(static_cast<float>(np[l]), bf16);
+      }
+      // __stwb is a plain store (write-back, the default policy) that stays
+      // one 16-byte (8 for the copy) instruction.
+      __stwb(reinterpret_cast<V *>(e.np + i), P::join(np));
+      __stwb(reinterpret_cast<V *>(e.nm + i), P::join(nm));
+      __stwb(reinterpret_cast<V *>(e.nv + i), P::join(nv));
+      if (copy)
+        __stwb(reinterpret_cast<H *>(e.copy + i), P::joinHalf(h));
+    }
+    tail = begin + packs * N;
+  }
+  for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
+    T np, nm, nv;
+    adamwElement(k, e.p[i], e.g[i], e.m[i], e.v[i], np, nm, nv);
+    e.np[i] = np;
+    e.nm[i] = nm;
+    e.nv[i] = nv;
+    if (copy)
+      e.copy[i] = roundCopy(static_cast<float>(np), bf16);
+  }
+}
+
+/// Grid-stride over the chunks of every entry of the table: a block finds
+/// its chunk's entry by a binary search over chunkEnd (the same for all its
+/// threads, so the parameter reads broadcast) and updates that chunk.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    adamwMultiKernel(const __grid_constant__ AdamwMultiArgs<T> a) {
+  // As adamwKernel: thread 0 reads the device scalars once per block.
+  __shared__ T c[7];
+  __shared__ bool run;
+  if (threadIdx.x == 0) {
+    const AdamwScalars &s = a.s;
+    int64_t t = loadStep(s.step);
+    run = t >= 1;
+    double lrV = loadScalar(s.lr), b1 = loadScalar(s.beta1),
+           b2 = loadScalar(s.beta2), epsV = loadScalar(s.eps),
+           wd = loadScalar(s.weightDecay);
+    double bc1 = sub(1.0, pow(b1, static_cast<double>(t)));
+    double bc2Sqrt = root(sub(1.0, pow(b2, static_cast<double>(t))));
+    double stepSize = quo(lrV, bc1), decay = sub(1.0, mul(lrV, wd));
+    c[0] = T(b1), c[1] = T(b2), c[2] = T(decay), c[3] = T(stepSize);
+    c[4] = T(bc2Sqrt), c[5] = T(epsV);
+    c[6] = a.gradScale.data ? *static_cast<const T *>(a.gradScale.data) : T(1);
+  }
+  __syncthreads();
+  if (!run)
+    return;
+  AdamwConsts<T> k;
+  k.b1 = c[0], k.b2 = c[1], k.decay = c[2], k.step = c[3], k.bc2 = c[4];
+  k.eps = c[5], k.scale = c[6];
+  k.oneB1 = sub(T(1), k.b1), k.oneB2 = sub(T(1), k.b2);
+  k.scaled = a.gradScale.data != nullptr;
+  const int64_t chunks = a.chunkEnd[a.count - 1];
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    int lo = 0, hi = a.count - 1; // the first entry with chunkEnd > chunk
+    while (lo < hi) {
+      int mid = (lo + hi) / 2;
+      if (a.chunkEnd[mid] > chunk)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    const MultiEntry<T> &e = a.entry[lo];
+    int64_t first = lo ? a.chunkEnd[lo - 1] : 0;
+    int64_t begin = (chunk - first) * kMultiChunk;
+    int64_t end = begin + kMultiChunk < e.n ? begin + kMultiChunk : e.n;
+    if (e.flags & kEntryVector)
+      adamwMultiChunk<T, true>(k, e, begin, end);
+    else
+      adamwMultiChunk<T, false>(k, e, begin, end);
+  }
+}
+
 template <typename T> T *ptr(const Tensor &t) {
   return static_cast<T *>(t.data);
 }
@@ -223,6 +423,90 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
         n, s);
   DSC_CUDA_LAUNCHED("adamw");
   return Status();
+}
+
+namespace {
+
+bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+template <typename T>
+Status launchAdamwMulti(const AdamwTensors *tensors, size_t count,
+                        const AdamwScalars &s, const Tensor &gradScale) {
+  // As many blocks as the GPU holds at once: each reads the scalars once,
+  // then strides over the chunks. Host queries only (no stream work).
+  int sms = 0, perSm = 0;
+  DSC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                        current().device));
+  DSC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &perSm, adamwMultiKernel<T>, kThreads, 0));
+  const int64_t maxBlocks = int64_t(std::max(sms, 1)) * std::max(perSm, 1);
+  AdamwMultiArgs<T> a;
+  a.s = s;
+  a.gradScale =
+      gradScale.present() ? scalarOf(gradScale) : Scalar{nullptr, DType::F32};
+  size_t i = 0;
+  while (i < count) {
+    // The next table: up to kMultiMaxEntries entries with elements.
+    a.count = 0;
+    int64_t chunks = 0;
+    for (; i < count && a.count < kMultiMaxEntries; ++i) {
+      const AdamwTensors &t = tensors[i];
+      int64_t n = t.param.numel();
+      if (n == 0)
+        continue;
+      MultiEntry<T> &e = a.entry[a.count];
+      e.p = ptr<const T>(t.param), e.g = ptr<const T>(t.grad);
+      e.m = ptr<const T>(t.expAvg), e.v = ptr<const T>(t.expAvgSq);
+      e.np = ptr<T>(t.newParam), e.nm = ptr<T>(t.newExpAvg);
+      e.nv = ptr<T>(t.newExpAvgSq);
+      e.copy = ptr<uint16_t>(t.computeCopy);
+      e.n = n;
+      bool vector = aligned16(e.p) && aligned16(e.g) && aligned16(e.m) &&
+                    aligned16(e.v) && aligned16(e.np) && aligned16(e.nm) &&
+                    aligned16(e.nv);
+      e.flags = 0;
+      if (e.copy) {
+        // Pack<T>::N 16-bit elements: 8 bytes for f32, 4 for f64.
+        vector = vector &&
+                 reinterpret_cast<uintptr_t>(e.copy) % (2 * Pack<T>::N) == 0;
+        e.flags |= kEntryCopy;
+        if (t.computeCopy.dtype == DType::BF16)
+          e.flags |= kEntryBf16;
+      }
+      if (vector)
+        e.flags |= kEntryVector;
+      chunks += (n + kMultiChunk - 1) / kMultiChunk;
+      a.chunkEnd[a.count++] = chunks;
+    }
+    if (a.count == 0)
+      break;
+    unsigned blocks = static_cast<unsigned>(std::min(chunks, maxBlocks));
+    adamwMultiKernel<T><<<blocks, kThreads, 0, stream()>>>(a);
+    DSC_CUDA_LAUNCHED("adamw_multi");
+  }
+  return Status();
+}
+
+} // namespace
+
+Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
+                  const Tensor &beta1, const Tensor &beta2, const Tensor &eps,
+                  const Tensor &weightDecay, const Tensor &step,
+                  const Tensor &gradScale) {
+  if (Status st = checkAdamwMulti(tensors, count, lr, beta1, beta2, eps,
+                                  weightDecay, step, gradScale,
+                                  /*stepValue=*/nullptr);
+      !st.ok())
+    return st;
+  if (count == 0)
+    return Status();
+  AdamwScalars s{scalarOf(lr),  scalarOf(beta1),       scalarOf(beta2),
+                 scalarOf(eps), scalarOf(weightDecay), scalarOf(step)};
+  if (tensors[0].param.dtype == DType::F32)
+    return launchAdamwMulti<float>(tensors, count, s, gradScale);
+  return launchAdamwMulti<double>(tensors, count, s, gradScale);
 }
 
 Status sgd(const Tensor &param, const Tensor &grad,

@@ -2,14 +2,18 @@
 //
 // AdamW and SGD over several steps, results written over their operands as
 // a train step does, with the hyperparameters and the step as device
-// scalars; lr_schedule for every schedule around warmup and the end;
-// the CPU's errors for bad shapes and dtypes.
+// scalars; adamwMulti bitwise against the CPU's and against mul + adamw +
+// cast on the device (aligned and not, several launches, in a CUDA graph);
+// lr_schedule for every schedule around warmup and the end; the CPU's errors
+// for bad shapes and dtypes.
 //
 //===----------------------------------------------------------------------===//
 
 #include "TestUtil.h"
 
 #include <cmath>
+#include <cstring>
+#include <optional>
 
 namespace dsc::cuda::test {
 namespace {
@@ -111,6 +115,380 @@ TEST(CudaOptimizer, AdamwSeparateResults) {
     // The operands are untouched.
     expectClose(s.p, s.p, 0, 0, "adamw param");
     expectClose(s.m, s.m, 0, 0, "adamw exp_avg");
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// adamw_multi
+//===----------------------------------------------------------------------===//
+
+/// The bytes of the device copy of `t` against its host bytes (the CUDA
+/// result against the CPU's when each ran on its side).
+void expectSameBits(const DevTensor &t, const std::string &what) {
+  std::vector<char> dev = t.download();
+  const char *host = static_cast<const char *>(t.host().data);
+  size_t es = dtypeSize(t.host().dtype), n = t.host().nbytes();
+  for (size_t i = 0; i < n; i += es)
+    if (std::memcmp(dev.data() + i, host + i, es) != 0) {
+      ADD_FAILURE() << what << " element " << i / es << " of " << n / es
+                    << ": cpu " << DevTensor::get(t.host(), int64_t(i / es))
+                    << ", cuda " << [&] {
+                         Tensor d = t.host();
+                         d.data = dev.data();
+                         return DevTensor::get(d, int64_t(i / es));
+                       }();
+      return;
+    }
+}
+
+/// The device bytes of two tensors (two CUDA computations) against each
+/// other.
+void expectSameDeviceBits(const DevTensor &a, const DevTensor &b,
+                          const std::string &what) {
+  std::vector<char> x = a.download(), y = b.download();
+  size_t es = dtypeSize(a.host().dtype), n = a.host().nbytes();
+  ASSERT_EQ(n, b.host().nbytes()) << what;
+  for (size_t i = 0; i < n; i += es)
+    if (std::memcmp(x.data() + i, y.data() + i, es) != 0) {
+      ADD_FAILURE() << what << " element " << i / es << " of " << n / es
+                    << " differs";
+      return;
+    }
+}
+
+enum class CopyMode { None, Bf16, F16, Mixed };
+
+std::optional<DType> copyTypeOf(CopyMode mode, size_t entry) {
+  switch (mode) {
+  case CopyMode::None:
+    return std::nullopt;
+  case CopyMode::Bf16:
+    return DType::BF16;
+  case CopyMode::F16:
+    return DType::F16;
+  case CopyMode::Mixed:
+    if (entry % 3 == 1)
+      return std::nullopt;
+    return entry % 3 == 0 ? DType::BF16 : DType::F16;
+  }
+  return std::nullopt;
+}
+
+/// One parameter's tensors; `shift` elements of each buffer come before
+/// the view (1: misaligned for 16-byte access), the copy's `copyShift`.
+struct MultiBufs {
+  DevTensor p, g, m, v, np, nm, nv, copy;
+  std::optional<DType> copyType;
+  int64_t n = 0, shift = 0, copyShift = 0;
+
+  MultiBufs(DType dt, int64_t n, std::optional<DType> copyType, uint32_t seed,
+            int64_t shift = 0, int64_t copyShift = 0)
+      : p(dt, {n + shift}), g(dt, {n + shift}), m(dt, {n + shift}),
+        v(dt, {n + shift}), np(dt, {n + shift}), nm(dt, {n + shift}),
+        nv(dt, {n + shift}),
+        copy(copyType.value_or(DType::BF16), {n + copyShift}),
+        copyType(copyType), n(n), shift(shift), copyShift(copyShift) {
+    p.random(-1, 1, seed);
+    m.random(-0.1, 0.1, seed + 1);
+    v.random(0, 0.01, seed + 2);
+  }
+
+  Tensor view(const Tensor &t, int64_t skip) const {
+    Tensor r = t;
+    r.data = static_cast<char *>(t.data) + skip * dtypeSize(t.dtype);
+    r.rank = 1;
+    r.shape[0] = n;
+    return r;
+  }
+  /// Results over the operands (inPlace) or into np, nm, nv.
+  cpu::AdamwTensors entry(bool device, bool inPlace) const {
+    auto of = [&](const DevTensor &t) {
+      return view(device ? t.dev() : t.host(), shift);
+    };
+    cpu::AdamwTensors e{of(p),  of(g),  of(m),  of(v),
+                        of(np), of(nm), of(nv), Tensor()};
+    if (inPlace)
+      e.newParam = e.param, e.newExpAvg = e.expAvg, e.newExpAvgSq = e.expAvgSq;
+    if (copyType)
+      e.computeCopy = view(device ? copy.dev() : copy.host(), copyShift);
+    return e;
+  }
+};
+
+struct MultiHyper {
+  DevTensor lr, b1, b2, eps, wd, step, scale;
+  explicit MultiHyper(DType dt)
+      : lr(scalar(dt, 3e-3)), b1(scalar(dt, 0.9)), b2(scalar(dt, 0.95)),
+        eps(scalar(dt, 1e-8)), wd(scalar(dt, 0.1)), step(scalar(DType::I64, 1)),
+        scale(scalar(dt, 1.0 / 7.0)) {}
+};
+
+std::vector<cpu::AdamwTensors> entriesOf(const std::vector<MultiBufs> &bufs,
+                                         bool device, bool inPlace) {
+  std::vector<cpu::AdamwTensors> es;
+  for (const MultiBufs &b : bufs)
+    es.push_back(b.entry(device, inPlace));
+  return es;
+}
+
+Status runCpu(const std::vector<MultiBufs> &bufs, const MultiHyper &h,
+              bool scaled, bool inPlace) {
+  std::vector<cpu::AdamwTensors> es = entriesOf(bufs, false, inPlace);
+  return cpu::adamwMulti(es.data(), es.size(), h.lr.host(), h.b1.host(),
+                         h.b2.host(), h.eps.host(), h.wd.host(), h.step.host(),
+                         scaled ? h.scale.host() : Tensor());
+}
+
+Status runCuda(const std::vector<MultiBufs> &bufs, const MultiHyper &h,
+               bool scaled, bool inPlace) {
+  std::vector<cpu::AdamwTensors> es = entriesOf(bufs, true, inPlace);
+  return cuda::adamwMulti(es.data(), es.size(), h.lr.dev(), h.b1.dev(),
+                          h.b2.dev(), h.eps.dev(), h.wd.dev(), h.step.dev(),
+                          scaled ? h.scale.dev() : Tensor());
+}
+
+/// cuda::mul + cuda::adamw + cuda::cast, entry by entry, on the device.
+void runCudaComposition(const std::vector<MultiBufs> &bufs, const MultiHyper &h,
+                        bool scaled, bool inPlace) {
+  for (const MultiBufs &b : bufs) {
+    if (b.n == 0)
+      continue;
+    cpu::AdamwTensors e = b.entry(true, inPlace);
+    DevTensor scaledGrad(e.grad.dtype, {b.n});
+    Tensor grad = e.grad;
+    if (scaled) {
+      DSC_ASSERT_OK(
+          cuda::binary(BinaryOp::Mul, e.grad, h.scale.dev(), scaledGrad.dev()));
+      grad = scaledGrad.dev();
+    }
+    DSC_ASSERT_OK(cuda::adamw(e.param, grad, e.expAvg, e.expAvgSq, h.lr.dev(),
+                              h.b1.dev(), h.b2.dev(), h.eps.dev(), h.wd.dev(),
+                              h.step.dev(), e.newParam, e.newExpAvg,
+                              e.newExpAvgSq));
+    if (e.computeCopy.present()) {
+      DSC_ASSERT_OK(cuda::cast(e.newParam, e.computeCopy));
+    }
+    settle(); // scaledGrad is freed at the end of the iteration
+  }
+}
+
+/// CUDA adamwMulti against the CPU's (bitwise for f32; f64 within adamw's
+/// tolerance, the device's double pow being allowed its last bit) and
+/// against the CUDA composition mul + adamw + cast (bitwise), over three
+/// steps.
+void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, bool scaled,
+                     CopyMode copyMode, bool inPlace, int64_t shift = 0,
+                     int64_t copyShift = 0) {
+  std::vector<MultiBufs> multi, ref;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    uint32_t seed = 100 + 10 * uint32_t(i);
+    multi.emplace_back(dt, sizes[i], copyTypeOf(copyMode, i), seed, shift,
+                       copyShift);
+    ref.emplace_back(dt, sizes[i], copyTypeOf(copyMode, i), seed, shift,
+                     copyShift);
+  }
+  MultiHyper h(dt);
+  for (int t = 1; t <= 3; ++t) {
+    settle();
+    h.step.values({double(t)});
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      multi[i].g.random(-3, 3, 1000 * uint32_t(t) + uint32_t(i));
+      ref[i].g.random(-3, 3, 1000 * uint32_t(t) + uint32_t(i));
+    }
+    settle();
+    DSC_ASSERT_OK(runCpu(multi, h, scaled, inPlace));
+    DSC_ASSERT_OK(runCuda(multi, h, scaled, inPlace));
+    runCudaComposition(ref, h, scaled, inPlace);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const MultiBufs &a = multi[i], &r = ref[i];
+      std::string what = std::string("adamw_multi ") + dtypeName(dt) +
+                         " entry " + std::to_string(i) + " (" +
+                         std::to_string(sizes[i]) + ") step " +
+                         std::to_string(t);
+      const DevTensor *outs[] = {inPlace ? &a.p : &a.np, inPlace ? &a.m : &a.nm,
+                                 inPlace ? &a.v : &a.nv};
+      const DevTensor *refs[] = {inPlace ? &r.p : &r.np, inPlace ? &r.m : &r.nm,
+                                 inPlace ? &r.v : &r.nv};
+      const char *names[] = {" param", " exp_avg", " exp_avg_sq"};
+      for (int k = 0; k < 3; ++k) {
+        if (dt == DType::F32)
+          expectSameBits(*outs[k], what + names[k]);
+        else
+          expectClose(*outs[k], *outs[k], rtolOf(dt), atolOf(dt),
+                      what + names[k]);
+        expectSameDeviceBits(*outs[k], *refs[k], what + names[k] + " vs mul");
+      }
+      expectSameBits(a.g, what + " grad (untouched)");
+      if (a.copyType) {
+        if (dt == DType::F32)
+          expectSameBits(a.copy, what + " compute copy");
+        expectSameDeviceBits(a.copy, r.copy, what + " compute copy vs cast");
+      }
+    }
+  }
+}
+
+const std::vector<int64_t> kOddSizes = {1, 3, 1000, 4097, 0, 257};
+
+TEST(CudaOptimizer, AdamwMultiMatchesCpuAndComposition) {
+  DSC_REQUIRE_GPU();
+  for (bool scaled : {false, true})
+    for (CopyMode copy :
+         {CopyMode::None, CopyMode::Bf16, CopyMode::F16, CopyMode::Mixed})
+      for (bool inPlace : {true, false}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "scaled " << scaled << " copy " << int(copy)
+                     << " in place " << inPlace);
+        checkAdamwMulti(DType::F32, kOddSizes, scaled, copy, inPlace);
+      }
+  for (bool scaled : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "f64 scaled " << scaled);
+    checkAdamwMulti(DType::F64, kOddSizes, scaled, CopyMode::Mixed, true);
+  }
+}
+
+TEST(CudaOptimizer, AdamwMultiMisalignedTakesTheScalarPath) {
+  DSC_REQUIRE_GPU();
+  // Every pointer 4 bytes past 16-byte alignment, then only the copy 4
+  // bytes past 8-byte alignment (f32) or 2 past 4 (f64).
+  for (DType dt : {DType::F32, DType::F64}) {
+    SCOPED_TRACE(dtypeName(dt));
+    checkAdamwMulti(dt, {5, 1001, 4099}, true, CopyMode::Bf16, true, 1, 1);
+    checkAdamwMulti(dt, {5, 1001, 4099}, true, CopyMode::F16, false, 0,
+                    dt == DType::F32 ? 2 : 1);
+  }
+}
+
+TEST(CudaOptimizer, AdamwMultiMoreEntriesThanOneLaunch) {
+  DSC_REQUIRE_GPU();
+  // Past the 360 entries of one kernel's table: three launches.
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 800; ++i)
+    sizes.push_back(i == 400 ? 20000 : (i * 37) % 11); // zeros among them
+  checkAdamwMulti(DType::F32, sizes, true, CopyMode::Mixed, true);
+}
+
+TEST(CudaOptimizer, AdamwMultiInACudaGraph) {
+  DSC_REQUIRE_GPU();
+  std::vector<MultiBufs> bufs;
+  for (size_t i = 0; i < kOddSizes.size(); ++i)
+    bufs.emplace_back(DType::F32, kOddSizes[i], copyTypeOf(CopyMode::Mixed, i),
+                      300 + 10 * uint32_t(i));
+  MultiHyper h(DType::F32);
+  // Step 0 writes nothing: a first launch outside the capture, so the
+  // module is loaded.
+  h.step.values({0});
+  DSC_ASSERT_OK(runCuda(bufs, h, true, true));
+  settle();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeGlobal),
+            cudaSuccess);
+  Status st = runCuda(bufs, h, true, true);
+  ASSERT_EQ(cudaStreamEndCapture(stream(), &graph), cudaSuccess);
+  DSC_ASSERT_OK(st);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int t = 1; t <= 2; ++t) {
+    settle();
+    h.step.values({double(t)}); // the graph reads the step on the device
+    for (size_t i = 0; i < bufs.size(); ++i)
+      bufs[i].g.random(-3, 3, 50 * uint32_t(t) + uint32_t(i));
+    settle();
+    DSC_ASSERT_OK(runCpu(bufs, h, true, true));
+    ASSERT_EQ(cudaGraphLaunch(exec, stream()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      std::string what =
+          "graph step " + std::to_string(t) + " entry " + std::to_string(i);
+      expectSameBits(bufs[i].p, what + " param");
+      expectSameBits(bufs[i].m, what + " exp_avg");
+      expectSameBits(bufs[i].v, what + " exp_avg_sq");
+      if (bufs[i].copyType)
+        expectSameBits(bufs[i].copy, what + " compute copy");
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST(CudaOptimizer, AdamwMultiErrorsAreTheCpus) {
+  DSC_REQUIRE_GPU();
+  MultiHyper h(DType::F32);
+  DevTensor p(DType::F32, {8}), g7(DType::F32, {7}), d(DType::F64, {8});
+  DevTensor bf7(DType::BF16, {7}), f8(DType::F32, {8}), vec(DType::F32, {2});
+  auto entry = [](const DevTensor &t, const DevTensor &g, bool device,
+                  const DevTensor *copy = nullptr) {
+    const Tensor &x = device ? t.dev() : t.host();
+    cpu::AdamwTensors e{x,       device ? g.dev() : g.host(), x, x, x, x, x,
+                        Tensor()};
+    if (copy)
+      e.computeCopy = device ? copy->dev() : copy->host();
+    return e;
+  };
+  auto both = [&](auto makeEntries, const DevTensor *scale) {
+    std::vector<cpu::AdamwTensors> he = makeEntries(false),
+                                   de = makeEntries(true);
+    expectSameError(
+        cpu::adamwMulti(he.data(), he.size(), h.lr.host(), h.b1.host(),
+                        h.b2.host(), h.eps.host(), h.wd.host(), h.step.host(),
+                        scale ? scale->host() : Tensor()),
+        cuda::adamwMulti(de.data(), de.size(), h.lr.dev(), h.b1.dev(),
+                         h.b2.dev(), h.eps.dev(), h.wd.dev(), h.step.dev(),
+                         scale ? scale->dev() : Tensor()),
+        "adamw_multi");
+  };
+  both(
+      [&](bool dev) {
+        return std::vector<cpu::AdamwTensors>{entry(p, p, dev),
+                                              entry(p, g7, dev)};
+      },
+      nullptr);
+  both(
+      [&](bool dev) {
+        return std::vector<cpu::AdamwTensors>{entry(p, p, dev),
+                                              entry(d, d, dev)};
+      },
+      nullptr);
+  both(
+      [&](bool dev) {
+        return std::vector<cpu::AdamwTensors>{entry(p, p, dev, &bf7)};
+      },
+      nullptr);
+  both(
+      [&](bool dev) {
+        return std::vector<cpu::AdamwTensors>{entry(p, p, dev, &f8)};
+      },
+      nullptr);
+  both(
+      [&](bool dev) {
+        return std::vector<cpu::AdamwTensors>{entry(p, p, dev)};
+      },
+      &vec);
+  DevTensor scale64 = scalar(DType::F64, 0.5);
+  both(
+      [&](bool dev) {
+        return std::vector<cpu::AdamwTensors>{entry(p, p, dev)};
+      },
+      &scale64);
+}
+
+/// As adamw: a step below 1 cannot be reported on the device, so nothing is
+/// written, the compute copy included.
+TEST(CudaOptimizer, AdamwMultiStepBelowOneLeavesResultsUntouched) {
+  DSC_REQUIRE_GPU();
+  std::vector<MultiBufs> bufs;
+  for (size_t i = 0; i < kOddSizes.size(); ++i)
+    bufs.emplace_back(DType::F32, kOddSizes[i], DType::BF16,
+                      500 + 10 * uint32_t(i));
+  MultiHyper h(DType::F32);
+  h.step.values({0});
+  settle();
+  DSC_ASSERT_OK(runCuda(bufs, h, true, true));
+  for (const MultiBufs &b : bufs) {
+    expectSameBits(b.p, "param");
+    expectSameBits(b.m, "exp_avg");
+    expectSameBits(b.v, "exp_avg_sq");
+    expectSameBits(b.copy, "compute copy");
   }
 }
 

@@ -1,9 +1,9 @@
 //===- StepKernelsTest.cpp - step_kernels.h against references ------------===//
 //
 // AdamW against PyTorch's float64 step on the MLP fixture and against a
-// scalar loop over several steps; SGD and the LR schedules against their
-// formulas; the conv-gradient halves against convBackward and finite
-// differences; fill; dropout seeds.
+// scalar loop over several steps; adamwMulti bitwise against mul + adamw +
+// cast; SGD and the LR schedules against their formulas; the conv-gradient
+// halves against convBackward and finite differences; fill; dropout seeds.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +13,8 @@
 #include "GradCheck.h"
 
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <set>
 
 namespace dsc::test {
@@ -197,6 +199,241 @@ TEST(StepKernels, AdamWChecksOperands) {
   st = cpu::adamw(p.t(), p.t(), p.t(), p.t(), notScalar.t(), s.t(), s.t(),
                   s.t(), s.t(), step.t(), p.t(), p.t(), p.t());
   EXPECT_FALSE(st.ok());
+}
+
+//===----------------------------------------------------------------------===//
+// adamw_multi
+//===----------------------------------------------------------------------===//
+
+/// Which entries get a compute copy: none, all bf16, all f16, or a mix
+/// (bf16, none, f16, bf16, ...).
+enum class CopyMode { None, Bf16, F16, Mixed };
+
+std::optional<DType> copyTypeOf(CopyMode mode, size_t entry) {
+  switch (mode) {
+  case CopyMode::None:
+    return std::nullopt;
+  case CopyMode::Bf16:
+    return DType::BF16;
+  case CopyMode::F16:
+    return DType::F16;
+  case CopyMode::Mixed:
+    if (entry % 3 == 1)
+      return std::nullopt;
+    return entry % 3 == 0 ? DType::BF16 : DType::F16;
+  }
+  return std::nullopt;
+}
+
+/// One parameter's buffers.
+template <typename T> struct MultiParam {
+  Buf<T> p, g, m, v, np, nm, nv;
+  Buf<uint16_t> copy;
+  std::optional<DType> copyType;
+};
+
+template <typename T>
+void fillRandom(Buf<T> &b, std::mt19937_64 &rng, double lo, double hi) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (T &x : b.v)
+    x = T(u(rng));
+}
+
+template <typename T>
+::testing::AssertionResult sameBits(const std::vector<T> &want,
+                                    const std::vector<T> &got) {
+  if (want.size() != got.size())
+    return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::memcmp(&want[i], &got[i], sizeof(T)) != 0)
+      return ::testing::AssertionFailure()
+             << "element " << i << " of " << want.size() << ": want "
+             << double(want[i]) << ", got " << double(got[i]);
+  return ::testing::AssertionSuccess();
+}
+
+/// adamwMulti against binary(mul) + adamw + cast, entry by entry, over three
+/// steps: bitwise the same parameters, states and compute copies, and the
+/// gradients untouched.
+template <typename T>
+void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, bool scaled,
+                     CopyMode copyMode, bool inPlace, int threads = 0) {
+  std::mt19937_64 rng(29);
+  std::vector<MultiParam<T>> multi(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    MultiParam<T> &e = multi[i];
+    std::vector<int64_t> s = {sizes[i]};
+    e.p = e.g = e.m = e.v = e.np = e.nm = e.nv = Buf<T>(s, dt);
+    fillRandom(e.p, rng, -1, 1);
+    fillRandom(e.m, rng, -0.1, 0.1);
+    fillRandom(e.v, rng, 0, 0.01);
+    e.copyType = copyTypeOf(copyMode, i);
+    if (e.copyType)
+      e.copy = Buf<uint16_t>(s, *e.copyType);
+  }
+  std::vector<MultiParam<T>> ref = multi;
+  Buf<T> lr({}, dt, {T(3e-3)}), b1({}, dt, {T(0.9)}), b2({}, dt, {T(0.95)}),
+      eps({}, dt, {T(1e-8)}), wd({}, dt, {T(0.1)});
+  Buf<T> scale({}, dt, {T(1.0 / 7.0)}); // rounds in every product
+  for (int64_t t = 1; t <= 3; ++t) {
+    auto step = stepTensor(t);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      fillRandom(multi[i].g, rng, -3, 3);
+      ref[i].g = multi[i].g;
+    }
+    // The composition: mul, adamw, cast.
+    for (MultiParam<T> &e : ref) {
+      Buf<T> scaledGrad = e.g;
+      if (scaled)
+        DSC_ASSERT_OK(cpu::binary(cpu::BinaryOp::Mul, e.g.t(), scale.t(),
+                                  scaledGrad.t()));
+      Buf<T> &np = inPlace ? e.p : e.np, &nm = inPlace ? e.m : e.nm,
+             &nv = inPlace ? e.v : e.nv;
+      DSC_ASSERT_OK(cpu::adamw(e.p.t(), scaledGrad.t(), e.m.t(), e.v.t(),
+                               lr.t(), b1.t(), b2.t(), eps.t(), wd.t(),
+                               step.t(), np.t(), nm.t(), nv.t()));
+      if (e.copyType) {
+        DSC_ASSERT_OK(cpu::cast(np.t(), e.copy.t()));
+      }
+    }
+    std::vector<cpu::AdamwTensors> entries;
+    std::vector<std::vector<T>> grads;
+    for (MultiParam<T> &e : multi) {
+      grads.push_back(e.g.v);
+      Buf<T> &np = inPlace ? e.p : e.np, &nm = inPlace ? e.m : e.nm,
+             &nv = inPlace ? e.v : e.nv;
+      entries.push_back({e.p.t(), e.g.t(), e.m.t(), e.v.t(), np.t(), nm.t(),
+                         nv.t(), e.copyType ? e.copy.t() : Tensor()});
+    }
+    DSC_ASSERT_OK(cpu::adamwMulti(entries.data(), entries.size(), lr.t(),
+                                  b1.t(), b2.t(), eps.t(), wd.t(), step.t(),
+                                  scaled ? scale.t() : Tensor(), threads));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      MultiParam<T> &e = multi[i], &r = ref[i];
+      std::string what = "entry " + std::to_string(i) + " (" +
+                         std::to_string(sizes[i]) + " elements), step " +
+                         std::to_string(t);
+      EXPECT_TRUE(sameBits(grads[i], e.g.v)) << what << ": grad changed";
+      if (inPlace) {
+        EXPECT_TRUE(sameBits(r.p.v, e.p.v)) << what << ": param";
+        EXPECT_TRUE(sameBits(r.m.v, e.m.v)) << what << ": exp_avg";
+        EXPECT_TRUE(sameBits(r.v.v, e.v.v)) << what << ": exp_avg_sq";
+      } else {
+        EXPECT_TRUE(sameBits(r.np.v, e.np.v)) << what << ": new param";
+        EXPECT_TRUE(sameBits(r.nm.v, e.nm.v)) << what << ": new exp_avg";
+        EXPECT_TRUE(sameBits(r.nv.v, e.nv.v)) << what << ": new exp_avg_sq";
+        EXPECT_TRUE(sameBits(r.p.v, e.p.v)) << what << ": param";
+        // The next step starts from the results.
+        std::swap(e.p, e.np), std::swap(e.m, e.nm), std::swap(e.v, e.nv);
+        std::swap(r.p, r.np), std::swap(r.m, r.nm), std::swap(r.v, r.nv);
+      }
+      if (e.copyType) {
+        EXPECT_TRUE(sameBits(r.copy.v, e.copy.v)) << what << ": compute copy";
+      }
+    }
+  }
+}
+
+const std::vector<int64_t> kOddSizes = {1, 3, 1000, 4097};
+
+TEST(StepKernels, AdamwMultiMatchesMulAdamwCastF32) {
+  for (bool scaled : {false, true})
+    for (CopyMode copy :
+         {CopyMode::None, CopyMode::Bf16, CopyMode::F16, CopyMode::Mixed})
+      for (bool inPlace : {true, false}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "scaled " << scaled << " copy " << int(copy)
+                     << " in place " << inPlace);
+        checkAdamwMulti<float>(DType::F32, kOddSizes, scaled, copy, inPlace);
+      }
+}
+
+TEST(StepKernels, AdamwMultiMatchesMulAdamwCastF64) {
+  for (bool scaled : {false, true})
+    for (CopyMode copy : {CopyMode::None, CopyMode::Mixed}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "scaled " << scaled << " copy " << int(copy));
+      checkAdamwMulti<double>(DType::F64, kOddSizes, scaled, copy, true);
+    }
+}
+
+TEST(StepKernels, AdamwMultiSplitOverThreads) {
+  // Over 2^16 elements in all, so the entries are split between threads
+  // (one range ends inside an entry, the next starts there).
+  const std::vector<int64_t> sizes = {70001, 1, 3, 131071, 4097, 65536};
+  for (int threads : {1, 3, 8}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    checkAdamwMulti<float>(DType::F32, sizes, true, CopyMode::Mixed, true,
+                           threads);
+  }
+}
+
+TEST(StepKernels, AdamwMultiChecksEntries) {
+  F p3({3}, DType::F32), p4({4}, DType::F32), s({}, DType::F32, {0.1f});
+  D d3({3}, DType::F64);
+  Buf<uint16_t> bf3({3}, DType::BF16), bf4({4}, DType::BF16);
+  F f3({3}, DType::F32);
+  auto step = stepTensor(1);
+  auto entry = [](const Tensor &p, const Tensor &g,
+                  const Tensor &copy = Tensor()) {
+    return cpu::AdamwTensors{p, g, p, p, p, p, p, copy};
+  };
+  auto run = [&](std::vector<cpu::AdamwTensors> es,
+                 const Tensor &scale = Tensor(), const Tensor &st = Tensor()) {
+    return cpu::adamwMulti(es.data(), es.size(), s.t(), s.t(), s.t(), s.t(),
+                           s.t(), st.present() ? st : step.t(), scale);
+  };
+  auto expectError = [](const Status &st, StatusCode code,
+                        const std::string &prefix, const std::string &reason) {
+    EXPECT_EQ(st.code(), code) << st.message();
+    EXPECT_EQ(st.message().rfind(prefix, 0), 0u) << st.message();
+    EXPECT_NE(st.message().find(reason), std::string::npos) << st.message();
+  };
+  // adamw's own checks, naming the entry.
+  expectError(run({entry(p3.t(), p3.t()), entry(p4.t(), p4.t()),
+                   entry(p3.t(), p4.t())}),
+              StatusCode::InvalidArgument,
+              "adamw_multi(entry=2, param=f32[3], grad=f32[4], ",
+              "operands and results must share one dtype and shape");
+  expectError(run({entry(p3.t(), p3.t()), entry(d3.t(), d3.t())}),
+              StatusCode::InvalidArgument, "adamw_multi(entry=1, param=f64[3]",
+              "every entry must have entry 0's dtype, f32");
+  expectError(run({entry(p3.t(), p3.t(), bf4.t())}),
+              StatusCode::InvalidArgument,
+              "adamw_multi(entry=0, param=f32[3], grad=f32[3], exp_avg=f32[3], "
+              "exp_avg_sq=f32[3], step=i64[], compute_copy=bf16[4]): ",
+              "compute_copy must be bf16 or f16 of param's shape");
+  expectError(
+      run({entry(p3.t(), p3.t(), bf3.t()), entry(p3.t(), p3.t(), f3.t())}),
+      StatusCode::InvalidArgument, "adamw_multi(entry=1, ",
+      "compute_copy must be bf16 or f16");
+  expectError(run({entry(p3.t(), p3.t())}, p3.t()), StatusCode::InvalidArgument,
+              "adamw_multi(grad_scale=f32[3]): ",
+              "grad_scale must be a scalar of the parameters' dtype, f32");
+  D sd({}, DType::F64, {0.5});
+  expectError(run({entry(p3.t(), p3.t())}, sd.t()), StatusCode::InvalidArgument,
+              "adamw_multi(grad_scale=f64[]): ", "grad_scale must be a scalar");
+  auto zero = stepTensor(0);
+  expectError(run({entry(p3.t(), p3.t())}, Tensor(), zero.t()),
+              StatusCode::OutOfRange, "adamw_multi(entry=0, ",
+              "step must be at least 1, got 0");
+  expectError(
+      cpu::adamwMulti(nullptr, 2, s.t(), s.t(), s.t(), s.t(), s.t(), step.t()),
+      StatusCode::InvalidArgument,
+      "adamw_multi(count=2): ", "the entries are missing");
+  // An absent result.
+  cpu::AdamwTensors absent = entry(p3.t(), p3.t());
+  absent.newExpAvg = Tensor();
+  expectError(run({entry(p3.t(), p3.t()), absent}), StatusCode::InvalidArgument,
+              "adamw_multi(entry=1, ",
+              "operands and results must share one dtype and shape");
+  // Nothing to do is fine; a failed call writes nothing.
+  DSC_EXPECT_OK(
+      cpu::adamwMulti(nullptr, 0, s.t(), s.t(), s.t(), s.t(), s.t(), step.t()));
+  p3.v = {1, 2, 3};
+  const std::vector<float> before = p3.v;
+  EXPECT_FALSE(run({entry(p3.t(), p3.t()), entry(p3.t(), p4.t())}).ok());
+  EXPECT_EQ(p3.v, before);
 }
 
 //===----------------------------------------------------------------------===//
