@@ -27,7 +27,19 @@
 //
 // Lines (softmax axes, cross-entropy classes) go to one thread each when
 // they are strided (inner > 1) and many, to one block each when strided and
-// few, else to one warp each up to 1024 elements and one block above.
+// few, else to one warp each up to 1024 elements and one block above. The
+// cross entropy's contiguous lines of more than 1024 classes (a classifier's
+// rows) have their own kernels (crossEntropyRowKernel and its backward): a
+// block per row, the row in chunks of 8 at multiples of 8 from the tensor's
+// start, 16-byte loads and stores where the buffers are 16-byte aligned, the
+// forward reading the row once and the backward twice.
+//
+// The cross entropy takes bf16/f16 scores too: each element is widened
+// exactly to f32 as it is loaded and the f32 kernel's arithmetic follows, in
+// the same order (which depends on the shape alone), so the results are
+// bitwise those of the f32 call on cast(scores -> f32); a 16-bit gradient is
+// the f32 one rounded to nearest even (the runtime's cast). Weights, loss and
+// grad_loss are then f32.
 //
 // Labels are checked on the device: a label outside [0, C) that is not the
 // ignore index is treated as ignored by the kernels and its position is kept
@@ -1312,6 +1324,11 @@ __device__ inline void loadChunk(const S *__restrict__ x, int64_t c,
   }
 }
 
+/// A product that is never fused into a later add (nvcc contracts a * b + c
+/// by default), so each instantiation rounds the same way.
+__device__ inline float mulRn(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mulRn(double a, double b) { return __dmul_rn(a, b); }
+
 /// Adds a chunk to a thread's running max m and sum s of exp(x - m):
 /// rescaled once when the chunk's max is above m, then the chunk's
 /// exponentials summed pairwise and added. -inf adds nothing (as on the CPU);
@@ -1323,7 +1340,7 @@ __device__ inline void addChunk(const T (&v)[kChunk], T &m, T &s) {
   for (int u = 0; u < kChunk; ++u)
     vm = v[u] > vm ? v[u] : vm;
   if (vm > m) {
-    s = s * dExp(m - vm);
+    s = mulRn(s, dExp(m - vm));
     m = vm;
   }
   T e[kChunk];
@@ -1333,32 +1350,42 @@ __device__ inline void addChunk(const T (&v)[kChunk], T &m, T &s) {
   s += ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
 }
 
+/// Chunks a thread loads before it adds them (more for the narrower types,
+/// so a thread has as many bytes in flight; f64 one, in its registers). Only
+/// the loads move: the chunks are added in the same order.
+template <typename S> __host__ __device__ constexpr int rowAhead() {
+  return sizeof(S) == 2 ? 4 : sizeof(S) == 4 ? 2 : 1;
+}
+
 /// The max M and the sum S of exp(x - M) over the row [begin, end), in every
-/// thread: per thread over its chunks (two loaded ahead), then the threads'
-/// pairs combined after a max over the block, in double (as lineStats).
+/// thread: per thread over its chunks (rowAhead loaded ahead), then the
+/// threads' pairs combined after a max over the block, in double (as
+/// lineStats).
 template <typename S, bool kVec>
 __device__ __forceinline__ void rowStats(const S *__restrict__ x, int64_t begin,
                                          int64_t end, Compute<S> &maxOut,
                                          double &sumOut) {
   using T = Compute<S>;
   const int64_t last = (end + kChunk - 1) / kChunk, step = blockDim.x;
+  constexpr int kAhead = rowAhead<S>();
   T m = T(-INFINITY), s = T(0);
   int64_t c = begin / kChunk + threadIdx.x;
-  // Two chunks ahead (f64: one, which fits the registers; same order).
-  for (; sizeof(T) == 4 && c + step < last; c += 2 * step) {
-    T a[kChunk], b[kChunk];
-    loadChunk<false, kVec>(x, c, begin, end, a);
-    loadChunk<false, kVec>(x, c + step, begin, end, b);
-    addChunk(a, m, s);
-    addChunk(b, m, s);
+  for (; c + (kAhead - 1) * step < last; c += kAhead * step) {
+    T v[kAhead][kChunk];
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a)
+      loadChunk<false, kVec>(x, c + a * step, begin, end, v[a]);
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a)
+      addChunk(v[a], m, s);
   }
   for (; c < last; c += step) {
-    T a[kChunk];
-    loadChunk<false, kVec>(x, c, begin, end, a);
-    addChunk(a, m, s);
+    T v[kChunk];
+    loadChunk<false, kVec>(x, c, begin, end, v);
+    addChunk(v, m, s);
   }
   T mx = blockReduce<true>(m);
-  double part = s == 0 ? 0.0 : double(s) * double(dExp(m - mx));
+  double part = s == 0 ? 0.0 : mulRn(double(s), double(dExp(m - mx)));
   maxOut = mx;
   sumOut = blockReduce<false>(part);
 }
@@ -1397,11 +1424,14 @@ __device__ inline void gradChunk(const Compute<S> (&v)[kChunk], int64_t c,
                                  G *__restrict__ gx) {
   using T = Compute<S>;
   const int64_t e0 = c * kChunk;
+  // The label's place in this chunk, or -1 (a 32-bit compare per element).
+  const int64_t rel = hot - e0;
+  const int at = hot >= 0 && rel >= 0 && rel < kChunk ? int(rel) : -1;
   G g[kChunk];
 #pragma unroll
   for (int u = 0; u < kChunk; ++u) {
     T logp = (v[u] - mx) - lse;
-    g[u] = narrow<G>(T(k * (dExp(logp) - (e0 + u == hot ? T(1) : T(0)))));
+    g[u] = narrow<G>(T(k * (dExp(logp) - (u == at ? T(1) : T(0)))));
   }
   if (kVec && fullChunk(c, begin, end)) {
     constexpr int kPer = 16 / sizeof(G);
@@ -1446,18 +1476,21 @@ __global__ void __launch_bounds__(512, rowMinBlocks<S>())
                         (weights ? weights[cls] : T(1));
     const int64_t hot = cls < 0 ? -1 : begin + cls;
     const int64_t last = (end + kChunk - 1) / kChunk, step = blockDim.x;
+    constexpr int kAhead = rowAhead<S>();
     int64_t c = begin / kChunk + threadIdx.x;
-    for (; sizeof(T) == 4 && c + step < last; c += 2 * step) {
-      T a[kChunk], b[kChunk];
-      loadChunk<true, kVec>(x, c, begin, end, a);
-      loadChunk<true, kVec>(x, c + step, begin, end, b);
-      gradChunk<kVec, S>(a, c, begin, end, mx, lse, k, hot, gx);
-      gradChunk<kVec, S>(b, c + step, begin, end, mx, lse, k, hot, gx);
+    for (; c + (kAhead - 1) * step < last; c += kAhead * step) {
+      T v[kAhead][kChunk];
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a)
+        loadChunk<true, kVec>(x, c + a * step, begin, end, v[a]);
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a)
+        gradChunk<kVec, S>(v[a], c + a * step, begin, end, mx, lse, k, hot, gx);
     }
     for (; c < last; c += step) {
-      T a[kChunk];
-      loadChunk<true, kVec>(x, c, begin, end, a);
-      gradChunk<kVec, S>(a, c, begin, end, mx, lse, k, hot, gx);
+      T v[kChunk];
+      loadChunk<true, kVec>(x, c, begin, end, v);
+      gradChunk<kVec, S>(v, c, begin, end, mx, lse, k, hot, gx);
     }
   }
 }
