@@ -632,8 +632,8 @@ Status lossLayout(const Call &call, const Tensor &input, const Tensor &labels,
       return call.fail("operands and results must share one float dtype");
     for (const Tensor *t : {&weights, &loss})
       if (t->present() && (!validRank(*t) || t->dtype != DType::F32))
-        return call.fail("with f16/bf16 scores, weights and the loss must be "
-                         "f32");
+        return call.fail("with f16/bf16 scores, weights, loss and grad_loss "
+                         "must be f32");
   } else if (Status st =
                  checkFloat(call, {&input, &weights, &loss}, input.dtype);
              !st.ok()) {
