@@ -232,6 +232,12 @@ Status parseReduction(const std::string &name, Reduction &out);
 /// scores [N, C, d...], labels [N, d...] (i32/i64), weights [C] (optional).
 /// loss is [N, d...] for None, a scalar otherwise. Mean divides by the summed
 /// weight of labels that are not ignoreIndex.
+///
+/// Dtypes: everything f32, or everything f64; or scores bf16/f16 with f32
+/// weights, loss and gradLoss, and gradScores f32 or the scores' 16-bit
+/// dtype. 16-bit scores are widened exactly and the math is the f32 path's,
+/// so the results are bitwise those of the f32 call on cast(scores -> f32),
+/// a 16-bit gradScores being the f32 gradient rounded to nearest even.
 Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
                            const Tensor &weights, Reduction reduction,
                            std::optional<int64_t> ignoreIndex,

@@ -5,7 +5,9 @@
 #include "cpu/kernels.h"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace dsc::cpu {
 
@@ -459,17 +461,40 @@ std::vector<int64_t> lineBases(int64_t outer, int64_t dim, int64_t inner) {
   return bases;
 }
 
-template <typename T>
-void softmaxLine(const T *x, T *y, int64_t dim, int64_t inner, bool log) {
+/// 16-bit scores of the cross entropy: the bits, widened exactly to f32 on
+/// load and rounded to nearest even on store (the conversions of cast), so
+/// the f32 math runs on the values cast(scores -> f32) would give.
+struct Bf16Bits {
+  uint16_t bits;
+};
+struct HalfBits {
+  uint16_t bits;
+};
+inline float widen(float v) { return v; }
+inline double widen(double v) { return v; }
+inline float widen(Bf16Bits v) { return bfloat16ToFloat(v.bits); }
+inline float widen(HalfBits v) { return halfToFloat(v.bits); }
+template <typename G, typename T> G narrow(T v) {
+  if constexpr (std::is_same_v<G, Bf16Bits>)
+    return {floatToBfloat16(v)};
+  else if constexpr (std::is_same_v<G, HalfBits>)
+    return {floatToHalf(v)};
+  else
+    return v;
+}
+
+/// A line x (storage S, widened to T on load) to y in T.
+template <typename S, typename T>
+void softmaxLine(const S *x, T *y, int64_t dim, int64_t inner, bool log) {
   T mx = -std::numeric_limits<T>::infinity();
   for (int64_t i = 0; i < dim; ++i)
-    mx = std::max(mx, x[i * inner]);
+    mx = std::max(mx, T(widen(x[i * inner])));
   T sum = T(0);
   for (int64_t i = 0; i < dim; ++i)
-    sum += std::exp(x[i * inner] - mx);
+    sum += std::exp(T(widen(x[i * inner])) - mx);
   T lse = std::log(sum);
   for (int64_t i = 0; i < dim; ++i) {
-    T z = x[i * inner] - mx;
+    T z = T(widen(x[i * inner])) - mx;
     y[i * inner] = log ? z - lse : std::exp(z) / sum;
   }
 }
@@ -599,10 +624,21 @@ struct LossLayout : LossShape, LossLabels {};
 Status lossLayout(const Call &call, const Tensor &input, const Tensor &labels,
                   const Tensor &weights, Reduction reduction,
                   std::optional<int64_t> ignoreIndex, const Tensor &loss,
-                  LossShape &l, LossLabels *hostLabels) {
-  if (Status st = checkFloat(call, {&input, &weights, &loss}, input.dtype);
-      !st.ok())
+                  LossShape &l, LossLabels *hostLabels,
+                  bool halfInput = false) {
+  if (halfInput && (input.dtype == DType::BF16 || input.dtype == DType::F16)) {
+    // 16-bit scores: the math, the weights and the loss are f32.
+    if (!validRank(input))
+      return call.fail("operands and results must share one float dtype");
+    for (const Tensor *t : {&weights, &loss})
+      if (t->present() && (!validRank(*t) || t->dtype != DType::F32))
+        return call.fail("with f16/bf16 scores, weights, loss and grad_loss "
+                         "must be f32");
+  } else if (Status st =
+                 checkFloat(call, {&input, &weights, &loss}, input.dtype);
+             !st.ok()) {
     return st;
+  }
   if (!validRank(labels) ||
       (labels.dtype != DType::I64 && labels.dtype != DType::I32))
     return call.fail("labels must be i32 or i64");
@@ -678,14 +714,48 @@ T lossCoef(const LossLayout &l, Reduction reduction, const T *gradLoss,
   return gradLoss[0] / T(l.weightSum);
 }
 
-template <typename T>
+template <typename S, typename T>
 void logSoftmaxOverC(const Tensor &scores, const LossLayout &l,
                      std::vector<T> &logp) {
   logp.resize(scores.numel());
   for (int64_t i = 0; i < l.n; ++i)
     for (int64_t p = 0; p < l.d; ++p) {
       int64_t base = i * l.c * l.d + p;
-      softmaxLine(scores.as<T>() + base, logp.data() + base, l.c, l.d, true);
+      softmaxLine(scores.as<S>() + base, logp.data() + base, l.c, l.d, true);
+    }
+}
+
+/// Calls fn(S{}, T{}) with the scores' storage S and math type T: float,
+/// double, or Bf16Bits/HalfBits with float math.
+template <typename Fn> void dispatchScores(DType dtype, Fn &&fn) {
+  if (dtype == DType::BF16)
+    fn(Bf16Bits(), float());
+  else if (dtype == DType::F16)
+    fn(HalfBits(), float());
+  else
+    dispatchFloat(dtype, [&](auto tag) { fn(tag, tag); });
+}
+
+/// The cross entropy's gradient over scores stored as S (math in T) into
+/// gradScores stored as G.
+template <typename S, typename T, typename G>
+void crossEntropyGrad(const Tensor &scores, const LossLayout &l,
+                      Reduction reduction, const Tensor &gradLoss,
+                      const Tensor &gradScores) {
+  std::vector<T> logp;
+  logSoftmaxOverC<S>(scores, l, logp);
+  G *gs = gradScores.as<G>();
+  for (int64_t i = 0; i < l.n; ++i)
+    for (int64_t p = 0; p < l.d; ++p) {
+      int64_t at = i * l.d + p, cls = l.label[at];
+      T k = cls < 0 ? T(0)
+                    : lossCoef(l, reduction, gradLoss.as<T>(), at) *
+                          T(l.weight[at]);
+      for (int64_t ch = 0; ch < l.c; ++ch) {
+        int64_t e = (i * l.c + ch) * l.d + p;
+        gs[e] =
+            narrow<G>(T(k * (std::exp(logp[e]) - (ch == cls ? T(1) : T(0)))));
+      }
     }
 }
 
@@ -703,7 +773,7 @@ Status detail::checkSoftmaxCrossEntropy(Call &call, const Tensor &scores,
       .arg("weights", weights)
       .arg("loss", loss);
   return lossLayout(call, scores, labels, weights, reduction, ignoreIndex, loss,
-                    shape, hostLabels);
+                    shape, hostLabels, /*halfInput=*/true);
 }
 
 Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
@@ -716,10 +786,11 @@ Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
                                            reduction, ignoreIndex, loss, l, &l);
       !st.ok())
     return st;
-  dispatchFloat(scores.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  dispatchScores(scores.dtype, [&](auto stag, auto ttag) {
+    using S = decltype(stag);
+    using T = decltype(ttag);
     std::vector<T> logp;
-    logSoftmaxOverC(scores, l, logp);
+    logSoftmaxOverC<S>(scores, l, logp);
     lossForward(l, logp.data(), reduction, loss.as<T>());
   });
   return Status();
@@ -735,12 +806,19 @@ Status detail::checkSoftmaxCrossEntropyBackward(
       .arg("weights", weights)
       .arg("grad_loss", gradLoss)
       .arg("grad_scores", gradScores);
-  if (Status st = lossLayout(call, scores, labels, weights, reduction,
-                             ignoreIndex, gradLoss, shape, hostLabels);
+  if (Status st =
+          lossLayout(call, scores, labels, weights, reduction, ignoreIndex,
+                     gradLoss, shape, hostLabels, /*halfInput=*/true);
       !st.ok())
     return st;
-  if (!sameShape(gradScores, scores) || gradScores.dtype != scores.dtype)
-    return call.fail("grad_scores must have the scores' dtype and shape");
+  bool half = scores.dtype == DType::BF16 || scores.dtype == DType::F16;
+  if (!sameShape(gradScores, scores) ||
+      (gradScores.dtype != scores.dtype &&
+       !(half && gradScores.dtype == DType::F32)))
+    return call.fail(half ? "grad_scores must have the scores' shape and "
+                            "their dtype or f32"
+                          : "grad_scores must have the scores' dtype and "
+                            "shape");
   return Status();
 }
 
@@ -756,22 +834,13 @@ Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
           gradScores, l, &l);
       !st.ok())
     return st;
-  dispatchFloat(scores.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    std::vector<T> logp;
-    logSoftmaxOverC(scores, l, logp);
-    T *gs = gradScores.as<T>();
-    for (int64_t i = 0; i < l.n; ++i)
-      for (int64_t p = 0; p < l.d; ++p) {
-        int64_t at = i * l.d + p, cls = l.label[at];
-        T k = cls < 0 ? T(0)
-                      : lossCoef(l, reduction, gradLoss.as<T>(), at) *
-                            T(l.weight[at]);
-        for (int64_t ch = 0; ch < l.c; ++ch) {
-          int64_t e = (i * l.c + ch) * l.d + p;
-          gs[e] = k * (std::exp(logp[e]) - (ch == cls ? T(1) : T(0)));
-        }
-      }
+  dispatchScores(scores.dtype, [&](auto stag, auto ttag) {
+    using S = decltype(stag);
+    using T = decltype(ttag);
+    if (gradScores.dtype == scores.dtype)
+      crossEntropyGrad<S, T, S>(scores, l, reduction, gradLoss, gradScores);
+    else // 16-bit scores, f32 gradient
+      crossEntropyGrad<S, T, T>(scores, l, reduction, gradLoss, gradScores);
   });
   return Status();
 }

@@ -158,6 +158,11 @@ Status softmaxBackward(const Tensor &out, int64_t axis, const Tensor &gradOut,
 /// From the forward result y: gradIn = g - exp(y) * sum(g).
 Status logSoftmaxBackward(const Tensor &out, int64_t axis,
                           const Tensor &gradOut, const Tensor &gradIn);
+/// Dtypes as cpu::softmaxCrossEntropy: all f32, all f64, or bf16/f16 scores
+/// with f32 weights, loss and gradLoss and an f32 or 16-bit gradScores
+/// (bitwise the f32 call's results on cast(scores -> f32), the 16-bit
+/// gradient rounded to nearest even). Labels stay on the device; no host
+/// synchronization beyond the forward's label check (see norm_loss.cu).
 Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
                            const Tensor &weights, Reduction reduction,
                            std::optional<int64_t> ignoreIndex,

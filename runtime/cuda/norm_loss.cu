@@ -27,7 +27,19 @@
 //
 // Lines (softmax axes, cross-entropy classes) go to one thread each when
 // they are strided (inner > 1) and many, to one block each when strided and
-// few, else to one warp each up to 1024 elements and one block above.
+// few, else to one warp each up to 1024 elements and one block above. The
+// cross entropy's contiguous lines of more than 1024 classes (a classifier's
+// rows) have their own kernels (crossEntropyRowKernel and its backward): a
+// block per row, the row in chunks of 8 at multiples of 8 from the tensor's
+// start, 16-byte loads and stores where the buffers are 16-byte aligned, the
+// forward reading the row once and the backward twice.
+//
+// The cross entropy takes bf16/f16 scores too: each element is widened
+// exactly to f32 as it is loaded and the f32 kernel's arithmetic follows, in
+// the same order (which depends on the shape alone), so the results are
+// bitwise those of the f32 call on cast(scores -> f32); a 16-bit gradient is
+// the f32 one rounded to nearest even (the runtime's cast). Weights, loss and
+// grad_loss are then f32.
 //
 // Labels are checked on the device: a label outside [0, C) that is not the
 // ignore index is treated as ignored by the kernels and its position is kept
@@ -113,6 +125,37 @@ __device__ inline float dExp(float x) { return expf(x); }
 __device__ inline double dExp(double x) { return exp(x); }
 __device__ inline float dSqrt(float x) { return sqrtf(x); }
 __device__ inline double dSqrt(double x) { return sqrt(x); }
+
+/// 16-bit scores (and gradients) of the cross entropy: the bits, widened
+/// exactly to f32 on load and rounded to nearest even on store, with the
+/// runtime's conversions (common.cuh), so the f32 math runs on the values
+/// cast(scores -> f32) gives and a 16-bit gradient is cast(f32 gradient).
+struct Bf16S {
+  uint16_t bits;
+};
+struct F16S {
+  uint16_t bits;
+};
+
+/// The math type of a storage type: f32 for the 16-bit ones.
+template <typename S> struct ComputeOf { using type = S; };
+template <> struct ComputeOf<Bf16S> { using type = float; };
+template <> struct ComputeOf<F16S> { using type = float; };
+template <typename S> using Compute = typename ComputeOf<S>::type;
+
+__device__ inline float widen(float v) { return v; }
+__device__ inline double widen(double v) { return v; }
+__device__ inline float widen(Bf16S v) { return bf16BitsToFloat(v.bits); }
+__device__ inline float widen(F16S v) { return halfBitsToFloat(v.bits); }
+
+template <typename G, typename T> __device__ inline G narrow(T v) {
+  if constexpr (std::is_same_v<G, Bf16S>)
+    return G{floatToBf16Bits(v)};
+  else if constexpr (std::is_same_v<G, F16S>)
+    return G{floatToHalfBits(v)};
+  else
+    return v;
+}
 
 /// Sum and max over a warp by a xor butterfly: every lane ends with the same
 /// bits, since each step adds the same two values in either order.
@@ -252,8 +295,8 @@ LineLaunch pickLines(int64_t lines, int64_t dim, int64_t inner) {
 /// 0 / 0 there and here). A thread sums in T when it shares the line (a few
 /// hundred elements at most for GPT-2's rows), in double when it has the
 /// whole line; the threads' sums are combined in double.
-template <typename T, int kMode>
-__device__ __forceinline__ void lineStats(const T *__restrict__ x, int64_t dim,
+template <typename S, int kMode, typename T = Compute<S>>
+__device__ __forceinline__ void lineStats(const S *__restrict__ x, int64_t dim,
                                           int64_t stride, int lane, int size,
                                           T &maxOut, double &sumOut) {
   using A = std::conditional_t<kMode == kThreadLine, double, T>;
@@ -264,7 +307,7 @@ __device__ __forceinline__ void lineStats(const T *__restrict__ x, int64_t dim,
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       int64_t kk = k + int64_t(u) * size;
-      v[u] = kk < dim ? x[kk * stride] : T(-INFINITY);
+      v[u] = kk < dim ? T(widen(x[kk * stride])) : T(-INFINITY);
     }
     T vm = T(-INFINITY); // a nan never becomes the max; it makes s nan below
 #pragma unroll
@@ -1149,48 +1192,50 @@ __device__ inline T lossCoef(Reduction reduction, const T *gradLoss,
   return gradLoss[0] / T(*weightSum);
 }
 
-template <typename T, int kMode>
+template <typename S, int kMode>
 __global__ void __launch_bounds__(512)
-    crossEntropyKernel(const T *__restrict__ x, LabelView labels,
-                       const T *__restrict__ weights, Lines lines,
-                       LossOut<T> out) {
+    crossEntropyKernel(const S *__restrict__ x, LabelView labels,
+                       const Compute<S> *__restrict__ weights, Lines lines,
+                       LossOut<Compute<S>> out) {
+  using T = Compute<S>;
   LineGroup<kMode> grp;
   const int64_t stride = lines.stride<kMode>();
   for (int64_t l = grp.first; l < lines.count; l += grp.step) {
-    const T *xl = x + lines.base(l);
+    const S *xl = x + lines.base(l);
     T mx;
     double sum;
-    lineStats<T, kMode>(xl, lines.dim, stride, grp.lane, grp.size, mx, sum);
+    lineStats<S, kMode>(xl, lines.dim, stride, grp.lane, grp.size, mx, sum);
     if (grp.lane != 0)
       continue;
     int64_t cls = labels.resolve(l, true);
     T w = cls < 0 ? T(0) : weights ? weights[cls] : T(1);
     T v = T(0);
     if (cls >= 0) {
-      T logp = (xl[cls * stride] - mx) - T(::log(sum));
+      T logp = (T(widen(xl[cls * stride])) - mx) - T(::log(sum));
       v = -w * logp;
     }
     out.put(l, v, w);
   }
 }
 
-template <typename T, int kMode>
+template <typename S, typename G, int kMode>
 __global__ void __launch_bounds__(512)
-    crossEntropyBackwardKernel(const T *__restrict__ x, LabelView labels,
-                               const T *__restrict__ weights, Lines lines,
-                               Reduction reduction,
-                               const T *__restrict__ gradLoss,
+    crossEntropyBackwardKernel(const S *__restrict__ x, LabelView labels,
+                               const Compute<S> *__restrict__ weights,
+                               Lines lines, Reduction reduction,
+                               const Compute<S> *__restrict__ gradLoss,
                                const double *__restrict__ weightSum,
-                               T *__restrict__ gx) {
+                               G *__restrict__ gx) {
+  using T = Compute<S>;
   LineGroup<kMode> grp;
   const int64_t stride = lines.stride<kMode>();
   for (int64_t l = grp.first; l < lines.count; l += grp.step) {
     int64_t base = lines.base(l);
-    const T *xl = x + base;
-    T *gl = gx + base;
+    const S *xl = x + base;
+    G *gl = gx + base;
     T mx;
     double sum;
-    lineStats<T, kMode>(xl, lines.dim, stride, grp.lane, grp.size, mx, sum);
+    lineStats<S, kMode>(xl, lines.dim, stride, grp.lane, grp.size, mx, sum);
     T lse = T(::log(sum));
     int64_t cls = labels.resolve(l, grp.lane == 0);
     T k = cls < 0 ? T(0)
@@ -1198,10 +1243,266 @@ __global__ void __launch_bounds__(512)
                         (weights ? weights[cls] : T(1));
     for (int64_t ch = grp.lane; ch < lines.dim; ch += grp.size) {
       int64_t e = ch * stride;
-      T logp = (xl[e] - mx) - lse;
-      gl[e] = k * (dExp(logp) - (ch == cls ? T(1) : T(0)));
+      T logp = (T(widen(xl[e])) - mx) - lse;
+      gl[e] = narrow<G>(T(k * (dExp(logp) - (ch == cls ? T(1) : T(0)))));
     }
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Cross entropy over contiguous rows of many classes (kBlockLine's lines)
+//===----------------------------------------------------------------------===//
+//
+// A block per row. The elements are taken as chunks of kChunk = 8 at
+// multiples of 8 from the start of the tensor (so a row's first and last
+// chunks may be partial, the missing elements read as -inf), chunk c of a row
+// going to thread (c - first) % blockDim.x, which takes its chunks in order.
+// The arithmetic thus depends on the shape alone, not on the dtype nor on the
+// alignment: bf16/f16 scores give bitwise what f32 scores give on their
+// widened values. A full chunk is one 16-byte load of 8 16-bit values (two of
+// f32, four of f64) when the buffers are 16-byte aligned, else element loads;
+// partial chunks go element by element. The forward reads a row once (a
+// running max and sum of exponentials); the backward reads it twice, the
+// second time with an evict-first load (its last use) while the gradient is
+// written with evict-first 16-byte stores.
+
+constexpr int kChunk = 8;
+
+template <bool kStream> __device__ inline uint4 load16(const void *p) {
+  const uint4 *q = static_cast<const uint4 *>(p);
+  if constexpr (kStream)
+    return __ldcs(q);
+  else
+    return __ldg(q);
+}
+
+/// The 8 elements at p (16-byte aligned), widened.
+template <bool kStream, typename S>
+__device__ inline void loadFullChunk(const S *p, Compute<S> (&v)[kChunk]) {
+  if constexpr (sizeof(S) == 2) {
+    uint4 q = load16<kStream>(p);
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) { // little endian: the low half comes first
+      v[2 * k] = widen(S{static_cast<uint16_t>(w[k] & 0xffffu)});
+      v[2 * k + 1] = widen(S{static_cast<uint16_t>(w[k] >> 16)});
+    }
+  } else {
+    constexpr int kPer = 16 / sizeof(S);
+#pragma unroll
+    for (int k = 0; k < kChunk / kPer; ++k) {
+      uint4 q = load16<kStream>(p + k * kPer);
+      S part[kPer];
+      memcpy(part, &q, sizeof(q));
+#pragma unroll
+      for (int j = 0; j < kPer; ++j)
+        v[k * kPer + j] = part[j];
+    }
+  }
+}
+
+/// Whether chunk c (elements [8c, 8c + 8)) lies inside [begin, end).
+__device__ inline bool fullChunk(int64_t c, int64_t begin, int64_t end) {
+  return c * kChunk >= begin && c * kChunk + kChunk <= end;
+}
+
+/// Chunk c of the row [begin, end) of x, widened; -inf outside the row.
+template <bool kStream, bool kVec, typename S>
+__device__ inline void loadChunk(const S *__restrict__ x, int64_t c,
+                                 int64_t begin, int64_t end,
+                                 Compute<S> (&v)[kChunk]) {
+  using T = Compute<S>;
+  int64_t e0 = c * kChunk;
+  if (kVec && fullChunk(c, begin, end)) {
+    loadFullChunk<kStream>(x + e0, v);
+    return;
+  }
+#pragma unroll
+  for (int u = 0; u < kChunk; ++u) {
+    int64_t e = e0 + u;
+    v[u] = e >= begin && e < end ? T(widen(x[e])) : T(-INFINITY);
+  }
+}
+
+/// A product that is never fused into a later add (nvcc contracts a * b + c
+/// by default), so each instantiation rounds the same way.
+__device__ inline float mulRn(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mulRn(double a, double b) { return __dmul_rn(a, b); }
+
+/// Adds a chunk to a thread's running max m and sum s of exp(x - m):
+/// rescaled once when the chunk's max is above m, then the chunk's
+/// exponentials summed pairwise and added. -inf adds nothing (as on the CPU);
+/// a nan never becomes the max and makes s nan.
+template <typename T>
+__device__ inline void addChunk(const T (&v)[kChunk], T &m, T &s) {
+  T vm = T(-INFINITY);
+#pragma unroll
+  for (int u = 0; u < kChunk; ++u)
+    vm = v[u] > vm ? v[u] : vm;
+  if (vm > m) {
+    s = mulRn(s, dExp(m - vm));
+    m = vm;
+  }
+  T e[kChunk];
+#pragma unroll
+  for (int u = 0; u < kChunk; ++u)
+    e[u] = v[u] == T(-INFINITY) ? T(0) : dExp(v[u] - m);
+  s += ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
+}
+
+/// Chunks a thread loads before it adds them (more for the narrower types,
+/// so a thread has as many bytes in flight; f64 one, in its registers). Only
+/// the loads move: the chunks are added in the same order.
+template <typename S> __host__ __device__ constexpr int rowAhead() {
+  return sizeof(S) == 2 ? 4 : sizeof(S) == 4 ? 2 : 1;
+}
+
+/// The max M and the sum S of exp(x - M) over the row [begin, end), in every
+/// thread: per thread over its chunks (rowAhead loaded ahead), then the
+/// threads' pairs combined after a max over the block, in double (as
+/// lineStats).
+template <typename S, bool kVec>
+__device__ __forceinline__ void rowStats(const S *__restrict__ x, int64_t begin,
+                                         int64_t end, Compute<S> &maxOut,
+                                         double &sumOut) {
+  using T = Compute<S>;
+  const int64_t last = (end + kChunk - 1) / kChunk, step = blockDim.x;
+  constexpr int kAhead = rowAhead<S>();
+  T m = T(-INFINITY), s = T(0);
+  int64_t c = begin / kChunk + threadIdx.x;
+  for (; c + (kAhead - 1) * step < last; c += kAhead * step) {
+    T v[kAhead][kChunk];
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a)
+      loadChunk<false, kVec>(x, c + a * step, begin, end, v[a]);
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a)
+      addChunk(v[a], m, s);
+  }
+  for (; c < last; c += step) {
+    T v[kChunk];
+    loadChunk<false, kVec>(x, c, begin, end, v);
+    addChunk(v, m, s);
+  }
+  T mx = blockReduce<true>(m);
+  double part = s == 0 ? 0.0 : mulRn(double(s), double(dExp(m - mx)));
+  maxOut = mx;
+  sumOut = blockReduce<false>(part);
+}
+
+template <typename S> constexpr int rowMinBlocks();
+
+template <typename S, bool kVec>
+__global__ void __launch_bounds__(512, rowMinBlocks<S>())
+    crossEntropyRowKernel(const S *__restrict__ x, LabelView labels,
+                          const Compute<S> *__restrict__ weights, int64_t rows,
+                          int64_t dim, LossOut<Compute<S>> out) {
+  using T = Compute<S>;
+  for (int64_t l = blockIdx.x; l < rows; l += gridDim.x) {
+    int64_t begin = l * dim;
+    T mx;
+    double sum;
+    rowStats<S, kVec>(x, begin, begin + dim, mx, sum);
+    if (threadIdx.x != 0)
+      continue;
+    int64_t cls = labels.resolve(l, true);
+    T w = cls < 0 ? T(0) : weights ? weights[cls] : T(1);
+    T v = T(0);
+    if (cls >= 0) {
+      T logp = (T(widen(x[begin + cls])) - mx) - T(::log(sum));
+      v = -w * logp;
+    }
+    out.put(l, v, w);
+  }
+}
+
+/// The gradient of chunk c: k * (softmax - onehot(hot)), stored as G.
+template <bool kVec, typename S, typename G>
+__device__ inline void gradChunk(const Compute<S> (&v)[kChunk], int64_t c,
+                                 int64_t begin, int64_t end, Compute<S> mx,
+                                 Compute<S> lse, Compute<S> k, int64_t hot,
+                                 G *__restrict__ gx) {
+  using T = Compute<S>;
+  const int64_t e0 = c * kChunk;
+  // The label's place in this chunk, or -1 (a 32-bit compare per element).
+  const int64_t rel = hot - e0;
+  const int at = hot >= 0 && rel >= 0 && rel < kChunk ? int(rel) : -1;
+  G g[kChunk];
+#pragma unroll
+  for (int u = 0; u < kChunk; ++u) {
+    T logp = (v[u] - mx) - lse;
+    g[u] = narrow<G>(T(k * (dExp(logp) - (u == at ? T(1) : T(0)))));
+  }
+  if (kVec && fullChunk(c, begin, end)) {
+    constexpr int kPer = 16 / sizeof(G);
+#pragma unroll
+    for (int q = 0; q < kChunk / kPer; ++q) {
+      uint4 bits;
+      memcpy(&bits, g + q * kPer, sizeof(bits));
+      __stcs(reinterpret_cast<uint4 *>(gx + e0 + q * kPer), bits);
+    }
+    return;
+  }
+#pragma unroll
+  for (int u = 0; u < kChunk; ++u)
+    if (e0 + u >= begin && e0 + u < end)
+      gx[e0 + u] = g[u];
+}
+
+/// Two blocks of 512 an SM (64 registers); f64 gets more registers.
+template <typename S> constexpr int rowMinBlocks() {
+  return sizeof(Compute<S>) == 4 ? 2 : 1;
+}
+
+template <typename S, typename G, bool kVec>
+__global__ void __launch_bounds__(512, rowMinBlocks<S>())
+    crossEntropyBackwardRowKernel(const S *__restrict__ x, LabelView labels,
+                                  const Compute<S> *__restrict__ weights,
+                                  int64_t rows, int64_t dim,
+                                  Reduction reduction,
+                                  const Compute<S> *__restrict__ gradLoss,
+                                  const double *__restrict__ weightSum,
+                                  G *__restrict__ gx) {
+  using T = Compute<S>;
+  for (int64_t l = blockIdx.x; l < rows; l += gridDim.x) {
+    const int64_t begin = l * dim, end = begin + dim;
+    T mx;
+    double sum;
+    rowStats<S, kVec>(x, begin, end, mx, sum);
+    T lse = T(::log(sum));
+    int64_t cls = labels.resolve(l, threadIdx.x == 0);
+    T k = cls < 0 ? T(0)
+                  : lossCoef(reduction, gradLoss, weightSum, l) *
+                        (weights ? weights[cls] : T(1));
+    const int64_t hot = cls < 0 ? -1 : begin + cls;
+    const int64_t last = (end + kChunk - 1) / kChunk, step = blockDim.x;
+    constexpr int kAhead = rowAhead<S>();
+    int64_t c = begin / kChunk + threadIdx.x;
+    for (; c + (kAhead - 1) * step < last; c += kAhead * step) {
+      T v[kAhead][kChunk];
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a)
+        loadChunk<true, kVec>(x, c + a * step, begin, end, v[a]);
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a)
+        gradChunk<kVec, S>(v[a], c + a * step, begin, end, mx, lse, k, hot, gx);
+    }
+    for (; c < last; c += step) {
+      T v[kChunk];
+      loadChunk<true, kVec>(x, c, begin, end, v);
+      gradChunk<kVec, S>(v, c, begin, end, mx, lse, k, hot, gx);
+    }
+  }
+}
+
+/// Threads per block of the row kernels: from the row's length only, so
+/// every dtype shares one schedule.
+unsigned rowBlock(int64_t dim) {
+  return dim <= 4096 ? 128u : dim <= 16384 ? 256u : 512u;
+}
+
+bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 template <typename T>
@@ -1287,11 +1588,12 @@ Status weightSum(const LabelView &labels, const Tensor &weights,
   return Status();
 }
 
-template <typename T>
+template <typename S>
 Status crossEntropyImpl(const Call &call, const Tensor &scores,
                         const Tensor &labels, const Tensor &weights,
                         Reduction reduction, std::optional<int64_t> ignoreIndex,
                         const Tensor &loss, const LossShape &l) {
+  using T = Compute<S>;
   int64_t positions = l.n * l.d;
   bool reduced = reduction != Reduction::None;
   LossScratch s;
@@ -1304,11 +1606,24 @@ Status crossEntropyImpl(const Call &call, const Tensor &scores,
     Lines lines{positions, l.c, l.d};
     LossOut<T> out{reduced ? nullptr : loss.as<T>(), s.lineLoss, s.lineWeight};
     LineLaunch ll = pickLines(lines.count, lines.dim, lines.inner);
-    const T *x = scores.as<T>(), *w = weights.as<T>();
-    byLineMode(ll.mode, [&](auto mode) {
-      crossEntropyKernel<T, decltype(mode)::value>
-          <<<ll.grid, ll.block, 0, stream()>>>(x, lv, w, lines, out);
-    });
+    const S *x = scores.as<S>();
+    const T *w = weights.as<T>();
+    if (ll.mode == kBlockLine) {
+      auto launch = [&](auto kernel) {
+        kernel<<<gridFor(positions), rowBlock(l.c), 0, stream()>>>(
+            x, lv, w, positions, l.c, out);
+      };
+      if (aligned16(x))
+        launch(crossEntropyRowKernel<S, true>);
+      else
+        launch(crossEntropyRowKernel<S, false>);
+    } else {
+      byLineMode(ll.mode, [&](auto mode) {
+        if constexpr (decltype(mode)::value != kBlockLine)
+          crossEntropyKernel<S, decltype(mode)::value>
+              <<<ll.grid, ll.block, 0, stream()>>>(x, lv, w, lines, out);
+      });
+    }
     DSC_CUDA_LAUNCHED("softmax_cross_entropy");
   }
   if (Status st = lossTotal<T>(s, positions, reduction, loss); !st.ok())
@@ -1316,13 +1631,14 @@ Status crossEntropyImpl(const Call &call, const Tensor &scores,
   return checkLabelFlag(call, lv);
 }
 
-template <typename T>
+template <typename S, typename G>
 Status crossEntropyBackwardImpl(const Call &call, const Tensor &scores,
                                 const Tensor &labels, const Tensor &weights,
                                 Reduction reduction,
                                 std::optional<int64_t> ignoreIndex,
                                 const Tensor &gradLoss,
                                 const Tensor &gradScores, const LossShape &l) {
+  using T = Compute<S>;
   int64_t positions = l.n * l.d;
   bool check = syncEveryCall();
   LossScratch s;
@@ -1337,13 +1653,26 @@ Status crossEntropyBackwardImpl(const Call &call, const Tensor &scores,
   if (positions > 0 && l.c > 0) {
     Lines lines{positions, l.c, l.d};
     LineLaunch ll = pickLines(lines.count, lines.dim, lines.inner);
-    const T *x = scores.as<T>(), *w = weights.as<T>(), *gl = gradLoss.as<T>();
-    T *gs = gradScores.as<T>();
-    byLineMode(ll.mode, [&](auto mode) {
-      crossEntropyBackwardKernel<T, decltype(mode)::value>
-          <<<ll.grid, ll.block, 0, stream()>>>(x, lv, w, lines, reduction, gl,
-                                               s.weightSum, gs);
-    });
+    const S *x = scores.as<S>();
+    const T *w = weights.as<T>(), *gl = gradLoss.as<T>();
+    G *gs = gradScores.as<G>();
+    if (ll.mode == kBlockLine) {
+      auto launch = [&](auto kernel) {
+        kernel<<<gridFor(positions), rowBlock(l.c), 0, stream()>>>(
+            x, lv, w, positions, l.c, reduction, gl, s.weightSum, gs);
+      };
+      if (aligned16(x) && aligned16(gs))
+        launch(crossEntropyBackwardRowKernel<S, G, true>);
+      else
+        launch(crossEntropyBackwardRowKernel<S, G, false>);
+    } else {
+      byLineMode(ll.mode, [&](auto mode) {
+        if constexpr (decltype(mode)::value != kBlockLine)
+          crossEntropyBackwardKernel<S, G, decltype(mode)::value>
+              <<<ll.grid, ll.block, 0, stream()>>>(x, lv, w, lines, reduction,
+                                                   gl, s.weightSum, gs);
+      });
+    }
     DSC_CUDA_LAUNCHED("softmax_cross_entropy_backward");
   }
   return check ? checkLabelFlag(call, lv) : Status();
@@ -1415,11 +1744,20 @@ Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
                                            /*hostLabels=*/nullptr);
       !st.ok())
     return st;
-  if (scores.dtype == DType::F32)
+  switch (scores.dtype) {
+  case DType::F32:
     return crossEntropyImpl<float>(call, scores, labels, weights, reduction,
                                    ignoreIndex, loss, l);
-  return crossEntropyImpl<double>(call, scores, labels, weights, reduction,
+  case DType::BF16:
+    return crossEntropyImpl<Bf16S>(call, scores, labels, weights, reduction,
+                                   ignoreIndex, loss, l);
+  case DType::F16:
+    return crossEntropyImpl<F16S>(call, scores, labels, weights, reduction,
                                   ignoreIndex, loss, l);
+  default:
+    return crossEntropyImpl<double>(call, scores, labels, weights, reduction,
+                                    ignoreIndex, loss, l);
+  }
 }
 
 Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
@@ -1434,13 +1772,32 @@ Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
           gradScores, l, /*hostLabels=*/nullptr);
       !st.ok())
     return st;
-  if (scores.dtype == DType::F32)
-    return crossEntropyBackwardImpl<float>(call, scores, labels, weights,
-                                           reduction, ignoreIndex, gradLoss,
-                                           gradScores, l);
-  return crossEntropyBackwardImpl<double>(call, scores, labels, weights,
-                                          reduction, ignoreIndex, gradLoss,
-                                          gradScores, l);
+  // 16-bit scores write a gradient of their dtype or f32 (the checks).
+  bool f32Grad = gradScores.dtype == DType::F32;
+  switch (scores.dtype) {
+  case DType::F32:
+    return crossEntropyBackwardImpl<float, float>(call, scores, labels, weights,
+                                                  reduction, ignoreIndex,
+                                                  gradLoss, gradScores, l);
+  case DType::BF16:
+    return f32Grad ? crossEntropyBackwardImpl<Bf16S, float>(
+                         call, scores, labels, weights, reduction, ignoreIndex,
+                         gradLoss, gradScores, l)
+                   : crossEntropyBackwardImpl<Bf16S, Bf16S>(
+                         call, scores, labels, weights, reduction, ignoreIndex,
+                         gradLoss, gradScores, l);
+  case DType::F16:
+    return f32Grad ? crossEntropyBackwardImpl<F16S, float>(
+                         call, scores, labels, weights, reduction, ignoreIndex,
+                         gradLoss, gradScores, l)
+                   : crossEntropyBackwardImpl<F16S, F16S>(
+                         call, scores, labels, weights, reduction, ignoreIndex,
+                         gradLoss, gradScores, l);
+  default:
+    return crossEntropyBackwardImpl<double, double>(
+        call, scores, labels, weights, reduction, ignoreIndex, gradLoss,
+        gradScores, l);
+  }
 }
 
 Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,

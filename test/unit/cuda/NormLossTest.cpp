@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -642,6 +643,262 @@ TEST(CudaNormLoss, LossErrors) {
                            scalar.host(), vec.host()),
       cuda::nllLossBackward(x.dev(), l.dev(), Tensor(), Reduction::Sum, {},
                             scalar.dev(), vec.dev()));
+}
+
+//===----------------------------------------------------------------------===//
+// Cross entropy on 16-bit scores
+//===----------------------------------------------------------------------===//
+
+/// A copy of `t`'s device bytes as a host tensor of the same dtype/shape.
+struct Downloaded {
+  std::vector<char> bytes;
+  Tensor t;
+  explicit Downloaded(const DevTensor &d) : bytes(d.download()), t(d.host()) {
+    t.data = bytes.data();
+  }
+  bool sameBits(const Downloaded &o) const {
+    return t.nbytes() == o.t.nbytes() &&
+           std::memcmp(t.data, o.t.data, t.nbytes()) == 0;
+  }
+};
+
+/// The first element whose bits differ, or -1.
+int64_t firstDiff(const Downloaded &a, const Downloaded &b) {
+  size_t es = a.t.nbytes() / std::max<int64_t>(a.t.numel(), 1);
+  for (int64_t i = 0; i < a.t.numel(); ++i)
+    if (std::memcmp(a.bytes.data() + i * es, b.bytes.data() + i * es, es))
+      return i;
+  return -1;
+}
+
+/// bf16/f16 scores and their exact f32 widening, on host and device.
+struct HalfScores {
+  DevTensor half, wide;
+  HalfScores(DType dt, const Shape &shape, double lo, double hi, uint32_t seed)
+      : half(randomTensor(dt, shape, lo, hi, seed)), wide(DType::F32, shape) {
+    EXPECT_TRUE(cpu::cast(half.host(), wide.host()).ok());
+    wide.upload();
+  }
+};
+
+/// For 16-bit scores, the CUDA results are bitwise the CUDA f32 path's on
+/// the widened scores (loss, f32 gradient; a 16-bit gradient is the f32 one
+/// cast with round to nearest even), and the CPU's within the f32 tests'
+/// tolerances (the CPU and the GPU sum in different orders; a 16-bit
+/// gradient within one 16-bit rounding of the CPU's).
+void checkHalfLoss(DType dt, const LossCase &c) {
+  SCOPED_TRACE("softmax_cross_entropy " + caseName(dt, c));
+  Shape labelShape = without(c.shape, 1);
+  HalfScores x(dt, c.shape, -8, 8, 61);
+  DevTensor labels = makeLabels(c, 62);
+  DevTensor weights = randomTensor(DType::F32, {c.shape[1]}, 0.5, 2, 63);
+  Tensor wh = c.weighted ? weights.host() : Tensor();
+  Tensor wd = c.weighted ? weights.dev() : Tensor();
+  double halfTol = dt == DType::BF16 ? 1.0 / 128 : 1.0 / 1024;
+  for (Reduction r : kReductions) {
+    SCOPED_TRACE(reductionName(r));
+    Shape lossShape = r == Reduction::None ? labelShape : Shape{};
+    Out loss(DType::F32, lossShape);
+    DevTensor loss32(DType::F32, lossShape);
+    DevTensor gradLoss = randomTensor(DType::F32, lossShape, 0.5, 1.5, 64);
+    Out grad(DType::F32, c.shape), grad16(dt, c.shape);
+    DevTensor grad32(DType::F32, c.shape);
+    DSC_ASSERT_OK(cpu::softmaxCrossEntropy(x.half.host(), labels.host(), wh, r,
+                                           c.ignore, loss.cpu.host()));
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropy(x.half.dev(), labels.dev(), wd, r,
+                                            c.ignore, loss.gpu.dev()));
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropy(x.wide.dev(), labels.dev(), wd, r,
+                                            c.ignore, loss32.dev()));
+    DSC_ASSERT_OK(cpu::softmaxCrossEntropyBackward(
+        x.half.host(), labels.host(), wh, r, c.ignore, gradLoss.host(),
+        grad.cpu.host()));
+    DSC_ASSERT_OK(cpu::softmaxCrossEntropyBackward(
+        x.half.host(), labels.host(), wh, r, c.ignore, gradLoss.host(),
+        grad16.cpu.host()));
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+        x.half.dev(), labels.dev(), wd, r, c.ignore, gradLoss.dev(),
+        grad.gpu.dev()));
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+        x.half.dev(), labels.dev(), wd, r, c.ignore, gradLoss.dev(),
+        grad16.gpu.dev()));
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+        x.wide.dev(), labels.dev(), wd, r, c.ignore, gradLoss.dev(),
+        grad32.dev()));
+
+    Downloaded l16(loss.gpu), l32(loss32), g16(grad.gpu), g32(grad32),
+        h16(grad16.gpu);
+    EXPECT_TRUE(l16.sameBits(l32)) << "loss differs at " << firstDiff(l16, l32);
+    EXPECT_TRUE(g16.sameBits(g32))
+        << "f32 gradient differs at " << firstDiff(g16, g32);
+    DevTensor want16(dt, c.shape);
+    DSC_ASSERT_OK(cpu::cast(g32.t, want16.host()));
+    want16.upload();
+    Downloaded w16(want16);
+    EXPECT_TRUE(h16.sameBits(w16))
+        << "16-bit gradient differs at " << firstDiff(h16, w16);
+
+    close(loss, DType::F32, "loss",
+          r == Reduction::Sum ? sumTol(labels.host().numel()) : 1e-6);
+    close(grad, DType::F32, "grad", 1e-7);
+    expectClose(grad16.cpu, grad16.gpu, halfTol, 1e-7,
+                std::string("grad ") + dtypeName(dt));
+  }
+}
+
+TEST(CudaNormLoss, SoftmaxCrossEntropyHalf) {
+  DSC_REQUIRE_GPU();
+  std::vector<LossCase> cases = lossCases();
+  cases.push_back({{3, 5}, DType::I64, false, std::nullopt});
+  cases.push_back({{7, 1000}, DType::I64, true, -100});
+  cases.push_back({{5, 1031}, DType::I32, false, -100}); // odd rows, blocks
+  cases.push_back({{3, 20001}, DType::I64, true, 7});
+  cases.push_back({{2, 50257}, DType::I64, false, -100});
+  for (DType dt : {DType::BF16, DType::F16})
+    for (const LossCase &c : cases)
+      checkHalfLoss(dt, c);
+}
+
+/// Scores and gradients that do not start 16 bytes aligned take the row
+/// kernels' element loads and stores, with the same arithmetic: bitwise the
+/// aligned results.
+TEST(CudaNormLoss, SoftmaxCrossEntropyHalfUnaligned) {
+  DSC_REQUIRE_GPU();
+  const int64_t n = 5, c = 5001;
+  LossCase lc{{n, c}, DType::I64, true, -100};
+  DevTensor labels = makeLabels(lc, 72);
+  DevTensor weights = randomTensor(DType::F32, {c}, 0.5, 2, 73);
+  DevTensor gradLoss = randomTensor(DType::F32, {}, 0.5, 1.5, 74);
+  for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+    SCOPED_TRACE(dtypeName(dt));
+    DevTensor x = randomTensor(dt, {n, c}, -8, 8, 71);
+    // The same values one element in.
+    DevTensor padded(dt, {n * c + 1});
+    std::memcpy(static_cast<char *>(padded.host().data) + dtypeSize(dt),
+                x.host().data, x.host().nbytes());
+    padded.upload();
+    Tensor xu = x.dev();
+    xu.data = static_cast<char *>(padded.dev().data) + dtypeSize(dt);
+    DevTensor loss(DType::F32, {}), lossU(DType::F32, {});
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropy(x.dev(), labels.dev(),
+                                            weights.dev(), Reduction::Mean,
+                                            -100, loss.dev()));
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropy(
+        xu, labels.dev(), weights.dev(), Reduction::Mean, -100, lossU.dev()));
+    EXPECT_TRUE(Downloaded(loss).sameBits(Downloaded(lossU)));
+    DevTensor grad(dt, {n, c}), gradPad(dt, {n * c + 1});
+    Tensor gu = grad.dev();
+    gu.data = static_cast<char *>(gradPad.dev().data) + dtypeSize(dt);
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+        x.dev(), labels.dev(), weights.dev(), Reduction::Mean, -100,
+        gradLoss.dev(), grad.dev()));
+    DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+        xu, labels.dev(), weights.dev(), Reduction::Mean, -100, gradLoss.dev(),
+        gu));
+    Downloaded a(grad), b(gradPad);
+    EXPECT_EQ(0, std::memcmp(a.bytes.data(), b.bytes.data() + dtypeSize(dt),
+                             a.t.nbytes()));
+  }
+}
+
+TEST(CudaNormLoss, SoftmaxCrossEntropyHalfErrors) {
+  DSC_REQUIRE_GPU();
+  DevTensor bf(DType::BF16, {4, 5}), f16(DType::F16, {4, 5}),
+      f32(DType::F32, {4, 5}), l(DType::I64, {4}), lossF32(DType::F32, {}),
+      lossBf(DType::BF16, {}), wBf(DType::BF16, {5});
+  expectSameError(cpu::softmaxCrossEntropy(bf.host(), l.host(), Tensor(),
+                                           Reduction::Mean, {}, lossBf.host()),
+                  cuda::softmaxCrossEntropy(bf.dev(), l.dev(), Tensor(),
+                                            Reduction::Mean, {}, lossBf.dev()));
+  expectSameError(cpu::softmaxCrossEntropy(bf.host(), l.host(), wBf.host(),
+                                           Reduction::Mean, {}, lossF32.host()),
+                  cuda::softmaxCrossEntropy(bf.dev(), l.dev(), wBf.dev(),
+                                            Reduction::Mean, {},
+                                            lossF32.dev()));
+  expectSameError(cpu::softmaxCrossEntropyBackward(
+                      bf.host(), l.host(), Tensor(), Reduction::Mean, {},
+                      lossF32.host(), f16.host()),
+                  cuda::softmaxCrossEntropyBackward(bf.dev(), l.dev(), Tensor(),
+                                                    Reduction::Mean, {},
+                                                    lossF32.dev(), f16.dev()));
+  expectSameError(cpu::softmaxCrossEntropyBackward(
+                      f32.host(), l.host(), Tensor(), Reduction::Mean, {},
+                      lossF32.host(), bf.host()),
+                  cuda::softmaxCrossEntropyBackward(
+                      f32.dev(), l.dev(), Tensor(), Reduction::Mean, {},
+                      lossF32.dev(), bf.dev()));
+}
+
+/// GPT-2's rows in bf16: bitwise the f32 path on the widened values, and
+/// (with DSC_CE_BENCH=1, at the full 16384 x 50257 of a bf16 GPT-2 step) the
+/// kernels' times, f32 against bf16.
+TEST(CudaNormLoss, CrossEntropyGpt2RowsBf16) {
+  DSC_REQUIRE_GPU();
+  const char *bench = std::getenv("DSC_CE_BENCH");
+  const bool timing = bench && std::strcmp(bench, "1") == 0;
+  const int64_t n = timing ? 16384 : 1024, c = 50257;
+  const Shape shape{n, c};
+  HalfScores x(DType::BF16, shape, -10, 10, 93);
+  LossCase lc{shape, DType::I64, false, -100};
+  DevTensor labels = makeLabels(lc, 94);
+  DevTensor gradLoss(DType::F32, {});
+  gradLoss.values({1.0});
+  DevTensor loss16(DType::F32, {}), loss32(DType::F32, {});
+  DevTensor grad16(DType::BF16, shape), grad32(DType::F32, shape),
+      gradWide(DType::F32, shape);
+  auto fwd = [&](const DevTensor &s, const DevTensor &out) {
+    return cuda::softmaxCrossEntropy(s.dev(), labels.dev(), Tensor(),
+                                     Reduction::Mean, -100, out.dev());
+  };
+  auto bwd = [&](const DevTensor &s, const DevTensor &out) {
+    return cuda::softmaxCrossEntropyBackward(s.dev(), labels.dev(), Tensor(),
+                                             Reduction::Mean, -100,
+                                             gradLoss.dev(), out.dev());
+  };
+  DSC_ASSERT_OK(fwd(x.half, loss16));
+  DSC_ASSERT_OK(fwd(x.wide, loss32));
+  DSC_ASSERT_OK(bwd(x.half, grad16));
+  DSC_ASSERT_OK(bwd(x.half, gradWide));
+  DSC_ASSERT_OK(bwd(x.wide, grad32));
+  EXPECT_TRUE(Downloaded(loss16).sameBits(Downloaded(loss32)));
+  Downloaded g32(grad32), gw(gradWide), g16(grad16);
+  EXPECT_TRUE(gw.sameBits(g32))
+      << "f32 gradient differs at " << firstDiff(gw, g32);
+  DevTensor want16(DType::BF16, shape);
+  DSC_ASSERT_OK(cpu::cast(g32.t, want16.host()));
+  want16.upload();
+  Downloaded w16(want16);
+  EXPECT_TRUE(g16.sameBits(w16))
+      << "bf16 gradient differs at " << firstDiff(g16, w16);
+  if (!timing)
+    return;
+  cudaEvent_t t0, t1;
+  ASSERT_EQ(cudaEventCreate(&t0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&t1), cudaSuccess);
+  auto time = [&](auto &&call) {
+    const int reps = 20;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_TRUE(call().ok());
+    EXPECT_EQ(cudaEventRecord(t0, stream()), cudaSuccess);
+    for (int i = 0; i < reps; ++i)
+      EXPECT_TRUE(call().ok());
+    EXPECT_EQ(cudaEventRecord(t1, stream()), cudaSuccess);
+    EXPECT_EQ(cudaEventSynchronize(t1), cudaSuccess);
+    float ms = 0;
+    EXPECT_EQ(cudaEventElapsedTime(&ms, t0, t1), cudaSuccess);
+    return ms / reps;
+  };
+  // The forward includes its label check (one small copy and a wait).
+  std::printf("cross entropy %lld x %lld: forward f32 %.3f ms, bf16 %.3f ms; "
+              "backward f32 -> f32 %.3f ms, bf16 -> f32 %.3f ms, "
+              "bf16 -> bf16 %.3f ms\n",
+              static_cast<long long>(n), static_cast<long long>(c),
+              time([&] { return fwd(x.wide, loss32); }),
+              time([&] { return fwd(x.half, loss16); }),
+              time([&] { return bwd(x.wide, grad32); }),
+              time([&] { return bwd(x.half, gradWide); }),
+              time([&] { return bwd(x.half, grad16); }));
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
 }
 
 /// The largest |a - b| / |b| over the elements (b the reference).
