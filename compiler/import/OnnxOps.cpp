@@ -911,6 +911,14 @@ LogicalResult classLossOp(NodeContext &c) {
                      operands, attrs);
   if (failed(r))
     return failure();
+  // dsc.softmax_cross_entropy of 16-bit scores computes and returns an f32
+  // loss; ONNX's is of the scores' type.
+  Type scoresType = getElementTypeOrSelf(operands[0].getType());
+  if (getElementTypeOrSelf(r->getType()) != scoresType) {
+    r = c.create1("dsc.cast", {*r}, {c.named("to", TypeAttr::get(scoresType))});
+    if (failed(r))
+      return failure();
+  }
   c.setOutput(0, *r);
   if (sce && c.outputUsed(1)) {
     auto lp = c.create1("dsc.log_softmax", {operands[0]}, {c.i64("axis", 1)});

@@ -172,7 +172,77 @@ struct RemoveCastPairs : OpRewritePattern<CastOp> {
   }
 };
 
+/// The 16-bit value `v` is the exact widening of, else null.
+Value widenedFrom16Bit(Value v) {
+  auto c = v.getDefiningOp<CastOp>();
+  if (!c)
+    return Value();
+  Type from = getElementTypeOrSelf(c.getInput().getType());
+  if (!(from.isBF16() || from.isF16()) ||
+      !getElementTypeOrSelf(c.getType()).isF32())
+    return Value();
+  return c.getInput();
+}
+
+/// softmax_cross_entropy(cast(x : 16-bit -> f32)) -> softmax_cross_entropy(x):
+/// the loss reads the 16-bit logits and computes in f32 as before (the same
+/// bits), with no f32 copy of [tokens, vocab].
+struct LossOf16BitScores : OpRewritePattern<SoftmaxCrossEntropyOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(SoftmaxCrossEntropyOp op,
+                                PatternRewriter &rewriter) const override {
+    Value x = widenedFrom16Bit(op.getScores());
+    if (!x)
+      return failure();
+    rewriter.modifyOpInPlace(op, [&] { op.getScoresMutable().assign(x); });
+    return success();
+  }
+};
+
+/// cast(class_loss_backward(g, cast(x : h -> f32)) -> h) for softmax
+/// cross-entropy -> class_loss_backward(g, x) : h, the gradient rounded to
+/// h where it is computed (the same bits as the f32 one cast).
+struct GradientOf16BitScores : OpRewritePattern<CastOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(CastOp op,
+                                PatternRewriter &rewriter) const override {
+    // (Through a reshape of the gradient, as autodiff leaves one.)
+    Value in = op.getInput();
+    auto reshape = in.getDefiningOp<ReshapeOp>();
+    if (reshape && reshape->hasOneUse())
+      in = reshape.getInput();
+    auto back = in.getDefiningOp<ClassLossBackwardOp>();
+    if (!back || back.getKind() != "softmax_cross_entropy" ||
+        !back->hasOneUse())
+      return failure();
+    Value x = widenedFrom16Bit(back.getInput());
+    Type half = getElementTypeOrSelf(op.getType());
+    if (!x || getElementTypeOrSelf(x.getType()) != half)
+      return failure();
+    auto grad = ClassLossBackwardOp::create(
+        rewriter, back.getLoc(), x.getType(), back.getGrad(), x,
+        back.getLabels(), back.getWeights(), back.getKindAttr(),
+        back.getReductionAttr(), back.getIgnoreIndexAttr());
+    for (NamedAttribute a : back->getAttrs())
+      if (a.getName().strref().starts_with("dsc."))
+        grad->setAttr(a.getName(), a.getValue());
+    Value result = grad.getResult();
+    if (result.getType() != op.getType())
+      result = ReshapeOp::create(
+          rewriter, op.getLoc(), op.getType(), result,
+          rewriter.getDenseI64ArrayAttr(
+              cast<RankedTensorType>(op.getType()).getShape()));
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
 } // namespace
+
+void SoftmaxCrossEntropyOp::getCanonicalizationPatterns(
+    RewritePatternSet &results, MLIRContext *context) {
+  results.add<LossOf16BitScores>(context);
+}
 
 void MatMulOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                            MLIRContext *context) {
@@ -186,7 +256,7 @@ void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results,
 
 void CastOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                          MLIRContext *context) {
-  results.add<RemoveCastPairs>(context);
+  results.add<RemoveCastPairs, GradientOf16BitScores>(context);
 }
 
 LogicalResult FusedOp::verify() {

@@ -371,6 +371,9 @@ def Dsc_SoftmaxCrossEntropyOp : Dsc_DiffOp<"softmax_cross_entropy"> {
                    Optional<Dsc_FloatTensor>:$weights, StrAttr:$reduction,
                    OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs Dsc_FloatTensor:$loss);
+  // 16-bit scores are read as they are and the loss computed (and
+  // returned) in f32; canonicalization drops a widening cast of the scores.
+  let hasCanonicalizer = 1;
   let assemblyFormat = [{
     $scores `,` $labels (`,` $weights^)? attr-dict `:` type(operands)
     `->` type($loss)

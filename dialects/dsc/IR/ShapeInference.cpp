@@ -147,7 +147,8 @@ LogicalResult inferReduce(std::optional<Location> loc, Value input,
 
 LogicalResult inferClassLoss(std::optional<Location> loc, Value scores,
                              Value labels, Value weights, StringRef reduction,
-                             SmallVectorImpl<Type> &results) {
+                             SmallVectorImpl<Type> &results,
+                             bool f32LossOf16Bit = false) {
   auto s = rankedType(scores), l = rankedType(labels);
   if (!s || !l || s.getRank() < 2)
     return fail(loc, "scores must have shape [N, C, d...]");
@@ -162,10 +163,14 @@ LogicalResult inferClassLoss(std::optional<Location> loc, Value scores,
     if (!w || w.getShape() != ArrayRef<int64_t>{s.getDimSize(1)})
       return fail(loc, "class weights must have shape [C]");
   }
+  // Softmax cross-entropy of 16-bit scores computes in f32 and returns it.
+  Type lossType = s.getElementType();
+  if (f32LossOf16Bit && (lossType.isBF16() || lossType.isF16()))
+    lossType = Float32Type::get(s.getContext());
   if (reduction == "none")
-    results.push_back(RankedTensorType::get(expected, s.getElementType()));
+    results.push_back(RankedTensorType::get(expected, lossType));
   else if (reduction == "mean" || reduction == "sum")
-    results.push_back(RankedTensorType::get({}, s.getElementType()));
+    results.push_back(RankedTensorType::get({}, lossType));
   else
     return fail(loc, "reduction must be 'mean', 'sum' or 'none', not '" +
                          reduction + "'");
@@ -617,7 +622,7 @@ SoftmaxCrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
   if (failed(completeAttrs<SoftmaxCrossEntropyOp>(ctx, loc, a)))
     return failure();
   return inferClassLoss(loc, a.getScores(), a.getLabels(), a.getWeights(),
-                        a.getReduction(), results);
+                        a.getReduction(), results, /*f32LossOf16Bit=*/true);
 }
 
 LogicalResult NllLossOp::inferReturnTypes(MLIRContext *ctx,
