@@ -104,3 +104,30 @@ func.func @forward(%w: tensor<2x3xf32> {dsc.param = "w"})
       : tensor<2x3xf32> -> tensor<f32>
   return %2 : tensor<f32>
 }
+
+// -----
+
+// A matmul that reads its weight transposed (canonicalization's form): the
+// gradients of op(w) are transposed back to w's layout; canonicalize then
+// folds those transposes into flagged matmuls again.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK-SAME: -> (tensor<f32> {dsc.output = "loss"}, tensor<5x3xf32> {dsc.grad = "w"})
+// CHECK: dsc.matmul %arg1, %arg0 {transpose_rhs = true} : tensor<4x3xf32>, tensor<5x3xf32> -> tensor<4x5xf32>
+// CHECK: %[[T:.*]] = dsc.transpose %arg1 {perm = array<i64: 1, 0>} : tensor<4x3xf32> -> tensor<3x4xf32>
+// CHECK: %[[GOP:.*]] = dsc.matmul %[[T]], %{{.*}} : tensor<3x4xf32>, tensor<4x5xf32> -> tensor<3x5xf32>
+// CHECK: %[[GW:.*]] = dsc.transpose %[[GOP]] {perm = array<i64: 1, 0>} : tensor<3x5xf32> -> tensor<5x3xf32>
+// CHECK: return %{{.*}}, %[[GW]]
+// RUN: dsc-opt %s --split-input-file --dsc-autodiff --canonicalize -verify-diagnostics | FileCheck %s --check-prefix=CANON
+// CANON-LABEL: func.func @forward_backward
+// CANON: dsc.matmul %arg1, %arg0 {transpose_rhs = true}
+// CANON-NOT: dsc.transpose
+// CANON: %[[GW:.*]] = dsc.matmul %{{.*}}, %arg1 {transpose_lhs = true} : tensor<4x5xf32>, tensor<4x3xf32> -> tensor<5x3xf32>
+// CANON: return %{{.*}}, %[[GW]]
+func.func @forward(%w: tensor<5x3xf32> {dsc.param = "w"},
+                   %x: tensor<4x3xf32> {dsc.input = "x"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %0 = dsc.matmul %x, %w {transpose_rhs = true} : tensor<4x3xf32>, tensor<5x3xf32> -> tensor<4x5xf32>
+  %1 = dsc.reduce_sum %0 {axes = array<i64: 0, 1>, keepdims = false}
+      : tensor<4x5xf32> -> tensor<f32>
+  return %1 : tensor<f32>
+}

@@ -1,0 +1,106 @@
+// RUN: dsc-opt %s --split-input-file --canonicalize | FileCheck %s
+
+// A transpose of the last two dims folds into the matmul that reads it
+// (transpose_rhs): no copy of the weight.
+// CHECK-LABEL: func.func @linear
+// CHECK-NOT: dsc.transpose
+// CHECK: dsc.matmul %arg0, %arg1 {transpose_rhs = true} : tensor<2x4x8xf32>, tensor<16x8xf32> -> tensor<2x4x16xf32>
+func.func @linear(%x: tensor<2x4x8xf32>, %w: tensor<16x8xf32>) -> tensor<2x4x16xf32> {
+  %t = dsc.transpose %w {perm = array<i64: 1, 0>} : tensor<16x8xf32> -> tensor<8x16xf32>
+  %y = dsc.matmul %x, %t : tensor<2x4x8xf32>, tensor<8x16xf32> -> tensor<2x4x16xf32>
+  return %y : tensor<2x4x16xf32>
+}
+
+// -----
+
+// A weight gradient (x^T g)^T is g^T x: one matmul, no transposes.
+// CHECK-LABEL: func.func @weight_grad
+// CHECK-NOT: dsc.transpose
+// CHECK: %[[G:.*]] = dsc.matmul %arg1, %arg0 {transpose_lhs = true} : tensor<16x4xf32>, tensor<16x8xf32> -> tensor<4x8xf32>
+// CHECK: return %[[G]]
+func.func @weight_grad(%x: tensor<16x8xf32>, %g: tensor<16x4xf32>) -> tensor<4x8xf32> {
+  %0 = dsc.transpose %x {perm = array<i64: 1, 0>} : tensor<16x8xf32> -> tensor<8x16xf32>
+  %1 = dsc.matmul %0, %g : tensor<8x16xf32>, tensor<16x4xf32> -> tensor<8x4xf32>
+  %2 = dsc.transpose %1 {perm = array<i64: 1, 0>} : tensor<8x4xf32> -> tensor<4x8xf32>
+  return %2 : tensor<4x8xf32>
+}
+
+// -----
+
+// Batched 4-D operands (attention as exported): q k^T reads k transposed.
+// A transpose that is not of the last two dims stays.
+// CHECK-LABEL: func.func @scores
+// CHECK: dsc.matmul %arg0, %arg1 {transpose_rhs = true} : tensor<2x3x5x4xf32>, tensor<2x3x5x4xf32> -> tensor<2x3x5x5xf32>
+// CHECK: %[[P:.*]] = dsc.transpose %arg3 {perm = array<i64: 1, 0, 2>}
+// CHECK: dsc.matmul %arg2, %[[P]] :
+func.func @scores(%q: tensor<2x3x5x4xf32>, %k: tensor<2x3x5x4xf32>, %x: tensor<2x5x4xf32>, %w: tensor<4x2x6xf32>) -> (tensor<2x3x5x5xf32>, tensor<2x5x6xf32>) {
+  %kt = dsc.transpose %k {perm = array<i64: 0, 1, 3, 2>} : tensor<2x3x5x4xf32> -> tensor<2x3x4x5xf32>
+  %s = dsc.matmul %q, %kt : tensor<2x3x5x4xf32>, tensor<2x3x4x5xf32> -> tensor<2x3x5x5xf32>
+  %p = dsc.transpose %w {perm = array<i64: 1, 0, 2>} : tensor<4x2x6xf32> -> tensor<2x4x6xf32>
+  %y = dsc.matmul %x, %p : tensor<2x5x4xf32>, tensor<2x4x6xf32> -> tensor<2x5x6xf32>
+  return %s, %y : tensor<2x3x5x5xf32>, tensor<2x5x6xf32>
+}
+
+// -----
+
+// Stage 3: the bucket is released after the transpose (its last direct
+// use), so the matmul keeps reading the transposed copy: folding would read
+// the bucket after its release.
+// CHECK-LABEL: func.func @released
+// CHECK: %[[T:.*]] = dsc.transpose %arg1
+// CHECK: dsc.release
+// CHECK: dsc.matmul %arg0, %[[T]] :
+func.func @released(%x: tensor<4x8xf32>, %w: tensor<16x8xf32>) -> tensor<4x16xf32> {
+  %t = dsc.transpose %w {perm = array<i64: 1, 0>} : tensor<16x8xf32> -> tensor<8x16xf32>
+  dsc.release %w : tensor<16x8xf32>
+  %y = dsc.matmul %x, %t : tensor<4x8xf32>, tensor<8x16xf32> -> tensor<4x16xf32>
+  return %y : tensor<4x16xf32>
+}
+
+// -----
+
+// Transposes compose; an identity permutation goes.
+// CHECK-LABEL: func.func @compose
+// CHECK: %[[T:.*]] = dsc.transpose %arg0 {perm = array<i64: 2, 0, 1>}
+// CHECK-NEXT: return %arg0, %[[T]]
+func.func @compose(%x: tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<4x2x3xf32>) {
+  %a = dsc.transpose %x {perm = array<i64: 1, 0, 2>} : tensor<2x3x4xf32> -> tensor<3x2x4xf32>
+  %b = dsc.transpose %a {perm = array<i64: 1, 0, 2>} : tensor<3x2x4xf32> -> tensor<2x3x4xf32>
+  %c = dsc.transpose %a {perm = array<i64: 2, 1, 0>} : tensor<3x2x4xf32> -> tensor<4x2x3xf32>
+  return %b, %c : tensor<2x3x4xf32>, tensor<4x2x3xf32>
+}
+
+// -----
+
+// bf16 -> f32 -> bf16 is exact and goes; f32 -> bf16 -> f32 rounds and stays.
+// CHECK-LABEL: func.func @casts
+// CHECK: %[[R:.*]] = dsc.cast %arg1 {to = bf16}
+// CHECK: %[[W:.*]] = dsc.cast %[[R]] {to = f32}
+// CHECK: return %arg0, %[[W]]
+func.func @casts(%h: tensor<4xbf16>, %f: tensor<4xf32>) -> (tensor<4xbf16>, tensor<4xf32>) {
+  %0 = dsc.cast %h {to = f32} : tensor<4xbf16> -> tensor<4xf32>
+  %1 = dsc.cast %0 {to = bf16} : tensor<4xf32> -> tensor<4xbf16>
+  %2 = dsc.cast %f {to = bf16} : tensor<4xf32> -> tensor<4xbf16>
+  %3 = dsc.cast %2 {to = f32} : tensor<4xbf16> -> tensor<4xf32>
+  return %1, %3 : tensor<4xbf16>, tensor<4xf32>
+}
+
+// -----
+
+// The classifier of a bf16 step: the loss reads the bf16 logits (f32 loss)
+// and the gradient is written in bf16, with no f32 [tokens, vocab] copy.
+// CHECK-LABEL: func.func @classifier
+// CHECK-NOT: dsc.cast
+// CHECK: dsc.softmax_cross_entropy %arg0, %arg1 {{.*}} : tensor<6x10xbf16>, tensor<6xi64> -> tensor<f32>
+// CHECK: %[[G:.*]] = dsc.class_loss_backward %arg2, %arg0, %arg1 {{.*}} -> tensor<6x10xbf16>
+// CHECK: %[[R:.*]] = dsc.reshape %[[G]] {{.*}} -> tensor<2x3x10xbf16>
+// CHECK: return {{.*}}, %[[R]]
+func.func @classifier(%logits: tensor<6x10xbf16>, %labels: tensor<6xi64>, %seed: tensor<f32>) -> (tensor<f32>, tensor<2x3x10xbf16>) {
+  %0 = dsc.cast %logits {to = f32} : tensor<6x10xbf16> -> tensor<6x10xf32>
+  %loss = dsc.softmax_cross_entropy %0, %labels {reduction = "sum"} : tensor<6x10xf32>, tensor<6xi64> -> tensor<f32>
+  %1 = dsc.cast %logits {to = f32} : tensor<6x10xbf16> -> tensor<6x10xf32>
+  %g = dsc.class_loss_backward %seed, %1, %labels {kind = "softmax_cross_entropy", reduction = "sum"} : tensor<f32>, tensor<6x10xf32>, tensor<6xi64> -> tensor<6x10xf32>
+  %r = dsc.reshape %g {shape = array<i64: 2, 3, 10>} : tensor<6x10xf32> -> tensor<2x3x10xf32>
+  %h = dsc.cast %r {to = bf16} : tensor<2x3x10xf32> -> tensor<2x3x10xbf16>
+  return %loss, %h : tensor<f32>, tensor<2x3x10xbf16>
+}

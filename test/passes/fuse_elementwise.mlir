@@ -1,0 +1,89 @@
+// RUN: dsc-opt %s --split-input-file --dsc-fuse-elementwise | FileCheck %s
+
+// The bias add and tanh GELU of an MLP, from the bf16 matmul output to the
+// bf16 input of the next matmul: one dsc.fused op; the values used only in
+// the chain are in its body, the splat constants copied in, and the h
+// value that backward reads is yielded beside the result.
+// CHECK-LABEL: func.func @mlp
+// CHECK: %[[F:.*]]:2 = dsc.fused "elementwise"(%arg0, %arg1) : (tensor<4x8xbf16>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xbf16>) {
+// CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<4x8xbf16>, %[[B:.*]]: tensor<8xf32>):
+// CHECK-NEXT: %[[C:.*]] = dsc.cast %[[X]] {to = f32}
+// CHECK-NEXT: %[[H:.*]] = dsc.add %[[C]], %[[B]]
+// CHECK-NEXT: %[[K:.*]] = dsc.constant dense<5.000000e-01> : tensor<f32>
+// CHECK-NEXT: dsc.mul %[[H]], %[[K]]
+// CHECK: dsc.tanh
+// CHECK: %[[O:.*]] = dsc.cast %{{.*}} {to = bf16}
+// CHECK-NEXT: dsc.yield %[[H]], %[[O]] : tensor<4x8xf32>, tensor<4x8xbf16>
+// CHECK: dsc.matmul %[[F]]#1
+// CHECK: return %[[F]]#0
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @mlp(%x: tensor<4x8xbf16>, %b: tensor<8xf32>, %w: tensor<8x8xbf16>) -> (tensor<4x8xf32>, tensor<4x8xbf16>) {
+  %half = dsc.constant dense<5.000000e-01> : tensor<f32>
+  %0 = dsc.cast %x {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %h = dsc.add %0, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %1 = dsc.mul %h, %half : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+  %2 = dsc.tanh %1 : tensor<4x8xf32>
+  %3 = dsc.mul %2, %h : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %4 = dsc.cast %3 {to = bf16} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %5 = dsc.matmul %4, %w : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  return %h, %5 : tensor<4x8xf32>, tensor<4x8xbf16>
+}
+}
+
+// -----
+
+// A chain closes when an op outside it reads one of its values: the next
+// elementwise op starts another chain, which reads the first one's result.
+// An op of another shape and a lone op stay as they are.
+// CHECK-LABEL: func.func @closed
+// CHECK: %[[A:.*]] = dsc.fused "elementwise"(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+// CHECK: %[[S:.*]] = dsc.reduce_sum %[[A]]
+// CHECK: dsc.fused "elementwise"(%[[A]], %[[S]])
+// CHECK: dsc.neg %arg1 : tensor<3xf32>
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @closed(%x: tensor<4xf32>, %y: tensor<3xf32>) -> (tensor<4xf32>, tensor<3xf32>) {
+  %0 = dsc.exp %x : tensor<4xf32>
+  %1 = dsc.mul %0, %0 : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  %s = dsc.reduce_sum %1 {axes = array<i64: 0>, keepdims = true} : tensor<4xf32> -> tensor<1xf32>
+  %2 = dsc.sub %1, %s : tensor<4xf32>, tensor<1xf32> -> tensor<4xf32>
+  %3 = dsc.exp %2 : tensor<4xf32>
+  %n = dsc.neg %y : tensor<3xf32>
+  return %3, %n : tensor<4xf32>, tensor<3xf32>
+}
+}
+
+// -----
+
+// Stage 3: a chain that reads a bucket ends at the bucket's release (the
+// fused op must read it before): the ops after the release start anew.
+// CHECK-LABEL: func.func @released
+// CHECK: dsc.fused "elementwise"(%arg0, %arg1)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: dsc.cast
+// CHECK-NEXT: dsc.add
+// CHECK-NEXT: dsc.yield
+// CHECK: dsc.release %arg0
+// CHECK: dsc.fused "elementwise"
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @released(%w: tensor<4xbf16>, %x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = dsc.cast %w {to = f32} : tensor<4xbf16> -> tensor<4xf32>
+  %1 = dsc.add %0, %x : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  dsc.release %w : tensor<4xbf16>
+  %2 = dsc.tanh %1 : tensor<4xf32>
+  %3 = dsc.exp %2 : tensor<4xf32>
+  return %3 : tensor<4xf32>
+}
+}
+
+// -----
+
+// The CPU target has no generated kernels: nothing changes.
+// CHECK-LABEL: func.func @cpu
+// CHECK-NOT: dsc.fused
+module attributes {dsc.target = {name = "cpu"}} {
+func.func @cpu(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = dsc.exp %x : tensor<4xf32>
+  %1 = dsc.neg %0 : tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+}
