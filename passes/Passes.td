@@ -451,4 +451,23 @@ def DscFuseElementwise : Pass<"dsc-fuse-elementwise", "mlir::ModuleOp"> {
   }];
 }
 
+
+def DscRaiseGelu : Pass<"dsc-raise-gelu", "mlir::ModuleOp"> {
+  let summary = "Recognize GELU written out as a formula and make it dsc.gelu";
+  let description = [{
+    Exporters write GPT-2's GELU (`gelu_new`, nanoGPT's `new_gelu`) and
+    often the exact one as elementwise formulas:
+
+        0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+        0.5 * x * (1 + erf(x / sqrt(2)))      (or x * 0.7071...)
+
+    in any order of the products and sums, x^3 as x*x*x or pow(x, 3). Each
+    becomes one `dsc.gelu` (with `tanh_approximation` for the first), so
+    the backward is GELU's own derivative, read from x alone, instead of the
+    product rule through every op of the formula, whose intermediates the
+    step would keep. The constants must match to float32 precision; results
+    differ from the formula's only in rounding. Runs before dsc-autodiff.
+  }];
+}
+
 #endif // DSC_PASSES_TD

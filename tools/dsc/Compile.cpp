@@ -80,6 +80,9 @@ target and output:
   --no-fuse-attention        keep attention as the exporter wrote it
                              (matmul, mask, softmax, matmul) instead of one
                              dsc.attention per layer (dsc-fuse-attention)
+  --no-raise-gelu            keep a GELU the exporter wrote as a formula
+                             (0.5 x (1 + tanh(...)) or erf) as it is
+                             instead of one dsc.gelu (dsc-raise-gelu)
   --recompute none|selective activation recomputation (dsc-recompute):
                              selective computes elementwise values, norms
                              and softmax again in backward instead of
@@ -168,7 +171,7 @@ struct CompileOptions {
   std::string model, output, emit = "exe", target, cxx, nvcc,
                              cudaArch = "sm_90a", hostOpt = "0";
   bool printIRAfterAll = false, report = false, f64 = false, fuse = true;
-  bool fuseAttention = true;
+  bool fuseAttention = true, raiseGelu = true;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
@@ -467,6 +470,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.fuse = false;
     else if (a == "--no-fuse-attention")
       o.fuseAttention = false;
+    else if (a == "--no-raise-gelu")
+      o.raiseGelu = false;
     else if (a == "--sync-batchnorm") {
       o.partitionPipeline +=
           std::string(o.partitionPipeline.empty() ? "" : " ") +
@@ -726,6 +731,8 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   };
   if (o.fuseAttention)
     pm.addPass(createDscFuseAttention());
+  if (o.raiseGelu)
+    pm.addPass(createDscRaiseGelu());
   pm.addPass(createDscGlobalMeanLoss());
   pm.addPass(createDscAutodiff());
   if (!add("dsc-optimizer{" + o.optimizerPipeline + "}", "optimizer options"))

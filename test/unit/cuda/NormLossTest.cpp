@@ -739,7 +739,10 @@ void checkHalfLoss(DType dt, const LossCase &c) {
 
     close(loss, DType::F32, "loss",
           r == Reduction::Sum ? sumTol(labels.host().numel()) : 1e-6);
-    close(grad, DType::F32, "grad", 1e-7);
+    // Scores in [-8, 8] (wider than the f32 tests'): the strided kernel
+    // and the CPU differ by up to ~5e-5 relative in an f32 gradient there
+    // (measured on the H200, 2026-12-01).
+    expectClose(grad.cpu, grad.gpu, 1e-4, 1e-7, "grad f32");
     expectClose(grad16.cpu, grad16.gpu, halfTol, 1e-7,
                 std::string("grad ") + dtypeName(dt));
   }
