@@ -470,4 +470,20 @@ def DscRaiseGelu : Pass<"dsc-raise-gelu", "mlir::ModuleOp"> {
   }];
 }
 
+
+def DscMultiTensorAdamW : Pass<"dsc-multi-tensor-adamw", "mlir::ModuleOp"> {
+  let summary = "Group the step's dsc.adamw ops into dsc.adamw_multi (one kernel)";
+  let description = [{
+    The dsc.adamw ops of a function that share lr, betas, eps, weight decay
+    and step (all of them, unless --no-decay gives some parameters no
+    decay) become one dsc.adamw_multi where the last of them stood: one
+    kernel launch for every parameter at any ZeRO stage, instead of one per
+    parameter (GPT-2: 148). A grad that is `dsc.mul(g, s)` of a scalar s,
+    used only by its adamw (the loss normalization or clipping factor), is
+    folded into the group's `grad_scale` when the whole group shares s.
+    An adamw whose results are read before the group's last adamw stays
+    on its own. Results are bitwise those of the separate ops.
+  }];
+}
+
 #endif // DSC_PASSES_TD

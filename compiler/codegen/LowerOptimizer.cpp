@@ -1,7 +1,7 @@
 //===- LowerOptimizer.cpp - adamw, sgd and lr_schedule to kernel calls ----===//
 //
 // The optimizer ops of dsc-optimizer map onto rt::adamw, rt::sgd and
-// rt::lrSchedule (step_kernels.h). Their hyperparameters stay run-time
+// rt::lrSchedule, dsc-multi-tensor-adamw's adamw_multi onto rt::adamwMulti (step_kernels.h). Their hyperparameters stay run-time
 // scalar tensors, so a compiled program can override its defaults.
 //
 //===----------------------------------------------------------------------===//
@@ -31,6 +31,36 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getWeightDecay()), ctx.view(o.getStep()),
                      ctx.view(o.getNewParam()), ctx.view(o.getNewExpAvg()),
                      ctx.view(o.getNewExpAvgSq())});
+      })
+      .Case([&](AdamWMultiOp o) -> LowerResult {
+        // The entries' table, then one call for all of them.
+        size_t n = o.getTensors().size() / 4;
+        std::string table = "adamw" + std::to_string(ctx.opIndex);
+        std::string setup = "const rt::AdamwTensors " + table + "[] = {\n";
+        for (size_t i = 0; i < n; ++i) {
+          setup += "    {";
+          for (size_t k = 0; k < 4; ++k)
+            setup += ctx.view(o.getTensors()[k * n + i]) + ", ";
+          for (size_t k = 0; k < 3; ++k)
+            setup += ctx.view(o.getResult(k * n + i)) + ", ";
+          setup += "Tensor()},\n";
+        }
+        setup += "};\n";
+        // A splat 1 scale multiplies by nothing: the kernel skips it.
+        Value scale = o.getGradScale();
+        if (auto c = scale.getDefiningOp<ConstantOp>())
+          if (auto attr = dyn_cast<DenseFPElementsAttr>(c.getValue());
+              attr && attr.isSplat() &&
+              attr.getSplatValue<APFloat>().isExactlyValue(1.0))
+            scale = Value();
+        return R(LoweredCall{
+            setup,
+            cppCall("rt::adamwMulti",
+                    {table, std::to_string(n), ctx.view(o.getLr()),
+                     ctx.view(o.getBeta1()), ctx.view(o.getBeta2()),
+                     ctx.view(o.getEps()), ctx.view(o.getWeightDecay()),
+                     ctx.view(o.getStep()),
+                     scale ? ctx.view(scale) : std::string("Tensor()")})});
       })
       .Case([&](SgdOp o) {
         return call("rt::sgd",

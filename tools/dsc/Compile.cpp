@@ -758,6 +758,7 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
     return failure();
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  pm.addPass(createDscMultiTensorAdamW());
   // Kernels are generated for the IR's f32 (not under --f64).
   if (o.fuse && !o.f64)
     pm.addPass(createDscFuseElementwise());

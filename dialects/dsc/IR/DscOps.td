@@ -819,6 +819,33 @@ def Dsc_AdamWOp : Dsc_Op<"adamw"> {
   }];
 }
 
+def Dsc_AdamWMultiOp : Dsc_Op<"adamw_multi"> {
+  let summary = "AdamW steps of several parameters, one kernel (multi-tensor)";
+  let description = [{
+    dsc-multi-tensor-adamw's grouping of dsc.adamw ops that share their
+    hyperparameters and step. `tensors` holds N params, then their N grads,
+    N exp_avgs and N exp_avg_sqs; the results are the N new params, then
+    the N new exp_avgs and N new exp_avg_sqs. Each grad is multiplied by
+    the scalar `grad_scale` first, as a dsc.mul of the grad by it would
+    round (a splat 1 constant when the grads are not scaled: the kernel
+    then skips it). Each parameter's results are those of dsc.adamw on it,
+    bit for bit.
+  }];
+  let arguments = (ins Dsc_ScalarF32:$lr, Dsc_ScalarF32:$beta1,
+                   Dsc_ScalarF32:$beta2, Dsc_ScalarF32:$eps,
+                   Dsc_ScalarF32:$weight_decay, Dsc_StepTensor:$step,
+                   Dsc_ScalarF32:$grad_scale,
+                   Variadic<Dsc_FloatTensor>:$tensors);
+  let results = (outs Variadic<Dsc_FloatTensor>:$results);
+  let assemblyFormat = [{
+    $lr `,` $beta1 `,` $beta2 `,` $eps `,` $weight_decay `,` $step `,`
+    `scale` $grad_scale `,` `(` $tensors `)` attr-dict `:` type($lr) `,`
+    type($beta1) `,` type($beta2) `,` type($eps) `,` type($weight_decay)
+    `,` type($step) `,` type($grad_scale) `,` `(` type($tensors) `)` `->`
+    type($results)
+  }];
+}
+
 def Dsc_SgdOp : Dsc_Op<"sgd"> {
   let summary = "one SGD step with momentum, PyTorch's semantics";
   let description = [{

@@ -1116,6 +1116,31 @@ static LogicalResult checkLike(std::optional<Location> loc, Value param,
   return success();
 }
 
+LogicalResult AdamWMultiOp::inferReturnTypes(MLIRContext *ctx,
+                                             std::optional<Location> loc,
+                                             Adaptor a,
+                                             SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<AdamWMultiOp>(ctx, loc, a)))
+    return failure();
+  ValueRange t = a.getTensors();
+  size_t n = t.size() / 4;
+  if (t.empty() || t.size() % 4 != 0)
+    return fail(loc, "adamw_multi needs 4 x N tensors (params, grads, "
+                     "exp_avgs, exp_avg_sqs), got " +
+                         std::to_string(t.size()));
+  if (failed(checkScalars(loc, {a.getLr(), a.getBeta1(), a.getBeta2(),
+                                a.getEps(), a.getWeightDecay(), a.getStep(),
+                                a.getGradScale()})))
+    return failure();
+  for (size_t i = 0; i < n; ++i)
+    if (failed(checkLike(loc, t[i], {t[n + i], t[2 * n + i], t[3 * n + i]})))
+      return failure();
+  for (int k = 0; k < 3; ++k)
+    for (size_t i = 0; i < n; ++i)
+      results.push_back(t[i].getType());
+  return success();
+}
+
 LogicalResult AdamWOp::inferReturnTypes(MLIRContext *ctx,
                                         std::optional<Location> loc, Adaptor a,
                                         SmallVectorImpl<Type> &results) {

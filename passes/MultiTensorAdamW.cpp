@@ -1,0 +1,159 @@
+//===- MultiTensorAdamW.cpp - dsc.adamw ops as one dsc.adamw_multi --------===//
+//
+// dsc-multi-tensor-adamw (Passes.td): per function, group the adamw ops by
+// their scalar operands and the scale folded from their grads (analysis),
+// then build one dsc.adamw_multi per group where its last member stood and
+// rewire the members' results (rewrite).
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dsc/IR/DscOps.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <map>
+#include <tuple>
+
+namespace dsc {
+#define GEN_PASS_DEF_DSCMULTITENSORADAMW
+#include "passes/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace {
+
+/// One adamw as a member of a group: its grad with the scale folded out.
+struct Member {
+  dsc::AdamWOp op;
+  Value grad;  // what the kernel reads
+  Value scale; // null: none
+};
+
+/// A scalar f32 `s` with grad = dsc.mul(g, s) (or mul(s, g)) used only by
+/// `op`: g and s, else the grad as it is.
+Member unscaled(dsc::AdamWOp op) {
+  Value grad = op.getGrad();
+  auto mul = grad.getDefiningOp<dsc::MulOp>();
+  if (!mul || !grad.hasOneUse())
+    return {op, grad, Value()};
+  auto isScalar = [](Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return t.getRank() == 0 && t.getElementType().isF32();
+  };
+  Value a = mul.getLhs(), b = mul.getRhs();
+  if (isScalar(b) && a.getType() == grad.getType())
+    return {op, a, b};
+  if (isScalar(a) && b.getType() == grad.getType())
+    return {op, b, a};
+  return {op, grad, Value()};
+}
+
+/// Whether any result of `op` is read before `last` (then the group, which
+/// runs at `last`, cannot compute it).
+bool readBefore(Operation *op, Operation *last) {
+  for (Value r : op->getResults())
+    for (Operation *user : r.getUsers())
+      if (user->getBlock() != last->getBlock() || user->isBeforeInBlock(last))
+        return true;
+  return false;
+}
+
+/// Step 1: the groups of `block` (two members or more), in block order.
+std::vector<std::vector<Member>> findGroups(Block &block) {
+  using Key = std::tuple<void *, void *, void *, void *, void *, void *,
+                         void *>;
+  std::map<Key, std::vector<Member>> byKey;
+  std::vector<Key> order;
+  for (auto op : block.getOps<dsc::AdamWOp>()) {
+    Member m = unscaled(op);
+    Key key{op.getLr().getAsOpaquePointer(),
+            op.getBeta1().getAsOpaquePointer(),
+            op.getBeta2().getAsOpaquePointer(),
+            op.getEps().getAsOpaquePointer(),
+            op.getWeightDecay().getAsOpaquePointer(),
+            op.getStep().getAsOpaquePointer(),
+            m.scale.getAsOpaquePointer()};
+    auto [it, isNew] = byKey.try_emplace(key);
+    if (isNew)
+      order.push_back(key);
+    it->second.push_back(m);
+  }
+  std::vector<std::vector<Member>> groups;
+  for (const Key &key : order) {
+    std::vector<Member> &g = byKey[key];
+    // Members whose results are read before the last member's position run
+    // apart (the position moves up as they leave).
+    bool changed = true;
+    while (changed && g.size() > 1) {
+      changed = false;
+      Operation *last = g.back().op;
+      for (auto it = g.begin(); it != g.end(); ++it)
+        if (it->op != last && readBefore(it->op, last)) {
+          g.erase(it);
+          changed = true;
+          break;
+        }
+    }
+    if (g.size() > 1)
+      groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+/// Step 2: one dsc.adamw_multi for `group`, at its last member.
+void rewrite(std::vector<Member> group) {
+  dsc::AdamWOp last = group.back().op;
+  OpBuilder b(last);
+  SmallVector<Value> tensors;
+  for (Member &m : group)
+    tensors.push_back(m.op.getParam());
+  for (Member &m : group)
+    tensors.push_back(m.grad);
+  for (Member &m : group)
+    tensors.push_back(m.op.getExpAvg());
+  for (Member &m : group)
+    tensors.push_back(m.op.getExpAvgSq());
+  SmallVector<Location> locs;
+  for (Member &m : group)
+    locs.push_back(m.op.getLoc());
+  Value scale = group.front().scale;
+  if (!scale) // unscaled grads: a splat 1 (the kernel skips the multiply)
+    scale = dsc::ConstantOp::create(
+        b, last.getLoc(),
+        DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()),
+                               b.getF32FloatAttr(1.0f).getValue()));
+  auto multi = dsc::AdamWMultiOp::create(
+      b, FusedLoc::get(b.getContext(), locs), last.getLr(), last.getBeta1(),
+      last.getBeta2(), last.getEps(), last.getWeightDecay(), last.getStep(),
+      scale, tensors);
+  size_t n = group.size();
+  for (size_t i = 0; i < n; ++i) {
+    Member &m = group[i];
+    m.op.getNewParam().replaceAllUsesWith(multi.getResult(i));
+    m.op.getNewExpAvg().replaceAllUsesWith(multi.getResult(n + i));
+    m.op.getNewExpAvgSq().replaceAllUsesWith(multi.getResult(2 * n + i));
+  }
+  for (Member &m : group) {
+    Operation *scaled = m.scale ? m.op.getGrad().getDefiningOp() : nullptr;
+    m.op.erase();
+    if (scaled && scaled->use_empty())
+      scaled->erase();
+  }
+}
+
+struct MultiTensorAdamW
+    : dsc::impl::DscMultiTensorAdamWBase<MultiTensorAdamW> {
+  void runOnOperation() override {
+    for (auto fn : getOperation().getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      for (std::vector<Member> &group : findGroups(fn.getBody().front()))
+        rewrite(std::move(group));
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,45 @@
+// RUN: dsc-opt %s --split-input-file --dsc-multi-tensor-adamw | FileCheck %s
+
+// Three parameters with the same hyperparameters, their grads scaled by
+// one scalar (the loss normalization): one dsc.adamw_multi with the scale
+// folded in; the muls go. A fourth with no weight decay (its own
+// weight_decay operand) stays apart.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: dsc.mul
+// CHECK: %[[M:.*]]:9 = dsc.adamw_multi %arg12, %arg13, %arg14, %arg15, %arg16, %arg17, scale %arg18, (%arg0, %arg1, %arg2, %arg3, %arg4, %arg5, %arg6, %arg7, %arg8, %arg9, %arg10, %arg11)
+// CHECK: dsc.adamw %arg19
+// CHECK: return %[[M]]#0, %[[M]]#1, %[[M]]#2, %[[M]]#3, %[[M]]#4, %[[M]]#5, %[[M]]#6, %[[M]]#7, %[[M]]#8
+func.func @train_step(%p0: tensor<4xf32>, %p1: tensor<2x3xf32>, %p2: tensor<5xf32>,
+                      %g0: tensor<4xf32>, %g1: tensor<2x3xf32>, %g2: tensor<5xf32>,
+                      %m0: tensor<4xf32>, %m1: tensor<2x3xf32>, %m2: tensor<5xf32>,
+                      %v0: tensor<4xf32>, %v1: tensor<2x3xf32>, %v2: tensor<5xf32>,
+                      %lr: tensor<f32>, %b1: tensor<f32>, %b2: tensor<f32>, %eps: tensor<f32>,
+                      %wd: tensor<f32>, %step: tensor<i64>, %scale: tensor<f32>,
+                      %p3: tensor<3xf32>, %wd0: tensor<f32>)
+    -> (tensor<4xf32>, tensor<2x3xf32>, tensor<5xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<5xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<5xf32>, tensor<3xf32>) {
+  %s0 = dsc.mul %g0, %scale : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %s1 = dsc.mul %g1, %scale : tensor<2x3xf32>, tensor<f32> -> tensor<2x3xf32>
+  %s2 = dsc.mul %scale, %g2 : tensor<f32>, tensor<5xf32> -> tensor<5xf32>
+  %a:3 = dsc.adamw %p0, %s0, %m0, %v0, %lr, %b1, %b2, %eps, %wd, %step : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  %b:3 = dsc.adamw %p1, %s1, %m1, %v1, %lr, %b1, %b2, %eps, %wd, %step : tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  %c:3 = dsc.adamw %p2, %s2, %m2, %v2, %lr, %b1, %b2, %eps, %wd, %step : tensor<5xf32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  %d:3 = dsc.adamw %p3, %p3, %p3, %p3, %lr, %b1, %b2, %eps, %wd0, %step : tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  return %a#0, %b#0, %c#0, %a#1, %b#1, %c#1, %a#2, %b#2, %c#2, %d#0 : tensor<4xf32>, tensor<2x3xf32>, tensor<5xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<5xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<5xf32>, tensor<3xf32>
+}
+
+// -----
+
+// Unscaled grads: a splat 1 scale. A parameter whose new value is read
+// before the last adamw (here by the second's grad) runs on its own.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[A:[a-z_0-9]+]], {{.*}} = dsc.adamw %arg0,
+// CHECK: %[[ONE:.*]] = dsc.constant dense<1.000000e+00> : tensor<f32>
+// CHECK: dsc.adamw_multi {{.*}}, scale %[[ONE]], (%arg1, %arg2, %[[A]], %arg1
+func.func @train_step(%p0: tensor<4xf32>, %p1: tensor<4xf32>, %p2: tensor<4xf32>,
+                      %lr: tensor<f32>, %step: tensor<i64>)
+    -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %a:3 = dsc.adamw %p0, %p0, %p0, %p0, %lr, %lr, %lr, %lr, %lr, %step : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  %b:3 = dsc.adamw %p1, %a#0, %p1, %p1, %lr, %lr, %lr, %lr, %lr, %step : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  %c:3 = dsc.adamw %p2, %p1, %p2, %p2, %lr, %lr, %lr, %lr, %lr, %step : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  return %a#0, %b#0, %c#0 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
