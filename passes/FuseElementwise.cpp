@@ -119,15 +119,31 @@ std::vector<Chain> findChains(Block &block) {
     std::optional<unsigned> join;
     bool canFuse = isFusible(op);
     if (canFuse) {
+      // The op joins the first open chain of its shape it reads from, and
+      // merges the other open ones it reads into it: none of their values
+      // has been used outside yet, so one kernel at this op computes all.
       ArrayRef<int64_t> shape = typeOf(op->getResult(0)).getShape();
       for (Value v : op->getOperands()) {
         auto it = member.find(v.getDefiningOp());
-        if (it != member.end() && groups[it->second].open &&
-            groups[it->second].shape == shape) {
-          join = it->second;
-          break;
+        if (it == member.end() || !groups[it->second].open ||
+            groups[it->second].shape != shape)
+          continue;
+        unsigned g = it->second;
+        if (!join) {
+          join = g;
+        } else if (g != *join) {
+          for (Operation *moved : groups[g].ops) {
+            groups[*join].ops.push_back(moved);
+            member[moved] = *join;
+          }
+          groups[g].ops.clear();
+          groups[g].open = false;
         }
       }
+      if (join)
+        llvm::sort(groups[*join].ops, [](Operation *a, Operation *b) {
+          return a->isBeforeInBlock(b);
+        });
     }
     // Every other chain this op reads from has now been used outside:
     // closed, so its values are written before this op runs.

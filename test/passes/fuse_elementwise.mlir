@@ -87,3 +87,22 @@ func.func @cpu(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %1 : tensor<4xf32>
 }
 }
+
+// -----
+
+// Two open chains over one shape (GELU's derivative from x, and the
+// incoming gradient's cast) meet at a product: one chain, one kernel.
+// CHECK-LABEL: func.func @merged
+// CHECK: dsc.fused "elementwise"(%arg0, %arg1) : (tensor<4xf32>, tensor<4xbf16>) -> tensor<4xf32>
+// CHECK-NOT: dsc.fused
+// CHECK: return
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @merged(%x: tensor<4xf32>, %g: tensor<4xbf16>) -> tensor<4xf32> {
+  %0 = dsc.tanh %x : tensor<4xf32>
+  %1 = dsc.mul %0, %0 : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  %2 = dsc.cast %g {to = f32} : tensor<4xbf16> -> tensor<4xf32>
+  %3 = dsc.neg %2 : tensor<4xf32>
+  %4 = dsc.mul %1, %3 : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  return %4 : tensor<4xf32>
+}
+}
