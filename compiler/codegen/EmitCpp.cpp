@@ -471,6 +471,8 @@ private:
   /// The kernels of `func`'s dsc.fused ops (a kernel that recurs, as every
   /// layer's do, is generated once).
   LogicalResult emitFusedKernels(func::FuncOp func);
+  /// The values alive at `plan`'s peak, for the report.
+  void recordPeak(func::FuncOp func, const codegen::FramePlan &plan);
   LogicalResult emitOp(Operation *op, size_t index, const FramePlan &plan,
                        StringRef function, raw_ostream &os);
   LogicalResult emitReturn(Operation *op, const FramePlan &plan,
@@ -514,6 +516,7 @@ private:
   std::string blobConstantsText_;       // pointers into it
   std::vector<std::pair<std::string, uint64_t>> frames_;
   uint64_t gatheredPeakBytes_ = 0, gatheredBucketBytes_ = 0;
+  EmitCppStats peak_; // its peak* fields: the highest frame peak so far
 
   // Sharding: the grid (empty name: none) and the module's attributes.
   std::string gridName_;
@@ -871,6 +874,37 @@ LogicalResult Emitter::emitFusedKernels(func::FuncOp func) {
   return success();
 }
 
+void Emitter::recordPeak(func::FuncOp func, const codegen::FramePlan &plan) {
+  // Where backward begins (autodiff's marker), if this function has one.
+  Operation *backward = nullptr;
+  for (Operation &op : func.getBody().front())
+    if (op.hasAttr("dsc.backward_begin")) {
+      backward = &op;
+      break;
+    }
+  peak_.peakFunction = func.getSymName().str();
+  peak_.peakBytes = plan.peakLiveBytes;
+  peak_.peakAt = plan.peakOp->getName().getStringRef().str();
+  if (std::string node = nodeName(plan.peakOp->getLoc()); !node.empty())
+    peak_.peakAt += " [" + node + "]";
+  peak_.peakValues.clear();
+  for (Value v : plan.peakLive) {
+    Operation *def = v.getDefiningOp();
+    EmitCppStats::PeakValue p;
+    p.op = def->getName().getStringRef().str();
+    p.node = nodeName(def->getLoc());
+    p.type = typeText(v);
+    p.bytes = plan.storage.lookup(v).bytes;
+    bool collective = isa_and_nonnull<shard::ShardDialect>(def->getDialect()) ||
+                      isa<WaitOp>(def);
+    p.kind = collective                                     ? "collective"
+             : backward && def->isBeforeInBlock(backward) &&
+                     !plan.peakOp->isBeforeInBlock(backward) ? "kept"
+                                                             : "temporary";
+    peak_.peakValues.push_back(std::move(p));
+  }
+}
+
 LogicalResult Emitter::emitFunction(func::FuncOp func) {
   StringRef fname = func.getSymName();
   std::string label = ("@" + fname).str();
@@ -910,6 +944,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   totalBytes_[func] = plan.totalBytes;
   frames_.emplace_back(fname.str(), plan.totalBytes);
   gatheredPeakBytes_ = std::max(gatheredPeakBytes_, plan.gatheredPeakBytes);
+  if (plan.peakLiveBytes > peak_.peakBytes)
+    recordPeak(func, plan);
   gatheredBucketBytes_ =
       std::max(gatheredBucketBytes_, plan.gatheredBucketBytes);
 
@@ -1728,6 +1764,10 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
     stats->frameBytes = frames_;
     stats->gatheredPeakBytes = gatheredPeakBytes_;
     stats->gatheredBucketBytes = gatheredBucketBytes_;
+    stats->peakFunction = peak_.peakFunction;
+    stats->peakAt = peak_.peakAt;
+    stats->peakBytes = peak_.peakBytes;
+    stats->peakValues = peak_.peakValues;
     stats->constantBytes = constantBytes_;
     stats->constantBlob = constantBlob_;
     stats->worldSize = worldSize_;

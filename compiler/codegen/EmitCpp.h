@@ -98,6 +98,18 @@ struct EmitCppStats {
   /// gathered buckets alive at once in any function, and the largest bucket.
   uint64_t gatheredPeakBytes = 0;
   uint64_t gatheredBucketBytes = 0;
+  /// The arena at its peak, in the function whose own values peak highest
+  /// (@forward_backward in a training step): where, and each value alive
+  /// then, with the op and ONNX node that made it and whether the forward
+  /// made it and the backward still needs it ("kept"), a collective
+  /// ("collective") or neither ("temporary").
+  struct PeakValue {
+    std::string op, node, type, kind;
+    uint64_t bytes = 0;
+  };
+  std::string peakFunction, peakAt;
+  uint64_t peakBytes = 0;
+  std::vector<PeakValue> peakValues;
   /// Sharding, as in the spec (1, 1, 0 for a program for one rank).
   int64_t worldSize = 1;
   int64_t groupSize = 1;

@@ -6,6 +6,7 @@
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <algorithm>
 #include <vector>
@@ -231,6 +232,9 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
   //    are still live, then whatever dies at the op is released.
   FreeList frame;
   uint64_t bump = 0;
+  // The values alive after each op's results are placed (for the peak).
+  llvm::SetVector<Value> live;
+  uint64_t liveBytes = 0;
   for (auto [i, op] : llvm::enumerate(ops)) {
     if (plan.dead.contains(op))
       continue;
@@ -245,7 +249,17 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
         bump += s.bytes;
       }
       plan.ownBytes = std::max(plan.ownBytes, s.offset + s.bytes);
+      live.insert(r);
+      liveBytes += s.bytes;
     }
+    if (liveBytes > plan.peakLiveBytes) {
+      plan.peakLiveBytes = liveBytes;
+      plan.peakOp = op;
+      plan.peakLive.assign(live.begin(), live.end());
+    }
+    for (Value v : freeAt.lookup(i))
+      if (live.remove(v))
+        liveBytes -= plan.storage[v].bytes;
     if (auto call = dyn_cast<func::CallOp>(op)) {
       uint64_t base = options.reuse ? frame.top() : bump;
       plan.calleeOffset[op] = base;

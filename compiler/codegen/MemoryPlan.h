@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace dsc::codegen {
 
@@ -91,6 +92,12 @@ struct FramePlan {
   /// buckets are kept gathered.
   uint64_t gatheredPeakBytes = 0;
   uint64_t gatheredBucketBytes = 0;
+  /// The arena values alive when the most of them are (by bytes), and the
+  /// op at whose position that is: what `dsc compile --report` breaks the
+  /// arena down into.
+  std::vector<mlir::Value> peakLive;
+  mlir::Operation *peakOp = nullptr;
+  uint64_t peakLiveBytes = 0;
 };
 
 /// Plans `func`, whose body is one block of ops without regions.

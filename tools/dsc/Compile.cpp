@@ -26,6 +26,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 
 #include "llvm/Config/llvm-config.h"
@@ -756,7 +757,12 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   if (o.recompute != "none" &&
       !add("dsc-recompute{mode=" + o.recompute + "}", "recompute options"))
     return failure();
-  pm.addPass(createCanonicalizerPass());
+  // Constants stay where they are (no constant CSE): autodiff's
+  // dsc.backward_begin marker is a constant that must stay where backward
+  // begins (the wall-clock breakdown and the report read it there).
+  GreedyRewriteConfig canonicalize;
+  canonicalize.enableConstantCSE(false);
+  pm.addPass(createCanonicalizerPass(canonicalize));
   pm.addPass(createCSEPass());
   pm.addPass(createDscMultiTensorAdamW());
   // Kernels are generated for the IR's f32 (not under --f64).
@@ -816,6 +822,7 @@ int runCompile(std::vector<std::string> args) {
     emitted = true;
     printMemoryReport(*module, stats.arenaBytes, llvm::outs(),
                       stats.gatheredPeakBytes, stats.gatheredBucketBytes);
+    printArenaBreakdown(stats, llvm::outs());
   }
 
   if (o.emit == "mlir") {

@@ -17,6 +17,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/MemoryReport.h"
+
+#include <map>
+#include <vector>
 #include "tools/dsc/Summary.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -187,6 +190,52 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
         human(double(gatheredPeakBytes)), gatheredPeakBytes,
         double(gatheredPeakBytes) / double(gatheredBucketBytes),
         gatheredBucketBytes);
+}
+
+void printArenaBreakdown(const EmitCppStats &stats, llvm::raw_ostream &os) {
+  if (stats.peakValues.empty())
+    return;
+  os << llvm::formatv("arena at its peak: {0} alive in @{1} at {2}\n",
+                      human(double(stats.peakBytes)), stats.peakFunction,
+                      stats.peakAt);
+  struct Sum {
+    uint64_t bytes = 0;
+    int64_t count = 0;
+  };
+  const char *kinds[] = {"kept", "temporary", "collective"};
+  const char *titles[] = {"kept from forward for backward", "temporaries",
+                          "collective buffers"};
+  for (int k = 0; k < 3; ++k) {
+    Sum total;
+    std::map<std::string, Sum> byOp;
+    for (const EmitCppStats::PeakValue &v : stats.peakValues)
+      if (v.kind == kinds[k]) {
+        total.bytes += v.bytes, ++total.count;
+        Sum &o = byOp[v.op];
+        o.bytes += v.bytes, ++o.count;
+      }
+    if (!total.count)
+      continue;
+    std::vector<std::pair<std::string, Sum>> ops(byOp.begin(), byOp.end());
+    llvm::sort(ops, [](auto &a, auto &b) { return a.second.bytes > b.second.bytes; });
+    std::string list;
+    for (size_t i = 0; i < ops.size() && i < 5; ++i)
+      list += llvm::formatv("{0}{1} {2} ({3})", i ? ", " : "", ops[i].first,
+                            human(double(ops[i].second.bytes)),
+                            ops[i].second.count)
+                  .str();
+    os << llvm::formatv("  {0,-31} {1,10} in {2} values: {3}\n", titles[k],
+                        human(double(total.bytes)), total.count, list);
+  }
+  std::vector<const EmitCppStats::PeakValue *> largest;
+  for (const EmitCppStats::PeakValue &v : stats.peakValues)
+    largest.push_back(&v);
+  llvm::sort(largest, [](auto *a, auto *b) { return a->bytes > b->bytes; });
+  os << "  largest:\n";
+  for (size_t i = 0; i < largest.size() && i < 8; ++i)
+    os << llvm::formatv("    {0,10}  {1}  {2} [{3}] ({4})\n",
+                        human(double(largest[i]->bytes)), largest[i]->type,
+                        largest[i]->op, largest[i]->node, largest[i]->kind);
 }
 
 void printMemoryEstimate(ModuleOp module, int64_t worldSize, int64_t groupSize,

@@ -2,6 +2,7 @@
 #ifndef DSC_TOOLS_DSC_MEMORYREPORT_H
 #define DSC_TOOLS_DSC_MEMORYREPORT_H
 
+#include "compiler/codegen/EmitCpp.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -23,6 +24,11 @@ void printMemoryReport(mlir::ModuleOp module, uint64_t arenaBytes,
 
 /// The table for an imported model (@forward only): every stage's ZeRO
 /// figures for `worldSize` ranks sharding in groups of `groupSize`.
+/// The arena at its peak, from code generation's plan: what the forward
+/// keeps for the backward, temporaries and collective buffers, by op, and
+/// the largest values with their ONNX nodes.
+void printArenaBreakdown(const EmitCppStats &stats, llvm::raw_ostream &os);
+
 void printMemoryEstimate(mlir::ModuleOp module, int64_t worldSize,
                          int64_t groupSize, llvm::StringRef optimizer,
                          llvm::raw_ostream &os);
