@@ -116,6 +116,13 @@ Status checkMatmul(Call &call, const Tensor &lhs, const Tensor &rhs,
                    const Tensor &out, FloatTypes types, MatmulLayout &layout);
 Status matmulLayout(const Call &call, const Tensor &lhs, const Tensor &rhs,
                     const Tensor &out, FloatTypes types, MatmulLayout &layout);
+/// op(lhs) x op(rhs), op swapping the last two dims of a flagged operand
+/// (rank >= 2): `opLhs`/`opRhs` are the views of op(x) (the stored data,
+/// its shape swapped), checked into `layout`.
+Status matmulTransposedLayout(const Call &call, const Tensor &lhs, bool tl,
+                              const Tensor &rhs, bool tr, const Tensor &out,
+                              FloatTypes types, Tensor &opLhs, Tensor &opRhs,
+                              MatmulLayout &layout);
 
 /// out [m, n] = op(a) [m, k] @ op(b) [k, n]; cStrides: c's broadcast
 /// strides over out's dims when c is present.

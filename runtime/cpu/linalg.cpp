@@ -129,6 +129,23 @@ Status matmulLayout(const Call &call, const Tensor &lhs, const Tensor &rhs,
   return Status();
 }
 
+Status matmulTransposedLayout(const Call &call, const Tensor &lhs, bool tl,
+                              const Tensor &rhs, bool tr, const Tensor &out,
+                              FloatTypes types, Tensor &opLhs, Tensor &opRhs,
+                              MatmulLayout &l) {
+  if ((tl && lhs.rank < 2) || (tr && rhs.rank < 2))
+    return call.fail("a transposed operand needs rank >= 2");
+  // op(x): the stored data, its last two dims swapped (a transposed read).
+  auto swapLastTwo = [](Tensor t) {
+    if (t.rank >= 2 && t.rank <= kMaxRank)
+      std::swap(t.shape[t.rank - 2], t.shape[t.rank - 1]);
+    return t;
+  };
+  opLhs = tl ? swapLastTwo(lhs) : lhs;
+  opRhs = tr ? swapLastTwo(rhs) : rhs;
+  return matmulLayout(call, opLhs, opRhs, out, types, l);
+}
+
 Status checkMatmul(Call &call, const Tensor &lhs, const Tensor &rhs,
                    const Tensor &out, FloatTypes types, MatmulLayout &layout) {
   call.arg("lhs", lhs).arg("rhs", rhs).arg("out", out);
@@ -145,14 +162,6 @@ Status checkGemm(Call &call, const Tensor &a, const Tensor &b, const Tensor &c,
 } // namespace detail
 
 namespace {
-
-/// `t` with its last two dims swapped (the shape only: a transposed read).
-Tensor swapLastTwo(const Tensor &t) {
-  Tensor v = t;
-  if (v.rank >= 2 && v.rank <= kMaxRank)
-    std::swap(v.shape[v.rank - 2], v.shape[v.rank - 1]);
-  return v;
-}
 
 /// The product of op(lhs) and op(rhs), already checked into `l`; `lhs` and
 /// `rhs` are the views of op(x) (a transposed operand's view is its stored
@@ -208,13 +217,11 @@ Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
   if (transRhs)
     call.raw("trans_rhs", "true");
   call.arg("out", out);
-  if ((transLhs && lhs.rank < 2) || (transRhs && rhs.rank < 2))
-    return call.fail("a transposed operand needs rank >= 2");
-  const Tensor opLhs = transLhs ? swapLastTwo(lhs) : lhs;
-  const Tensor opRhs = transRhs ? swapLastTwo(rhs) : rhs;
+  Tensor opLhs, opRhs;
   MatmulLayout l;
-  if (Status st =
-          matmulLayout(call, opLhs, opRhs, out, FloatTypes::F32F64, l);
+  if (Status st = matmulTransposedLayout(call, lhs, transLhs, rhs, transRhs,
+                                         out, FloatTypes::F32F64, opLhs,
+                                         opRhs, l);
       !st.ok())
     return st;
   return matmulChecked(opLhs, transLhs, opRhs, transRhs, out, l, threads);

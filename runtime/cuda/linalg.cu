@@ -501,14 +501,6 @@ Status broadcastScale(const Tensor &c, const Tensor &out, double scale) {
   return Status();
 }
 
-/// `t` with its last two dims swapped (the shape only: a transposed read).
-Tensor swapLastTwo(const Tensor &t) {
-  Tensor v = t;
-  if (v.rank >= 2 && v.rank <= kMaxRank)
-    std::swap(v.shape[v.rank - 2], v.shape[v.rank - 1]);
-  return v;
-}
-
 /// numpy matmul of lhs and rhs, checked into `l`: each the view of a stored
 /// operand, transposed in its last two dims where tl / tr say so (cuBLASLt
 /// reads the stored operand transposed).
@@ -605,13 +597,10 @@ Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
       .arg("rhs", rhs)
       .raw("trans_rhs", transRhs ? "true" : "false")
       .arg("out", out);
-  if ((transLhs && lhs.rank < 2) || (transRhs && rhs.rank < 2))
-    return call.fail("a transposed operand needs rank >= 2");
-  const Tensor opLhs = transLhs ? swapLastTwo(lhs) : lhs;
-  const Tensor opRhs = transRhs ? swapLastTwo(rhs) : rhs;
+  Tensor opLhs, opRhs;
   MatmulLayout l;
-  if (Status st =
-          cpu::detail::matmulLayout(call, opLhs, opRhs, out, kGemmTypes, l);
+  if (Status st = cpu::detail::matmulTransposedLayout(
+          call, lhs, transLhs, rhs, transRhs, out, kGemmTypes, opLhs, opRhs, l);
       !st.ok())
     return st;
   return matmulImpl(call, opLhs, transLhs, opRhs, transRhs, out, l);

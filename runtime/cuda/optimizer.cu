@@ -86,24 +86,32 @@ struct AdamwScalars {
   Scalar lr, beta1, beta2, eps, weightDecay, step;
 };
 
+/// The step's constants from the device scalars, in double as the CPU
+/// code computes them: c[0..5] = beta1, beta2, 1 - lr * weight_decay,
+/// lr / (1 - beta1^t), sqrt(1 - beta2^t), eps. False when the step is
+/// below 1 (nothing is updated).
+template <typename T>
+__device__ bool adamwStepConstants(const AdamwScalars &s, T *c) {
+  int64_t t = loadStep(s.step);
+  double lrV = loadScalar(s.lr), b1 = loadScalar(s.beta1),
+         b2 = loadScalar(s.beta2), epsV = loadScalar(s.eps),
+         wd = loadScalar(s.weightDecay);
+  double bc1 = sub(1.0, pow(b1, static_cast<double>(t)));
+  double bc2Sqrt = root(sub(1.0, pow(b2, static_cast<double>(t))));
+  double stepSize = quo(lrV, bc1), decay = sub(1.0, mul(lrV, wd));
+  c[0] = T(b1), c[1] = T(b2), c[2] = T(decay), c[3] = T(stepSize);
+  c[4] = T(bc2Sqrt), c[5] = T(epsV);
+  return t >= 1;
+}
+
 template <typename T>
 __global__ void adamwKernel(const T *p, const T *g, const T *m, const T *v,
                             T *np, T *nm, T *nv, int64_t n, AdamwScalars s) {
   // tB1, tB2, tDecay, tStep, tBc2, tEps of the CPU code.
   __shared__ T c[6];
   __shared__ bool run;
-  if (threadIdx.x == 0) {
-    int64_t t = loadStep(s.step);
-    run = t >= 1;
-    double lrV = loadScalar(s.lr), b1 = loadScalar(s.beta1),
-           b2 = loadScalar(s.beta2), epsV = loadScalar(s.eps),
-           wd = loadScalar(s.weightDecay);
-    double bc1 = sub(1.0, pow(b1, static_cast<double>(t)));
-    double bc2Sqrt = root(sub(1.0, pow(b2, static_cast<double>(t))));
-    double stepSize = quo(lrV, bc1), decay = sub(1.0, mul(lrV, wd));
-    c[0] = T(b1), c[1] = T(b2), c[2] = T(decay), c[3] = T(stepSize);
-    c[4] = T(bc2Sqrt), c[5] = T(epsV);
-  }
+  if (threadIdx.x == 0)
+    run = adamwStepConstants(s, c);
   __syncthreads();
   if (!run)
     return;
@@ -340,17 +348,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ T c[7];
   __shared__ bool run;
   if (threadIdx.x == 0) {
-    const AdamwScalars &s = a.s;
-    int64_t t = loadStep(s.step);
-    run = t >= 1;
-    double lrV = loadScalar(s.lr), b1 = loadScalar(s.beta1),
-           b2 = loadScalar(s.beta2), epsV = loadScalar(s.eps),
-           wd = loadScalar(s.weightDecay);
-    double bc1 = sub(1.0, pow(b1, static_cast<double>(t)));
-    double bc2Sqrt = root(sub(1.0, pow(b2, static_cast<double>(t))));
-    double stepSize = quo(lrV, bc1), decay = sub(1.0, mul(lrV, wd));
-    c[0] = T(b1), c[1] = T(b2), c[2] = T(decay), c[3] = T(stepSize);
-    c[4] = T(bc2Sqrt), c[5] = T(epsV);
+    run = adamwStepConstants(a.s, c);
     c[6] = a.gradScale.data ? *static_cast<const T *>(a.gradScale.data) : T(1);
   }
   __syncthreads();

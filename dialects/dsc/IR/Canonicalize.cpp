@@ -53,6 +53,14 @@ Value swappedSource(Value v, Operation *user) {
   return t.getInput();
 }
 
+/// Copies the markers passes leave on an op (dsc.recompute, ...), not its
+/// own attributes, onto its replacement.
+void copyMarkers(Operation *from, Operation *to) {
+  for (NamedAttribute a : from->getAttrs())
+    if (a.getName().strref().starts_with("dsc."))
+      to->setAttr(a.getName(), a.getValue());
+}
+
 /// matmul(transpose(x), y) -> matmul(x, y) {transpose_lhs}: the GEMM reads
 /// x transposed (and likewise for the right operand, or both).
 struct FoldTransposedOperands : OpRewritePattern<MatMulOp> {
@@ -98,10 +106,7 @@ struct SwapTransposedProduct : OpRewritePattern<TransposeOp> {
         rewriter, mm.getLoc(), op.getType(), mm.getRhs(), mm.getLhs(),
         rewriter.getBoolAttr(!mm.getTransposeRhs()),
         rewriter.getBoolAttr(!mm.getTransposeLhs()));
-    // The markers passes leave (dsc.recompute, ...), not the flags.
-    for (NamedAttribute a : mm->getAttrs())
-      if (a.getName().strref().starts_with("dsc."))
-        swapped->setAttr(a.getName(), a.getValue());
+    copyMarkers(mm, swapped);
     rewriter.replaceOp(op, swapped.getResult());
     return success();
   }
@@ -223,9 +228,7 @@ struct GradientOf16BitScores : OpRewritePattern<CastOp> {
         rewriter, back.getLoc(), x.getType(), back.getGrad(), x,
         back.getLabels(), back.getWeights(), back.getKindAttr(),
         back.getReductionAttr(), back.getIgnoreIndexAttr());
-    for (NamedAttribute a : back->getAttrs())
-      if (a.getName().strref().starts_with("dsc."))
-        grad->setAttr(a.getName(), a.getValue());
+    copyMarkers(back, grad);
     Value result = grad.getResult();
     if (result.getType() != op.getType())
       result = ReshapeOp::create(
