@@ -430,7 +430,14 @@ Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
   return Status();
 }
 
+namespace {
+thread_local int64_t draws = 0;
+} // namespace
+
+int64_t stepVaryingDraws() { return draws; }
+
 uint64_t dropoutSeed(uint64_t runSeed, int64_t step, int64_t call, int64_t op) {
+  ++draws;
   uint64_t h = splitmix64(runSeed);
   h = splitmix64(h ^ static_cast<uint64_t>(step));
   h = splitmix64(h ^ static_cast<uint64_t>(call));

@@ -109,6 +109,9 @@ Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
 /// optimizer step, the call (micro-batch) that runs the op and the op's
 /// index in its function, so no two dropouts of a run share a mask.
 uint64_t dropoutSeed(uint64_t runSeed, int64_t step, int64_t call, int64_t op);
+/// How many dropoutSeed calls the calling thread has made: a value drawn on
+/// the host for each step, which a captured CUDA graph would repeat.
+int64_t stepVaryingDraws();
 
 } // namespace dsc::cpu
 

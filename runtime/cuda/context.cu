@@ -104,6 +104,7 @@ Status scratch(size_t bytes, void **out) {
     want = (want + 0xFFFF) & ~size_t(0xFFFF);
     DSC_CUDA_CHECK(cudaMalloc(&rd.scratch, want));
     rd.scratchBytes = want;
+    ++rd.scratchGeneration;
   }
   *out = rd.scratch;
   return Status();

@@ -24,8 +24,12 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 namespace dsc::cuda {
+
+struct StepGraphs; // graph.cu
 
 struct RankDevice {
   int rank = 0;
@@ -37,6 +41,10 @@ struct RankDevice {
   cudnnHandle_t cudnn = nullptr;
   void *scratch = nullptr; // see scratch()
   size_t scratchBytes = 0;
+  /// Bumped each time the scratch buffer moves: a captured step that used
+  /// the old one is captured again.
+  uint64_t scratchGeneration = 0;
+  std::shared_ptr<StepGraphs> graphs; // the captured steps (graph.h)
 };
 
 constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;

@@ -26,6 +26,7 @@
 
 #include "cpu/checks_layout.h"
 #include "cuda/common.cuh"
+#include "cuda/graph.h"
 #include "cuda/kernels.h"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -491,15 +492,51 @@ Status pinnedWord(unsigned long long **out) {
   return Status();
 }
 
-/// Checks every index on the device and waits for the answer; an index out
-/// of range fails the call with the CPU reference's message. `flag` is 8
-/// bytes of scratch; keys and positions are as in checkIndicesKernel.
+/// After checkIndicesKernel, inside a captured step: the bad index itself
+/// into the flag's second word.
+__global__ void badIndexKernel(const void *indices, bool wide,
+                               unsigned long long *flag) {
+  unsigned long long j = flag[0];
+  if (j != ~0ull)
+    flag[1] = static_cast<unsigned long long>(
+        loadIndex(indices, wide, static_cast<int64_t>(j)));
+}
+
+/// Inside a captured step the answer cannot be waited for: the flag is two
+/// deferred words (graph.h) and the verdict comes after the replay.
+Status deferIndexCheck(const Call &call, const Tensor &indices, int64_t dim,
+                       uint32_t *keys, uint32_t *positions) {
+  int64_t m = indices.numel();
+  bool wide = indices.dtype == DType::I64;
+  unsigned long long *flag = nullptr;
+  if (Status st = deferredWords(2, &flag); !st.ok())
+    return st;
+  DSC_CUDA_CHECK(cudaMemsetAsync(flag, 0xff, 2 * sizeof(*flag), stream()));
+  checkIndicesKernel<<<blocksFor(m), kThreads, 0, stream()>>>(
+      indices.data, wide, m, dim, flag, keys, positions);
+  DSC_CUDA_LAUNCHED("check_indices");
+  badIndexKernel<<<1, 1, 0, stream()>>>(indices.data, wide, flag);
+  DSC_CUDA_LAUNCHED("bad_index");
+  return deferCheck(flag, 2, [call, dim](const unsigned long long *w) {
+    if (w[0] == ~0ull)
+      return Status();
+    return cpu::detail::gatherIndexError(call, static_cast<int64_t>(w[1]),
+                                         static_cast<int64_t>(w[0]), dim);
+  });
+}
+
+/// Checks every index on the device and waits for the answer (in a
+/// captured step: after the replay); an index out of range fails the call
+/// with the CPU reference's message. `flag` is 8 bytes of scratch; keys and
+/// positions are as in checkIndicesKernel.
 Status checkIndices(const Call &call, const Tensor &indices, int64_t dim,
                     unsigned long long *flag, uint32_t *keys,
                     uint32_t *positions) {
   int64_t m = indices.numel();
   if (m == 0)
     return Status();
+  if (capturingStep())
+    return deferIndexCheck(call, indices, dim, keys, positions);
   bool wide = indices.dtype == DType::I64;
   DSC_CUDA_CHECK(cudaMemsetAsync(flag, 0xff, sizeof(*flag), stream()));
   checkIndicesKernel<<<blocksFor(m), kThreads, 0, stream()>>>(

@@ -3,6 +3,7 @@
 #include "cuda/comm.h"
 #include "cuda/context.h"
 #include "cuda/device.h"
+#include "cuda/graph.h"
 
 #include <map>
 #include <mutex>
@@ -110,10 +111,18 @@ public:
     }
     if (Status s = awaitIdle(comm, timeout); !s.ok())
       return s;
+    if (Status s = deferredVerdicts(); !s.ok())
+      return s;
     std::lock_guard<std::mutex> lock(mu_);
     Usage &u = usage_[current().rank];
     u.peak = std::max(u.peak, u.now + workspaces());
     return Status();
+  }
+
+  Status replayStep(const std::vector<const void *> &key,
+                    const std::function<Status()> &enqueue, bool &ran,
+                    std::string &why) override {
+    return cuda::replayStep(key, enqueue, ran, why);
   }
 
   Status memoryInUse(size_t &now, size_t &peak) override {

@@ -32,6 +32,7 @@
 #include "cpu/checks_layout.h"
 #include "cpu/checks_math.h"
 #include "cuda/common.cuh"
+#include "cuda/graph.h"
 #include "cuda/elementwise_ops.cuh"
 #include "cuda/kernels.h"
 
@@ -271,7 +272,9 @@ __global__ void anyZeroKernel(const T *b, int64_t n, int *flag) {
 }
 
 /// The CPU's integer division check: an error if any element of rhs is
-/// zero. Waits for the scan; skipped while the stream is captured.
+/// zero. Waits for the scan; in a step captured by replayStep the verdict
+/// comes after the replay (graph.h); skipped while the stream is captured
+/// by anyone else.
 template <typename T>
 Status checkNoZeroDivisor(const Call &call, const char *name,
                           const Tensor &rhs) {
@@ -279,24 +282,42 @@ Status checkNoZeroDivisor(const Call &call, const char *name,
   if (n == 0)
     return Status();
   cudaStream_t s = stream();
+  bool deferred = capturingStep();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   DSC_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-  if (capture != cudaStreamCaptureStatusNone)
+  if (capture != cudaStreamCaptureStatusNone && !deferred)
     return Status();
   void *buf = nullptr;
-  if (Status st = scratch(sizeof(int), &buf); !st.ok())
+  if (deferred) {
+    unsigned long long *word = nullptr;
+    if (Status st = deferredWords(1, &word); !st.ok())
+      return st;
+    buf = word;
+  } else if (Status st = scratch(sizeof(unsigned long long), &buf);
+             !st.ok()) {
     return st;
+  }
   int *flag = static_cast<int *>(buf);
-  DSC_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), s));
+  DSC_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned long long), s));
   anyZeroKernel<T><<<grid(n), kThreads, 0, s>>>(ptr<const T>(rhs), n, flag);
   DSC_CUDA_LAUNCHED(name);
+  auto verdict = [call](const int &found) {
+    if (found)
+      return call.fail("integer division by zero", StatusCode::OutOfRange);
+    return Status();
+  };
+  if (deferred)
+    return deferCheck(static_cast<unsigned long long *>(buf), 1,
+                      [verdict](const unsigned long long *w) {
+                        int found = 0;
+                        std::memcpy(&found, w, sizeof found);
+                        return verdict(found);
+                      });
   int found = 0;
   DSC_CUDA_CHECK(
       cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost, s));
   DSC_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (found)
-    return call.fail("integer division by zero", StatusCode::OutOfRange);
-  return Status();
+  return verdict(found);
 }
 
 template <typename T>

@@ -52,6 +52,7 @@
 
 #include "cpu/checks_math.h"
 #include "cuda/common.cuh"
+#include "cuda/graph.h"
 #include "cuda/kernels.h"
 
 #include <algorithm>
@@ -368,6 +369,9 @@ __global__ void badLabelKernel(LabelView labels) {
 /// The flag is two words: the position (~0 when every label is valid) and,
 /// after badLabelKernel, its label.
 Status initLabelFlag(LabelView &labels, unsigned long long *flag) {
+  if (capturingStep()) // checkLabelFlag defers the verdict
+    if (Status st = deferredWords(2, &flag); !st.ok())
+      return st;
   labels.bad = flag;
   DSC_CUDA_CHECK(cudaMemsetAsync(flag, 0xff, 2 * sizeof(*flag), stream()));
   return Status();
@@ -376,16 +380,22 @@ Status initLabelFlag(LabelView &labels, unsigned long long *flag) {
 Status checkLabelFlag(const Call &call, const LabelView &labels) {
   badLabelKernel<<<1, 1, 0, stream()>>>(labels);
   DSC_CUDA_LAUNCHED("bad_label");
+  int64_t classes = labels.classes;
+  auto verdict = [call, classes](const unsigned long long *w) {
+    if (w[0] == ~0ull)
+      return Status();
+    return call.fail("label " + std::to_string(static_cast<int64_t>(w[1])) +
+                         " at " + std::to_string(w[0]) + " outside [0, " +
+                         std::to_string(classes) + ")",
+                     StatusCode::OutOfRange);
+  };
+  if (capturingStep())
+    return deferCheck(labels.bad, 2, verdict);
   unsigned long long host[2];
   DSC_CUDA_CHECK(cudaMemcpyAsync(host, labels.bad, sizeof(host),
                                  cudaMemcpyDeviceToHost, stream()));
   DSC_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  if (host[0] == ~0ull)
-    return Status();
-  return call.fail("label " + std::to_string(static_cast<int64_t>(host[1])) +
-                       " at " + std::to_string(host[0]) + " outside [0, " +
-                       std::to_string(labels.classes) + ")",
-                   StatusCode::OutOfRange);
+  return verdict(host);
 }
 
 } // namespace

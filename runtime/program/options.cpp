@@ -159,6 +159,10 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
       o.version = true;
       continue;
     }
+    if (arg == "--cuda-graph" || arg == "--no-cuda-graph") {
+      o.cudaGraph = arg == "--cuda-graph";
+      continue;
+    }
     if (arg == "--wall-clock-breakdown" || arg == "--no-wall-clock-breakdown") {
       o.wallClockBreakdown = arg == "--wall-clock-breakdown";
       continue;
@@ -179,7 +183,8 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
       if (name == "--help" || name == "--quiet" ||
           name == "--overwrite-special" || name == "--version" ||
           name == "--wall-clock-breakdown" ||
-          name == "--no-wall-clock-breakdown")
+          name == "--no-wall-clock-breakdown" || name == "--cuda-graph" ||
+          name == "--no-cuda-graph")
         return fail(name + " takes no value");
       std::string hint;
       static const char *known[] = {"--lr",    "--weight-decay", "--beta1",
@@ -401,6 +406,10 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   opt("", "  collectives of every step (progress line, --log,");
   opt("", "  metrics); on a GPU each phase synchronizes it;");
   opt("", "  --no-wall-clock-breakdown undoes a compiled-in one");
+  opt("--no-cuda-graph", "on a GPU, run every step's kernels one by one");
+  opt("", "  (default: from the third step on, a step replays");
+  opt("", "  as one captured CUDA graph where nothing in it");
+  opt("", "  needs the host: no collectives, dropout or timers)");
   opt("--print-every N", "a progress line every N steps (and the first and");
   opt("", "  last); --log still gets every step");
   opt("--gradcheck N", "instead of training: compare the gradients of step 1");

@@ -455,9 +455,7 @@ Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
   }
   rs.dev->arena.reset();
   ctx.arena = &rs.dev->arena;
-  if (Status s =
-          spec_.trainStep(ctx, rs.dev->args.data(), rs.dev->results.data());
-      !s.ok())
+  if (Status s = runOnDevice(rs, ctx); !s.ok())
     return s;
   // The results the progress line and the loss scaler read.
   const Layout &l = job_.layout;
@@ -470,6 +468,31 @@ Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
           !s.ok())
         return s;
   return device->synchronize();
+}
+
+/// The step's kernels, replayed as a CUDA graph where the device can (one
+/// process, one rank: a communicator's collectives and the phase timers
+/// need the host inside the step).
+Status Ranks::runOnDevice(RankState &rs, const RankContext &ctx) {
+  auto enqueue = [&] {
+    return spec_.trainStep(ctx, rs.dev->args.data(), rs.dev->results.data());
+  };
+  bool ran = false;
+  if (job_.o.cudaGraph && !ctx.comm && !rs.clock) {
+    std::vector<const void *> key;
+    for (const Tensor &t : rs.dev->args)
+      key.push_back(t.data);
+    for (const Tensor &t : rs.dev->results)
+      key.push_back(t.data);
+    std::string why;
+    if (Status s = job_.device->replayStep(key, enqueue, ran, why); !s.ok())
+      return s;
+    if (!why.empty() && !graphWarned_) {
+      graphWarned_ = true;
+      job_.note("the step runs without a CUDA graph: " + why);
+    }
+  }
+  return ran ? Status() : enqueue();
 }
 
 std::vector<std::string> Ranks::runStep(int64_t step) {

@@ -154,6 +154,7 @@ private:
                                       const std::vector<int> &hung,
                                       const std::string &at);
   Communicator *commOf(RankState &rs);
+  Status runOnDevice(RankState &rs, const RankContext &ctx);
 
   Job &job_;
   const ProgramSpec &spec_;
@@ -166,6 +167,7 @@ private:
   std::vector<std::unique_ptr<Communicator>> staged_; // on a device
   std::vector<Memory> scratch_;
   double lrHyper_ = 0;
+  bool graphWarned_ = false;
 };
 
 } // namespace dsc::program

@@ -104,6 +104,7 @@ struct Options {
   double gradcheckTol = -1;             // < 0: by dtype
   bool version = false;                 // --version
   bool wallClockBreakdown = false;      // time the step's phases
+  bool cudaGraph = true; // replay the step as a CUDA graph where it can
   std::set<std::string> hypersGiven;    // on the command line
   bool seedGiven = false;
   // Checkpoints (checkpointing.h).

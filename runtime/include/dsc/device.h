@@ -63,6 +63,19 @@ public:
   /// a distributed run a collective still running after
   /// DistributedInit::timeoutSeconds is named and the run aborted.
   virtual Status synchronize() = 0;
+  /// Runs one step of the bound rank, `enqueue` (which only issues work on
+  /// the rank's stream), as a captured graph that is replayed each time the
+  /// step comes with the same `key` (its buffers). `ran` false: nothing ran
+  /// and the caller calls `enqueue` itself: the key's first step, or a
+  /// step that cannot be replayed (`why` says why, once). Checks the
+  /// replayed kernels make are reported by the next synchronize().
+  virtual Status replayStep(const std::vector<const void *> &key,
+                            const std::function<Status()> &enqueue, bool &ran,
+                            std::string &why) {
+    (void)key, (void)enqueue, (void)why;
+    ran = false;
+    return Status();
+  }
   /// Bytes of device memory this process holds on the rank's GPU beyond
   /// what it held before the first rank was bound (tensors, arena, library
   /// workspaces, NCCL buffers), now and at its high-water mark.
