@@ -486,4 +486,51 @@ def DscMultiTensorAdamW : Pass<"dsc-multi-tensor-adamw", "mlir::ModuleOp"> {
   }];
 }
 
+
+def DscInPlaceUpdates : Pass<"dsc-in-place-updates", "mlir::ModuleOp"> {
+  let summary = "Write updated parameters and optimizer state into their "
+                "arguments' storage";
+  let description = [{
+    Runs last, on the final order of the step. A result of `function` that
+    is the updated value of an argument (`dsc.param_update`,
+    `dsc.opt_state_update`, `dsc.buffer_update` or `dsc.scaler_update` of
+    the argument with the same role and name) gets `dsc.in_place = <argument
+    index>` when the op computing it may write it over that argument:
+
+    1. the op updates that operand element by element: `dsc.adamw`,
+       `dsc.adamw_multi` and `dsc.sgd` for their own state operand (the new
+       exp_avg over exp_avg), elementwise math and `dsc.where` over any
+       operand of the result's type (fp16's `where(finite, new, old)` keeps
+       a skipped step's values: each element is written with itself). Not
+       `dsc.fused` (its kernels' operands are `__restrict__`), nor a
+       reshape, slice or collective (ZeRO 1-2's gathered parameters);
+    2. the op reads the argument itself, not through a view;
+    3. nothing reads the argument's storage at or after the op: no other
+       op, no view (reshape, wait, collective input) of it, no
+       asynchronous collective on it before its `dsc.wait`, and the
+       argument is not returned;
+    4. the value is returned once, in the argument's type.
+
+    The program then holds such state once instead of double-buffering it
+    (argument and result swapped after each step). Nothing else changes.
+
+    ```mlir
+    func.func @train_step(%p: tensor<3xf32> {dsc.param = "w"},
+        %m: tensor<3xf32> {dsc.opt_state = "w/exp_avg"}, ...)
+        -> (tensor<f32> {dsc.output = "loss"},
+            tensor<3xf32> {dsc.param_update = "w"},
+            tensor<3xf32> {dsc.opt_state_update = "w/exp_avg"}, ...)
+    // becomes
+        -> (tensor<f32> {dsc.output = "loss"},
+            tensor<3xf32> {dsc.in_place = 0 : i64, dsc.param_update = "w"},
+            tensor<3xf32> {dsc.in_place = 1 : i64,
+                           dsc.opt_state_update = "w/exp_avg"}, ...)
+    ```
+  }];
+  let options = [
+    Option<"function", "function", "std::string", /*default=*/"\"train_step\"",
+           "The step function whose results are decided">
+  ];
+}
+
 #endif // DSC_PASSES_TD

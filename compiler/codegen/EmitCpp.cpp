@@ -288,7 +288,8 @@ Status checkTensors(const char *what, const Spec *specs, int count,
 }
 
 /// Results are written while arguments are still read, so no result may
-/// share memory with an argument or another result.
+/// share memory with an argument or another result, but a result computed in
+/// place (inPlaceOf) may be exactly its argument's storage.
 Status checkDisjoint(const dsc::ArgSpec *argSpecs, const Tensor *args,
                      int numArgs, const dsc::ResultSpec *resultSpecs,
                      const Tensor *results, int numResults) {
@@ -299,7 +300,8 @@ Status checkDisjoint(const dsc::ArgSpec *argSpecs, const Tensor *args,
       return rb != re && b != e && b < re && rb < e;
     };
     for (int a = 0; a < numArgs; ++a)
-      if (clash(args[a]))
+      if (clash(args[a]) &&
+          !(resultSpecs[r].inPlaceOf == a && args[a].data == results[r].data))
         return Status::error(dsc::StatusCode::InvalidArgument,
                              std::string("train_step: result ") +
                                  resultSpecs[r].name +
@@ -1290,6 +1292,23 @@ std::optional<Role> resultRole(DictionaryAttr attrs) {
   return std::nullopt;
 }
 
+/// The argument result `i` of the step is computed in place of
+/// (dsc-in-place-updates' dsc.in_place), or -1.
+FailureOr<int64_t> inPlaceArgument(func::FuncOp entry, unsigned i) {
+  Attribute attr = entry.getResultAttr(i, "dsc.in_place");
+  if (!attr)
+    return -1;
+  auto index = dyn_cast<IntegerAttr>(attr);
+  if (!index || index.getInt() < 0 ||
+      index.getInt() >= int64_t(entry.getNumArguments()) ||
+      entry.getArgumentTypes()[index.getInt()] != entry.getResultTypes()[i])
+    return entry.emitError("codegen: result ")
+           << i << " of @" << entry.getSymName()
+           << " is in place of no argument of its type (dsc.in_place = " << attr
+           << ")";
+  return index.getInt();
+}
+
 FailureOr<std::string> Emitter::emitBuckets(func::FuncOp entry,
                                             int &numBuckets) {
   bucketPadded_.clear();
@@ -1519,9 +1538,14 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
                                          "result " + std::to_string(i));
     if (failed(bucket))
       return failure();
+    FailureOr<int64_t> inPlaceOf = inPlaceArgument(entry, i);
+    if (failed(inPlaceOf))
+      return failure();
     resultsText += "    {dsc::ResultRole::" + std::string(role->role) + ", " +
                    cppString(role->name) + ", " + tensorSpec(type) + ", " +
-                   std::to_string(*bucket) + "},\n";
+                   std::to_string(*bucket) +
+                   (*inPlaceOf >= 0 ? ", " + std::to_string(*inPlaceOf) : "") +
+                   "},\n";
   }
 
   // Module attributes, with defaults for a module dsc-optimizer has not seen.

@@ -593,9 +593,11 @@ Status where(const Tensor &cond, const Tensor &x, const Tensor &y,
   const bool *c = cond.as<bool>();
   const char *px = x.as<char>(), *py = y.as<char>();
   char *po = out.as<char>();
+  // memmove: out may be x's or y's own storage (an fp16 step's
+  // where(finite, new, old) computed in place of old).
   for (int64_t i = 0, n = out.numel(); i < n; ++i, w.next())
-    std::memcpy(po + i * es,
-                c[w.off[0]] ? px + w.off[1] * es : py + w.off[2] * es, es);
+    std::memmove(po + i * es,
+                 c[w.off[0]] ? px + w.off[1] * es : py + w.off[2] * es, es);
   return Status();
 }
 

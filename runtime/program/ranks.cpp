@@ -28,6 +28,7 @@ DeviceMirror::~DeviceMirror() {
 
 Status DeviceMirror::create(Device *d, const std::vector<Tensor> &hostArgs,
                             const std::vector<Tensor> &hostResults,
+                            const std::vector<int> &aliasOf,
                             size_t arenaBytes) {
   device = d;
   auto mirror = [&](const Tensor &h, Tensor &out) -> Status {
@@ -44,9 +45,14 @@ Status DeviceMirror::create(Device *d, const std::vector<Tensor> &hostArgs,
   for (size_t i = 0; i < hostArgs.size(); ++i)
     if (Status s = mirror(hostArgs[i], args[i]); !s.ok())
       return s;
-  for (size_t i = 0; i < hostResults.size(); ++i)
+  for (size_t i = 0; i < hostResults.size(); ++i) {
+    if (aliasOf[i] >= 0) { // computed in place: its argument's storage
+      results[i] = args[size_t(aliasOf[i])];
+      continue;
+    }
     if (Status s = mirror(hostResults[i], results[i]); !s.ok())
       return s;
+  }
   void *base = nullptr;
   if (Status s = d->allocate(arenaBytes, &base); !s.ok())
     return Status::error(s.code(), "the step's arena (" +
@@ -157,6 +163,11 @@ Communicator *Ranks::commOf(RankState &rs) {
 
 Status Ranks::allocate() {
   const int W = job_.W;
+  // Results computed in place share their argument's storage, but under
+  // --gradcheck, whose steps must all start from the same parameters.
+  aliasOf_ = job_.layout.aliasOf;
+  if (job_.o.gradcheck > 0)
+    aliasOf_.assign(aliasOf_.size(), -1);
   // The global batch: rank r's Input is a view of rows [r B, (r + 1) B).
   for (int i : job_.layout.inputs) {
     TensorSpec t = spec_.args[i].type;
@@ -205,6 +216,10 @@ Status Ranks::allocate() {
     rs->resultMemory.resize(size_t(spec_.numResults));
     for (int i = 0; i < spec_.numResults; ++i) {
       const ResultSpec &res = spec_.results[i];
+      if (aliasOf_[size_t(i)] >= 0) {
+        rs->results[i] = rs->args[size_t(aliasOf_[size_t(i)])];
+        continue;
+      }
       if (Status s = allocateTensor(res.type,
                                     std::string(resultRoleName(res.role)) +
                                         " result '" + res.name + "'" + who,
@@ -381,16 +396,17 @@ Status Ranks::placeOnDevice(std::string &deviceWhat) {
   size_t rankBytes = spec_.arenaBytes + (size_t(32) << 20);
   for (const Tensor &t : first.args)
     rankBytes += t.nbytes();
-  for (const Tensor &t : first.results)
-    rankBytes += t.nbytes();
+  for (size_t i = 0; i < first.results.size(); ++i)
+    if (aliasOf_[i] < 0)
+      rankBytes += first.results[i].nbytes();
   if (Status s = checkFit(rankBytes); !s.ok())
     return s;
   for (auto &rs : ranks_) {
     if (Status s = device->bindRank(rs->id, rs->gpu); !s.ok())
       return s;
     rs->dev = std::make_unique<DeviceMirror>();
-    if (Status s =
-            rs->dev->create(device, rs->args, rs->results, spec_.arenaBytes);
+    if (Status s = rs->dev->create(device, rs->args, rs->results, aliasOf_,
+                                   spec_.arenaBytes);
         !s.ok())
       return Status::error(s.code(), format("rank %d: ", rs->id) + s.message());
   }
@@ -662,12 +678,15 @@ void Ranks::setStep(int64_t step) {
 
 void Ranks::swapUpdates() {
   for (auto &rs : ranks_)
-    for (const auto &[r, a] : job_.layout.updates) {
-      std::swap(rs->args[a].data, rs->results[r].data);
-      if (rs->dev)
-        std::swap(rs->dev->args[size_t(a)].data,
-                  rs->dev->results[size_t(r)].data);
-    }
+    for (auto *list : {&job_.layout.updates, &job_.layout.inPlace})
+      for (const auto &[r, a] : *list) {
+        if (aliasOf_[size_t(r)] >= 0)
+          continue; // one storage: it already holds the update
+        std::swap(rs->args[a].data, rs->results[r].data);
+        if (rs->dev)
+          std::swap(rs->dev->args[size_t(a)].data,
+                    rs->dev->results[size_t(r)].data);
+      }
 }
 
 //===----------------------------------------------------------------------===//
@@ -796,8 +815,9 @@ void Ranks::deviceMemory(size_t &peak, size_t &tensorBytes) const {
   }
   for (const Tensor &t : ranks_[0]->args)
     tensorBytes += t.nbytes();
-  for (const Tensor &t : ranks_[0]->results)
-    tensorBytes += t.nbytes();
+  for (size_t i = 0; i < ranks_[0]->results.size(); ++i)
+    if (aliasOf_[i] < 0)
+      tensorBytes += ranks_[0]->results[i].nbytes();
 }
 
 } // namespace dsc::program

@@ -4,9 +4,10 @@
 // Every rank of the world as a thread of this process (a program compiled
 // for the CPU, or for a device without a launcher), or one rank per process
 // talking over NCCL. Each rank owns its arguments, results and scratch
-// arena; on a device, a mirror of them in GPU memory. Param, OptState and
-// Buffer results are double-buffered with their argument (swapped after a
-// step, never copied).
+// arena; on a device, a mirror of them in GPU memory. Param, OptState,
+// Buffer and Scaler results the step computes in place (ResultSpec::
+// inPlaceOf) are their argument's storage; the others are double-buffered
+// with their argument (swapped after a step, never copied).
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,8 +34,10 @@ struct DeviceMirror {
   DeviceMirror(const DeviceMirror &) = delete;
   DeviceMirror &operator=(const DeviceMirror &) = delete;
   ~DeviceMirror();
+  /// A result with aliasOf[i] >= 0 gets that argument's storage.
   Status create(Device *d, const std::vector<Tensor> &hostArgs,
-                const std::vector<Tensor> &hostResults, size_t arenaBytes);
+                const std::vector<Tensor> &hostResults,
+                const std::vector<int> &aliasOf, size_t arenaBytes);
   /// Host argument i to the device.
   Status upload(const std::vector<Tensor> &hostArgs, size_t i);
   /// Device tensor `d` into host tensor `h` (same type).
@@ -103,7 +106,8 @@ public:
   std::vector<std::string> runStep(int64_t step);
   /// Sets every rank's Step argument.
   void setStep(int64_t step);
-  /// After a step: updated results become the next step's arguments.
+  /// After a step: updated results become the next step's arguments (those
+  /// computed in place already are).
   void swapUpdates();
   /// All arguments to the device again (after the host ones were changed).
   Status uploadAll();
@@ -166,6 +170,9 @@ private:
   std::unique_ptr<comm::InProcessWorld> world_;
   std::vector<std::unique_ptr<Communicator>> staged_; // on a device
   std::vector<Memory> scratch_;
+  /// Per result: the argument whose storage it shares (computed in place),
+  /// or -1 (its own storage).
+  std::vector<int> aliasOf_;
   double lrHyper_ = 0;
   bool graphWarned_ = false;
 };

@@ -77,6 +77,8 @@ struct Layout {
   std::vector<int> scalerResults;      // fp16: Scaler results
   int lossScaleResult = -1, hysteresisResult = -1;
   std::vector<std::pair<int, int>> updates; // (result, arg) double-buffered
+  std::vector<std::pair<int, int>> inPlace; // (result, arg) one storage
+  std::vector<int> aliasOf; // per result: the arg whose storage it is, or -1
   std::vector<int> grads;                   // Grad results
   std::vector<int> inputs, params, buffers, optStates; // args
   int worldSize = 1, groupSize = 1;

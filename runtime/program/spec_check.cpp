@@ -172,14 +172,22 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
       if (!sameType(r.type, spec.args[arg].type))
         return bug(what + " is " + describeSpec(r.type) +
                    " but its argument is " + describeSpec(spec.args[arg].type));
-      for (auto &u : layout.updates)
-        if (u.second == arg)
-          return bug(what + " is returned twice");
-      layout.updates.push_back({i, arg});
+      for (auto *list : {&layout.updates, &layout.inPlace})
+        for (auto &u : *list)
+          if (u.second == arg)
+            return bug(what + " is returned twice");
+      if (r.inPlaceOf >= 0 && r.inPlaceOf != arg)
+        return bug(what + " is computed in place of argument " +
+                   std::to_string(r.inPlaceOf) + ", not of its own (" +
+                   std::to_string(arg) + ")");
+      (r.inPlaceOf >= 0 ? layout.inPlace : layout.updates).push_back({i, arg});
       break;
     }
     if (!s.ok())
       return s;
+    if (r.inPlaceOf >= 0 && arg < 0)
+      return bug(what + " is computed in place of an argument but updates "
+                        "none");
   }
   if (layout.loss < 0)
     return bug("no loss result");
@@ -270,11 +278,15 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     if (Status s = checkShard(r.bucket, r.type, what); !s.ok())
       return s;
   }
-  for (const auto &[r, a] : layout.updates)
-    if (spec.results[r].bucket != spec.args[a].bucket)
-      return bug(std::string(resultRoleName(spec.results[r].role)) +
-                 " result '" + spec.results[r].name +
-                 "' and its argument are in different buckets");
+  layout.aliasOf.assign(size_t(spec.numResults), -1);
+  for (const auto &[r, a] : layout.inPlace)
+    layout.aliasOf[size_t(r)] = a;
+  for (auto *list : {&layout.updates, &layout.inPlace})
+    for (const auto &[r, a] : *list)
+      if (spec.results[r].bucket != spec.args[a].bucket)
+        return bug(std::string(resultRoleName(spec.results[r].role)) +
+                   " result '" + spec.results[r].name +
+                   "' and its argument are in different buckets");
   for (int c = 0; c < spec.numCollectives; ++c)
     if (!spec.collectives[c].kind)
       return bug("collective " + std::to_string(c) +

@@ -84,6 +84,11 @@ target and output:
   --no-raise-gelu            keep a GELU the exporter wrote as a formula
                              (0.5 x (1 + tanh(...)) or erf) as it is
                              instead of one dsc.gelu (dsc-raise-gelu)
+  --no-in-place-updates      double-buffer every updated parameter and
+                             optimizer state (argument and result swapped
+                             after each step) instead of writing those the
+                             optimizer updates element by element into
+                             their arguments (dsc-in-place-updates)
   --recompute none|selective activation recomputation (dsc-recompute):
                              selective computes elementwise values, norms
                              and softmax again in backward instead of
@@ -172,7 +177,7 @@ struct CompileOptions {
   std::string model, output, emit = "exe", target, cxx, nvcc,
                              cudaArch = "sm_90a", hostOpt = "0";
   bool printIRAfterAll = false, report = false, f64 = false, fuse = true;
-  bool fuseAttention = true, raiseGelu = true;
+  bool fuseAttention = true, raiseGelu = true, inPlaceUpdates = true;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
@@ -473,6 +478,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.fuseAttention = false;
     else if (a == "--no-raise-gelu")
       o.raiseGelu = false;
+    else if (a == "--no-in-place-updates")
+      o.inPlaceUpdates = false;
     else if (a == "--sync-batchnorm") {
       o.partitionPipeline +=
           std::string(o.partitionPipeline.empty() ? "" : " ") +
@@ -713,7 +720,7 @@ OwningOpRef<ModuleOp> readIR(MLIRContext &ctx, CompileOptions &o) {
 /// The passes from the imported forward graph to the step code generation
 /// translates: gradients, optimizer, sharding, precision, schedule,
 /// recomputation, then canonicalization, CSE and (for a target with
-/// generated kernels) elementwise fusion.
+/// generated kernels) elementwise fusion, and which updates are in place.
 LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
                           const CompileOptions &o) {
   PassManager pm(&ctx);
@@ -768,6 +775,9 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   // Kernels are generated for the IR's f32 (not under --f64).
   if (o.fuse && !o.f64)
     pm.addPass(createDscFuseElementwise());
+  // Last: it decides on the final order of the step.
+  if (o.inPlaceUpdates)
+    pm.addPass(createDscInPlaceUpdates());
   return pm.run(module);
 }
 

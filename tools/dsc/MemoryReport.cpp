@@ -149,11 +149,24 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
       psi += t.getNumElements();
       s = std::max<int64_t>(1, t.getElementType().getIntOrFloatBitWidth() / 8);
     }
+  // A result computed in place (dsc-in-place-updates) is its argument's
+  // storage; the other updated state is held twice (swapped after a step).
   double stepTensors = 0;
+  int inPlace = 0, doubled = 0;
   for (Type t : step.getArgumentTypes())
     stepTensors += tensorBytes(t);
-  for (Type t : step.getResultTypes())
-    stepTensors += tensorBytes(t);
+  for (unsigned i = 0; i < step.getNumResults(); ++i) {
+    if (step.getResultAttr(i, "dsc.in_place")) {
+      ++inPlace;
+      continue;
+    }
+    stepTensors += tensorBytes(step.getResultTypes()[i]);
+    if (step.getResultAttr(i, "dsc.param_update") ||
+        step.getResultAttr(i, "dsc.opt_state_update") ||
+        step.getResultAttr(i, "dsc.buffer_update") ||
+        step.getResultAttr(i, "dsc.scaler_update"))
+      ++doubled;
+  }
   double padded = 0, largest = 0;
   if (auto buckets = module->getAttrOfType<ArrayAttr>("dsc.buckets")) {
     for (Attribute a : buckets) {
@@ -177,10 +190,11 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
   printTable(os, psi, padded, n, g, s, k, c, largest, stage, &measured);
   os << llvm::formatv(
       "the compiled step, per rank: arguments and results {0} (parameters "
-      "and optimizer state double-buffered, gradients, the batch) + arena "
-      "{1} (activations and temporaries, static plan) = {2}\n",
+      "and optimizer state: {3} updated in place, {4} double-buffered; "
+      "gradients, the batch) + arena {1} (activations and temporaries, "
+      "static plan) = {2}\n",
       human(stepTensors), human(double(arenaBytes)),
-      human(stepTensors + double(arenaBytes)));
+      human(stepTensors + double(arenaBytes)), inPlace, doubled);
   // What the stage-3 release and the prefetch window buy: gathered buckets
   // alive at once (all of them with --keep-gathered).
   if (gatheredBucketBytes)

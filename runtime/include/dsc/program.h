@@ -70,6 +70,11 @@ struct ResultSpec {
   const char *name;
   TensorSpec type;
   int bucket = -1; // as in ArgSpec
+  /// >= 0: an updated Param, OptState, Buffer or Scaler that the step may
+  /// compute into the storage of its argument, this one
+  /// (dsc-in-place-updates): the caller may hand both the same tensor, and
+  /// holds the state once. -1: it must be storage of its own.
+  int inPlaceOf = -1;
 };
 
 /// Where a parameter sits in a flat bucket (elements, row-major).

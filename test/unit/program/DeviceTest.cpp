@@ -2,8 +2,9 @@
 //
 // A Device whose memory is host memory: the program shell mirrors every
 // rank's tensors and arena through it exactly as it does on a GPU (uploads,
-// double-buffer swaps on the device side, downloads for printing and dumps,
-// the will-it-fit check), so that path runs in CI without a GPU. The step
+// double-buffer swaps on the device side, one buffer for a result computed
+// in place, downloads for printing and dumps, the will-it-fit check), so
+// that path runs in CI without a GPU. The step
 // is a linear regression whose gradient and loss are all-reduced, read from
 // the context's step (as generated CUDA code does), never from args.
 //
@@ -252,6 +253,34 @@ TEST_F(DeviceRun, SameResultsAsTheHostRunOneAndTwoRanks) {
       };
       EXPECT_EQ(loss(lh), loss(ld));
     }
+  }
+}
+
+TEST_F(DeviceRun, AnInPlaceParameterIsOneDeviceBuffer) {
+  // The parameter computed in place (dsc-in-place-updates): on the host and
+  // on the device it is its argument's storage, never swapped, and the run
+  // is the double-buffered one's, bitwise.
+  const ResultSpec inPlace[] = {
+      kResults[0],
+      {ResultRole::Param, "w", {DType::F32, 1, {1}}, -1, W},
+      kResults[2],
+  };
+  for (int ranks : {1, 2}) {
+    SCOPED_TRACE(std::to_string(ranks) + " rank(s)");
+    RunResult twice = train(ranks, true, "2");
+    ASSERT_EQ(twice.rc, 0) << twice.err;
+    device.allocations = 0;
+    ProgramSpec s = spec(ranks, true);
+    s.results = inPlace;
+    RunResult once =
+        runWith(s, {"--steps", "4", "--batch", batchOf(ranks), "--init",
+                    "random", "--lr", "0.01", "--dump-grads", dir / "g1",
+                    "--dump-params", dir / "p1", "--log", dir / "log1"});
+    ASSERT_EQ(once.rc, 0) << once.err;
+    EXPECT_EQ(device.allocations, ranks * (NUM_ARGS + 2 + 1));
+    EXPECT_EQ(readFile(dir / "g2"), readFile(dir / "g1"));
+    EXPECT_EQ(readFile(dir / "p2"), readFile(dir / "p1"));
+    gSteps.clear();
   }
 }
 

@@ -217,6 +217,60 @@ TEST_F(LinearFixture, TrainsLogsAndDumps) {
   EXPECT_EQ(log[59].back(), '}');
 }
 
+/// The linear spec with the parameter, its momentum and the counter
+/// computed in place (ResultSpec::inPlaceOf), as dsc-in-place-updates marks
+/// them: linearStep reads each before it writes its update.
+const ResultSpec kLinInPlaceResults[] = {
+    kLinResults[0],
+    {ResultRole::Param, "w", {DType::F32, 1, {1}}, -1, W},
+    {ResultRole::OptState, "w/momentum_buffer", {DType::F32, 1, {1}}, -1, MOM},
+    {ResultRole::BufferUpdate,
+     "bn.num_batches_tracked",
+     {DType::I64, 0, {}},
+     -1,
+     COUNT},
+    kLinResults[4],
+    kLinResults[5],
+    kLinResults[6],
+};
+
+TEST_F(LinearFixture, InPlaceUpdatesShareTheirArgumentsStorage) {
+  ProgramSpec spec = linearSpec();
+  spec.results = kLinInPlaceResults;
+  RunResult r =
+      runWith(spec, {"--steps", "60", "--lr", "0.005", "--momentum=0.5",
+                     "--seed", "7", "--batch", batch, "--init", "random",
+                     "--dump-params", dir / "p.safetensors"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // One buffer for the parameter, never swapped; the same training as the
+  // double-buffered program's.
+  ASSERT_EQ(gSeen.wArgs.size(), 60u);
+  for (const void *w : gSeen.wArgs)
+    EXPECT_EQ(w, gSeen.wArgs[0]);
+  EXPECT_TRUE(contains(r.out, "step 1/60 | loss 229.5000 | lr 5.00e-03 | "
+                              "grad norm 153.000 | "))
+      << r.out;
+  io::SafetensorsFile p;
+  ASSERT_TRUE(p.read(dir / "p.safetensors").ok());
+  Tensor w, count;
+  ASSERT_TRUE(p.get("w", w).ok());
+  ASSERT_TRUE(p.get("bn.num_batches_tracked", count).ok());
+  EXPECT_NEAR(w.as<float>()[0], 3.0f, 1e-3);
+  EXPECT_EQ(*count.as<int64_t>(), 60);
+
+  // An in-place result must update the argument it names.
+  ResultSpec bad[7];
+  std::copy(std::begin(kLinInPlaceResults), std::end(kLinInPlaceResults), bad);
+  bad[W_NEW].inPlaceOf = MOM;
+  spec.results = bad;
+  expectOneErrorLine(runWith(spec, {"--help"}),
+                     "is computed in place of argument 1, not of its own (0)");
+  bad[W_NEW].inPlaceOf = W;
+  bad[LOSS].inPlaceOf = W;
+  expectOneErrorLine(runWith(spec, {"--help"}),
+                     "is computed in place of an argument but updates none");
+}
+
 TEST_F(LinearFixture, InitFromSafetensorsAndResumeFromDump) {
   std::vector<float> w1 = {1.0f};
   int64_t count = 5;

@@ -1,0 +1,195 @@
+//===- InPlaceUpdates.cpp - Updated state written into its argument -------===//
+//
+// dsc-in-place-updates (Passes.td): for each result of the step that is the
+// updated value of an argument (a parameter, optimizer state, a buffer or the
+// loss scaler's state, paired by role and name), decide whether the op that
+// computes it may write it into the argument's storage, and say so with
+// `dsc.in_place = <argument index>` on the result. Analysis only: the IR's
+// ops are not changed; codegen and the program shell read the attribute.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dsc/IR/DscOps.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/Support/Debug.h"
+
+#include <optional>
+
+#define DEBUG_TYPE "dsc-in-place-updates"
+
+namespace dsc {
+#define GEN_PASS_DEF_DSCINPLACEUPDATES
+#include "passes/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace {
+
+/// The result attribute of an updated value, and its argument's.
+constexpr std::pair<const char *, const char *> kUpdateRoles[] = {
+    {"dsc.param_update", "dsc.param"},
+    {"dsc.opt_state_update", "dsc.opt_state"},
+    {"dsc.buffer_update", "dsc.buffer"},
+    {"dsc.scaler_update", "dsc.scaler"}};
+
+/// The argument result `k` of `fn` is the update of, or none.
+std::optional<unsigned> updatedArgument(func::FuncOp fn, unsigned k) {
+  for (auto [resultAttr, argAttr] : kUpdateRoles) {
+    auto name = fn.getResultAttrOfType<StringAttr>(k, resultAttr);
+    if (!name)
+      continue;
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+      if (auto n = fn.getArgAttrOfType<StringAttr>(i, argAttr))
+        if (n == name)
+          return i;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// Ops whose every result element i is computed from element i of each
+/// operand of the result's shape (other operands broadcast), every operand of
+/// an element read before the element is written, on the CPU and the CUDA
+/// kernels alike: the result may be that operand's storage.
+bool isElementwise(Operation *op) {
+  return isa<dsc::NegOp, dsc::AbsOp, dsc::ExpOp, dsc::LogOp, dsc::SqrtOp,
+             dsc::ReciprocalOp, dsc::TanhOp, dsc::ErfOp, dsc::SigmoidOp,
+             dsc::ReluOp, dsc::FloorOp, dsc::CeilOp, dsc::SinOp, dsc::CosOp,
+             dsc::SoftplusOp, dsc::NotOp, dsc::LeakyReluOp, dsc::GeluOp,
+             dsc::ClipOp, dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp,
+             dsc::PowOp, dsc::MaxOp, dsc::MinOp, dsc::AndOp, dsc::OrOp,
+             dsc::XorOp, dsc::WhereOp>(op);
+}
+
+/// Whether result `r` of `op` may be written over its operand `o`. The
+/// optimizer ops update each state in place element by element (each
+/// result over its own state operand only); elementwise ops over any operand
+/// of the result's type. Not dsc.fused: its generated kernels declare their
+/// operands __restrict__.
+bool mayOverwrite(Operation *op, unsigned r, unsigned o) {
+  if (op->getOperand(o).getType() != op->getResult(r).getType())
+    return false;
+  if (isa<dsc::AdamWOp>(op)) // (param, grad, exp_avg, exp_avg_sq, ...)
+    return o == (r == 0 ? 0u : r + 1);
+  if (isa<dsc::SgdOp>(op)) // (param, grad, momentum_buffer, ...)
+    return o == (r == 0 ? 0u : 2u);
+  if (auto multi = dyn_cast<dsc::AdamWMultiOp>(op)) {
+    // tensors: N params, N grads, N exp_avgs, N exp_avg_sqs; results: N new
+    // params, N new exp_avgs, N new exp_avg_sqs.
+    unsigned first = multi.getTensors().getBeginOperandIndex();
+    unsigned n = multi.getNumResults() / 3;
+    unsigned slot = r / n, k = r % n;
+    return o == first + (slot == 0 ? k : (slot + 1) * n + k);
+  }
+  return isElementwise(op);
+}
+
+/// The ops that still read the storage of `arg` (the body's ancestor of
+/// each): users of the argument and of its views (reshapes, waits,
+/// collective inputs, which the memory plan gives the argument's storage),
+/// and the dsc.wait of a collective that reads them (an asynchronous
+/// collective reads its input until then).
+SmallVector<Operation *> readersOf(BlockArgument arg) {
+  Block *body = arg.getOwner();
+  SmallVector<Operation *> readers;
+  SmallVector<Value> worklist = {arg};
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  while (!worklist.empty()) {
+    Value v = worklist.pop_back_val();
+    for (Operation *user : v.getUsers()) {
+      Operation *op = body->findAncestorOpInBlock(*user);
+      if (!op || !seen.insert(op).second)
+        continue;
+      readers.push_back(op);
+      if (isa<dsc::ReshapeOp, dsc::WaitOp, dsc::CollectiveInputOp>(op)) {
+        worklist.append(op->result_begin(), op->result_end());
+        continue;
+      }
+      for (Value r : op->getResults())
+        for (Operation *wait : r.getUsers())
+          if (isa<dsc::WaitOp>(wait) && seen.insert(wait).second)
+            readers.push_back(wait);
+    }
+  }
+  return readers;
+}
+
+/// Why result `k` (the update of argument `a`) may not be computed into the
+/// argument's storage; empty when it may.
+std::string whyNot(func::FuncOp fn, unsigned k, unsigned a) {
+  Block &body = fn.getBody().front();
+  Operation *ret = body.getTerminator();
+  Value v = ret->getOperand(k);
+  BlockArgument arg = body.getArgument(a);
+  if (v.getType() != arg.getType())
+    return "its type differs from the argument's";
+  if (llvm::count(ret->getOperands(), v) > 1)
+    return "the value is returned twice";
+  auto r = dyn_cast<OpResult>(v);
+  Operation *def = r ? r.getOwner() : nullptr;
+  if (!def || def->getBlock() != &body)
+    return "it is not computed by an op of the body";
+  // The producer reads the argument itself, and only where it may write.
+  bool reads = false;
+  for (OpOperand &o : def->getOpOperands()) {
+    if (o.get() != arg)
+      continue;
+    if (!mayOverwrite(def, r.getResultNumber(), o.getOperandNumber()))
+      return ("'" + def->getName().getStringRef() +
+              "' does not update that operand element by element")
+          .str();
+    reads = true;
+  }
+  if (!reads)
+    return ("'" + def->getName().getStringRef() +
+            "' does not read the argument")
+        .str();
+  // Nothing reads the argument's storage at or after the producer, but the
+  // producer through its own operand (not through a view: another index).
+  for (Operation *reader : readersOf(arg)) {
+    if (reader == def)
+      continue;
+    if (isa<dsc::ReshapeOp, dsc::WaitOp, dsc::CollectiveInputOp>(reader) &&
+        llvm::is_contained(reader->getUsers(), def))
+      return "the producer also reads a view of the argument";
+    if (!reader->isBeforeInBlock(def))
+      return ("'" + reader->getName().getStringRef() +
+              "' reads the argument later")
+          .str();
+  }
+  return "";
+}
+
+struct InPlaceUpdates : dsc::impl::DscInPlaceUpdatesBase<InPlaceUpdates> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    auto fn = getOperation().lookupSymbol<func::FuncOp>(function);
+    if (!fn || fn.isExternal() || !fn.getBody().hasOneBlock())
+      return;
+    Builder b(&getContext());
+    int inPlace = 0;
+    for (unsigned k = 0; k < fn.getNumResults(); ++k) {
+      std::optional<unsigned> a = updatedArgument(fn, k);
+      if (!a)
+        continue;
+      std::string why = whyNot(fn, k, *a);
+      LLVM_DEBUG(llvm::dbgs()
+                 << DEBUG_TYPE ": result " << k << " (argument " << *a
+                 << "): " << (why.empty() ? "in place" : why) << "\n");
+      if (!why.empty())
+        continue;
+      fn.setResultAttr(k, "dsc.in_place", b.getI64IntegerAttr(*a));
+      ++inPlace;
+    }
+    LLVM_DEBUG(llvm::dbgs()
+               << DEBUG_TYPE ": " << inPlace << " results in place\n");
+  }
+};
+
+} // namespace
