@@ -7,6 +7,7 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
@@ -157,6 +158,134 @@ std::optional<std::string> splatLiteral(Value v) {
   return std::nullopt;
 }
 
+/// The 4-wide variant of a fused kernel: each thread computes 4
+/// consecutive elements, loading and storing them with one vector access per
+/// tensor (float4, 4 x 16-bit, 4 bytes); the element body is the scalar
+/// kernel's, so the bits are the same. Possible when the count is a multiple
+/// of 4 and every input is of the result's shape, a scalar, or broadcast
+/// along leading dims only with an inner size that is a multiple of 4 (a
+/// bias); the launcher takes it when every pointer is aligned for its
+/// vector access, and the scalar kernel otherwise.
+struct VectorKernel {
+  bool possible = false;
+  std::string params, before, laneIn, laneOut, after, hostArgs, aligned;
+
+  static const char *vecType(Value v) {
+    return isBool(v) ? "uchar4" : isHalf(v) ? "uint2" : "float4";
+  }
+  static int vecBytes(Value v) { return isBool(v) ? 4 : isHalf(v) ? 8 : 16; }
+  /// The element l of vector q of v's storage, as its scalar C type.
+  static std::string lane(Value v, const std::string &q, int l) {
+    static const char *xyzw[] = {"x", "y", "z", "w"};
+    if (isHalf(v))
+      return "uint16_t((" + q + "." + (l < 2 ? "x" : "y") + " >> " +
+             (l % 2 ? "16" : "0") + ") & 0xffffu)";
+    return q + "." + xyzw[l];
+  }
+  /// The register value of a stored element `raw` of v.
+  static std::string toRegister(Value v, const std::string &raw) {
+    if (isBool(v))
+      return "(" + raw + " != 0)";
+    if (isHalf(v))
+      return std::string(isBF16(v) ? "detail::bf16BitsToFloat("
+                                   : "detail::halfBitsToFloat(") +
+             raw + ")";
+    return raw;
+  }
+  void addAligned(Value v, const std::string &ptr) {
+    aligned += " && reinterpret_cast<uintptr_t>(" + ptr + ".data) % " +
+               std::to_string(vecBytes(v)) + " == 0";
+  }
+
+  void addInput(Value v, const std::string &in, const std::string &reg,
+                ArrayRef<int64_t> shape, int64_t n) {
+    if (!possible)
+      return;
+    auto t = typeOf(v);
+    std::string cT = isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
+    std::string rT = isBool(v) ? "bool" : "float";
+    params += "const " + cT + " *__restrict__ " + in + ", ";
+    hostArgs += "static_cast<const " + cT + " *>(" + in + ".data), ";
+    if (t.getNumElements() == 1) { // one value for every lane
+      before += "    const " + rT + " " + reg + " = " +
+                toRegister(v, in + "[0]") + ";\n";
+      return;
+    }
+    // Broadcast along leading dims only: the input is the trailing dims of
+    // the result (leading 1s dropped), read at (i mod inner).
+    ArrayRef<int64_t> s = t.getShape();
+    while (!s.empty() && s.front() == 1)
+      s = s.drop_front();
+    std::string index = "j";
+    if (t.getShape() != shape) {
+      bool trailing = s.size() <= shape.size() &&
+                      shape.take_back(s.size()) == s;
+      int64_t inner = t.getNumElements();
+      if (!trailing || inner % 4 != 0) {
+        possible = false;
+        return;
+      }
+      index = n < (int64_t(1) << 31)
+                  ? "(uint32_t(j) * 4u % " + std::to_string(inner) + "u) / 4u"
+                  : "(j * 4 % " + std::to_string(inner) + ") / 4";
+    }
+    std::string q = reg + "v";
+    before += "    const " + std::string(vecType(v)) + " " + q +
+              " = reinterpret_cast<const " + vecType(v) + " *>(" + in + ")[" +
+              index + "];\n";
+    before += "    const " + cT + " " + reg + "s[4] = {";
+    for (int l = 0; l < 4; ++l)
+      before += (l ? ", " : "") + lane(v, q, l);
+    before += "};\n";
+    laneIn += "      const " + rT + " " + reg + " = " +
+              toRegister(v, reg + "s[l]") + ";\n";
+    addAligned(v, in);
+  }
+
+  void addOutput(Value v, const std::string &out, const std::string &value) {
+    if (!possible)
+      return;
+    std::string cT = isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
+    params += cT + " *__restrict__ " + out + ", ";
+    hostArgs += "static_cast<" + cT + " *>(" + out + ".data), ";
+    before += "    " + cT + " " + out + "s[4];\n";
+    laneOut += "      " + out + "s[l] = " + value + ";\n";
+    std::string packed;
+    if (isHalf(v))
+      packed = "make_uint2(uint32_t(" + out + "s[0]) | (uint32_t(" + out +
+               "s[1]) << 16), uint32_t(" + out + "s[2]) | (uint32_t(" + out +
+               "s[3]) << 16))";
+    else
+      packed = std::string(isBool(v) ? "make_uchar4(" : "make_float4(") +
+               out + "s[0], " + out + "s[1], " + out + "s[2], " + out +
+               "s[3])";
+    after += "    reinterpret_cast<" + std::string(vecType(v)) + " *>(" + out +
+             ")[j] = " + packed + ";\n";
+    addAligned(v, out);
+  }
+
+  std::string kernel(const std::string &name, const std::string &body) const {
+    // The scalar body, indented one more level, inside the lane loop.
+    std::string inner;
+    for (StringRef line : llvm::split(StringRef(body).rtrim('\n'), '\n'))
+      inner += "  " + line.str() + "\n";
+    return "__global__ void __launch_bounds__(256)\n    " + name +
+           "_vec4_kernel(" + params + "int64_t n4) {\n" +
+           "  DSC_GRID_STRIDE(j, n4) {\n" + before +
+           "#pragma unroll\n    for (int l = 0; l < 4; ++l) {\n" + laneIn +
+           inner + laneOut + "    }\n" + after + "  }\n}\n\n";
+  }
+
+  std::string launch(const std::string &name,
+                     const std::string &opsList) const {
+    return "  if (true" + aligned + ") {\n    " + name +
+           "_vec4_kernel<<<detail::blocksFor(n / 4), 256, 0, "
+           "dsc::cuda::stream()>>>(" +
+           hostArgs + "n / 4);\n    return dsc::cuda::checkLaunch(\"" + name +
+           " (" + opsList + ", 4-wide)\");\n  }\n";
+  }
+};
+
 } // namespace
 
 FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
@@ -181,6 +310,11 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
   auto regType = [](Value v) { return isBool(v) ? "bool" : "float"; };
 
   std::string params, args, loads, body, stores, hostArgs, hostDims;
+  // The 4-wide variant (see VectorKernel): its parameters, loads before the
+  // element loop and per element, stores, host arguments, and the
+  // alignment its pointers need.
+  VectorKernel vec;
+  vec.possible = n % 4 == 0;
   llvm::DenseMap<Value, std::string> expr;
   for (auto [k, v] : llvm::enumerate(group.inputs)) {
     std::string in = "in" + std::to_string(k);
@@ -188,6 +322,7 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
     params += std::string("const ") + cType(v) + " *__restrict__ " + in + ", ";
     hostArgs +=
         "static_cast<const " + std::string(cType(v)) + " *>(" + in + ".data), ";
+    vec.addInput(v, in, "x" + std::to_string(k), shape, n);
     std::string index;
     if (t.getShape() == shape)
       index = "i";
@@ -252,6 +387,7 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
                                              : "detail::floatToHalfBits(") +
                            expr[v] + ")";
     stores += "    " + out + "[i] = " + value + ";\n";
+    vec.addOutput(v, out, value);
   }
   std::string launcherParams;
   for (size_t k = 0; k < group.inputs.size(); ++k)
@@ -274,8 +410,12 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
   s += "__global__ void __launch_bounds__(256)\n    " + name + "_kernel(" +
        params + "int64_t n) {\n";
   s += "  DSC_GRID_STRIDE(i, n) {\n" + loads + body + stores + "  }\n}\n\n";
+  if (vec.possible)
+    s += vec.kernel(name, body);
   s += "Status " + name + "(" + launcherParams + ") {\n";
   s += "  constexpr int64_t n = " + std::to_string(n) + ";\n";
+  if (vec.possible)
+    s += vec.launch(name, opsList);
   s += "  " + name +
        "_kernel<<<detail::blocksFor(n), 256, 0, "
        "dsc::cuda::stream()>>>(" +
