@@ -91,6 +91,10 @@ build() {
     $c --micro-batch 16 --lr 6e-4 --weight-decay 0.1 --precision bf16 \
       --no-fuse-attention "$g" -o "$bundle/bin/gpt2_124m_bf16_unfused"
   fi
+  # The Llama-3.2-1B shape (bench/llama_1b.py export), 4 x 2048 tokens.
+  if [ -n "${LLAMA_1B:-}" ]; then
+    $c --micro-batch 4 --precision bf16 "$LLAMA_1B" -o "$bundle/bin/llama_1b_bf16"
+  fi
   set +e
   strip "$bundle"/bin/* 2>/dev/null
   # One compressed file travels to the GPU machine (a few MB, not ~70).

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# One device call: checks and timings of the programs compiled here, side by
+# side with PyTorch on the same card. Nothing is built on the GPU machine.
+#
+#   here:   GPT2_124M=/tmp/gpt2_124m.onnx LLAMA_1B=/tmp/llama_1b.onnx \
+#             scripts/gpu-check.sh build          # gpu-bundle.tar.xz
+#   there:  bash bench/device_run.sh PART...       # from the repo root
+#
+# PARTs, in the order given (each bounded by `timeout`, so a call that runs
+# out of time still returns what the others measured):
+#   checks       scripts/gpu-check.sh run (every kernel against the CPU, the
+#                fixtures' gradients against PyTorch, ZeRO stages, NCCL)
+#   gpt2         GPT-2 124M bf16, 16 x 1024: dsc with its CUDA graph and
+#                with --no-cuda-graph, 20 steps each; a per-kernel breakdown
+#                of one step (bench/kernel_breakdown.py)
+#   gpt2-peers   torch.compile and eager on nanoGPT's module
+#                (bench/peers_bf16.py), the bf16 matmul ceiling
+#   llama        the Llama-3.2-1B shape bf16, 4 x 2048: dsc with and
+#                without its CUDA graph, 12 steps each, and the breakdown
+#   llama-peers  PyTorch eager and torch.compile on the same module
+#                (bench/llama_1b.py torch)
+#   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
+#                .whl carried: bench/install_deepspeed.sh)
+# Everything lands in $OUT/results.tgz (the device tool returns few files).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+O=${OUT:-out/device-run}
+W=/tmp/device-run
+rm -rf "$W" && mkdir -p "$W"
+B=gpu-bundle/bin
+[ -x "$B/dsc-cuda-tests" ] || { mkdir -p gpu-bundle && tar -xJf gpu-bundle.tar.xz; }
+LD=$(python3 -c "import glob,site;print(':'.join(glob.glob(site.getsitepackages()[0]+'/nvidia/*/lib')))")
+export LD_LIBRARY_PATH=$LD:${LD_LIBRARY_PATH:-}
+nvidia-smi -L >"$W/gpu.txt" 2>&1
+date -u +%FT%TZ >>"$W/gpu.txt"
+
+tokens() { # FILE VOCAB DTYPE
+  python3 -c "import numpy as np;np.random.default_rng(0).integers(0,$2,size=4_000_000,dtype=np.$3).tofile('$1')"
+}
+dsc_pair() { # NAME PROGRAM STEPS ARGS...: with and without the CUDA graph
+  local name=$1 prog=$2 steps=$3
+  shift 3
+  for g in graph nograph; do
+    local flag=""
+    [ $g = nograph ] && flag=--no-cuda-graph
+    timeout 200 "$prog" "$@" --steps "$steps" --print-every 4 $flag \
+      --log "$W/${name}_$g.jsonl" >"$W/${name}_$g.txt" 2>&1
+    echo "rc=$?" >>"$W/${name}_$g.txt"
+    tail -4 "$W/${name}_$g.txt"
+  done
+  python3 - "$W/${name}_graph.jsonl" "$W/${name}_nograph.jsonl" <<'PY'
+import json, statistics, sys
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+for p, r in zip(sys.argv[1:], runs):
+    t = [s["step_time_s"] for s in r[3:]]
+    print(p, "median ms/step over steps 4..%d:" % len(r), round(statistics.median(t) * 1e3, 2) if t else None)
+same = [a["loss"] == b["loss"] for a, b in zip(*runs)]
+print("losses bitwise equal with and without the graph:", all(same) and len(same) > 0, len(same), "steps")
+PY
+}
+
+for part in "$@"; do
+  echo "== $part ($(date -u +%T))"
+  case $part in
+  checks)
+    OUT=$W/gc timeout 280 bash scripts/gpu-check.sh run >"$W/checks.txt" 2>&1
+    echo "rc=$?" >>"$W/checks.txt"
+    grep -E "FAIL|all passed|FAILED|rc=" "$W/checks.txt" | tail -20
+    cp "$W/gc/summary.txt" "$W/checks_summary.txt" 2>/dev/null ;;
+  gpt2)
+    tokens "$W/tok.bin" 50257 uint16
+    dsc_pair gpt2 "$B/gpt2_124m_bf16" 20 --init random --data "$W/tok.bin" | tee "$W/gpt2_summary.txt"
+    timeout 120 python3 bench/kernel_breakdown.py --out "$W/gpt2_kernels.json" -- \
+      "$B/gpt2_124m_bf16" --init random --data "$W/tok.bin" --steps 1 --quiet >"$W/gpt2_kernels.txt" 2>&1
+    head -30 "$W/gpt2_kernels.txt" ;;
+  gpt2-peers)
+    timeout 200 python3 bench/peers_bf16.py --only eager,compile --configs nanogpt \
+      --out "$W/gpt2_peers.json" >/dev/null 2>"$W/gpt2_peers.err"
+    tail -8 "$W/gpt2_peers.err" ;;
+  llama)
+    tokens "$W/tokl.bin" 128256 int32
+    dsc_pair llama "$B/llama_1b_bf16" 12 --init random --data "$W/tokl.bin" --data-dtype int32 | tee "$W/llama_summary.txt"
+    timeout 150 python3 bench/kernel_breakdown.py --out "$W/llama_kernels.json" -- \
+      "$B/llama_1b_bf16" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
+      >"$W/llama_kernels.txt" 2>&1
+    head -24 "$W/llama_kernels.txt" ;;
+  llama-peers)
+    timeout 90 python3 bench/llama_1b.py torch >"$W/llama_torch.jsonl" 2>"$W/llama_torch.err"
+    timeout 180 python3 bench/llama_1b.py torch --compile >>"$W/llama_torch.jsonl" 2>>"$W/llama_torch.err"
+    cat "$W/llama_torch.jsonl" ;;
+  deepspeed)
+    eval "$(bash bench/install_deepspeed.sh 2>"$W/deepspeed_install.err")"
+    timeout 300 python3 bench/peers_bf16.py --only deepspeed --configs nanogpt \
+      --out "$W/deepspeed.json" >/dev/null 2>"$W/deepspeed.err"
+    tail -8 "$W/deepspeed.err" ;;
+  *) echo "device_run: unknown part '$part'" >&2 ;;
+  esac
+done
+rm -f "$W/tok.bin" "$W/tokl.bin"
+mkdir -p "$O"
+tar -czf "$O/results.tgz" -C "$W" --exclude=gc . 2>/dev/null
+ls -la "$O"
