@@ -495,7 +495,10 @@ Status Ranks::runOnDevice(RankState &rs, const RankContext &ctx) {
   };
   bool ran = false;
   if (job_.o.cudaGraph && !ctx.comm && !rs.clock) {
-    std::vector<const void *> key;
+    // The step function and every buffer it is handed: the same key is
+    // the same kernels on the same memory.
+    std::vector<const void *> key = {
+        reinterpret_cast<const void *>(spec_.trainStep), ctx.arena->base()};
     for (const Tensor &t : rs.dev->args)
       key.push_back(t.data);
     for (const Tensor &t : rs.dev->results)
