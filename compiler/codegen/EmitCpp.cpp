@@ -454,6 +454,56 @@ const RuntimeFlavor &runtimeFor(const TargetDescription &target) {
   return target.name == "cuda" ? cuda : cpu;
 }
 
+/// Where a function's phases turn: autodiff's dsc.backward_begin marker,
+/// and the last call of @forward_backward (the entry's optimizer follows).
+struct PhaseOps {
+  Operation *backward = nullptr, *lastCall = nullptr;
+};
+
+PhaseOps phaseOps(func::FuncOp func) {
+  PhaseOps marks;
+  for (Operation &op : func.getBody().front()) {
+    if (!marks.backward && op.hasAttr("dsc.backward_begin"))
+      marks.backward = &op;
+    if (auto call = dyn_cast<func::CallOp>(op))
+      if (call.getCallee() == "forward_backward")
+        marks.lastCall = &op;
+  }
+  return marks;
+}
+
+/// What the arena value made by `def` is (kArenaKinds) while it is alive at
+/// `at`: a collective's buffer, a gradient (a call's result), an optimizer
+/// temporary (made after the last forward_backward), kept (made by the
+/// forward, needed at or after the backward marker) or a temporary.
+const char *arenaKind(Operation *def, Operation *at, const PhaseOps &marks) {
+  if (isa_and_nonnull<shard::ShardDialect>(def->getDialect()) ||
+      isa<WaitOp>(def))
+    return "collective";
+  if (isa<func::CallOp>(def))
+    return "gradient";
+  if (marks.lastCall && marks.lastCall->isBeforeInBlock(def))
+    return "optimizer";
+  if (marks.backward && def->isBeforeInBlock(marks.backward) &&
+      !at->isBeforeInBlock(marks.backward))
+    return "kept";
+  return "temporary";
+}
+
+/// One function's arena values on its own clock (block positions), and its
+/// calls, for EmitCppStats::timeline.
+struct FrameTimeline {
+  int64_t ops = 0;
+  std::vector<EmitCppStats::ArenaBuffer> buffers;
+  struct Call {
+    int64_t at;
+    uint64_t offset;
+    std::string callee;
+  };
+  std::vector<Call> calls;
+  int64_t backwardAt = -1, optimizerAt = -1;
+};
+
 class Emitter {
 public:
   Emitter(ModuleOp module, const EmitCppOptions &options,
@@ -475,6 +525,12 @@ private:
   LogicalResult emitFusedKernels(func::FuncOp func);
   /// The values alive at `plan`'s peak, for the report.
   void recordPeak(func::FuncOp func, const codegen::FramePlan &plan);
+  /// Every arena value of `func` (EmitCppOptions::recordTimeline).
+  void recordTimeline(func::FuncOp func, const codegen::FramePlan &plan);
+  /// Appends function `name`'s timeline to `out` from `clock` on, its
+  /// frame at `base`, its calls' callees spliced in.
+  void spliceTimeline(StringRef name, uint64_t base, int64_t &clock,
+                      EmitCppStats &out);
   LogicalResult emitOp(Operation *op, size_t index, const FramePlan &plan,
                        StringRef function, raw_ostream &os);
   LogicalResult emitReturn(Operation *op, const FramePlan &plan,
@@ -519,6 +575,7 @@ private:
   std::vector<std::pair<std::string, uint64_t>> frames_;
   uint64_t gatheredPeakBytes_ = 0, gatheredBucketBytes_ = 0;
   EmitCppStats peak_; // its peak* fields: the highest frame peak so far
+  llvm::StringMap<FrameTimeline> timelines_; // by function
 
   // Sharding: the grid (empty name: none) and the module's attributes.
   std::string gridName_;
@@ -877,13 +934,7 @@ LogicalResult Emitter::emitFusedKernels(func::FuncOp func) {
 }
 
 void Emitter::recordPeak(func::FuncOp func, const codegen::FramePlan &plan) {
-  // Where backward begins (autodiff's marker), if this function has one.
-  Operation *backward = nullptr;
-  for (Operation &op : func.getBody().front())
-    if (op.hasAttr("dsc.backward_begin")) {
-      backward = &op;
-      break;
-    }
+  PhaseOps marks = phaseOps(func);
   peak_.peakFunction = func.getSymName().str();
   peak_.peakBytes = plan.peakLiveBytes;
   peak_.peakAt = plan.peakOp->getName().getStringRef().str();
@@ -897,13 +948,80 @@ void Emitter::recordPeak(func::FuncOp func, const codegen::FramePlan &plan) {
     p.node = nodeName(def->getLoc());
     p.type = typeText(v);
     p.bytes = plan.storage.lookup(v).bytes;
-    bool collective = isa_and_nonnull<shard::ShardDialect>(def->getDialect()) ||
-                      isa<WaitOp>(def);
-    p.kind = collective                                     ? "collective"
-             : backward && def->isBeforeInBlock(backward) &&
-                     !plan.peakOp->isBeforeInBlock(backward) ? "kept"
-                                                             : "temporary";
+    p.kind = arenaKind(def, plan.peakOp, marks);
     peak_.peakValues.push_back(std::move(p));
+  }
+}
+
+void Emitter::recordTimeline(func::FuncOp func,
+                             const codegen::FramePlan &plan) {
+  PhaseOps marks = phaseOps(func);
+  FrameTimeline &t = timelines_[func.getSymName()];
+  std::vector<Operation *> ops;
+  for (Operation &op : func.getBody().front())
+    ops.push_back(&op);
+  t.ops = static_cast<int64_t>(ops.size());
+  for (auto [i, op] : llvm::enumerate(ops)) {
+    if (plan.dead.contains(op))
+      continue;
+    if (op == marks.backward)
+      t.backwardAt = static_cast<int64_t>(i);
+    if (op == marks.lastCall)
+      t.optimizerAt = static_cast<int64_t>(i) + 1;
+    if (auto call = dyn_cast<func::CallOp>(op))
+      t.calls.push_back({static_cast<int64_t>(i), plan.calleeOffset.lookup(op),
+                         call.getCallee().str()});
+    for (Value r : op->getResults()) {
+      const Storage &s = plan.storage.lookup(r);
+      if (s.kind != Storage::Kind::Arena)
+        continue;
+      EmitCppStats::ArenaBuffer b;
+      b.offset = s.offset;
+      b.bytes = s.bytes;
+      b.first = static_cast<int64_t>(s.firstOp);
+      b.last = static_cast<int64_t>(s.lastOp);
+      b.kind = arenaKind(op, ops[s.lastOp], marks);
+      b.op = op->getName().getStringRef().str();
+      b.node = nodeName(op->getLoc());
+      b.type = typeText(r);
+      b.function = func.getSymName().str();
+      t.buffers.push_back(std::move(b));
+    }
+  }
+}
+
+void Emitter::spliceTimeline(StringRef name, uint64_t base, int64_t &clock,
+                             EmitCppStats &out) {
+  auto it = timelines_.find(name);
+  if (it == timelines_.end()) {
+    ++clock; // a function that is not emitted here
+    return;
+  }
+  const FrameTimeline &t = it->second;
+  // Each op's first and last tick: one, or its callee's whole run.
+  std::vector<int64_t> start(t.ops), end(t.ops);
+  size_t nextCall = 0;
+  for (int64_t i = 0; i < t.ops; ++i) {
+    start[i] = clock;
+    if (i == t.backwardAt)
+      out.phases.push_back({"forward", start[0]});
+    if (i == t.backwardAt)
+      out.phases.push_back({"backward", clock});
+    if (i == t.optimizerAt)
+      out.phases.push_back({"optimizer", clock});
+    if (nextCall < t.calls.size() && t.calls[nextCall].at == i) {
+      const FrameTimeline::Call &call = t.calls[nextCall++];
+      spliceTimeline(call.callee, base + call.offset, clock, out);
+    } else {
+      ++clock;
+    }
+    end[i] = clock - 1;
+  }
+  for (const EmitCppStats::ArenaBuffer &b : t.buffers) {
+    EmitCppStats::ArenaBuffer &o = out.timeline.emplace_back(b);
+    o.offset += base;
+    o.first = start[b.first];
+    o.last = end[b.last];
   }
 }
 
@@ -948,6 +1066,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   gatheredPeakBytes_ = std::max(gatheredPeakBytes_, plan.gatheredPeakBytes);
   if (plan.peakLiveBytes > peak_.peakBytes)
     recordPeak(func, plan);
+  if (options_.recordTimeline)
+    recordTimeline(func, plan);
   gatheredBucketBytes_ =
       std::max(gatheredBucketBytes_, plan.gatheredBucketBytes);
 
@@ -1798,6 +1918,11 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
     stats->groupSize = groupSize_;
     stats->stage = stage_;
     stats->collectives = manifests_.lookup(entry);
+    if (options_.recordTimeline) {
+      int64_t clock = 0;
+      spliceTimeline(entry.getSymName(), 0, clock, *stats);
+      stats->timelineOps = clock;
+    }
   }
   return success();
 }

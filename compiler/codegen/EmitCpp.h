@@ -68,6 +68,9 @@ struct EmitCppOptions {
   /// runDefaults); empty ones are null there.
   std::string dscVersion, compileCommand, target, modelSha256, configJson,
       runDefaults;
+  /// Fill EmitCppStats::timeline (every arena value of one step; off, it
+  /// stays empty, as big models have tens of thousands of them).
+  bool recordTimeline = false;
 };
 
 /// Constants up to this many elements are literals in the source.
@@ -82,6 +85,20 @@ struct CollectiveEntry {
   int64_t inNumel = 0;
   int64_t outNumel = 0;
   uint32_t axesMask = 0; // bit i: grid axis i (0 = replicas, 1 = group)
+};
+
+/// What an arena value is for, as `dsc compile --report` and
+/// `--arena-svg` name it (EmitCppStats::PeakValue::kind and
+/// ArenaBuffer::kind): the name, and a title for tables and legends.
+struct ArenaKind {
+  const char *name, *title;
+};
+inline constexpr ArenaKind kArenaKinds[] = {
+    {"kept", "kept from forward for backward"},
+    {"temporary", "temporaries"},
+    {"collective", "collective buffers"},
+    {"gradient", "gradients (forward_backward's results)"},
+    {"optimizer", "optimizer temporaries"},
 };
 
 /// What the emitted program needs, for reports (e.g. `dsc compile -v`).
@@ -110,6 +127,23 @@ struct EmitCppStats {
   std::string peakFunction, peakAt;
   uint64_t peakBytes = 0;
   std::vector<PeakValue> peakValues;
+  /// The arena over one execution of the entry (recordTimeline): every
+  /// arena value with its range and the ops that make it and last need it,
+  /// on one clock, the entry's op positions with each call's callee
+  /// spliced in at the call (its frame at the call's offset). `phases`
+  /// says where the forward, backward and optimizer begin on that clock.
+  struct ArenaBuffer {
+    uint64_t offset = 0, bytes = 0;
+    int64_t first = 0, last = 0; // the clock's ops, both inclusive
+    std::string kind, op, node, type, function;
+  };
+  struct PhaseMark {
+    std::string name; // "forward", "backward" or "optimizer"
+    int64_t at = 0;
+  };
+  std::vector<ArenaBuffer> timeline;
+  std::vector<PhaseMark> phases;
+  int64_t timelineOps = 0; // the clock's length
   /// Sharding, as in the spec (1, 1, 0 for a program for one rank).
   int64_t worldSize = 1;
   int64_t groupSize = 1;

@@ -196,9 +196,14 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
   for (auto [i, op] : llvm::enumerate(ops)) {
     if (plan.dead.contains(op))
       continue;
-    for (Value r : op->getResults())
-      if (plan.storage[r].kind == Storage::Kind::Arena)
-        freeAt[lastUse.lookup(r) > i ? lastUse.lookup(r) : i].push_back(r);
+    for (Value r : op->getResults()) {
+      Storage &s = plan.storage[r];
+      if (s.kind != Storage::Kind::Arena)
+        continue;
+      s.firstOp = i;
+      s.lastOp = std::max(lastUse.lookup(r), i);
+      freeAt[s.lastOp].push_back(r);
+    }
   }
 
   // 3b. Stage-3 gathered copies: each lives from its all_gather up to the

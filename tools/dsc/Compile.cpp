@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/Compile.h"
+#include "tools/dsc/ArenaPicture.h"
 #include "tools/dsc/Common.h"
 #include "tools/dsc/Config.h"
 #include "tools/dsc/Env.h"
@@ -31,6 +32,7 @@
 
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 
@@ -140,6 +142,10 @@ sharding (ZeRO; the program runs world-size ranks, see README):
   --sync-batchnorm           batch-norm statistics over the global batch
                              (default: each rank's own, as DDP)
   --report                   print the per-rank memory of every stage
+  --arena-svg FILE.svg       draw the step's arena plan: every buffer's
+                             offset and size over the ops that need it,
+                             by kind, the forward, backward, optimizer and
+                             the peak marked (open it in a browser)
 
 numerics (docs/numerics.md):
   --precision bf16|fp16|fp32 mixed precision: matmuls and convolutions in
@@ -185,6 +191,7 @@ struct CompileOptions {
   std::string recompute = "none"; // dsc-recompute mode
   std::string precisionPipeline;  // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
+  std::string arenaSvg;   // --arena-svg
   std::string configPath; // --config
   ResolvedConfig config;  // what it resolved to (for --report)
 };
@@ -371,7 +378,7 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       continue;
     }
     if (auto v = c.take("--recompute")) {
-      if (*v != "none" && *v != "selective")
+      if (!llvm::is_contained(kRecomputeModes, *v))
         return usageError("--recompute must be none or selective, not '" + *v +
                               "'",
                           kCompileUsage);
@@ -459,6 +466,10 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     }
     if (auto v = c.take("-o")) {
       o.output = *v;
+      continue;
+    }
+    if (auto v = c.take("--arena-svg")) {
+      o.arenaSvg = *v;
       continue;
     }
     if (!c.error.empty())
@@ -690,6 +701,18 @@ void setProvenance(const CompileOptions &o, const std::string &command,
   }
 }
 
+/// What the arena picture is of: the model and the step's configuration.
+std::string pictureTitle(ModuleOp module, const CompileOptions &o) {
+  auto i64 = [&](StringRef name, int64_t dflt) {
+    auto a = module->getAttrOfType<IntegerAttr>(name);
+    return a ? a.getInt() : dflt;
+  };
+  return llvm::formatv("{0}, stage {1}, {2} rank(s), {3}, recompute {4}",
+                       llvm::sys::path::filename(o.model), i64("dsc.stage", 0),
+                       i64("dsc.world_size", 1), o.precision, o.recompute)
+      .str();
+}
+
 /// A `.mlir` file as the final IR (no passes run): code generation only,
 /// for the target its `dsc.target` names (which --target must agree with).
 OwningOpRef<ModuleOp> readIR(MLIRContext &ctx, CompileOptions &o) {
@@ -781,6 +804,49 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   return pm.run(module);
 }
 
+/// The imported model, through the pipeline for `o`'s target.
+OwningOpRef<ModuleOp> compileOnnx(MLIRContext &ctx, const CompileOptions &o) {
+  OwningOpRef<ModuleOp> module = importOnnxFile(ctx, o.model, o.import);
+  if (!module)
+    return nullptr;
+  llvm::SmallString<256> abs(o.model);
+  llvm::sys::fs::make_absolute(abs);
+  (*module)->setAttr("dsc.model_path", StringAttr::get(&ctx, abs));
+  std::string error;
+  FailureOr<TargetDescription> target =
+      TargetDescription::forName(o.target, o.cudaArch, error);
+  if (failed(target)) {
+    llvm::errs() << "error: " << error << "\n";
+    return nullptr;
+  }
+  setTarget(*module, *target);
+  if (failed(runPipeline(ctx, *module, o)))
+    return nullptr;
+  return module;
+}
+
+std::optional<uint64_t> compiledPeakBytes(const std::string &model,
+                                          const ImportOptions &import,
+                                          std::vector<std::string> flags) {
+  CompileOptions o;
+  flags.insert(flags.end(), {"--emit=mlir", model});
+  if (parse(std::move(flags), o) >= 0)
+    return std::nullopt;
+  o.import = import;
+  registerDscPasses();
+  MLIRContext ctx;
+  installDiagnosticPrinter(ctx);
+  OwningOpRef<ModuleOp> module = compileOnnx(ctx, o);
+  if (!module)
+    return std::nullopt;
+  std::string source;
+  llvm::raw_string_ostream discard(source);
+  EmitCppStats stats;
+  if (failed(emitCpp(*module, discard, {}, &stats)))
+    return std::nullopt;
+  return uint64_t(stepTensorBytes(*module)) + stats.arenaBytes;
+}
+
 int runCompile(std::vector<std::string> args) {
   CompileOptions o;
   std::string command = commandLine(args);
@@ -792,25 +858,9 @@ int runCompile(std::vector<std::string> args) {
   MLIRContext ctx;
   installDiagnosticPrinter(ctx);
   bool fromIR = llvm::StringRef(o.model).ends_with(".mlir");
-  OwningOpRef<ModuleOp> module = fromIR ? readIR(ctx, o)
-                                        : importOnnxFile(ctx, o.model, o.import);
+  OwningOpRef<ModuleOp> module = fromIR ? readIR(ctx, o) : compileOnnx(ctx, o);
   if (!module)
     return 1;
-  if (!fromIR) {
-    llvm::SmallString<256> abs(o.model);
-    llvm::sys::fs::make_absolute(abs);
-    (*module)->setAttr("dsc.model_path", StringAttr::get(&ctx, abs));
-    std::string error;
-    FailureOr<TargetDescription> target =
-        TargetDescription::forName(o.target, o.cudaArch, error);
-    if (failed(target)) {
-      llvm::errs() << "error: " << error << "\n";
-      return 1;
-    }
-    setTarget(*module, *target);
-    if (failed(runPipeline(ctx, *module, o)))
-      return 1;
-  }
   std::string source;
   EmitCppStats stats;
   std::string constantsPath = constantsFileFor(o);
@@ -819,21 +869,29 @@ int runCompile(std::vector<std::string> args) {
     EmitCppOptions options;
     options.promoteF32ToF64 = o.f64;
     options.constantsPath = constantsPath;
+    options.recordTimeline = !o.arenaSvg.empty();
     setProvenance(o, command, options);
     return emitCpp(*module, os, options, &stats);
   };
-  // The report needs the code generator's plan (the arena).
+  // The report and the picture need the code generator's plan (the arena).
   bool emitted = false;
-  if (o.report) {
-    if (!o.configPath.empty())
+  if (o.report || !o.arenaSvg.empty()) {
+    if (o.report && !o.configPath.empty())
       printResolvedConfig(o.configPath, o.config, llvm::outs());
     if (failed(emitSource()))
       return 1;
     emitted = true;
+  }
+  if (o.report) {
     printMemoryReport(*module, stats.arenaBytes, llvm::outs(),
                       stats.gatheredPeakBytes, stats.gatheredBucketBytes);
     printArenaBreakdown(stats, llvm::outs());
   }
+  if (!o.arenaSvg.empty() &&
+      !writeAtomically(o.arenaSvg, [&](llvm::raw_ostream &os) {
+        writeArenaSvg(stats, pictureTitle(*module, o), os);
+      }))
+    return 1;
 
   if (o.emit == "mlir") {
     auto write = [&](llvm::raw_ostream &os) { module->print(os); };

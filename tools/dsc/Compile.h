@@ -2,11 +2,25 @@
 #ifndef DSC_TOOLS_DSC_COMPILE_H
 #define DSC_TOOLS_DSC_COMPILE_H
 
+#include "compiler/import/OnnxImporter.h"
+
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace dsc {
 int runCompile(std::vector<std::string> args);
+
+/// The --recompute choices, least recomputation first.
+inline constexpr const char *kRecomputeModes[] = {"none", "selective"};
+
+/// What one rank holds in the step `dsc compile MODEL FLAGS...` compiles:
+/// its arguments and results plus the code generator's arena (the static
+/// plan's peak). None when it does not compile (the errors are printed).
+std::optional<uint64_t> compiledPeakBytes(const std::string &model,
+                                          const ImportOptions &import,
+                                          std::vector<std::string> flags);
 } // namespace dsc
 
 #endif // DSC_TOOLS_DSC_COMPILE_H

@@ -30,14 +30,8 @@
 using namespace mlir;
 
 namespace dsc {
-namespace {
 
-struct StageBytes {
-  double params = 0, copy = 0, grads = 0, state = 0, buffers = 0;
-  double total() const { return params + copy + grads + state + buffers; }
-};
-
-std::string human(double bytes) {
+std::string humanBytes(double bytes) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (bytes >= 1024 && u < 4) {
@@ -46,6 +40,13 @@ std::string human(double bytes) {
   }
   return llvm::formatv(u ? "{0:f2} {1}" : "{0:f0} {1}", bytes, units[u]).str();
 }
+
+namespace {
+
+struct StageBytes {
+  double params = 0, copy = 0, grads = 0, state = 0, buffers = 0;
+  double total() const { return params + copy + grads + state + buffers; }
+};
 
 StageBytes formula(int stage, double psi, double padded, double g, double s,
                    double k, double c, double largestBucket) {
@@ -76,23 +77,23 @@ void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
     if (st == chosen && measured) {
       bool same = measured->params == f.params && measured->state == f.state &&
                   measured->copy == f.copy;
-      compiled =
-          llvm::formatv("   (compiled: params {0}, {1}optimizer {2}{3})",
-                        human(measured->params),
-                        mixed ? "compute copy " + human(measured->copy) + ", "
-                              : std::string(),
-                        human(measured->state),
-                        same ? ", = formula" : ", DIFFERS from formula")
-              .str();
+      compiled = llvm::formatv("   (compiled: params {0}, {1}optimizer {2}{3})",
+                               humanBytes(measured->params),
+                               mixed ? "compute copy " +
+                                           humanBytes(measured->copy) + ", "
+                                     : std::string(),
+                               humanBytes(measured->state),
+                               same ? ", = formula" : ", DIFFERS from formula")
+                     .str();
     }
     os << llvm::formatv("{0,-6} {1,12} ",
                         std::to_string(st) + (st == chosen ? " *" : ""),
-                        human(f.params))
-       << (mixed ? llvm::formatv("{0,12} ", human(f.copy)).str()
+                        humanBytes(f.params))
+       << (mixed ? llvm::formatv("{0,12} ", humanBytes(f.copy)).str()
                  : std::string())
-       << llvm::formatv("{0,12} {1,14} {2,12} {3,12}{4}\n", human(f.grads),
-                        human(f.state), human(f.buffers), human(f.total()),
-                        compiled);
+       << llvm::formatv("{0,12} {1,14} {2,12} {3,12}{4}\n", humanBytes(f.grads),
+                        humanBytes(f.state), humanBytes(f.buffers),
+                        humanBytes(f.total()), compiled);
   }
   os << llvm::formatv(
       "per rank, {0} rank(s){1}; model states only: "
@@ -100,7 +101,39 @@ void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
       n, g != n ? llvm::formatv(" in groups of {0}", g).str() : std::string());
 }
 
+/// The step's arguments and results. A result computed in place
+/// (dsc-in-place-updates) is its argument's storage; the other updated
+/// state is held twice (swapped after a step).
+struct StepTensors {
+  double bytes = 0;
+  int inPlace = 0, doubled = 0;
+};
+
+StepTensors stepTensors(func::FuncOp step) {
+  StepTensors held;
+  for (Type t : step.getArgumentTypes())
+    held.bytes += tensorBytes(t);
+  for (unsigned i = 0; i < step.getNumResults(); ++i) {
+    if (step.getResultAttr(i, "dsc.in_place")) {
+      ++held.inPlace;
+      continue;
+    }
+    held.bytes += tensorBytes(step.getResultTypes()[i]);
+    if (step.getResultAttr(i, "dsc.param_update") ||
+        step.getResultAttr(i, "dsc.opt_state_update") ||
+        step.getResultAttr(i, "dsc.buffer_update") ||
+        step.getResultAttr(i, "dsc.scaler_update"))
+      ++held.doubled;
+  }
+  return held;
+}
+
 } // namespace
+
+double stepTensorBytes(ModuleOp module) {
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  return step ? stepTensors(step).bytes : 0;
+}
 
 void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
                        llvm::raw_ostream &os, uint64_t gatheredPeakBytes,
@@ -149,24 +182,7 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
       psi += t.getNumElements();
       s = std::max<int64_t>(1, t.getElementType().getIntOrFloatBitWidth() / 8);
     }
-  // A result computed in place (dsc-in-place-updates) is its argument's
-  // storage; the other updated state is held twice (swapped after a step).
-  double stepTensors = 0;
-  int inPlace = 0, doubled = 0;
-  for (Type t : step.getArgumentTypes())
-    stepTensors += tensorBytes(t);
-  for (unsigned i = 0; i < step.getNumResults(); ++i) {
-    if (step.getResultAttr(i, "dsc.in_place")) {
-      ++inPlace;
-      continue;
-    }
-    stepTensors += tensorBytes(step.getResultTypes()[i]);
-    if (step.getResultAttr(i, "dsc.param_update") ||
-        step.getResultAttr(i, "dsc.opt_state_update") ||
-        step.getResultAttr(i, "dsc.buffer_update") ||
-        step.getResultAttr(i, "dsc.scaler_update"))
-      ++doubled;
-  }
+  StepTensors held = stepTensors(step);
   double padded = 0, largest = 0;
   if (auto buckets = module->getAttrOfType<ArrayAttr>("dsc.buckets")) {
     for (Attribute a : buckets) {
@@ -193,15 +209,15 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
       "and optimizer state: {3} updated in place, {4} double-buffered; "
       "gradients, the batch) + arena {1} (activations and temporaries, "
       "static plan) = {2}\n",
-      human(stepTensors), human(double(arenaBytes)),
-      human(stepTensors + double(arenaBytes)), inPlace, doubled);
+      humanBytes(held.bytes), humanBytes(double(arenaBytes)),
+      humanBytes(held.bytes + double(arenaBytes)), held.inPlace, held.doubled);
   // What the stage-3 release and the prefetch window buy: gathered buckets
   // alive at once (all of them with --keep-gathered).
   if (gatheredBucketBytes)
     os << llvm::formatv(
         "gathered parameters in the arena: at most {0} ({1} B) alive at "
         "once, {2:F1} x the largest gathered bucket ({3} B)\n",
-        human(double(gatheredPeakBytes)), gatheredPeakBytes,
+        humanBytes(double(gatheredPeakBytes)), gatheredPeakBytes,
         double(gatheredPeakBytes) / double(gatheredBucketBytes),
         gatheredBucketBytes);
 }
@@ -210,20 +226,17 @@ void printArenaBreakdown(const EmitCppStats &stats, llvm::raw_ostream &os) {
   if (stats.peakValues.empty())
     return;
   os << llvm::formatv("arena at its peak: {0} alive in @{1} at {2}\n",
-                      human(double(stats.peakBytes)), stats.peakFunction,
+                      humanBytes(double(stats.peakBytes)), stats.peakFunction,
                       stats.peakAt);
   struct Sum {
     uint64_t bytes = 0;
     int64_t count = 0;
   };
-  const char *kinds[] = {"kept", "temporary", "collective"};
-  const char *titles[] = {"kept from forward for backward", "temporaries",
-                          "collective buffers"};
-  for (int k = 0; k < 3; ++k) {
+  for (const ArenaKind &kind : kArenaKinds) {
     Sum total;
     std::map<std::string, Sum> byOp;
     for (const EmitCppStats::PeakValue &v : stats.peakValues)
-      if (v.kind == kinds[k]) {
+      if (v.kind == kind.name) {
         total.bytes += v.bytes, ++total.count;
         Sum &o = byOp[v.op];
         o.bytes += v.bytes, ++o.count;
@@ -235,11 +248,11 @@ void printArenaBreakdown(const EmitCppStats &stats, llvm::raw_ostream &os) {
     std::string list;
     for (size_t i = 0; i < ops.size() && i < 5; ++i)
       list += llvm::formatv("{0}{1} {2} ({3})", i ? ", " : "", ops[i].first,
-                            human(double(ops[i].second.bytes)),
+                            humanBytes(double(ops[i].second.bytes)),
                             ops[i].second.count)
                   .str();
-    os << llvm::formatv("  {0,-31} {1,10} in {2} values: {3}\n", titles[k],
-                        human(double(total.bytes)), total.count, list);
+    os << llvm::formatv("  {0,-31} {1,10} in {2} values: {3}\n", kind.title,
+                        humanBytes(double(total.bytes)), total.count, list);
   }
   std::vector<const EmitCppStats::PeakValue *> largest;
   for (const EmitCppStats::PeakValue &v : stats.peakValues)
@@ -248,22 +261,77 @@ void printArenaBreakdown(const EmitCppStats &stats, llvm::raw_ostream &os) {
   os << "  largest:\n";
   for (size_t i = 0; i < largest.size() && i < 8; ++i)
     os << llvm::formatv("    {0,10}  {1}  {2} [{3}] ({4})\n",
-                        human(double(largest[i]->bytes)), largest[i]->type,
+                        humanBytes(double(largest[i]->bytes)), largest[i]->type,
                         largest[i]->op, largest[i]->node, largest[i]->kind);
+}
+
+namespace {
+
+/// An imported model's parameter count and bytes per element (@forward's).
+std::pair<double, double> modelParameters(ModuleOp module) {
+  double psi = 0, s = 4;
+  if (auto fwd = module.lookupSymbol<func::FuncOp>("forward"))
+    for (unsigned i = 0; i < fwd.getNumArguments(); ++i)
+      if (fwd.getArgAttr(i, "dsc.param")) {
+        auto t = cast<RankedTensorType>(fwd.getArgument(i).getType());
+        psi += t.getNumElements();
+        s = std::max<int64_t>(1,
+                              t.getElementType().getIntOrFloatBitWidth() / 8);
+      }
+  return {psi, s};
+}
+
+} // namespace
+
+double formulaStageBytes(ModuleOp module, int stage, int64_t worldSize,
+                         int64_t groupSize, StringRef optimizer) {
+  auto [psi, s] = modelParameters(module);
+  double padded = std::ceil(psi / groupSize) * groupSize;
+  return formula(stage, psi, padded, groupSize, s, optimizer == "sgd" ? 1 : 2,
+                 /*c=*/0, padded)
+      .total();
+}
+
+void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
+                    int64_t worldSize, llvm::raw_ostream &os) {
+  os << llvm::formatv("will it fit in {0} per GPU ({1} rank(s)): the "
+                      "compiled step per configuration (its arguments, "
+                      "results and arena)\n",
+                      humanBytes(double(budget)), worldSize);
+  os << llvm::formatv("{0,-6} {1,-10} {2,14}  {3}\n", "stage", "recompute",
+                      "per rank", "fits");
+  const FitRow *fastest = nullptr;
+  for (const FitRow &r : rows) {
+    if (!r.available) {
+      os << llvm::formatv("{0,-6} {1,-10} {2,14}  -\n", r.stage, r.recompute,
+                          "not available");
+      continue;
+    }
+    bool fits = r.bytes <= double(budget);
+    if (fits && !fastest)
+      fastest = &r;
+    os << llvm::formatv("{0,-6} {1,-10} {2,14}  {3}{4}\n", r.stage, r.recompute,
+                        humanBytes(r.bytes), fits ? "yes" : "no",
+                        r.compiled ? ""
+                                   : "  (ZeRO formula, model states only: "
+                                     "this configuration did not compile)");
+  }
+  os << "offload: not available (dsc has no CPU offload yet)\n";
+  if (fastest)
+    os << llvm::formatv("fastest that fits: stage {0}, recompute {1} ({2} of "
+                        "{3})\n",
+                        fastest->stage, fastest->recompute,
+                        humanBytes(fastest->bytes), humanBytes(double(budget)));
+  else
+    os << "nothing fits: more ranks, a smaller micro-batch or a smaller "
+          "model\n";
 }
 
 void printMemoryEstimate(ModuleOp module, int64_t worldSize, int64_t groupSize,
                          StringRef optimizer, llvm::raw_ostream &os) {
-  auto fwd = module.lookupSymbol<func::FuncOp>("forward");
-  if (!fwd)
+  if (!module.lookupSymbol<func::FuncOp>("forward"))
     return;
-  double psi = 0, s = 4;
-  for (unsigned i = 0; i < fwd.getNumArguments(); ++i)
-    if (fwd.getArgAttr(i, "dsc.param")) {
-      auto t = cast<RankedTensorType>(fwd.getArgument(i).getType());
-      psi += t.getNumElements();
-      s = std::max<int64_t>(1, t.getElementType().getIntOrFloatBitWidth() / 8);
-    }
+  auto [psi, s] = modelParameters(module);
   double padded = std::ceil(psi / groupSize) * groupSize;
   double k = optimizer == "sgd" ? 1 : 2;
   os << llvm::formatv("memory per rank: {0} parameters of {1} bytes, {2} "

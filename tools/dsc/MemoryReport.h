@@ -7,8 +7,12 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
+#include <string>
 
 namespace dsc {
+
+/// "512 B", "37.54 KiB", "1.25 GiB".
+std::string humanBytes(double bytes);
 
 /// Model-state bytes per rank of a compiled module (after dsc-optimizer and,
 /// if it ran, dsc-zero-partition), measured from @train_step's arguments,
@@ -22,6 +26,10 @@ void printMemoryReport(mlir::ModuleOp module, uint64_t arenaBytes,
                        llvm::raw_ostream &os, uint64_t gatheredPeakBytes = 0,
                        uint64_t gatheredBucketBytes = 0);
 
+/// What @train_step's arguments and results take per rank (those updated
+/// in place counted once), as printMemoryReport counts them.
+double stepTensorBytes(mlir::ModuleOp module);
+
 /// The table for an imported model (@forward only): every stage's ZeRO
 /// figures for `worldSize` ranks sharding in groups of `groupSize`.
 /// The arena at its peak, from code generation's plan: what the forward
@@ -32,6 +40,25 @@ void printArenaBreakdown(const EmitCppStats &stats, llvm::raw_ostream &os);
 void printMemoryEstimate(mlir::ModuleOp module, int64_t worldSize,
                          int64_t groupSize, llvm::StringRef optimizer,
                          llvm::raw_ostream &os);
+
+/// ZeRO's model-state bytes per rank at `stage` (printMemoryEstimate's
+/// total), for a configuration that does not compile.
+double formulaStageBytes(mlir::ModuleOp module, int stage, int64_t worldSize,
+                         int64_t groupSize, llvm::StringRef optimizer);
+
+/// One configuration of `dsc estimate --gpu-memory`: its per-rank bytes
+/// from the compiled step (else the formula's), or not available.
+struct FitRow {
+  int stage = 0;
+  std::string recompute;
+  bool available = true, compiled = true;
+  double bytes = 0;
+};
+
+/// The rows against `budget` bytes per GPU, in order (least recomputation,
+/// then lowest stage, first), and the first that fits: the fastest.
+void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
+                    int64_t worldSize, llvm::raw_ostream &os);
 
 } // namespace dsc
 

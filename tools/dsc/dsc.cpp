@@ -28,6 +28,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -163,12 +164,77 @@ options:
   --hybrid-group G           shard inside groups of G ranks
   --optimizer adamw|sgd      (default adamw)
   --micro-batch N, --input-shape NAME=AxB   as for `dsc import`
+  --gpu-memory SIZE          will it fit: compile the step for every stage
+                             and --recompute choice and print each one's
+                             per-rank peak (arguments, results and the
+                             static arena plan) against SIZE (80GiB, 80GB,
+                             512MiB or bytes), and the fastest that fits
 )";
+
+/// "80GiB", "80GB", "512MiB", "1.5TB" or plain bytes; none when malformed.
+std::optional<uint64_t> parseSize(llvm::StringRef text) {
+  static const std::pair<const char *, double> units[] = {
+      {"TiB", 1099511627776.0},
+      {"GiB", 1073741824.0},
+      {"MiB", 1048576.0},
+      {"KiB", 1024.0},
+      {"TB", 1e12},
+      {"GB", 1e9},
+      {"MB", 1e6},
+      {"KB", 1e3},
+      {"B", 1}};
+  double scale = 1;
+  for (auto [suffix, bytes] : units)
+    if (text.consume_back(suffix)) {
+      scale = bytes;
+      break;
+    }
+  double value;
+  if (text.trim().getAsDouble(value) || !(value > 0))
+    return std::nullopt;
+  return static_cast<uint64_t>(value * scale);
+}
+
+/// `dsc estimate --gpu-memory`: every stage x recompute choice compiled
+/// (as `dsc compile` would for these ranks) and held against `budget`.
+void printFits(mlir::ModuleOp imported, const std::string &model,
+               const dsc::ImportOptions &opts, int64_t world, int64_t group,
+               const std::string &optimizer, uint64_t budget) {
+#ifdef DSC_RUNTIME_CUDA_LIBRARY
+  const char *target = "cuda"; // the plan of the GPU program
+#else
+  const char *target = "cpu";
+#endif
+  std::vector<dsc::FitRow> rows;
+  for (const char *recompute : dsc::kRecomputeModes)
+    for (int stage = 0; stage <= 3; ++stage) {
+      dsc::FitRow row{stage, recompute};
+      std::vector<std::string> flags = {"--target",     target,
+                                        "--world-size", std::to_string(world),
+                                        "--stage",      std::to_string(stage),
+                                        "--recompute",  recompute,
+                                        "--optimizer",  optimizer};
+      if (group != world)
+        flags.insert(flags.end(), {"--hybrid-group", std::to_string(group)});
+      if (auto bytes = dsc::compiledPeakBytes(model, opts, flags)) {
+        row.bytes = double(*bytes);
+      } else {
+        row.compiled = false;
+        row.bytes =
+            dsc::formulaStageBytes(imported, stage, world, group, optimizer);
+      }
+      rows.push_back(row);
+    }
+  for (int stage = 0; stage <= 3; ++stage)
+    rows.push_back({stage, "offload", /*available=*/false});
+  dsc::printFitsTable(rows, budget, world, llvm::outs());
+}
 
 int runEstimate(std::vector<std::string> args) {
   dsc::ImportOptions opts;
   std::string model, optimizer = "adamw";
   int64_t world = 8, group = 0;
+  std::optional<uint64_t> gpuMemory;
   dsc::ArgCursor c(std::move(args));
   while (!c.done()) {
     if (c.is("-h") || c.is("--help")) {
@@ -198,6 +264,15 @@ int runEstimate(std::vector<std::string> args) {
       optimizer = *v;
       continue;
     }
+    if (auto v = c.take("--gpu-memory")) {
+      gpuMemory = parseSize(*v);
+      if (!gpuMemory)
+        return usageError("--gpu-memory needs a size such as 80GiB, 80GB, "
+                          "512MiB or a count of bytes, not '" +
+                              *v + "'",
+                          kEstimateUsage);
+      continue;
+    }
     if (!c.error.empty())
       return usageError(c.error, kEstimateUsage);
     if (llvm::StringRef(c.current()).starts_with("-"))
@@ -218,6 +293,8 @@ int runEstimate(std::vector<std::string> args) {
   if (!module)
     return 1;
   dsc::printMemoryEstimate(*module, world, group, optimizer, llvm::outs());
+  if (gpuMemory)
+    printFits(*module, model, opts, world, group, optimizer, *gpuMemory);
   return 0;
 }
 
