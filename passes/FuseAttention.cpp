@@ -294,6 +294,39 @@ int64_t broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
   return index;
 }
 
+/// ONNX Gather on host values: out = data.shape[:axis] + indices.shape +
+/// data.shape[axis+1:], negative indices counted from the end; an index out
+/// of range is not evaluated (the op's own check reports it at run time).
+std::optional<HostValue> evaluateGather(dsc::GatherOp g,
+                                        std::optional<HostValue> data,
+                                        std::optional<HostValue> indices) {
+  if (!data || !indices)
+    return std::nullopt;
+  int64_t rank = (int64_t)data->shape.size();
+  int64_t axis = static_cast<int64_t>(g.getAxis());
+  axis = axis < 0 ? axis + rank : axis;
+  if (axis < 0 || axis >= rank)
+    return std::nullopt;
+  int64_t outer = 1, inner = 1, dim = data->shape[axis];
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= data->shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= data->shape[d];
+  int64_t m = (int64_t)indices->data.size();
+  HostValue out{Shape(typeOf(g.getResult()).getShape()), {}};
+  out.data.reserve(outer * m * inner);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < m; ++j) {
+      int64_t k = (int64_t)indices->data[j];
+      k = k < 0 ? k + dim : k;
+      if (k < 0 || k >= dim)
+        return std::nullopt;
+      for (int64_t i = 0; i < inner; ++i)
+        out.data.push_back(data->data[(o * dim + k) * inner + i]);
+    }
+  return out;
+}
+
 std::optional<HostValue> evaluateHost(Value v, int depth = 0) {
   auto type = typeOf(v);
   if (depth > 32 || type.getNumElements() > kMaxMaskElements)
@@ -340,11 +373,21 @@ std::optional<HostValue> evaluateHost(Value v, int depth = 0) {
       else
         for (bool b : dense.getValues<bool>())
           out.data.push_back(b);
+    } else if (dense.getElementType().isInteger()) {
+      // Indices and the exporters' integer attention_mask constants.
+      if (dense.isSplat())
+        out.data.assign(type.getNumElements(),
+                        double(dense.getSplatValue<APInt>().getSExtValue()));
+      else
+        for (const APInt &i : dense.getValues<APInt>())
+          out.data.push_back(double(i.getSExtValue()));
     } else {
       return std::nullopt;
     }
     return out;
   }
+  if (auto g = dyn_cast<dsc::GatherOp>(op))
+    return evaluateGather(g, operand(0), operand(1));
   if (isa<dsc::ReshapeOp>(op)) {
     auto x = operand(0);
     if (x)
@@ -358,6 +401,10 @@ std::optional<HostValue> evaluateHost(Value v, int depth = 0) {
     bool toBool = type.getElementType().isInteger(1);
     return map([&](ArrayRef<double> a) { return toBool ? double(a[0] != 0) : a[0]; });
   }
+  if (isa<dsc::AndOp>(op))
+    return map([](ArrayRef<double> a) { return double(a[0] != 0 && a[1] != 0); });
+  if (isa<dsc::OrOp>(op))
+    return map([](ArrayRef<double> a) { return double(a[0] != 0 || a[1] != 0); });
   if (isa<dsc::NotOp>(op))
     return map([](ArrayRef<double> a) { return double(a[0] == 0); });
   if (isa<dsc::WhereOp>(op))

@@ -110,6 +110,59 @@ func.func @forward(%q: tensor<2x2x4x2xf32> {dsc.input = "q"}, %kt: tensor<2x2x2x
 
 // -----
 
+// HF's sdpa mask at a length the importer does not fold: the causal bool
+// constant and'ed with the padding mask gathered from a constant
+// attention_mask of ones (an i64 constant cast to i1, gathered by position),
+// then where(keep, 0, -inf). Evaluated on the host, it is exactly causal.
+// CHECK-LABEL: func.func @forward
+// CHECK: dsc.attention %arg0, %{{.*}}, %arg2 {causal = true, scale = 1.000000e+00 : f64} : tensor<2x1x4x2xf32>, tensor<2x1x4x2xf32>, tensor<2x1x4x2xf32> ->
+func.func @forward(%q: tensor<2x1x4x2xf32> {dsc.input = "q"}, %kt: tensor<2x1x2x4xf32> {dsc.input = "kt"}, %v: tensor<2x1x4x2xf32> {dsc.input = "v"}) -> tensor<2x1x4x2xf32> {
+  %tril = dsc.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %ones = dsc.constant dense<1> : tensor<2x4xi64>
+  %keep = dsc.cast %ones {to = i1} : tensor<2x4xi64> -> tensor<2x4xi1>
+  %flat = dsc.reshape %keep {shape = array<i64: 8, 1>} : tensor<2x4xi1> -> tensor<8x1xi1>
+  %pos = dsc.constant dense<[[[[0, 1, 2, 3]]], [[[4, 5, 6, 7]]]]> : tensor<2x1x1x4xi64>
+  %g = dsc.gather %flat, %pos {axis = 0 : i64} : tensor<8x1xi1>, tensor<2x1x1x4xi64> -> tensor<2x1x1x4x1xi1>
+  %pad = dsc.reshape %g {shape = array<i64: 2, 1, 1, 4>} : tensor<2x1x1x4x1xi1> -> tensor<2x1x1x4xi1>
+  %both = dsc.and %tril, %pad : tensor<1x1x4x4xi1>, tensor<2x1x1x4xi1> -> tensor<2x1x4x4xi1>
+  %zero = dsc.constant dense<0.0> : tensor<f32>
+  %ninf = dsc.constant dense<0xFF800000> : tensor<f32>
+  %mask = dsc.where %both, %zero, %ninf : tensor<2x1x4x4xi1>, tensor<f32>, tensor<f32> -> tensor<2x1x4x4xf32>
+  %qk = dsc.matmul %q, %kt : tensor<2x1x4x2xf32>, tensor<2x1x2x4xf32> -> tensor<2x1x4x4xf32>
+  %sm = dsc.add %qk, %mask : tensor<2x1x4x4xf32>, tensor<2x1x4x4xf32> -> tensor<2x1x4x4xf32>
+  %p = dsc.softmax %sm {axis = -1 : i64} : tensor<2x1x4x4xf32>
+  %o = dsc.matmul %p, %v : tensor<2x1x4x4xf32>, tensor<2x1x4x2xf32> -> tensor<2x1x4x2xf32>
+  return %o : tensor<2x1x4x2xf32>
+}
+
+// -----
+
+// The same with a padded position in the constant attention_mask (a 0 in
+// the second row): no longer causal alone, so the mask stays an operand.
+// CHECK-LABEL: func.func @forward
+// CHECK: dsc.attention %arg0, %{{.*}}, %arg2, %{{.*}} {scale = 1.000000e+00 : f64}
+// CHECK-NOT: causal
+func.func @forward(%q: tensor<2x1x4x2xf32> {dsc.input = "q"}, %kt: tensor<2x1x2x4xf32> {dsc.input = "kt"}, %v: tensor<2x1x4x2xf32> {dsc.input = "v"}) -> tensor<2x1x4x2xf32> {
+  %tril = dsc.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %ones = dsc.constant dense<[[1, 1, 1, 1], [1, 1, 1, 0]]> : tensor<2x4xi64>
+  %keep = dsc.cast %ones {to = i1} : tensor<2x4xi64> -> tensor<2x4xi1>
+  %flat = dsc.reshape %keep {shape = array<i64: 8, 1>} : tensor<2x4xi1> -> tensor<8x1xi1>
+  %pos = dsc.constant dense<[[[[0, 1, 2, 3]]], [[[4, 5, 6, 7]]]]> : tensor<2x1x1x4xi64>
+  %g = dsc.gather %flat, %pos {axis = 0 : i64} : tensor<8x1xi1>, tensor<2x1x1x4xi64> -> tensor<2x1x1x4x1xi1>
+  %pad = dsc.reshape %g {shape = array<i64: 2, 1, 1, 4>} : tensor<2x1x1x4x1xi1> -> tensor<2x1x1x4xi1>
+  %both = dsc.and %tril, %pad : tensor<1x1x4x4xi1>, tensor<2x1x1x4xi1> -> tensor<2x1x4x4xi1>
+  %zero = dsc.constant dense<0.0> : tensor<f32>
+  %ninf = dsc.constant dense<0xFF800000> : tensor<f32>
+  %mask = dsc.where %both, %zero, %ninf : tensor<2x1x4x4xi1>, tensor<f32>, tensor<f32> -> tensor<2x1x4x4xf32>
+  %qk = dsc.matmul %q, %kt : tensor<2x1x4x2xf32>, tensor<2x1x2x4xf32> -> tensor<2x1x4x4xf32>
+  %sm = dsc.add %qk, %mask : tensor<2x1x4x4xf32>, tensor<2x1x4x4xf32> -> tensor<2x1x4x4xf32>
+  %p = dsc.softmax %sm {axis = -1 : i64} : tensor<2x1x4x4xf32>
+  %o = dsc.matmul %p, %v : tensor<2x1x4x4xf32>, tensor<2x1x4x2xf32> -> tensor<2x1x4x2xf32>
+  return %o : tensor<2x1x4x2xf32>
+}
+
+// -----
+
 // A constant mask that is not causal (upper triangular) is fused as an
 // operand, never as `causal`.
 // CHECK-LABEL: func.func @forward
