@@ -21,7 +21,9 @@
 #                (bench/llama_1b.py torch)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
-# Everything lands in $OUT/results.tgz (the device tool returns few files).
+# BREAKDOWN=0 leaves the per-kernel breakdowns out. Programs in
+# gpu-bundle-extra/ (carried, ignored by git) replace the bundle's of the
+# same name. Everything lands in $OUT/results.tgz (the device tool returns few files).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 O=${OUT:-out/device-run}
@@ -29,6 +31,9 @@ W=/tmp/device-run
 rm -rf "$W" && mkdir -p "$W"
 B=gpu-bundle/bin
 [ -x "$B/dsc-cuda-tests" ] || { mkdir -p gpu-bundle && tar -xJf gpu-bundle.tar.xz; }
+for f in gpu-bundle-extra/*.xz; do
+  [ -f "$f" ] && xz -dc "$f" >"$B/$(basename "$f" .xz)" && chmod +x "$B/$(basename "$f" .xz)"
+done
 LD=$(python3 -c "import glob,site;print(':'.join(glob.glob(site.getsitepackages()[0]+'/nvidia/*/lib')))")
 export LD_LIBRARY_PATH=$LD:${LD_LIBRARY_PATH:-}
 nvidia-smi -L >"$W/gpu.txt" 2>&1
@@ -70,6 +75,7 @@ for part in "$@"; do
   gpt2)
     tokens "$W/tok.bin" 50257 uint16
     dsc_pair gpt2 "$B/gpt2_124m_bf16" 20 --init random --data "$W/tok.bin" | tee "$W/gpt2_summary.txt"
+    [ "${BREAKDOWN:-1}" = 0 ] && continue
     timeout 120 python3 bench/kernel_breakdown.py --out "$W/gpt2_kernels.json" -- \
       "$B/gpt2_124m_bf16" --init random --data "$W/tok.bin" --steps 1 --quiet >"$W/gpt2_kernels.txt" 2>&1
     head -30 "$W/gpt2_kernels.txt" ;;
@@ -80,6 +86,7 @@ for part in "$@"; do
   llama)
     tokens "$W/tokl.bin" 128256 int32
     dsc_pair llama "$B/llama_1b_bf16" 12 --init random --data "$W/tokl.bin" --data-dtype int32 | tee "$W/llama_summary.txt"
+    [ "${BREAKDOWN:-1}" = 0 ] && continue
     timeout 150 python3 bench/kernel_breakdown.py --out "$W/llama_kernels.json" -- \
       "$B/llama_1b_bf16" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
       >"$W/llama_kernels.txt" 2>&1
@@ -98,5 +105,5 @@ for part in "$@"; do
 done
 rm -f "$W/tok.bin" "$W/tokl.bin"
 mkdir -p "$O"
-tar -czf "$O/results.tgz" -C "$W" --exclude=gc . 2>/dev/null
+tar -czf "$O/results.tgz" -C "$W" --exclude="gc/tmp" . 2>/dev/null
 ls -la "$O"

@@ -402,9 +402,11 @@ std::optional<HostValue> evaluateHost(Value v, int depth = 0) {
     return map([&](ArrayRef<double> a) { return toBool ? double(a[0] != 0) : a[0]; });
   }
   if (isa<dsc::AndOp>(op))
-    return map([](ArrayRef<double> a) { return double(a[0] != 0 && a[1] != 0); });
+    return map(
+        [](ArrayRef<double> a) { return double(a[0] != 0 && a[1] != 0); });
   if (isa<dsc::OrOp>(op))
-    return map([](ArrayRef<double> a) { return double(a[0] != 0 || a[1] != 0); });
+    return map(
+        [](ArrayRef<double> a) { return double(a[0] != 0 || a[1] != 0); });
   if (isa<dsc::NotOp>(op))
     return map([](ArrayRef<double> a) { return double(a[0] == 0); });
   if (isa<dsc::WhereOp>(op))

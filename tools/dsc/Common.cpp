@@ -181,4 +181,28 @@ bool parseImportOption(ArgCursor &c, ImportOptions &opts) {
   return false;
 }
 
+/// "80GiB", "80GB", "512MiB", "1.5TB" or plain bytes; none when malformed.
+std::optional<uint64_t> parseSize(llvm::StringRef text) {
+  static const std::pair<const char *, double> units[] = {
+      {"TiB", 1099511627776.0},
+      {"GiB", 1073741824.0},
+      {"MiB", 1048576.0},
+      {"KiB", 1024.0},
+      {"TB", 1e12},
+      {"GB", 1e9},
+      {"MB", 1e6},
+      {"KB", 1e3},
+      {"B", 1}};
+  double scale = 1;
+  for (auto [suffix, bytes] : units)
+    if (text.consume_back(suffix)) {
+      scale = bytes;
+      break;
+    }
+  double value;
+  if (text.trim().getAsDouble(value) || !(value > 0))
+    return std::nullopt;
+  return static_cast<uint64_t>(value * scale);
+}
+
 } // namespace dsc

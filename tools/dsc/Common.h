@@ -18,6 +18,9 @@ namespace dsc {
 void installDiagnosticPrinter(mlir::MLIRContext &ctx);
 /// "error: <msg>", the usage text, and exit status 1.
 int usageError(const std::string &msg, const char *usage);
+/// "80GiB", "80GB", "512MiB", "4096" (bytes): the byte count, or none for
+/// anything else (zero and negative sizes included).
+std::optional<uint64_t> parseSize(llvm::StringRef text);
 /// Writes via a temporary file and a rename, so a reader never sees half.
 bool writeAtomically(const std::string &path,
                      const std::function<void(llvm::raw_ostream &)> &write);

@@ -32,7 +32,9 @@
 
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 
@@ -91,10 +93,17 @@ target and output:
                              after each step) instead of writing those the
                              optimizer updates element by element into
                              their arguments (dsc-in-place-updates)
-  --recompute none|selective activation recomputation (dsc-recompute):
+  --recompute none|selective|auto
+                             activation recomputation (dsc-recompute):
                              selective computes elementwise values, norms
                              and softmax again in backward instead of
-                             keeping them (default none)
+                             keeping them; auto takes the least of them
+                             whose compiled plan (step tensors and arena
+                             per rank) fits --memory-budget (default none)
+  --memory-budget SIZE       bytes a rank may hold, for --recompute auto
+                             (80GiB, 80GB, 512MiB or bytes; default for
+                             --target cuda: the memory of the GPU this
+                             machine sees, via nvidia-smi)
 
 model (as for `dsc import`):
   --micro-batch N            examples per micro-batch (sets dim 0 of inputs)
@@ -188,7 +197,8 @@ struct CompileOptions {
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
   std::string precision = "fp32", gradReduceDtype = "fp32";
-  std::string recompute = "none"; // dsc-recompute mode
+  std::string recompute = "none"; // dsc-recompute mode, or "auto"
+  std::optional<uint64_t> memoryBudget; // --memory-budget
   std::string precisionPipeline;  // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
   std::string arenaSvg;   // --arena-svg
@@ -378,11 +388,20 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       continue;
     }
     if (auto v = c.take("--recompute")) {
-      if (!llvm::is_contained(kRecomputeModes, *v))
-        return usageError("--recompute must be none or selective, not '" + *v +
-                              "'",
+      if (!llvm::is_contained(kRecomputeModes, *v) && *v != "auto")
+        return usageError("--recompute must be none, selective or auto, not '" +
+                              *v + "'",
                           kCompileUsage);
       o.recompute = *v;
+      continue;
+    }
+    if (auto v = c.take("--memory-budget")) {
+      o.memoryBudget = parseSize(*v);
+      if (!o.memoryBudget)
+        return usageError("--memory-budget needs a size such as 24GiB, 24GB, "
+                          "512MiB or a count of bytes, not '" +
+                              *v + "'",
+                          kCompileUsage);
       continue;
     }
     if (auto v = c.take("--precision")) {
@@ -825,14 +844,14 @@ OwningOpRef<ModuleOp> compileOnnx(MLIRContext &ctx, const CompileOptions &o) {
   return module;
 }
 
-std::optional<uint64_t> compiledPeakBytes(const std::string &model,
-                                          const ImportOptions &import,
-                                          std::vector<std::string> flags) {
-  CompileOptions o;
-  flags.insert(flags.end(), {"--emit=mlir", model});
-  if (parse(std::move(flags), o) >= 0)
-    return std::nullopt;
-  o.import = import;
+namespace {
+
+/// What one rank holds in the step `o` compiles (arguments, results and the
+/// arena); none when it does not compile (the errors are printed).
+std::optional<uint64_t> planPeakBytes(CompileOptions o) {
+  o.emit = "mlir";
+  o.report = o.printIRAfterAll = false;
+  o.arenaSvg.clear();
   registerDscPasses();
   MLIRContext ctx;
   installDiagnosticPrinter(ctx);
@@ -847,6 +866,80 @@ std::optional<uint64_t> compiledPeakBytes(const std::string &model,
   return uint64_t(stepTensorBytes(*module)) + stats.arenaBytes;
 }
 
+/// The memory of GPU 0 as nvidia-smi reports it (none without one).
+std::optional<uint64_t> localGpuMemory() {
+  auto smi = llvm::sys::findProgramByName("nvidia-smi");
+  if (!smi)
+    return std::nullopt;
+  llvm::SmallString<128> out;
+  if (llvm::sys::fs::createTemporaryFile("dsc-gpu-memory", "txt", out))
+    return std::nullopt;
+  llvm::FileRemover remove(out);
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt, out.str(),
+                                                llvm::StringRef("")};
+  std::string query = "--query-gpu=memory.total";
+  llvm::StringRef argv[] = {*smi, query, "--format=csv,noheader,nounits",
+                            "-i", "0"};
+  if (llvm::sys::ExecuteAndWait(*smi, argv, std::nullopt, redirects, 20) != 0)
+    return std::nullopt;
+  auto text = llvm::MemoryBuffer::getFile(out);
+  uint64_t mib = 0;
+  if (!text || llvm::StringRef((*text)->getBuffer()).trim().getAsInteger(10, mib) ||
+      mib == 0)
+    return std::nullopt;
+  return mib << 20;
+}
+
+/// --recompute auto: the least recomputation (kRecomputeModes, in order)
+/// whose compiled plan fits the budget becomes o.recompute. -1 to go on,
+/// else the exit code (nothing fits, or no budget known).
+int chooseRecompute(CompileOptions &o) {
+  std::optional<uint64_t> budget = o.memoryBudget;
+  if (!budget && o.target == "cuda")
+    budget = localGpuMemory();
+  if (!budget)
+    return usageError("--recompute auto needs --memory-budget SIZE (no GPU "
+                      "visible here to take its memory from)",
+                      kCompileUsage);
+  std::string tried;
+  for (const char *mode : kRecomputeModes) {
+    CompileOptions trial = o;
+    trial.recompute = mode;
+    std::optional<uint64_t> peak = planPeakBytes(trial);
+    if (!peak)
+      return 1;
+    tried += llvm::formatv("{0}{1} {2}", tried.empty() ? "" : ", ", mode,
+                           humanBytes(double(*peak)))
+                 .str();
+    if (*peak <= *budget) {
+      o.recompute = mode;
+      llvm::errs() << "note: --recompute auto: " << mode << " (per rank "
+                   << humanBytes(double(*peak)) << " of the "
+                   << humanBytes(double(*budget)) << " budget; tried " << tried
+                   << ")\n";
+      return -1;
+    }
+  }
+  llvm::errs() << "error: " << o.model << ": the step does not fit in "
+               << humanBytes(double(*budget)) << " per rank with any "
+               << "recomputation (" << tried << "); shard it over more ranks "
+               << "(--world-size, --stage 3), or lower --micro-batch\n";
+  return 1;
+}
+
+} // namespace
+
+std::optional<uint64_t> compiledPeakBytes(const std::string &model,
+                                          const ImportOptions &import,
+                                          std::vector<std::string> flags) {
+  CompileOptions o;
+  flags.insert(flags.end(), {"--emit=mlir", model});
+  if (parse(std::move(flags), o) >= 0)
+    return std::nullopt;
+  o.import = import;
+  return planPeakBytes(o);
+}
+
 int runCompile(std::vector<std::string> args) {
   CompileOptions o;
   std::string command = commandLine(args);
@@ -854,10 +947,16 @@ int runCompile(std::vector<std::string> args) {
   if (rc >= 0)
     return rc;
 
+  bool fromIR = llvm::StringRef(o.model).ends_with(".mlir");
+  if (o.memoryBudget && o.recompute != "auto")
+    return usageError("--memory-budget is the budget of --recompute auto",
+                      kCompileUsage);
+  if (o.recompute == "auto" && !fromIR)
+    if (int chosen = chooseRecompute(o); chosen >= 0)
+      return chosen;
   registerDscPasses();
   MLIRContext ctx;
   installDiagnosticPrinter(ctx);
-  bool fromIR = llvm::StringRef(o.model).ends_with(".mlir");
   OwningOpRef<ModuleOp> module = fromIR ? readIR(ctx, o) : compileOnnx(ctx, o);
   if (!module)
     return 1;

@@ -171,29 +171,6 @@ options:
                              512MiB or bytes), and the fastest that fits
 )";
 
-/// "80GiB", "80GB", "512MiB", "1.5TB" or plain bytes; none when malformed.
-std::optional<uint64_t> parseSize(llvm::StringRef text) {
-  static const std::pair<const char *, double> units[] = {
-      {"TiB", 1099511627776.0},
-      {"GiB", 1073741824.0},
-      {"MiB", 1048576.0},
-      {"KiB", 1024.0},
-      {"TB", 1e12},
-      {"GB", 1e9},
-      {"MB", 1e6},
-      {"KB", 1e3},
-      {"B", 1}};
-  double scale = 1;
-  for (auto [suffix, bytes] : units)
-    if (text.consume_back(suffix)) {
-      scale = bytes;
-      break;
-    }
-  double value;
-  if (text.trim().getAsDouble(value) || !(value > 0))
-    return std::nullopt;
-  return static_cast<uint64_t>(value * scale);
-}
 
 /// `dsc estimate --gpu-memory`: every stage x recompute choice compiled
 /// (as `dsc compile` would for these ranks) and held against `budget`.
@@ -265,7 +242,7 @@ int runEstimate(std::vector<std::string> args) {
       continue;
     }
     if (auto v = c.take("--gpu-memory")) {
-      gpuMemory = parseSize(*v);
+      gpuMemory = dsc::parseSize(*v);
       if (!gpuMemory)
         return usageError("--gpu-memory needs a size such as 80GiB, 80GB, "
                           "512MiB or a count of bytes, not '" +
