@@ -13,6 +13,7 @@
 #include "dsc/device.h"
 #include "TestUtil.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -98,6 +99,28 @@ public:
   Status createDistributed(const DistributedInit &,
                            std::unique_ptr<Communicator> &) override {
     return Status::error(StatusCode::Unimplemented, "host-test: no NCCL");
+  }
+  /// As the CUDA device's: a key's first step runs directly (the shell
+  /// calls `enqueue`), later ones "replay" (here: this device runs the same
+  /// host code itself), unless `refuse` says why a capture failed.
+  std::vector<std::vector<const void *>> keys;
+  int replays = 0;
+  std::string refuse;
+  Status replayStep(const std::vector<const void *> &key,
+                    const std::function<Status()> &enqueue, bool &ran,
+                    std::string &why) override {
+    bool seen = std::find(keys.begin(), keys.end(), key) != keys.end();
+    keys.push_back(key);
+    ran = false;
+    if (!seen)
+      return Status();
+    if (!refuse.empty()) {
+      why = refuse;
+      return Status();
+    }
+    ++replays;
+    ran = true;
+    return enqueue();
   }
 
 private:
@@ -282,6 +305,70 @@ TEST_F(DeviceRun, AnInPlaceParameterIsOneDeviceBuffer) {
     EXPECT_EQ(readFile(dir / "p2"), readFile(dir / "p1"));
     gSteps.clear();
   }
+}
+
+TEST_F(DeviceRun, OneRankReplaysItsStepUnderAKeyOfItsBuffers) {
+  // The shell hands every step of a single-rank device run to replayStep,
+  // keyed by the step function, the arena and the buffers: a
+  // double-buffered parameter alternates two keys, one computed in place
+  // keeps one. The replayed steps give the direct run's results bitwise.
+  RunResult plain = train(1, true, "p");
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  ASSERT_EQ(device.keys.size(), 4u);
+  EXPECT_EQ(device.keys[0].front(),
+            reinterpret_cast<const void *>(&linearStep));
+  EXPECT_EQ(device.keys[0], device.keys[2]);
+  EXPECT_EQ(device.keys[1], device.keys[3]);
+  EXPECT_NE(device.keys[0], device.keys[1]);
+  EXPECT_EQ(device.replays, 2);
+  EXPECT_EQ(gSteps, (std::vector<int64_t>{1, 2, 3, 4}));
+
+  const ResultSpec inPlace[] = {
+      kResults[0],
+      {ResultRole::Param, "w", {DType::F32, 1, {1}}, -1, W},
+      kResults[2],
+  };
+  device.keys.clear();
+  device.replays = 0;
+  ProgramSpec s = spec(1, true);
+  s.results = inPlace;
+  RunResult once =
+      runWith(s, {"--steps", "4", "--batch", batchOf(1), "--init", "random",
+                  "--lr", "0.01", "--dump-params", dir / "p1"});
+  ASSERT_EQ(once.rc, 0) << once.err;
+  ASSERT_EQ(device.keys.size(), 4u);
+  EXPECT_EQ(device.keys[0], device.keys[3]);
+  EXPECT_EQ(device.replays, 3);
+  EXPECT_EQ(readFile(dir / "pp"), readFile(dir / "p1"));
+}
+
+TEST_F(DeviceRun, NoReplayWithACommunicatorTimersOrNoCudaGraph) {
+  RunResult two = train(2, true, "2");
+  ASSERT_EQ(two.rc, 0) << two.err;
+  EXPECT_TRUE(device.keys.empty()); // in-process ranks stage through the host
+  RunResult off =
+      runWith(spec(1, true), {"--steps", "3", "--batch", batchOf(1), "--init",
+                              "random", "--no-cuda-graph"});
+  ASSERT_EQ(off.rc, 0) << off.err;
+  EXPECT_TRUE(device.keys.empty());
+  RunResult timed =
+      runWith(spec(1, true), {"--steps", "3", "--batch", batchOf(1), "--init",
+                              "random", "--wall-clock-breakdown"});
+  ASSERT_EQ(timed.rc, 0) << timed.err;
+  EXPECT_TRUE(device.keys.empty());
+}
+
+TEST_F(DeviceRun, AStepThatCannotBeCapturedRunsDirectlyAndSaysSoOnce) {
+  device.refuse = "the step draws dropout seeds on the host";
+  RunResult r = train(1, true, "r");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(device.replays, 0);
+  EXPECT_EQ(gSteps, (std::vector<int64_t>{1, 2, 3, 4}));
+  std::string note = "note: the step runs without a CUDA graph: the step "
+                     "draws dropout seeds on the host";
+  size_t at = r.err.find(note);
+  EXPECT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(note, at + 1), std::string::npos) << r.err;
 }
 
 TEST_F(DeviceRun, AStepThatDoesNotFitIsAnErrorBeforeAnyAllocation) {
