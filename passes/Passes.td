@@ -324,11 +324,19 @@ def DscRecompute : Pass<"dsc-recompute", "mlir::ModuleOp"> {
     %g2 = dsc.gelu %h {dsc.recomputed} ...
     %dw2 = ... %g2 ...
     ```
+    `mode=full` is per-block checkpointing: in each repeated block (the ops
+    whose ONNX node name has a module-list entry, `/h.11/...`,
+    `/model/layers.3/...`) the matmuls, GEMMs, attention without dropout and
+    every other deterministic op are candidates too, so of a block the
+    backward keeps only what flows into it and what it reads anyway; dropout
+    (its mask is drawn from the op's position) and ops with effects are never
+    redone. The same rule places the clones.
+
     `mode=none` (the default) leaves the IR as it is.
   }];
   let options = [
     Option<"mode", "mode", "std::string", /*default=*/"\"none\"",
-           "none or selective">,
+           "none, selective or full">,
   ];
 }
 

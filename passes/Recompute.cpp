@@ -17,6 +17,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/SetVector.h"
 
 namespace dsc {
@@ -41,6 +42,49 @@ bool isCheap(Operation *op) {
          op->getNumRegions() == 0 && isPure(op);
 }
 
+/// The repeated block an op belongs to, from its ONNX node name: the path
+/// up to the first component that is a module list entry ("/h.11/mlp/..."
+/// -> "/h.11", "/model/layers.3/self_attn/..." -> "/model/layers.3");
+/// empty outside any (embeddings, the final norm, the loss).
+std::string blockOf(Operation *op) {
+  Location loc = op->getLoc();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    if (!fused.getLocations().empty())
+      loc = fused.getLocations().front();
+  auto name = dyn_cast<NameLoc>(loc);
+  if (!name)
+    return "";
+  StringRef path = name.getName().strref();
+  size_t end = 0;
+  while (end < path.size()) {
+    size_t next = path.find('/', end + 1);
+    StringRef part = path.slice(end + 1, next);
+    auto [module, index] = part.rsplit('.');
+    if (!index.empty() && !module.empty() &&
+        llvm::all_of(index, [](char c) { return llvm::isDigit(c); }))
+      return path.take_front(next == StringRef::npos ? path.size() : next)
+          .str();
+    if (next == StringRef::npos)
+      break;
+    end = next;
+  }
+  return "";
+}
+
+/// Full (per-block) recomputation also redoes the matmuls, attention and
+/// every other deterministic op of a repeated block, so that of a block the
+/// backward keeps only what flows into it. Never dropout or an attention
+/// with dropout (their masks are drawn from the op's position, which a clone
+/// does not share), nor anything with effects (collectives, waits).
+bool isRecomputableInBlock(Operation *op) {
+  if (isa<dsc::DropoutOp, dsc::ConstantOp>(op) || op->getNumRegions() != 0 ||
+      !isPure(op) || blockOf(op).empty())
+    return false;
+  if (auto a = dyn_cast<dsc::AttentionOp>(op))
+    return a.getDropout().convertToDouble() == 0;
+  return true;
+}
+
 /// What the analysis decided, by op.
 struct Plan {
   /// Forward ops to recompute, in block order.
@@ -52,7 +96,7 @@ struct Plan {
 
 class Recompute {
 public:
-  explicit Recompute(func::FuncOp fn) : fn_(fn) {}
+  Recompute(func::FuncOp fn, bool full) : fn_(fn), full_(full) {}
 
   /// 0 when there is nothing to do (no backward marker).
   int64_t run() {
@@ -96,7 +140,7 @@ private:
     for (Operation &op : body) {
       if (&op == begin_)
         break;
-      if (!isCheap(&op))
+      if (!isCheap(&op) && !(full_ && isRecomputableInBlock(&op)))
         continue;
       bool fromKept = llvm::all_of(op.getOperands(), [&](Value v) {
         Operation *def = v.getDefiningOp();
@@ -173,6 +217,7 @@ private:
   }
 
   func::FuncOp fn_;
+  bool full_;
   Operation *begin_ = nullptr;
   llvm::DenseMap<Operation *, int64_t> position_;
   llvm::DenseSet<Operation *> recomputed_;
@@ -184,16 +229,16 @@ struct RecomputePass : public dsc::impl::DscRecomputeBase<RecomputePass> {
   void runOnOperation() override {
     if (mode == "none")
       return;
-    if (mode != "selective") {
-      getOperation().emitError("dsc-recompute: mode must be none or "
-                               "selective, not '")
+    if (mode != "selective" && mode != "full") {
+      getOperation().emitError("dsc-recompute: mode must be none, "
+                               "selective or full, not '")
           << mode << "'";
       return signalPassFailure();
     }
     auto fb = getOperation().lookupSymbol<func::FuncOp>("forward_backward");
     if (!fb || fb.isExternal())
       return;
-    Recompute(fb).run();
+    Recompute(fb, mode == "full").run();
   }
 };
 

@@ -1,6 +1,7 @@
 // RUN: dsc-opt %s --split-input-file --dsc-recompute=mode=selective | FileCheck %s
 // RUN: dsc-opt %s --split-input-file --dsc-recompute=mode=selective --cse | FileCheck %s --check-prefix=CSE
 // RUN: dsc-opt %s --split-input-file --dsc-recompute | FileCheck %s --check-prefix=NONE
+// RUN: dsc-opt %s --split-input-file --dsc-recompute=mode=full | FileCheck %s --check-prefix=FULL
 
 // GPT-2's tanh GELU: tanh(k * h^3) is read by the backward; h (a matmul
 // output the backward reads anyway) is kept, and the chain from it is
@@ -74,4 +75,32 @@ func.func @forward_backward(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
   %t = dsc.tanh %x : tensor<2x4xf32>
   %u = dsc.mul %t, %t : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
   return %u : tensor<2x4xf32>
+}
+
+// -----
+
+// Per-block (full) recomputation: in the repeated block /h.0 the matmul is
+// computed again too, from the block's input and weight, and the GELU from
+// the clone; selective redoes only the GELU and keeps the matmul's output.
+// Outside any block (/lm_head) the matmul is kept in either mode.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: dsc.constant {dsc.backward_begin}
+// CHECK-NOT: dsc.matmul {{.*}}dsc.recomputed
+// CHECK: dsc.gelu %{{.*}} {dsc.recomputed}
+// FULL-LABEL: func.func @forward_backward
+// FULL: %[[O:.*]] = dsc.matmul %{{.*}}, %arg2
+// FULL: dsc.constant {dsc.backward_begin}
+// FULL: %[[H:.*]] = dsc.matmul %arg0, %arg1 {dsc.recomputed}
+// FULL-NEXT: %[[G:.*]] = dsc.gelu %[[H]] {dsc.recomputed}
+// FULL-NOT: dsc.matmul %{{.*}}, %arg2 {dsc.recomputed}
+// FULL: dsc.mul %{{.*}}, %[[O]]
+func.func @forward_backward(%x: tensor<2x4xf32>, %w: tensor<4x4xf32>, %w2: tensor<4x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+  %h = dsc.matmul %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32> loc("/h.0/mlp/c_fc/MatMul")
+  %g = dsc.gelu %h : tensor<2x4xf32> loc("/h.0/mlp/act/Gelu")
+  %o = dsc.matmul %g, %w2 : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32> loc("/lm_head/MatMul")
+  %seed = dsc.constant {dsc.backward_begin} dense<1.0> : tensor<2x4xf32>
+  %b1 = dsc.mul %seed, %g : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  %b2 = dsc.mul %b1, %h : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  %b3 = dsc.mul %b2, %o : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
+  return %o, %b3 : tensor<2x4xf32>, tensor<2x4xf32>
 }

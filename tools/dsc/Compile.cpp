@@ -93,13 +93,16 @@ target and output:
                              after each step) instead of writing those the
                              optimizer updates element by element into
                              their arguments (dsc-in-place-updates)
-  --recompute none|selective|auto
+  --recompute none|selective|full|auto
                              activation recomputation (dsc-recompute):
                              selective computes elementwise values, norms
                              and softmax again in backward instead of
-                             keeping them; auto takes the least of them
-                             whose compiled plan (step tensors and arena
-                             per rank) fits --memory-budget (default none)
+                             keeping them; full also the matmuls and
+                             attention of each repeated block (ONNX names
+                             /h.N/..., /layers.N/...), keeping what flows
+                             into it; auto takes the least of them whose
+                             compiled plan (step tensors and arena per
+                             rank) fits --memory-budget (default none)
   --memory-budget SIZE       bytes a rank may hold, for --recompute auto
                              (80GiB, 80GB, 512MiB or bytes; default for
                              --target cuda: the memory of the GPU this
@@ -389,7 +392,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     }
     if (auto v = c.take("--recompute")) {
       if (!llvm::is_contained(kRecomputeModes, *v) && *v != "auto")
-        return usageError("--recompute must be none, selective or auto, not '" +
+        return usageError("--recompute must be none, selective, full or auto, "
+                          "not '" +
                               *v + "'",
                           kCompileUsage);
       o.recompute = *v;
