@@ -327,10 +327,12 @@ def DscRecompute : Pass<"dsc-recompute", "mlir::ModuleOp"> {
     `mode=full` is per-block checkpointing: in each repeated block (the ops
     whose ONNX node name has a module-list entry, `/h.11/...`,
     `/model/layers.3/...`) the matmuls, GEMMs, attention without dropout and
-    every other deterministic op are candidates too, so of a block the
-    backward keeps only what flows into it and what it reads anyway; dropout
-    (its mask is drawn from the op's position) and ops with effects are never
-    redone. The same rule places the clones.
+    every other deterministic op are candidates too, except the block's
+    checkpoints: results the forward reads outside the block (the residual
+    stream into the next one), which are kept, so each block's backward
+    recomputes it from them. Dropout (its mask is drawn from the op's
+    position) and ops with effects are never redone. The same rule places
+    the clones.
 
     `mode=none` (the default) leaves the IR as it is.
   }];

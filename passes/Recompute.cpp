@@ -17,8 +17,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringExtras.h"
 
 namespace dsc {
 #define GEN_PASS_DEF_DSCRECOMPUTE
@@ -119,6 +119,20 @@ private:
     return position_.lookup(op) >= position_.lookup(begin_);
   }
 
+  /// Full mode: a block's results that the forward reads outside the
+  /// block (the residual stream into the next block) are its checkpoints,
+  /// kept; recomputing them would chain every block's recomputation back
+  /// to the first one at the start of the backward.
+  bool isCheckpoint(Operation *op) const {
+    std::string block = blockOf(op);
+    for (Value r : op->getResults())
+      for (Operation *user : r.getUsers())
+        if (user->getBlock() == op->getBlock() && !isBackward(user) &&
+            blockOf(user) != block)
+          return true;
+    return false;
+  }
+
   /// The first backward op that uses `v` (null: none).
   Operation *firstBackwardUse(Value v) const {
     Operation *first = nullptr;
@@ -140,7 +154,10 @@ private:
     for (Operation &op : body) {
       if (&op == begin_)
         break;
-      if (!isCheap(&op) && !(full_ && isRecomputableInBlock(&op)))
+      bool candidate = full_ ? (isCheap(&op) || isRecomputableInBlock(&op)) &&
+                                   !isCheckpoint(&op)
+                             : isCheap(&op);
+      if (!candidate)
         continue;
       bool fromKept = llvm::all_of(op.getOperands(), [&](Value v) {
         Operation *def = v.getDefiningOp();

@@ -80,20 +80,23 @@ func.func @forward_backward(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
 // -----
 
 // Per-block (full) recomputation: in the repeated block /h.0 the matmul is
-// computed again too, from the block's input and weight, and the GELU from
-// the clone; selective redoes only the GELU and keeps the matmul's output.
-// Outside any block (/lm_head) the matmul is kept in either mode.
+// computed again too, from the block's input and weight; the GELU, which
+// the forward reads outside the block (/lm_head), is the block's checkpoint
+// and is kept. Selective redoes only the GELU and keeps the matmul's
+// output. Outside any block the matmul is kept in either mode.
 // CHECK-LABEL: func.func @forward_backward
 // CHECK: dsc.constant {dsc.backward_begin}
 // CHECK-NOT: dsc.matmul {{.*}}dsc.recomputed
 // CHECK: dsc.gelu %{{.*}} {dsc.recomputed}
 // FULL-LABEL: func.func @forward_backward
-// FULL: %[[O:.*]] = dsc.matmul %{{.*}}, %arg2
+// FULL: %[[G:.*]] = dsc.gelu
+// FULL: %[[O:.*]] = dsc.matmul %[[G]], %arg2
 // FULL: dsc.constant {dsc.backward_begin}
-// FULL: %[[H:.*]] = dsc.matmul %arg0, %arg1 {dsc.recomputed}
-// FULL-NEXT: %[[G:.*]] = dsc.gelu %[[H]] {dsc.recomputed}
-// FULL-NOT: dsc.matmul %{{.*}}, %arg2 {dsc.recomputed}
-// FULL: dsc.mul %{{.*}}, %[[O]]
+// FULL-NOT: dsc.gelu
+// FULL: dsc.mul %{{.*}}, %[[G]]
+// FULL-NEXT: %[[H:.*]] = dsc.matmul %arg0, %arg1 {dsc.recomputed}
+// FULL-NEXT: dsc.mul %{{.*}}, %[[H]]
+// FULL-NEXT: dsc.mul %{{.*}}, %[[O]]
 func.func @forward_backward(%x: tensor<2x4xf32>, %w: tensor<4x4xf32>, %w2: tensor<4x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
   %h = dsc.matmul %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32> loc("/h.0/mlp/c_fc/MatMul")
   %g = dsc.gelu %h : tensor<2x4xf32> loc("/h.0/mlp/act/Gelu")
