@@ -68,12 +68,7 @@ const Key kTopKeys[] = {
     {"zero_allow_untested_optimizer", Type::Bool, Use::Accept, "", false},
     {"zero_force_ds_cpu_optimizer", Type::Bool, Use::Accept, "", false},
     {"fp32_allreduce", Type::Bool, Use::Accept, "", false},
-    {"activation_checkpointing", Type::Object, Use::Warn,
-     "not mapped: DeepSpeed checkpoints what the model's code wraps "
-     "(partitioned, on the CPU); dsc decides in the compiler: "
-     "--recompute selective recomputes elementwise values, norms and "
-     "softmax in backward",
-     false},
+    {"activation_checkpointing", Type::Object, Use::Map, "", false},
     {"tensorboard", Type::Object, Use::Map, "", false},
     {"csv_monitor", Type::Object, Use::Map, "", false},
     {"wandb", Type::Object, Use::Refuse,
@@ -206,6 +201,21 @@ const Key kMonitorKeys[] = {
     {"enabled", Type::Bool, Use::Map, "", false},
     {"output_path", Type::String, Use::Map, "", false},
     {"job_name", Type::String, Use::Map, "", false},
+};
+
+// DeepSpeed checkpoints the layers the model's code wraps; the compiler's
+// per-block recomputation (--recompute full) checkpoints every repeated
+// block. Its placement options have no counterpart.
+const Key kActivationCheckpointingKeys[] = {
+    {"partition_activations", Type::Bool, Use::Accept, "", false},
+    {"contiguous_memory_optimization", Type::Bool, Use::Accept, "", false},
+    {"number_checkpoints", Type::Count, Use::Accept, "", false},
+    {"synchronize_checkpoint_boundary", Type::Bool, Use::Accept, "", false},
+    {"profile", Type::Bool, Use::Accept, "", false},
+    {"cpu_checkpointing", Type::Bool, Use::Warn,
+     "not mapped: the checkpoints stay in GPU memory (dsc has no offload "
+     "yet)",
+     false},
 };
 
 const Key kDataTypeKeys[] = {
@@ -969,6 +979,11 @@ void Resolver::mapMisc(const json::Object &root) {
       runArg("steps_per_print", "--print-every", formatNumber(*n));
   }
   mapMonitors(root);
+  if (const json::Object *ac = root.getObject("activation_checkpointing"))
+    if (check(*ac, "activation_checkpointing", kActivationCheckpointingKeys))
+      set("activation_checkpointing", "--recompute", "full", false,
+          "{...} (DeepSpeed checkpoints the layers the model wraps; dsc "
+          "every repeated block)");
   if (root.getBoolean("wall_clock_breakdown").value_or(false)) {
     runArgs_.push_back("--wall-clock-breakdown");
     lines_.push_back("wall_clock_breakdown = true -> the program's "
