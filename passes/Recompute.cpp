@@ -55,18 +55,14 @@ std::string blockOf(Operation *op) {
   if (!name)
     return "";
   StringRef path = name.getName().strref();
-  size_t end = 0;
-  while (end < path.size()) {
-    size_t next = path.find('/', end + 1);
-    StringRef part = path.slice(end + 1, next);
+  size_t prefix = 0; // the path up to and with this component
+  for (StringRef part : llvm::split(path, '/')) {
+    prefix += part.size();
     auto [module, index] = part.rsplit('.');
-    if (!index.empty() && !module.empty() &&
+    if (!module.empty() && !index.empty() &&
         llvm::all_of(index, [](char c) { return llvm::isDigit(c); }))
-      return path.take_front(next == StringRef::npos ? path.size() : next)
-          .str();
-    if (next == StringRef::npos)
-      break;
-    end = next;
+      return path.take_front(prefix).str();
+    ++prefix; // the '/'
   }
   return "";
 }
@@ -76,9 +72,9 @@ std::string blockOf(Operation *op) {
 /// backward keeps only what flows into it. Never dropout or an attention
 /// with dropout (their masks are drawn from the op's position, which a clone
 /// does not share), nor anything with effects (collectives, waits).
-bool isRecomputableInBlock(Operation *op) {
+bool isRecomputableInBlock(Operation *op, StringRef block) {
   if (isa<dsc::DropoutOp, dsc::ConstantOp>(op) || op->getNumRegions() != 0 ||
-      !isPure(op) || blockOf(op).empty())
+      !isPure(op) || block.empty())
     return false;
   if (auto a = dyn_cast<dsc::AttentionOp>(op))
     return a.getDropout().convertToDouble() == 0;
@@ -106,6 +102,8 @@ public:
       position_[&op] = index++;
       if (op.hasAttr("dsc.backward_begin") && !begin_)
         begin_ = &op;
+      if (full_ && !begin_)
+        block_[&op] = blockOf(&op);
     }
     if (!begin_)
       return 0;
@@ -124,11 +122,10 @@ private:
   /// kept; recomputing them would chain every block's recomputation back
   /// to the first one at the start of the backward.
   bool isCheckpoint(Operation *op) const {
-    std::string block = blockOf(op);
     for (Value r : op->getResults())
       for (Operation *user : r.getUsers())
         if (user->getBlock() == op->getBlock() && !isBackward(user) &&
-            blockOf(user) != block)
+            block_.lookup(user) != block_.lookup(op))
           return true;
     return false;
   }
@@ -154,9 +151,10 @@ private:
     for (Operation &op : body) {
       if (&op == begin_)
         break;
-      bool candidate = full_ ? (isCheap(&op) || isRecomputableInBlock(&op)) &&
-                                   !isCheckpoint(&op)
-                             : isCheap(&op);
+      bool candidate =
+          full_ ? (isCheap(&op) || isRecomputableInBlock(&op, block_[&op])) &&
+                      !isCheckpoint(&op)
+                : isCheap(&op);
       if (!candidate)
         continue;
       bool fromKept = llvm::all_of(op.getOperands(), [&](Value v) {
@@ -237,6 +235,7 @@ private:
   bool full_;
   Operation *begin_ = nullptr;
   llvm::DenseMap<Operation *, int64_t> position_;
+  llvm::DenseMap<Operation *, std::string> block_; // full mode: blockOf
   llvm::DenseSet<Operation *> recomputed_;
 };
 

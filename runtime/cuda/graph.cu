@@ -9,7 +9,8 @@ namespace dsc::cuda {
 
 namespace {
 
-/// Flag words per rank for every captured step together (two per check).
+/// Flag words per rank for every captured step together (one or two per
+/// check; a capture that would need more runs directly).
 constexpr size_t kDeferredWords = 4096;
 
 struct Deferred {

@@ -35,8 +35,8 @@ namespace dsc::cuda {
 
 /// Whether the calling thread is capturing its rank's step (replayStep).
 bool capturingStep();
-/// `n` zeroed device words that stay valid for the captured step's
-/// lifetime (only while capturingStep()).
+/// `n` device words that stay valid as long as the captured step (only
+/// while capturingStep()); the check resets them inside the step.
 Status deferredWords(size_t n, unsigned long long **out);
 /// Registers the verdict on `n` words from deferredWords, run on their host
 /// copy after each replay.
