@@ -10,6 +10,8 @@
 # out of time still returns what the others measured):
 #   checks       scripts/gpu-check.sh run (every kernel against the CPU, the
 #                fixtures' gradients against PyTorch, ZeRO stages, NCCL)
+#   kernels      dsc-cuda-tests alone (every CUDA kernel and the graph
+#                tests against the CPU), when checks is too long for a call
 #   gpt2         GPT-2 124M bf16, 16 x 1024: dsc with its CUDA graph and
 #                with --no-cuda-graph, 20 steps each; a per-kernel breakdown
 #                of one step (bench/kernel_breakdown.py)
@@ -19,6 +21,10 @@
 #                without its CUDA graph, 12 steps each, and the breakdown
 #   llama-peers  PyTorch eager and torch.compile on the same module
 #                (bench/llama_1b.py torch)
+#   gpt2-rfull   the same GPT-2 program compiled with --recompute full
+#                (gpu-bundle-extra/gpt2_124m_bf16_rfull): ms/step, peak,
+#                and its losses against the gpt2 part's (bitwise expected)
+#   llama-rfull  likewise for the Llama shape (llama_1b_bf16_rfull)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
 # BREAKDOWN=0 leaves the per-kernel breakdowns out. Programs in
@@ -30,7 +36,10 @@ O=${OUT:-out/device-run}
 W=/tmp/device-run
 rm -rf "$W" && mkdir -p "$W"
 B=gpu-bundle/bin
-[ -x "$B/dsc-cuda-tests" ] || { mkdir -p gpu-bundle && tar -xJf gpu-bundle.tar.xz; }
+# The bundle is optional when gpu-bundle-extra/ carries what the parts run
+# (the working tree and the carried files travel within 64 MiB).
+[ -x "$B/dsc-cuda-tests" ] || [ ! -f gpu-bundle.tar.xz ] || tar -xJf gpu-bundle.tar.xz
+mkdir -p "$B"
 for f in gpu-bundle-extra/*.xz; do
   [ -f "$f" ] && xz -dc "$f" >"$B/$(basename "$f" .xz)" && chmod +x "$B/$(basename "$f" .xz)"
 done
@@ -64,6 +73,26 @@ print("losses bitwise equal with and without the graph:", all(same) and len(same
 PY
 }
 
+dsc_variant() { # NAME PROGRAM STEPS BASE ARGS...: one run with the graph, losses against BASE's
+  local name=$1 prog=$2 steps=$3 base=$4
+  shift 4
+  [ -x "$prog" ] || { echo "device_run: no $prog (gpu-bundle-extra)"; return; }
+  timeout 200 "$prog" "$@" --steps "$steps" --print-every 4 \
+    --log "$W/${name}.jsonl" >"$W/${name}.txt" 2>&1
+  echo "rc=$?" >>"$W/${name}.txt"
+  tail -3 "$W/${name}.txt"
+  python3 - "$W/${name}.jsonl" "$W/${base}_graph.jsonl" <<'PY'
+import json, os, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+t = [s["step_time_s"] for s in r[3:]]
+print(sys.argv[1], "median ms/step:", round(statistics.median(t) * 1e3, 2) if t else None)
+if os.path.exists(sys.argv[2]):
+    b = [json.loads(l) for l in open(sys.argv[2])]
+    same = [x["loss"] == y["loss"] for x, y in zip(r, b)]
+    print("losses bitwise equal to", sys.argv[2], ":", all(same) and len(same) > 0, len(same), "steps")
+PY
+}
+
 for part in "$@"; do
   echo "== $part ($(date -u +%T))"
   case $part in
@@ -72,6 +101,10 @@ for part in "$@"; do
     echo "rc=$?" >>"$W/checks.txt"
     grep -E "FAIL|all passed|FAILED|rc=" "$W/checks.txt" | tail -20
     cp "$W/gc/summary.txt" "$W/checks_summary.txt" 2>/dev/null ;;
+  kernels)
+    timeout 200 "$B/dsc-cuda-tests" >"$W/kernels.txt" 2>&1
+    echo "rc=$?" >>"$W/kernels.txt"
+    grep -E "^\[  (PASSED|FAILED) |rc=" "$W/kernels.txt" | tail -12 ;;
   gpt2)
     tokens "$W/tok.bin" 50257 uint16
     dsc_pair gpt2 "$B/gpt2_124m_bf16" 20 --init random --data "$W/tok.bin" | tee "$W/gpt2_summary.txt"
@@ -91,6 +124,12 @@ for part in "$@"; do
       "$B/llama_1b_bf16" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
       >"$W/llama_kernels.txt" 2>&1
     head -24 "$W/llama_kernels.txt" ;;
+  gpt2-rfull)
+    [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
+    dsc_variant gpt2_rfull "$B/gpt2_124m_bf16_rfull" 20 gpt2 --init random --data "$W/tok.bin" ;;
+  llama-rfull)
+    [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
+    dsc_variant llama_rfull "$B/llama_1b_bf16_rfull" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32 ;;
   llama-peers)
     timeout 90 python3 bench/llama_1b.py torch >"$W/llama_torch.jsonl" 2>"$W/llama_torch.err"
     timeout 180 python3 bench/llama_1b.py torch --compile >>"$W/llama_torch.jsonl" 2>>"$W/llama_torch.err"

@@ -88,13 +88,25 @@ bool isSplatConstant(Value v) {
   return attr && attr.isSplat() && isF32OrBool(v);
 }
 
-/// One chain: its ops in block order, the values it reads from memory and
-/// those it writes (used outside it).
+/// One chain: its ops in block order and the values it writes (used
+/// outside it). What it reads is taken when it is fused (inputsOf): an
+/// earlier chain's fusion replaces the values it read.
 struct Chain {
   SmallVector<Operation *> ops;
-  llvm::SetVector<Value> inputs;
   SmallVector<Value> outputs;
 };
+
+/// The values `ops` read from memory, in first-use order: operands defined
+/// outside them, splat constants aside (copied into the body).
+llvm::SetVector<Value> inputsOf(ArrayRef<Operation *> ops) {
+  llvm::DenseSet<Operation *> in(ops.begin(), ops.end());
+  llvm::SetVector<Value> inputs;
+  for (Operation *op : ops)
+    for (Value v : op->getOperands())
+      if (!in.contains(v.getDefiningOp()) && !isSplatConstant(v))
+        inputs.insert(v);
+  return inputs;
+}
 
 /// Step 1: the chains of `block` (two ops or more, with an output).
 std::vector<Chain> findChains(Block &block) {
@@ -170,9 +182,6 @@ std::vector<Chain> findChains(Block &block) {
     c.ops = g.ops;
     llvm::DenseSet<Operation *> in(g.ops.begin(), g.ops.end());
     for (Operation *op : g.ops) {
-      for (Value v : op->getOperands())
-        if (!in.contains(v.getDefiningOp()) && !isSplatConstant(v))
-          c.inputs.insert(v);
       Value r = op->getResult(0);
       if (llvm::any_of(r.getUsers(),
                        [&](Operation *user) { return !in.contains(user); }))
@@ -184,10 +193,13 @@ std::vector<Chain> findChains(Block &block) {
   return chains;
 }
 
-/// Step 2: the chain as one dsc.fused op where its last op stood.
-/// `replaced` maps the outputs of chains fused before to the fused ops'
-/// results (a chain may read another's output).
-void fuse(const Chain &c, llvm::DenseMap<Value, Value> &replaced) {
+/// Step 2: the chain as one dsc.fused op where its last op stood. Its
+/// inputs are read off the ops now, not at step 1: a chain fused before may
+/// have replaced a value this one reads (its ops read the fused op's result
+/// since), and the erased op's Value must not be looked at again — its
+/// storage may already hold the fused op created since, whose result would
+/// then alias another input.
+LogicalResult fuse(const Chain &c) {
   Operation *last = c.ops.back();
   OpBuilder b(last);
   SmallVector<Location> locs;
@@ -196,21 +208,15 @@ void fuse(const Chain &c, llvm::DenseMap<Value, Value> &replaced) {
   SmallVector<Type> types;
   for (Value v : c.outputs)
     types.push_back(v.getType());
-  SmallVector<Value> inputs;
-  for (Value v : c.inputs)
-    inputs.push_back(replaced.lookup(v) ? replaced.lookup(v) : v);
-  auto fused =
-      dsc::FusedOp::create(b, FusedLoc::get(b.getContext(), locs), types,
-                           b.getStringAttr("elementwise"), inputs);
+  llvm::SetVector<Value> inputs = inputsOf(c.ops);
+  auto fused = dsc::FusedOp::create(b, FusedLoc::get(b.getContext(), locs),
+                                    types, b.getStringAttr("elementwise"),
+                                    inputs.getArrayRef());
   Block *body = new Block();
   fused.getBody().push_back(body);
   IRMapping map;
-  // (The chain's ops already read a replaced input's new value.)
-  for (auto [original, v] : llvm::zip(c.inputs, inputs)) {
-    BlockArgument arg = body->addArgument(v.getType(), v.getLoc());
-    map.map(original, arg);
-    map.map(v, arg);
-  }
+  for (Value v : inputs)
+    map.map(v, body->addArgument(v.getType(), v.getLoc()));
   OpBuilder inner = OpBuilder::atBlockEnd(body);
   for (Operation *op : c.ops) {
     for (Value v : op->getOperands())
@@ -222,13 +228,17 @@ void fuse(const Chain &c, llvm::DenseMap<Value, Value> &replaced) {
   for (Value v : c.outputs)
     yielded.push_back(map.lookup(v));
   dsc::YieldOp::create(inner, last->getLoc(), yielded);
-  for (auto [k, v] : llvm::enumerate(c.outputs)) {
-    Value out = v, r = fused.getResult(k);
-    out.replaceAllUsesWith(r);
-    replaced[out] = r;
-  }
+  // Every input is read by one of the chain's ops: an unread argument means
+  // two inputs were confused (the aliasing above), a wrong kernel.
+  for (BlockArgument arg : body->getArguments())
+    if (arg.use_empty())
+      return fused.emitError("dsc-fuse-elementwise: internal error: input ")
+             << arg.getArgNumber() << " of the fused chain is never read";
+  for (auto [k, v] : llvm::enumerate(c.outputs))
+    Value(v).replaceAllUsesWith(fused.getResult(k));
   for (Operation *op : llvm::reverse(c.ops))
     op->erase();
+  return success();
 }
 
 struct FuseElementwise
@@ -244,9 +254,9 @@ struct FuseElementwise
     for (auto fn : module.getOps<func::FuncOp>()) {
       if (fn.isExternal())
         continue;
-      llvm::DenseMap<Value, Value> replaced;
       for (const Chain &c : findChains(fn.getBody().front()))
-        fuse(c, replaced);
+        if (failed(fuse(c)))
+          return signalPassFailure();
     }
   }
 };

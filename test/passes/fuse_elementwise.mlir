@@ -106,3 +106,40 @@ func.func @merged(%x: tensor<4xf32>, %g: tensor<4xbf16>) -> tensor<4xf32> {
   return %4 : tensor<4xf32>
 }
 }
+
+// -----
+
+// A chain that reads two chains fused before it (RMSNorm's recomputed
+// forward: the residual sum and its reciprocal root): each input is its own
+// block argument, and each is read. (Before, the inputs were the values
+// found before any fusion; a later fused op could take an erased op's
+// storage, and two inputs then shared one argument: a wrong kernel on the
+// Llama-3.2-1B shape under --recompute full, 2026-12-01.)
+// CHECK-LABEL: func.func @reads_fused
+// CHECK: %[[A:.*]]:2 = dsc.fused "elementwise"(%arg1, %arg0)
+// CHECK: %[[M:.*]] = dsc.reduce_mean %[[A]]#1
+// CHECK: %[[B:.*]] = dsc.fused "elementwise"(%[[M]])
+// CHECK: dsc.fused "elementwise"(%[[A]]#0, %[[B]], %arg2) : (tensor<4x8xf32>, tensor<4x1xf32>, tensor<8xf32>) -> tensor<4x8xbf16> {
+// CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<4x8xf32>, %[[R:.*]]: tensor<4x1xf32>, %[[W:.*]]: tensor<8xf32>):
+// CHECK-NEXT: %[[N:.*]] = dsc.mul %[[X]], %[[R]]
+// CHECK-NEXT: %[[Y:.*]] = dsc.mul %[[W]], %[[N]]
+// CHECK-NEXT: %[[O:.*]] = dsc.cast %[[Y]] {to = bf16}
+// CHECK-NEXT: dsc.yield %[[O]]
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @reads_fused(%h: tensor<4x8xf32>, %d: tensor<4x8xbf16>, %w: tensor<8xf32>) -> tensor<4x8xbf16> {
+  %two = dsc.constant dense<2.0> : tensor<f32>
+  %eps = dsc.constant dense<1.0e-6> : tensor<f32>
+  %one = dsc.constant dense<1.0> : tensor<f32>
+  %dc = dsc.cast %d {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %x = dsc.add %h, %dc : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %sq = dsc.pow %x, %two : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+  %m = dsc.reduce_mean %sq {axes = array<i64: 1>} : tensor<4x8xf32> -> tensor<4x1xf32>
+  %e = dsc.add %m, %eps : tensor<4x1xf32>, tensor<f32> -> tensor<4x1xf32>
+  %s = dsc.sqrt %e : tensor<4x1xf32>
+  %r = dsc.div %one, %s : tensor<f32>, tensor<4x1xf32> -> tensor<4x1xf32>
+  %n = dsc.mul %x, %r : tensor<4x8xf32>, tensor<4x1xf32> -> tensor<4x8xf32>
+  %y = dsc.mul %w, %n : tensor<8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %o = dsc.cast %y {to = bf16} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  return %o : tensor<4x8xbf16>
+}
+}
