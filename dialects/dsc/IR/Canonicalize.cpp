@@ -2,7 +2,8 @@
 //
 // Rewrites that every backend profits from and that keep results bit for
 // bit: transposes folded into the matmuls that read them, a transpose of a
-// matmul computed as the swapped product, exact cast pairs removed. The
+// matmul computed as the swapped product, exact cast pairs removed, layout
+// ops moved in 16 bits rather than in a widened copy. The
 // standard `canonicalize` pass applies them (dsc compile runs it after the
 // step is complete, so --print-ir-after-all shows what they did).
 //
@@ -10,6 +11,7 @@
 
 #include "dialects/dsc/IR/DscOps.h"
 
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/IR/TypeUtilities.h"
 
@@ -189,6 +191,92 @@ Value widenedFrom16Bit(Value v) {
   return c.getInput();
 }
 
+/// layout(cast(x : h -> f32), ...) -> cast(layout(x, ...) -> f32), for the
+/// ops that only move elements (reshape, transpose, expand, slice, concat,
+/// split) when every operand is the exact widening of one 16-bit type h:
+/// the move runs on half the bytes and gives the same bits. The widening
+/// then meets the narrowing cast after it, which it cancels (attention's
+/// q, k and v, split from the f32 copy of the qkv product and transposed),
+/// or the elementwise kernel that reads it, which does it in registers.
+template <typename OpTy> struct NarrowLayoutOp : OpRewritePattern<OpTy> {
+  using OpRewritePattern<OpTy>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpTy op,
+                                PatternRewriter &rewriter) const override {
+    Type half;
+    IRMapping narrow;
+    for (Value v : op->getOperands()) {
+      // (A widening read elsewhere too would be done twice.)
+      Value x = widenedFrom16Bit(v);
+      if (!x || !v.hasOneUse() ||
+          (half && getElementTypeOrSelf(x.getType()) != half) ||
+          releasedBetween(x, v.getDefiningOp(), op))
+        return failure();
+      half = getElementTypeOrSelf(x.getType());
+      narrow.map(v, x);
+    }
+    if (!half)
+      return failure();
+    Operation *moved = rewriter.clone(*op, narrow);
+    SmallVector<Value> widened;
+    for (auto [r, old] : llvm::zip(moved->getResults(), op->getResults())) {
+      r.setType(cast<RankedTensorType>(old.getType()).clone(half));
+      auto up = CastOp::create(rewriter, op.getLoc(), old.getType(), r,
+                               TypeAttr::get(getElementTypeOrSelf(old)));
+      copyMarkers(op, up);
+      widened.push_back(up);
+    }
+    rewriter.replaceOp(op, widened);
+    return success();
+  }
+};
+
+/// cast(layout(y : f32) -> h) -> layout(cast(y -> h)), for the same layout
+/// ops when every use of every result narrows it to one 16-bit type h:
+/// rounding commutes with moving elements, so the bits are the same, the
+/// move runs on half the bytes, and the rounding lands next to the
+/// producer of y, whose kernel then writes h (GPT-2's qkv bias add,
+/// split, transposed to heads and rounded for attention).
+template <typename OpTy> struct NarrowBeforeLayoutOp : OpRewritePattern<OpTy> {
+  using OpRewritePattern<OpTy>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpTy op,
+                                PatternRewriter &rewriter) const override {
+    Type half;
+    for (Value r : op->getResults()) {
+      if (r.use_empty())
+        return failure();
+      for (Operation *user : r.getUsers()) {
+        auto c = dyn_cast<CastOp>(user);
+        Type to = c ? getElementTypeOrSelf(c.getType()) : Type();
+        if (!c || !getElementTypeOrSelf(r).isF32() ||
+            !(to.isBF16() || to.isF16()) || (half && to != half))
+          return failure();
+        half = to;
+      }
+    }
+    if (!half || llvm::any_of(op->getOperands(), [](Value v) {
+          return !getElementTypeOrSelf(v).isF32();
+        }))
+      return failure();
+    IRMapping narrow;
+    for (Value v : op->getOperands()) {
+      auto down =
+          CastOp::create(rewriter, op.getLoc(),
+                         cast<RankedTensorType>(v.getType()).clone(half), v,
+                         TypeAttr::get(half));
+      copyMarkers(op, down);
+      narrow.map(v, down);
+    }
+    Operation *moved = rewriter.clone(*op, narrow);
+    for (auto [r, old] : llvm::zip(moved->getResults(), op->getResults())) {
+      r.setType(cast<RankedTensorType>(old.getType()).clone(half));
+      for (Operation *user : llvm::make_early_inc_range(old.getUsers()))
+        rewriter.replaceOp(user, r);
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 /// softmax_cross_entropy(cast(x : 16-bit -> f32)) -> softmax_cross_entropy(x):
 /// the loss reads the 16-bit logits and computes in f32 as before (the same
 /// bits), with no f32 copy of [tokens, vocab].
@@ -260,14 +348,24 @@ void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results,
 void CastOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                          MLIRContext *context) {
   results.add<RemoveCastPairs, GradientOf16BitScores>(context);
+  // The layout ops' narrowing: registered here, beside the cast pairs it
+  // feeds, rather than on six ops' own hooks.
+  results
+      .add<NarrowLayoutOp<ReshapeOp>, NarrowLayoutOp<TransposeOp>,
+           NarrowLayoutOp<ExpandOp>, NarrowLayoutOp<SliceOp>,
+           NarrowLayoutOp<ConcatOp>, NarrowLayoutOp<SplitOp>,
+           NarrowBeforeLayoutOp<ReshapeOp>, NarrowBeforeLayoutOp<TransposeOp>,
+           NarrowBeforeLayoutOp<ExpandOp>, NarrowBeforeLayoutOp<SliceOp>,
+           NarrowBeforeLayoutOp<ConcatOp>, NarrowBeforeLayoutOp<SplitOp>>(
+          context);
 }
 
 LogicalResult FusedOp::verify() {
   Block &body = getBody().front();
   if (body.getNumArguments() != getInputs().size())
-    return emitOpError("body has ") << body.getNumArguments()
-                                    << " arguments for " << getInputs().size()
-                                    << " inputs";
+    return emitOpError("body has ")
+           << body.getNumArguments() << " arguments for " << getInputs().size()
+           << " inputs";
   for (auto [arg, in] : llvm::zip(body.getArguments(), getInputs()))
     if (arg.getType() != in.getType())
       return emitOpError("body argument type ")

@@ -104,3 +104,53 @@ func.func @classifier(%logits: tensor<6x10xbf16>, %labels: tensor<6xi64>, %seed:
   %h = dsc.cast %r {to = bf16} : tensor<2x3x10xf32> -> tensor<2x3x10xbf16>
   return %loss, %h : tensor<f32>, tensor<2x3x10xbf16>
 }
+
+// -----
+
+// GPT-2's qkv: the bias add in f32, split, to heads, rounded for attention.
+// The rounding moves before the split (each use of the moved values narrows
+// them to bf16), so the split and the transposes move bf16 and the add's
+// kernel writes bf16; the same bits.
+// CHECK-LABEL: func.func @qkv
+// CHECK: %[[A:.*]] = dsc.add
+// CHECK-NEXT: %[[N:.*]] = dsc.cast %[[A]] {to = bf16} : tensor<2x4x12xf32> -> tensor<2x4x12xbf16>
+// CHECK-NEXT: %[[S:.*]]:3 = dsc.split %[[N]] {{.*}} : tensor<2x4x12xbf16> -> tensor<2x4x4xbf16>, tensor<2x4x4xbf16>, tensor<2x4x4xbf16>
+// CHECK-NEXT: %[[R:.*]] = dsc.reshape %[[S]]#0 {{.*}} -> tensor<2x4x2x2xbf16>
+// CHECK-NEXT: %[[T:.*]] = dsc.transpose %[[R]] {{.*}} -> tensor<2x2x4x2xbf16>
+// CHECK-NOT: dsc.cast
+// CHECK: return %[[T]], %[[S]]#1, %[[S]]#2
+func.func @qkv(%y: tensor<2x4x12xbf16>, %b: tensor<12xf32>) -> (tensor<2x2x4x2xbf16>, tensor<2x4x4xbf16>, tensor<2x4x4xbf16>) {
+  %0 = dsc.cast %y {to = f32} : tensor<2x4x12xbf16> -> tensor<2x4x12xf32>
+  %1 = dsc.add %0, %b : tensor<2x4x12xf32>, tensor<12xf32> -> tensor<2x4x12xf32>
+  %2:3 = dsc.split %1 {axis = 2 : i64, sizes = array<i64: 4, 4, 4>} : tensor<2x4x12xf32> -> tensor<2x4x4xf32>, tensor<2x4x4xf32>, tensor<2x4x4xf32>
+  %3 = dsc.reshape %2#0 {shape = array<i64: 2, 4, 2, 2>} : tensor<2x4x4xf32> -> tensor<2x4x2x2xf32>
+  %4 = dsc.transpose %3 {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x2x2xf32> -> tensor<2x2x4x2xf32>
+  %5 = dsc.cast %4 {to = bf16} : tensor<2x2x4x2xf32> -> tensor<2x2x4x2xbf16>
+  %6 = dsc.cast %2#1 {to = bf16} : tensor<2x4x4xf32> -> tensor<2x4x4xbf16>
+  %7 = dsc.cast %2#2 {to = bf16} : tensor<2x4x4xf32> -> tensor<2x4x4xbf16>
+  return %5, %6, %7 : tensor<2x2x4x2xbf16>, tensor<2x4x4xbf16>, tensor<2x4x4xbf16>
+}
+
+// -----
+
+// The other direction: a layout op that reads only widened 16-bit values
+// moves them in 16 bits and widens its result (one cast for the concat's
+// three); a widened value read elsewhere too stays as it is (its cast would
+// run twice), and a split whose result is read unnarrowed keeps f32.
+// CHECK-LABEL: func.func @widened
+// CHECK: %[[C:.*]] = dsc.concat %arg0, %arg1, %arg2 {axis = 1 : i64} : tensor<2x3xbf16>, tensor<2x3xbf16>, tensor<2x3xbf16> -> tensor<2x9xbf16>
+// CHECK-NEXT: %[[W:.*]] = dsc.cast %[[C]] {to = f32} : tensor<2x9xbf16> -> tensor<2x9xf32>
+// CHECK: %[[K:.*]] = dsc.cast %arg3 {to = f32}
+// CHECK-NEXT: dsc.transpose %[[K]] {{.*}} : tensor<2x3xf32> -> tensor<3x2xf32>
+// CHECK: dsc.split %{{.*}} : tensor<2x6xf32>
+func.func @widened(%a: tensor<2x3xbf16>, %b: tensor<2x3xbf16>, %c: tensor<2x3xbf16>, %d: tensor<2x3xbf16>, %e: tensor<2x6xf32>) -> (tensor<2x9xf32>, tensor<3x2xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xbf16>) {
+  %0 = dsc.cast %a {to = f32} : tensor<2x3xbf16> -> tensor<2x3xf32>
+  %1 = dsc.cast %b {to = f32} : tensor<2x3xbf16> -> tensor<2x3xf32>
+  %2 = dsc.cast %c {to = f32} : tensor<2x3xbf16> -> tensor<2x3xf32>
+  %3 = dsc.concat %0, %1, %2 {axis = 1 : i64} : tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x9xf32>
+  %4 = dsc.cast %d {to = f32} : tensor<2x3xbf16> -> tensor<2x3xf32>
+  %5 = dsc.transpose %4 {perm = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32>
+  %6:2 = dsc.split %e {axis = 1 : i64, sizes = array<i64: 3, 3>} : tensor<2x6xf32> -> tensor<2x3xf32>, tensor<2x3xf32>
+  %7 = dsc.cast %6#1 {to = bf16} : tensor<2x3xf32> -> tensor<2x3xbf16>
+  return %3, %5, %4, %6#0, %7 : tensor<2x9xf32>, tensor<3x2xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xbf16>
+}
