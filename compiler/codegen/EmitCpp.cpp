@@ -1208,10 +1208,14 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
         continue;
       }
       // The reshape's own operand (same data as s.source), so that every
-      // view of a chain is used.
-      source = names_.lookup(op->getOperand(0));
+      // view of a chain is used; for a result written over an operand
+      // (dsc.overwrites), that operand.
+      source = names_.lookup(op->getOperand(s.operand));
       // ... except the link before a returned reshape that needs no view.
-      if (llvm::all_of(r.getUsers(),
+      // (Not a result written over an operand, s.operand > 0: the op
+      // computes into it.)
+      if (s.operand == 0 &&
+          llvm::all_of(r.getUsers(),
                        [](Operation *user) { return codegen::isViewOp(user); }))
         prefix = "[[maybe_unused]] ";
     }

@@ -93,6 +93,31 @@ Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
   return root;
 }
 
+/// The operand whose storage `op`'s result may take (dsc-in-place-
+/// temporaries' dsc.overwrites), when the plan agrees: it is an arena value
+/// (or a view of one) of the result's bytes, read by nothing after the op,
+/// and the result is not returned. Else none.
+std::optional<unsigned>
+overwrittenOperand(Operation *op, size_t at, const FramePlan &plan,
+                   const llvm::DenseMap<Value, size_t> &lastUse,
+                   const llvm::DenseMap<Value, unsigned> &returnSlot,
+                   const PlanOptions &options) {
+  auto attr = op->getAttrOfType<IntegerAttr>("dsc.overwrites");
+  if (!attr || op->getNumResults() != 1 || attr.getInt() < 0 ||
+      attr.getInt() >= op->getNumOperands())
+    return std::nullopt;
+  unsigned k = static_cast<unsigned>(attr.getInt());
+  Value in = op->getOperand(k), r = op->getResult(0);
+  const Storage &src = plan.storage.lookup(in);
+  Value root = src.kind == Storage::Kind::Alias ? src.source : in;
+  const Storage &rootStorage = plan.storage.lookup(root);
+  if (rootStorage.kind != Storage::Kind::Arena || returnSlot.count(r) ||
+      lastUse.lookup(root) > at || lastUse.lookup(in) > at ||
+      options.bytes(root) != options.bytes(r))
+    return std::nullopt;
+  return k;
+}
+
 } // namespace
 
 llvm::DenseSet<Operation *> findDeadOps(func::FuncOp func) {
@@ -112,7 +137,12 @@ llvm::DenseSet<Operation *> findDeadOps(func::FuncOp func) {
   return dead;
 }
 
-FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
+namespace {
+
+/// The plan of `func`; results written over an operand (dsc.overwrites)
+/// only when `overwrite`.
+FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
+                        bool overwrite) {
   FramePlan plan;
   Block &body = func.getBody().front();
   std::vector<Operation *> ops;
@@ -182,6 +212,19 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
           root.kind = Storage::Kind::Result;
           root.index = slot->second;
         }
+      } else if (std::optional<unsigned> k =
+                     overwrite ? overwrittenOperand(op, i, plan, lastUse,
+                                                    returnSlot, options)
+                               : std::nullopt) {
+        // Written over its operand, which dies here: that storage, kept
+        // for as long as the result is read.
+        Value in = op->getOperand(*k);
+        const Storage &src = plan.storage[in];
+        s.kind = Storage::Kind::Alias;
+        s.source = src.kind == Storage::Kind::Alias ? src.source : in;
+        s.operand = *k;
+        size_t &sourceEnd = lastUse[s.source];
+        sourceEnd = std::max(sourceEnd, lastUse.lookup(r));
       } else if (auto slot = returnSlot.find(r); slot != returnSlot.end()) {
         s.kind = Storage::Kind::Result;
         s.index = slot->second;
@@ -277,6 +320,23 @@ FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
   }
   plan.totalBytes = std::max(plan.totalBytes, plan.ownBytes);
   return plan;
+}
+
+} // namespace
+
+FramePlan planFrame(func::FuncOp func, const PlanOptions &options) {
+  FramePlan plan = planFrameWith(func, options, /*overwrite=*/true);
+  bool overwrites = false;
+  func.walk(
+      [&](Operation *op) { overwrites |= op->hasAttr("dsc.overwrites"); });
+  if (!overwrites)
+    return plan;
+  // Writing over a dying operand keeps that storage until the result dies;
+  // first fit in op order may then place the rest worse than with a buffer
+  // of its own (small models, where the logits are not the peak). The
+  // smaller of the two plans.
+  FramePlan own = planFrameWith(func, options, /*overwrite=*/false);
+  return own.totalBytes < plan.totalBytes ? own : plan;
 }
 
 } // namespace dsc::codegen

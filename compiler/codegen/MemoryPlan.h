@@ -41,6 +41,9 @@ struct Storage {
   uint64_t offset = 0;
   uint64_t bytes = 0;
   mlir::Value source;
+  /// Alias: the operand of the defining op whose storage it is (0 for a
+  /// view; dsc.overwrites' operand for a result written over it).
+  unsigned operand = 0;
   /// Arena: the positions in the block of the op that defines the value and
   /// of the last op that needs it (its range is free after that one).
   size_t firstOp = 0, lastOp = 0;

@@ -1230,12 +1230,14 @@ __global__ void __launch_bounds__(512)
 
 template <typename S, typename G, int kMode>
 __global__ void __launch_bounds__(512)
-    crossEntropyBackwardKernel(const S *__restrict__ x, LabelView labels,
+    crossEntropyBackwardKernel(const S *x, LabelView labels,
                                const Compute<S> *__restrict__ weights,
                                Lines lines, Reduction reduction,
                                const Compute<S> *__restrict__ gradLoss,
-                               const double *__restrict__ weightSum,
-                               G *__restrict__ gx) {
+                               const double *__restrict__ weightSum, G *gx) {
+  // (x and gx may be one buffer, dsc.overwrites: a line's elements are all
+  // read for its statistics before any is written, each then read and
+  // written by the same lane.)
   using T = Compute<S>;
   LineGroup<kMode> grp;
   const int64_t stride = lines.stride<kMode>();
@@ -1466,13 +1468,15 @@ template <typename S> constexpr int rowMinBlocks() {
 
 template <typename S, typename G, bool kVec>
 __global__ void __launch_bounds__(512, rowMinBlocks<S>())
-    crossEntropyBackwardRowKernel(const S *__restrict__ x, LabelView labels,
+    crossEntropyBackwardRowKernel(const S *x, LabelView labels,
                                   const Compute<S> *__restrict__ weights,
                                   int64_t rows, int64_t dim,
                                   Reduction reduction,
                                   const Compute<S> *__restrict__ gradLoss,
-                                  const double *__restrict__ weightSum,
-                                  G *__restrict__ gx) {
+                                  const double *__restrict__ weightSum, G *gx) {
+  // (x and gx may be one buffer, dsc.overwrites: the row is read whole for
+  // its statistics, a block-wide reduction, before any element is written;
+  // each chunk is then read and written by the same thread.)
   using T = Compute<S>;
   for (int64_t l = blockIdx.x; l < rows; l += gridDim.x) {
     const int64_t begin = l * dim, end = begin + dim;

@@ -92,7 +92,9 @@ target and output:
                              optimizer state (argument and result swapped
                              after each step) instead of writing those the
                              optimizer updates element by element into
-                             their arguments (dsc-in-place-updates)
+                             their arguments (dsc-in-place-updates), and
+                             give the loss's gradient its own buffer rather
+                             than the logits' (dsc-in-place-temporaries)
   --recompute none|selective|full|auto
                              activation recomputation (dsc-recompute):
                              selective computes elementwise values, norms
@@ -821,9 +823,11 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   // Kernels are generated for the IR's f32 (not under --f64).
   if (o.fuse && !o.f64)
     pm.addPass(createDscFuseElementwise());
-  // Last: it decides on the final order of the step.
-  if (o.inPlaceUpdates)
+  // Last: they decide on the final order of the step.
+  if (o.inPlaceUpdates) {
+    pm.addPass(createDscInPlaceTemporaries());
     pm.addPass(createDscInPlaceUpdates());
+  }
   return pm.run(module);
 }
 

@@ -490,6 +490,12 @@ void checkLoss(DType dt, const LossCase &c, bool nll) {
       DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
           x.dev(), labels.dev(), wd, r, c.ignore, gradLoss.dev(),
           grad.gpu.dev()));
+      // Written over the scores (dsc.overwrites): the same bits.
+      DevTensor y = randomTensor(dt, c.shape, -4, 4, 61);
+      DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+          y.dev(), labels.dev(), wd, r, c.ignore, gradLoss.dev(), y.dev()));
+      EXPECT_TRUE(y.download() == grad.gpu.download())
+          << "the gradient written over its scores differs";
     }
     close(loss, dt, "loss",
           r == Reduction::Sum ? sumTol(labels.host().numel()) : 1e-6);

@@ -1,0 +1,92 @@
+//===- InPlaceTemporaries.cpp - A result over an operand that dies there --===//
+//
+// dsc-in-place-temporaries (Passes.td): for each op whose kernels may write
+// its result over one of its operands, decide whether that operand dies at
+// the op, and say so with `dsc.overwrites = <operand index>` on the op.
+// Analysis only: the memory plan reads the attribute and places the result
+// in the operand's storage.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dsc/IR/DscOps.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+#include <optional>
+
+namespace dsc {
+#define GEN_PASS_DEF_DSCINPLACETEMPORARIES
+#include "passes/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace {
+
+/// The operand `op`'s kernels may write its result over, element for
+/// element (every element of it read before it is written, on the CPU and
+/// on the GPU), or none.
+std::optional<unsigned> overwritableOperand(Operation *op) {
+  if (auto back = dyn_cast<dsc::ClassLossBackwardOp>(op))
+    if (back.getKind() == "softmax_cross_entropy")
+      return back.getInputMutable().getOperandNumber();
+  return std::nullopt;
+}
+
+/// The value whose storage `v` is: through reshapes (views in the plan).
+Value storageRoot(Value v) {
+  while (auto r = v.getDefiningOp<dsc::ReshapeOp>())
+    v = r.getInput();
+  return v;
+}
+
+/// Whether nothing in `op`'s block reads `root`, nor a reshape of it, after
+/// `op` (a return reads it last of all).
+bool diesAt(Value root, Operation *op) {
+  SmallVector<Value> worklist = {root};
+  llvm::SmallPtrSet<Operation *, 8> seen;
+  while (!worklist.empty()) {
+    Value v = worklist.pop_back_val();
+    for (Operation *user : v.getUsers()) {
+      Operation *reader = op->getBlock()->findAncestorOpInBlock(*user);
+      if (!reader)
+        return false;
+      if (!seen.insert(reader).second || reader == op)
+        continue;
+      if (isa<dsc::ReshapeOp>(reader)) {
+        worklist.push_back(reader->getResult(0));
+        continue;
+      }
+      if (!reader->isBeforeInBlock(op))
+        return false;
+    }
+  }
+  return true;
+}
+
+struct InPlaceTemporaries
+    : dsc::impl::DscInPlaceTemporariesBase<InPlaceTemporaries> {
+  void runOnOperation() override {
+    Builder b(&getContext());
+    for (auto fn : getOperation().getOps<func::FuncOp>()) {
+      if (fn.isExternal() || !fn.getBody().hasOneBlock())
+        continue;
+      for (Operation &op : fn.getBody().front()) {
+        std::optional<unsigned> k = overwritableOperand(&op);
+        if (!k || op.getNumResults() != 1 ||
+            op.getOperand(*k).getType() != op.getResult(0).getType())
+          continue;
+        Value root = storageRoot(op.getOperand(*k));
+        Operation *def = root.getDefiningOp();
+        if (!def || isa<dsc::ConstantOp>(def) ||
+            def->getBlock() != op.getBlock() || !diesAt(root, &op))
+          continue;
+        op.setAttr("dsc.overwrites", b.getI64IntegerAttr(*k));
+      }
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,30 @@
+// RUN: dsc-opt %s --split-input-file --dsc-in-place-temporaries | FileCheck %s
+
+// The classifier's gradient is written over the logits (operand 1), which
+// nothing reads after it: not even through the reshape the loss reads.
+// CHECK-LABEL: func.func @logits_die
+// CHECK: dsc.class_loss_backward %arg2, %[[S:.*]], %arg1 {dsc.overwrites = 1 : i64
+func.func @logits_die(%x: tensor<2x4x4xbf16>, %labels: tensor<8xi64>, %d: tensor<f32>, %w: tensor<4x6xbf16>) -> tensor<8x6xbf16> {
+  %mm = dsc.matmul %x, %w : tensor<2x4x4xbf16>, tensor<4x6xbf16> -> tensor<2x4x6xbf16>
+  %s = dsc.reshape %mm {shape = array<i64: 8, 6>} : tensor<2x4x6xbf16> -> tensor<8x6xbf16>
+  %g = dsc.class_loss_backward %d, %s, %labels {kind = "softmax_cross_entropy", reduction = "mean"} : tensor<f32>, tensor<8x6xbf16>, tensor<8xi64> -> tensor<8x6xbf16>
+  return %g : tensor<8x6xbf16>
+}
+
+// -----
+
+// Not when the logits are read later (through a view) or are an argument;
+// nor for nll (its kernels are not checked for it).
+// CHECK-LABEL: func.func @logits_live
+// CHECK-NOT: dsc.overwrites
+func.func @logits_live(%x: tensor<8x6xbf16>, %labels: tensor<8xi64>, %d: tensor<f32>, %y: tensor<8x6xbf16>) -> (tensor<8x6xbf16>, tensor<48xbf16>, tensor<8x6xbf16>, tensor<8x6xbf16>) {
+  %a = dsc.cast %y {to = f32} : tensor<8x6xbf16> -> tensor<8x6xf32>
+  %b = dsc.cast %a {to = bf16} : tensor<8x6xf32> -> tensor<8x6xbf16>
+  %g = dsc.class_loss_backward %d, %b, %labels {kind = "softmax_cross_entropy", reduction = "mean"} : tensor<f32>, tensor<8x6xbf16>, tensor<8xi64> -> tensor<8x6xbf16>
+  %v = dsc.reshape %b {shape = array<i64: 48>} : tensor<8x6xbf16> -> tensor<48xbf16>
+  %h = dsc.class_loss_backward %d, %x, %labels {kind = "softmax_cross_entropy", reduction = "mean"} : tensor<f32>, tensor<8x6xbf16>, tensor<8xi64> -> tensor<8x6xbf16>
+  %l = dsc.cast %y {to = f32} : tensor<8x6xbf16> -> tensor<8x6xf32>
+  %m = dsc.cast %l {to = bf16} : tensor<8x6xf32> -> tensor<8x6xbf16>
+  %n = dsc.class_loss_backward %d, %m, %labels {kind = "nll", reduction = "mean"} : tensor<f32>, tensor<8x6xbf16>, tensor<8xi64> -> tensor<8x6xbf16>
+  return %g, %v, %h, %n : tensor<8x6xbf16>, tensor<48xbf16>, tensor<8x6xbf16>, tensor<8x6xbf16>
+}
