@@ -2,7 +2,8 @@
 """GPT-2 124M (nanoGPT's model: 12 layers, 768 wide, 12 heads, 1024 tokens,
 vocabulary 50257, tied embeddings, no dropout) for the H200 benchmark.
 
-  export OUT.onnx      write the training graph (model + mean cross-entropy)
+  export OUT.onnx [--vocab N]
+                       write the training graph (model + mean cross-entropy)
                        with the legacy exporter, opset 17; the weights go to
                        external data, which is then deleted: dsc compiles the
                        step from shapes alone and the program starts with
@@ -108,7 +109,7 @@ def build(torch, block_size=1024, vocab_size=50257, n_layer=12, n_head=12,
 def export(args):
     import onnx
     import torch
-    model = build(torch)
+    model = build(torch, vocab_size=args.vocab)
     # Traced with one sequence (the activations of 16 would take ~20 GB of
     # host memory); the batch dim is symbolic and dsc compile --micro-batch
     # sets it.
@@ -183,6 +184,9 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("export")
     e.add_argument("out")
+    e.add_argument("--vocab", type=int, default=50257,
+                   help="50304: nanoGPT's padded vocabulary, as "
+                        "bench/peers_bf16.py's nanogpt config")
     t = sub.add_parser("torch")
     t.add_argument("--micro-batch", type=int, default=16)
     t.add_argument("--steps", type=int, default=20)

@@ -24,7 +24,7 @@ public:
   }
 
   uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    uint64_t z = (state_ += kStep);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
@@ -50,12 +50,17 @@ public:
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 
+  /// Moves on as `draws` calls of next() would (normal() is two): the
+  /// state is a counter, so a thread can start anywhere in the sequence.
+  void skip(uint64_t draws) { state_ += draws * kStep; }
+
   /// The whole state, for checkpoints: a generator set to state() draws
   /// what this one would draw next.
   uint64_t state() const { return state_; }
   void setState(uint64_t state) { state_ = state; }
 
 private:
+  static constexpr uint64_t kStep = 0x9e3779b97f4a7c15ull;
   uint64_t state_;
 };
 

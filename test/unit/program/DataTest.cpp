@@ -260,3 +260,16 @@ TEST(TokenData, ParsesTokenTypes) {
 }
 
 } // namespace
+
+// --init random's threads start their generators anywhere in the sequence:
+// skip(n) is n draws, so a skipped generator draws what the sequential one
+// draws there.
+TEST(Rng, SkipIsThatManyDraws) {
+  Rng seq(7, 1), jump(7, 1);
+  for (int i = 0; i < 2 * 1000; ++i)
+    seq.next();
+  jump.skip(2 * 1000);
+  EXPECT_EQ(seq.state(), jump.state());
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(seq.normal(), jump.normal());
+}
