@@ -21,10 +21,13 @@
 #                without its CUDA graph, 12 steps each, and the breakdown
 #   llama-peers  PyTorch eager and torch.compile on the same module
 #                (bench/llama_1b.py torch)
-#   gpt2-rfull   the same GPT-2 program compiled with --recompute full
-#                (gpu-bundle-extra/gpt2_124m_bf16_rfull): ms/step, peak,
-#                and its losses against the gpt2 part's (bitwise expected)
-#   llama-rfull  likewise for the Llama shape (llama_1b_bf16_rfull)
+#   gpt2-rsel, gpt2-rfull
+#                the same GPT-2 program compiled with --recompute selective
+#                or full (gpu-bundle-extra/gpt2_124m_bf16_rsel, _rfull):
+#                ms/step, peak, and its losses against the gpt2 part's
+#                (bitwise expected)
+#   llama-rsel, llama-rfull
+#                likewise for the Llama shape (llama_1b_bf16_rsel, _rfull)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
 # BREAKDOWN=0 leaves the per-kernel breakdowns out. Programs in
@@ -124,12 +127,14 @@ for part in "$@"; do
       "$B/llama_1b_bf16" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
       >"$W/llama_kernels.txt" 2>&1
     head -24 "$W/llama_kernels.txt" ;;
-  gpt2-rfull)
+  gpt2-rsel | gpt2-rfull)
     [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
-    dsc_variant gpt2_rfull "$B/gpt2_124m_bf16_rfull" 20 gpt2 --init random --data "$W/tok.bin" ;;
-  llama-rfull)
+    v=${part#gpt2-}
+    dsc_variant gpt2_$v "$B/gpt2_124m_bf16_$v" 20 gpt2 --init random --data "$W/tok.bin" ;;
+  llama-rsel | llama-rfull)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
-    dsc_variant llama_rfull "$B/llama_1b_bf16_rfull" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32 ;;
+    v=${part#llama-}
+    dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32 ;;
   llama-peers)
     timeout 90 python3 bench/llama_1b.py torch >"$W/llama_torch.jsonl" 2>"$W/llama_torch.err"
     timeout 180 python3 bench/llama_1b.py torch --compile >>"$W/llama_torch.jsonl" 2>>"$W/llama_torch.err"

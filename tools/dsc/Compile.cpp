@@ -856,22 +856,33 @@ namespace {
 
 /// What one rank holds in the step `o` compiles (arguments, results and the
 /// arena); none when it does not compile (the errors are printed).
-std::optional<uint64_t> planPeakBytes(CompileOptions o) {
-  o.emit = "mlir";
-  o.report = o.printIRAfterAll = false;
-  o.arenaSvg.clear();
-  registerDscPasses();
-  MLIRContext ctx;
-  installDiagnosticPrinter(ctx);
-  OwningOpRef<ModuleOp> module = compileOnnx(ctx, o);
-  if (!module)
-    return std::nullopt;
+/// The per-rank bytes of the compiled step (its tensors and the arena
+/// the code generator plans for it).
+std::optional<uint64_t> planPeakBytes(ModuleOp module) {
   std::string source;
   llvm::raw_string_ostream discard(source);
   EmitCppStats stats;
-  if (failed(emitCpp(*module, discard, {}, &stats)))
+  if (failed(emitCpp(module, discard, {}, &stats)))
     return std::nullopt;
-  return uint64_t(stepTensorBytes(*module)) + stats.arenaBytes;
+  return uint64_t(stepTensorBytes(module)) + stats.arenaBytes;
+}
+
+/// The step compiled for `o` in `ctx`, quietly (no IR printing, no report).
+OwningOpRef<ModuleOp> compileQuietly(MLIRContext &ctx, CompileOptions o) {
+  o.emit = "mlir";
+  o.report = o.printIRAfterAll = false;
+  o.arenaSvg.clear();
+  return compileOnnx(ctx, o);
+}
+
+std::optional<uint64_t> planPeakBytes(const CompileOptions &o) {
+  registerDscPasses();
+  MLIRContext ctx;
+  installDiagnosticPrinter(ctx);
+  OwningOpRef<ModuleOp> module = compileQuietly(ctx, o);
+  if (!module)
+    return std::nullopt;
+  return planPeakBytes(*module);
 }
 
 /// The memory of GPU 0 as nvidia-smi reports it (none without one).
@@ -901,7 +912,11 @@ std::optional<uint64_t> localGpuMemory() {
 /// --recompute auto: the least recomputation (kRecomputeModes, in order)
 /// whose compiled plan fits the budget becomes o.recompute. -1 to go on,
 /// else the exit code (nothing fits, or no budget known).
-int chooseRecompute(CompileOptions &o) {
+/// Sets o.recompute to the least recomputation whose plan fits the budget,
+/// and `chosen` to that mode's step, compiled in `ctx` (kept unless the IR
+/// is to be printed pass by pass: then it is compiled again, printing).
+int chooseRecompute(CompileOptions &o, MLIRContext &ctx,
+                    OwningOpRef<ModuleOp> &chosen) {
   std::optional<uint64_t> budget = o.memoryBudget;
   if (!budget && o.target == "cuda")
     budget = localGpuMemory();
@@ -913,7 +928,9 @@ int chooseRecompute(CompileOptions &o) {
   for (const char *mode : kRecomputeModes) {
     CompileOptions trial = o;
     trial.recompute = mode;
-    std::optional<uint64_t> peak = planPeakBytes(trial);
+    OwningOpRef<ModuleOp> module = compileQuietly(ctx, trial);
+    std::optional<uint64_t> peak =
+        module ? planPeakBytes(*module) : std::nullopt;
     if (!peak)
       return 1;
     tried += llvm::formatv("{0}{1} {2}", tried.empty() ? "" : ", ", mode,
@@ -921,6 +938,8 @@ int chooseRecompute(CompileOptions &o) {
                  .str();
     if (*peak <= *budget) {
       o.recompute = mode;
+      if (!o.printIRAfterAll)
+        chosen = std::move(module);
       llvm::errs() << "note: --recompute auto: " << mode << " (per rank "
                    << humanBytes(double(*peak)) << " of the "
                    << humanBytes(double(*budget)) << " budget; tried " << tried
@@ -959,13 +978,15 @@ int runCompile(std::vector<std::string> args) {
   if (o.memoryBudget && o.recompute != "auto")
     return usageError("--memory-budget is the budget of --recompute auto",
                       kCompileUsage);
-  if (o.recompute == "auto" && !fromIR)
-    if (int chosen = chooseRecompute(o); chosen >= 0)
-      return chosen;
   registerDscPasses();
   MLIRContext ctx;
   installDiagnosticPrinter(ctx);
-  OwningOpRef<ModuleOp> module = fromIR ? readIR(ctx, o) : compileOnnx(ctx, o);
+  OwningOpRef<ModuleOp> module;
+  if (o.recompute == "auto" && !fromIR)
+    if (int rc = chooseRecompute(o, ctx, module); rc >= 0)
+      return rc;
+  if (!module)
+    module = fromIR ? readIR(ctx, o) : compileOnnx(ctx, o);
   if (!module)
     return 1;
   std::string source;
