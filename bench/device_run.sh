@@ -4,6 +4,8 @@
 #
 #   here:   GPT2_124M=/tmp/gpt2_124m.onnx LLAMA_1B=/tmp/llama_1b.onnx \
 #             scripts/gpu-check.sh build          # gpu-bundle.tar.xz
+#           (bench/gpt2_124m.py export --vocab 50304 /tmp/gpt2_124m.onnx
+#           for the peers' nanoGPT config; bench/llama_1b.py export)
 #   there:  bash bench/device_run.sh PART...       # from the repo root
 #
 # PARTs, in the order given (each bounded by `timeout`, so a call that runs
