@@ -987,6 +987,12 @@ Status detail::checkReduce(Call &call, ReduceOp op, const Tensor &input,
           checkReduceAxes(call, input, axes, keepdims, out, reduced, kept);
       !st.ok())
     return st;
+  // The sum or mean of a 16-bit input's widened values, in f32 (dsc
+  // canonicalization's reduce_sum(cast(x : h -> f32)) -> reduce_sum(x)).
+  bool half = input.dtype == DType::BF16 || input.dtype == DType::F16;
+  if (half && out.dtype == DType::F32 &&
+      (op == ReduceOp::Sum || op == ReduceOp::Mean))
+    return Status();
   if (out.dtype != input.dtype)
     return call.fail("result dtype must be the input's");
   DType dt = input.dtype;
@@ -1006,6 +1012,17 @@ Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
           checkReduce(call, op, input, axes, keepdims, out, reduced, kept);
       !st.ok())
     return st;
+  if (input.dtype == DType::BF16 || input.dtype == DType::F16) {
+    // Widened first, then as an f32 input: the bits of cast + reduce.
+    std::vector<float> wide(size_t(input.numel()));
+    Tensor f = input;
+    f.dtype = DType::F32;
+    f.data = wide.data();
+    if (Status st = cast(input, f); !st.ok())
+      return st;
+    reduceTyped<float>(op, f, kept, out.as<float>());
+    return Status();
+  }
   if (op == ReduceOp::Mean)
     dispatchFloat(input.dtype, [&](auto tag) {
       using T = decltype(tag);

@@ -325,7 +325,20 @@ Status launchReduce(const In *in, void *out, const Dims &kept, const Dims &red,
                                dims1(m, 1), dims1(s, m), m, s, f, false);
 }
 
-template <typename T, typename A>
+/// A 16-bit float as the reductions load it: widened exactly to f32 (and
+/// on to the accumulator), so the sum of a bf16 input is bitwise the sum of
+/// its f32 cast.
+struct Bf16In {
+  uint16_t bits;
+  __device__ operator float() const { return bf16BitsToFloat(bits); }
+};
+struct HalfIn {
+  uint16_t bits;
+  __device__ operator float() const { return halfBitsToFloat(bits); }
+};
+
+/// The reduction of `input` (elements In) into `out` (elements T).
+template <typename In, typename A, typename T = In>
 Status runReduce(ReduceOp op, const Tensor &input, const Tensor &out,
                  const Dims &kept, const Dims &red, int64_t m, int64_t r) {
   Finish<A> f;
@@ -354,8 +367,8 @@ Status runReduce(ReduceOp op, const Tensor &input, const Tensor &out,
   }
   f.mean = op == ReduceOp::Mean;
   f.count = static_cast<double>(r);
-  return launchReduce<T, A, T>(input.as<const T>(), out.data, kept, red, m, r,
-                               f, true);
+  return launchReduce<In, A, T>(static_cast<const In *>(input.data), out.data,
+                                kept, red, m, r, f, true);
 }
 
 } // namespace
@@ -398,6 +411,10 @@ Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
   if (m == 0)
     return Status();
   switch (dt) {
+  case DType::BF16: // sum and mean into f32 (checkReduce)
+    return runReduce<Bf16In, double, float>(op, input, out, kept, red, m, r);
+  case DType::F16:
+    return runReduce<HalfIn, double, float>(op, input, out, kept, red, m, r);
   case DType::F32:
     if (op == ReduceOp::Max || op == ReduceOp::Min)
       return runReduce<float, float>(op, input, out, kept, red, m, r);

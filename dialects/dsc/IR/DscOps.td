@@ -87,10 +87,20 @@ class Dsc_CompareOp<string mnemonic> : Dsc_Op<mnemonic> {
 
 class Dsc_ReduceOp<string mnemonic> : Dsc_DiffOp<mnemonic> {
   let summary = "reduction over static axes";
+  let description = [{
+    The result has the input's element type; reduce_sum and reduce_mean of
+    a bf16 or f16 input may also have an f32 result (the sum of the widened
+    values: canonicalization reads the 16-bit value itself instead of its
+    f32 cast).
+  }];
   let arguments = (ins Dsc_Tensor:$input, DenseI64ArrayAttr:$axes,
                    DefaultValuedAttr<BoolAttr, "true">:$keepdims);
   let results = (outs Dsc_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
 }
 
 //===----------------------------------------------------------------------===//

@@ -785,6 +785,33 @@ DSC_REDUCE(ReduceMinOp)
 DSC_REDUCE(ReduceProdOp)
 #undef DSC_REDUCE
 
+namespace {
+/// The inferred type, or (`widened`) the same shape in f32 for a 16-bit
+/// inferred element type.
+bool reduceResultMatches(TypeRange inferred, TypeRange actual, bool widened) {
+  if (inferred == actual)
+    return true;
+  if (!widened || inferred.size() != 1 || actual.size() != 1)
+    return false;
+  auto i = dyn_cast<RankedTensorType>(inferred[0]);
+  auto a = dyn_cast<RankedTensorType>(actual[0]);
+  return i && a && i.getShape() == a.getShape() &&
+         (i.getElementType().isBF16() || i.getElementType().isF16()) &&
+         a.getElementType().isF32();
+}
+} // namespace
+
+#define DSC_REDUCE_RESULT(OP, WIDENED)                                         \
+  bool OP::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {     \
+    return reduceResultMatches(inferred, actual, WIDENED);                     \
+  }
+DSC_REDUCE_RESULT(ReduceSumOp, true)
+DSC_REDUCE_RESULT(ReduceMeanOp, true)
+DSC_REDUCE_RESULT(ReduceMaxOp, false)
+DSC_REDUCE_RESULT(ReduceMinOp, false)
+DSC_REDUCE_RESULT(ReduceProdOp, false)
+#undef DSC_REDUCE_RESULT
+
 //===----------------------------------------------------------------------===//
 // Data movement
 //===----------------------------------------------------------------------===//

@@ -154,3 +154,21 @@ func.func @widened(%a: tensor<2x3xbf16>, %b: tensor<2x3xbf16>, %c: tensor<2x3xbf
   %7 = dsc.cast %6#1 {to = bf16} : tensor<2x3xf32> -> tensor<2x3xbf16>
   return %3, %5, %4, %6#0, %7 : tensor<2x9xf32>, tensor<3x2xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xbf16>
 }
+
+// -----
+
+// A bias gradient: the sum over the batch reads the bf16 gradient itself
+// (widened as it loads), not its f32 cast; a cast read elsewhere too stays
+// for that reader.
+// CHECK-LABEL: func.func @bias_gradient
+// CHECK: %[[S:.*]] = dsc.reduce_sum %arg0 {axes = array<i64: 0, 1>} : tensor<2x4x6xbf16> -> tensor<1x1x6xf32>
+// CHECK: %[[C:.*]] = dsc.cast %arg1 {to = f32}
+// CHECK: %[[M:.*]] = dsc.reduce_mean %arg1 {axes = array<i64: 0>, keepdims = false} : tensor<4x6xf16> -> tensor<6xf32>
+// CHECK: return %[[S]], %[[M]], %[[C]]
+func.func @bias_gradient(%g: tensor<2x4x6xbf16>, %h: tensor<4x6xf16>) -> (tensor<1x1x6xf32>, tensor<6xf32>, tensor<4x6xf32>) {
+  %0 = dsc.cast %g {to = f32} : tensor<2x4x6xbf16> -> tensor<2x4x6xf32>
+  %1 = dsc.reduce_sum %0 {axes = array<i64: 0, 1>} : tensor<2x4x6xf32> -> tensor<1x1x6xf32>
+  %2 = dsc.cast %h {to = f32} : tensor<4x6xf16> -> tensor<4x6xf32>
+  %3 = dsc.reduce_mean %2 {axes = array<i64: 0>, keepdims = false} : tensor<4x6xf32> -> tensor<6xf32>
+  return %1, %3, %2 : tensor<1x1x6xf32>, tensor<6xf32>, tensor<4x6xf32>
+}

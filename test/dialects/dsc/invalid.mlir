@@ -387,6 +387,25 @@ func.func @reduce_axis_out_of_range(%x: tensor<2x3xf32>) {
 
 // -----
 
+// Only a sum or mean of a 16-bit input may widen into f32, and only to f32.
+func.func @reduce_max_widened(%x: tensor<2x3xbf16>) {
+  // expected-error @below {{'dsc.reduce_max' op inferred type(s) 'tensor<2x1xbf16>' are incompatible with return type(s) of operation 'tensor<2x1xf32>'}}
+  // expected-error @below {{'dsc.reduce_max' op failed to infer returned types}}
+  %0 = dsc.reduce_max %x {axes = array<i64: 1>} : tensor<2x3xbf16> -> tensor<2x1xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_sum_widened_to_f64(%x: tensor<2x3xbf16>) {
+  // expected-error @below {{'dsc.reduce_sum' op inferred type(s) 'tensor<2x1xbf16>' are incompatible with return type(s) of operation 'tensor<2x1xf64>'}}
+  // expected-error @below {{'dsc.reduce_sum' op failed to infer returned types}}
+  %0 = dsc.reduce_sum %x {axes = array<i64: 1>} : tensor<2x3xbf16> -> tensor<2x1xf64>
+  return
+}
+
+// -----
+
 func.func @reduce_negative_axis(%x: tensor<2x3xf32>) {
   // expected-error @below {{reduction axis -1 out of range for rank 2 (axes are normalized)}}
   // expected-error @below {{'dsc.reduce_mean' op failed to infer returned types}}

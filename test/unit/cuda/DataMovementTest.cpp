@@ -11,6 +11,7 @@
 #include "TestUtil.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -575,6 +576,33 @@ TEST(CudaReduce, BiasGradientAndRows) {
   for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min})
     checkReduce(op, randomTensor(DType::F32, {16384, 768}, 29), {16384, 768},
                 {0}, false, 0, 0);
+  // A 16-bit input summed into f32: the bits of its f32 cast summed (the
+  // canonicalization reduce_sum(cast(x)) -> reduce_sum(x) relies on it),
+  // on the GPU and on the CPU.
+  for (DType h : {DType::BF16, DType::F16})
+    for (const Case &k : cases)
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
+        DevTensor in = randomTensor(h, k.shape, 30, -1, 1);
+        DevTensor wide = result(DType::F32, k.shape);
+        DSC_ASSERT_OK(cuda::cast(in.dev(), wide.dev()));
+        DevTensor viaCast = result(DType::F32, k.out),
+                  direct = result(DType::F32, k.out);
+        DSC_ASSERT_OK(
+            cuda::reduce(op, wide.dev(), k.axes, false, viaCast.dev()));
+        DSC_ASSERT_OK(cuda::reduce(op, in.dev(), k.axes, false, direct.dev()));
+        EXPECT_EQ(viaCast.download(), direct.download())
+            << opName(op) << " " << describe(I64s(k.shape));
+        DevTensor cw = result(DType::F32, k.shape);
+        DSC_ASSERT_OK(cpu::cast(in.host(), cw.host()));
+        DevTensor cpuCast = result(DType::F32, k.out),
+                  cpuDirect = result(DType::F32, k.out);
+        DSC_ASSERT_OK(
+            cpu::reduce(op, cw.host(), k.axes, false, cpuCast.host()));
+        DSC_ASSERT_OK(
+            cpu::reduce(op, in.host(), k.axes, false, cpuDirect.host()));
+        EXPECT_EQ(0, std::memcmp(cpuCast.host().data, cpuDirect.host().data,
+                                 cpuCast.host().nbytes()));
+      }
 }
 
 TEST(CudaReduce, NanEmptyAndErrors) {
