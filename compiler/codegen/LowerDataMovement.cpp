@@ -21,9 +21,12 @@ namespace {
 template <typename ReduceOpT>
 LoweredCall reduce(const LowerContext &ctx, ReduceOpT op, const char *kind) {
   // dsc reduces nothing for empty axes (rt::reduce would reduce every
-  // dim): the result is the input.
+  // dim): the result is the input (widened, for a 16-bit input summed into
+  // f32).
   if (op.getAxes().empty())
-    return {"", cppCall("rt::reshape",
+    return {"", cppCall(op.getInput().getType() == op.getResult().getType()
+                            ? "rt::reshape"
+                            : "rt::cast",
                         {ctx.view(op.getInput()), ctx.view(op.getResult())})};
   return {"", cppCall("rt::reduce",
                       {std::string("rt::ReduceOp::") + kind,

@@ -988,9 +988,10 @@ Status detail::checkReduce(Call &call, ReduceOp op, const Tensor &input,
       !st.ok())
     return st;
   // The sum or mean of a 16-bit input's widened values, in f32 (dsc
-  // canonicalization's reduce_sum(cast(x : h -> f32)) -> reduce_sum(x)).
+  // canonicalization's reduce_sum(cast(x : h -> f32)) -> reduce_sum(x)), or
+  // f64 (the same step under dsc compile --f64).
   bool half = input.dtype == DType::BF16 || input.dtype == DType::F16;
-  if (half && out.dtype == DType::F32 &&
+  if (half && (out.dtype == DType::F32 || out.dtype == DType::F64) &&
       (op == ReduceOp::Sum || op == ReduceOp::Mean))
     return Status();
   if (out.dtype != input.dtype)
@@ -1013,14 +1014,18 @@ Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
       !st.ok())
     return st;
   if (input.dtype == DType::BF16 || input.dtype == DType::F16) {
-    // Widened first, then as an f32 input: the bits of cast + reduce.
-    std::vector<float> wide(size_t(input.numel()));
-    Tensor f = input;
-    f.dtype = DType::F32;
-    f.data = wide.data();
-    if (Status st = cast(input, f); !st.ok())
-      return st;
-    reduceTyped<float>(op, f, kept, out.as<float>());
+    // Widened first to the result's type, then reduced: the bits of cast +
+    // reduce.
+    dispatchFloat(out.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<T> wide(size_t(input.numel()));
+      Tensor w = input;
+      w.dtype = out.dtype;
+      w.data = wide.data();
+      Status st = cast(input, w); // exact, cannot fail on these dtypes
+      (void)st;
+      reduceTyped<T>(op, w, kept, out.as<T>());
+    });
     return Status();
   }
   if (op == ReduceOp::Mean)

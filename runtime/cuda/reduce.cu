@@ -411,10 +411,18 @@ Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
   if (m == 0)
     return Status();
   switch (dt) {
-  case DType::BF16: // sum and mean into f32 (checkReduce)
-    return runReduce<Bf16In, double, float>(op, input, out, kept, red, m, r);
+  case DType::BF16: // sum and mean into f32 or f64 (checkReduce)
+    return out.dtype == DType::F64
+               ? runReduce<Bf16In, double, double>(op, input, out, kept, red,
+                                                   m, r)
+               : runReduce<Bf16In, double, float>(op, input, out, kept, red,
+                                                  m, r);
   case DType::F16:
-    return runReduce<HalfIn, double, float>(op, input, out, kept, red, m, r);
+    return out.dtype == DType::F64
+               ? runReduce<HalfIn, double, double>(op, input, out, kept, red,
+                                                   m, r)
+               : runReduce<HalfIn, double, float>(op, input, out, kept, red,
+                                                  m, r);
   case DType::F32:
     if (op == ReduceOp::Max || op == ReduceOp::Min)
       return runReduce<float, float>(op, input, out, kept, red, m, r);

@@ -63,6 +63,25 @@ void copyMarkers(Operation *from, Operation *to) {
       to->setAttr(a.getName(), a.getValue());
 }
 
+/// The markers passes leave on an op (dsc.recomputed, ...), as one
+/// dictionary: ops whose markers differ are kept apart (CSE would merge a
+/// recomputed clone with its forward original).
+DictionaryAttr markersOf(Operation *op) {
+  SmallVector<NamedAttribute> m;
+  for (NamedAttribute a : op->getAttrs())
+    if (a.getName().strref().starts_with("dsc."))
+      m.push_back(a);
+  return DictionaryAttr::get(op->getContext(), m);
+}
+
+/// The elements of the tensor values `vs`.
+int64_t elementsOf(ValueRange vs) {
+  int64_t n = 0;
+  for (Value v : vs)
+    n += cast<RankedTensorType>(v.getType()).getNumElements();
+  return n;
+}
+
 /// matmul(transpose(x), y) -> matmul(x, y) {transpose_lhs}: the GEMM reads
 /// x transposed (and likewise for the right operand, or both).
 struct FoldTransposedOperands : OpRewritePattern<MatMulOp> {
@@ -202,13 +221,18 @@ template <typename OpTy> struct NarrowLayoutOp : OpRewritePattern<OpTy> {
   using OpRewritePattern<OpTy>::OpRewritePattern;
   LogicalResult matchAndRewrite(OpTy op,
                                 PatternRewriter &rewriter) const override {
+    // Not when the widening would then cover more elements (a broadcast).
+    if (elementsOf(op->getResults()) > elementsOf(op->getOperands()))
+      return failure();
     Type half;
     IRMapping narrow;
     for (Value v : op->getOperands()) {
-      // (A widening read elsewhere too would be done twice.)
+      // (A widening read elsewhere too would be done twice; one marked
+      // otherwise than the op, a recomputed clone, stays apart.)
       Value x = widenedFrom16Bit(v);
       if (!x || !v.hasOneUse() ||
           (half && getElementTypeOrSelf(x.getType()) != half) ||
+          markersOf(v.getDefiningOp()) != markersOf(op) ||
           releasedBetween(x, v.getDefiningOp(), op))
         return failure();
       half = getElementTypeOrSelf(x.getType());
@@ -240,7 +264,14 @@ template <typename OpTy> struct NarrowBeforeLayoutOp : OpRewritePattern<OpTy> {
   using OpRewritePattern<OpTy>::OpRewritePattern;
   LogicalResult matchAndRewrite(OpTy op,
                                 PatternRewriter &rewriter) const override {
+    // Not when the rounding would then cover more elements (a slice of a
+    // larger value).
+    if (elementsOf(op->getOperands()) > elementsOf(op->getResults()))
+      return failure();
+    // Every use a rounding to one type, marked as the op is (a recomputed
+    // clone's cast stays apart from the forward's).
     Type half;
+    DictionaryAttr markers = markersOf(op);
     for (Value r : op->getResults()) {
       if (r.use_empty())
         return failure();
@@ -248,7 +279,8 @@ template <typename OpTy> struct NarrowBeforeLayoutOp : OpRewritePattern<OpTy> {
         auto c = dyn_cast<CastOp>(user);
         Type to = c ? getElementTypeOrSelf(c.getType()) : Type();
         if (!c || !getElementTypeOrSelf(r).isF32() ||
-            !(to.isBF16() || to.isF16()) || (half && to != half))
+            !(to.isBF16() || to.isF16()) || (half && to != half) ||
+            markersOf(c) != markers)
           return failure();
         half = to;
       }
@@ -285,9 +317,10 @@ template <typename OpTy> struct ReduceOfWidened : OpRewritePattern<OpTy> {
   using OpRewritePattern<OpTy>::OpRewritePattern;
   LogicalResult matchAndRewrite(OpTy op,
                                 PatternRewriter &rewriter) const override {
-    // (No axes: the reduction is its input, the cast itself.)
+    // (No axes: the reduction is its input, the cast itself. A cast read
+    // elsewhere too saves nothing and would keep x alive longer.)
     Value x = widenedFrom16Bit(op.getInput());
-    if (!x || op.getAxes().empty() ||
+    if (!x || op.getAxes().empty() || !op.getInput().hasOneUse() ||
         releasedBetween(x, op.getInput().getDefiningOp(), op))
       return failure();
     rewriter.modifyOpInPlace(op, [&] { op.getInputMutable().assign(x); });

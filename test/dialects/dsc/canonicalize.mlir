@@ -158,17 +158,43 @@ func.func @widened(%a: tensor<2x3xbf16>, %b: tensor<2x3xbf16>, %c: tensor<2x3xbf
 // -----
 
 // A bias gradient: the sum over the batch reads the bf16 gradient itself
-// (widened as it loads), not its f32 cast; a cast read elsewhere too stays
-// for that reader.
+// (widened as it loads), not its f32 cast; a cast read elsewhere too stays,
+// and so does the reduction of it.
 // CHECK-LABEL: func.func @bias_gradient
 // CHECK: %[[S:.*]] = dsc.reduce_sum %arg0 {axes = array<i64: 0, 1>} : tensor<2x4x6xbf16> -> tensor<1x1x6xf32>
-// CHECK: %[[C:.*]] = dsc.cast %arg1 {to = f32}
 // CHECK: %[[M:.*]] = dsc.reduce_mean %arg1 {axes = array<i64: 0>, keepdims = false} : tensor<4x6xf16> -> tensor<6xf32>
-// CHECK: return %[[S]], %[[M]], %[[C]]
-func.func @bias_gradient(%g: tensor<2x4x6xbf16>, %h: tensor<4x6xf16>) -> (tensor<1x1x6xf32>, tensor<6xf32>, tensor<4x6xf32>) {
+// CHECK: %[[C:.*]] = dsc.cast %arg2 {to = f32}
+// CHECK: %[[K:.*]] = dsc.reduce_sum %[[C]] {{.*}} : tensor<4x6xf32> -> tensor<6xf32>
+// CHECK: return %[[S]], %[[M]], %[[K]], %[[C]]
+func.func @bias_gradient(%g: tensor<2x4x6xbf16>, %h: tensor<4x6xf16>, %k: tensor<4x6xbf16>) -> (tensor<1x1x6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<4x6xf32>) {
   %0 = dsc.cast %g {to = f32} : tensor<2x4x6xbf16> -> tensor<2x4x6xf32>
   %1 = dsc.reduce_sum %0 {axes = array<i64: 0, 1>} : tensor<2x4x6xf32> -> tensor<1x1x6xf32>
   %2 = dsc.cast %h {to = f32} : tensor<4x6xf16> -> tensor<4x6xf32>
   %3 = dsc.reduce_mean %2 {axes = array<i64: 0>, keepdims = false} : tensor<4x6xf32> -> tensor<6xf32>
-  return %1, %3, %2 : tensor<1x1x6xf32>, tensor<6xf32>, tensor<4x6xf32>
+  %4 = dsc.cast %k {to = f32} : tensor<4x6xbf16> -> tensor<4x6xf32>
+  %5 = dsc.reduce_sum %4 {axes = array<i64: 0>, keepdims = false} : tensor<4x6xf32> -> tensor<6xf32>
+  return %1, %3, %5, %4 : tensor<1x1x6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<4x6xf32>
+}
+
+// -----
+
+// Where moving a cast would not pay or would merge what recomputation keeps
+// apart, it stays: the rounding of a slice is not moved onto the whole
+// input, the widening before a broadcast not onto the broadcast result, and
+// a layout op whose result a recomputed cast rounds keeps f32.
+// CHECK-LABEL: func.func @stays
+// CHECK: %[[S:.*]] = dsc.slice %arg0 {{.*}} : tensor<4x8xf32> -> tensor<4x2xf32>
+// CHECK: dsc.cast %[[S]] {to = bf16}
+// CHECK: %[[W:.*]] = dsc.cast %arg1 {to = f32} : tensor<8xbf16> -> tensor<8xf32>
+// CHECK: dsc.expand %[[W]] {{.*}} : tensor<8xf32> -> tensor<4x8xf32>
+// CHECK: %[[T:.*]] = dsc.transpose %arg2 {{.*}} : tensor<4x8xf32> -> tensor<8x4xf32>
+// CHECK: dsc.cast %[[T]] {dsc.recomputed, to = bf16}
+func.func @stays(%x: tensor<4x8xf32>, %b: tensor<8xbf16>, %y: tensor<4x8xf32>) -> (tensor<4x2xbf16>, tensor<4x8xf32>, tensor<8x4xbf16>) {
+  %0 = dsc.slice %x {offsets = array<i64: 0, 0>, sizes = array<i64: 4, 2>, strides = array<i64: 1, 1>} : tensor<4x8xf32> -> tensor<4x2xf32>
+  %1 = dsc.cast %0 {to = bf16} : tensor<4x2xf32> -> tensor<4x2xbf16>
+  %2 = dsc.cast %b {to = f32} : tensor<8xbf16> -> tensor<8xf32>
+  %3 = dsc.expand %2 {shape = array<i64: 4, 8>} : tensor<8xf32> -> tensor<4x8xf32>
+  %4 = dsc.transpose %y {perm = array<i64: 1, 0>} : tensor<4x8xf32> -> tensor<8x4xf32>
+  %5 = dsc.cast %4 {dsc.recomputed, to = bf16} : tensor<8x4xf32> -> tensor<8x4xbf16>
+  return %1, %3, %5 : tensor<4x2xbf16>, tensor<4x8xf32>, tensor<8x4xbf16>
 }

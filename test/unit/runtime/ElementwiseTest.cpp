@@ -248,6 +248,12 @@ TEST(Reduce, SixteenBitInputSumsIntoF32) {
       DSC_ASSERT_OK(reduce(op, wide.t(), {0}, false, viaCast.t()));
       DSC_ASSERT_OK(reduce(op, h->t(), {0}, false, direct.t()));
       EXPECT_EQ(viaCast.v, direct.v);
+      // Into f64 (dsc compile --f64 promotes the f32 result).
+      D wide64 = zerosD({2, 3}), viaCast64 = zerosD({3}), direct64 = zerosD({3});
+      DSC_ASSERT_OK(cast(h->t(), wide64.t()));
+      DSC_ASSERT_OK(reduce(op, wide64.t(), {0}, false, viaCast64.t()));
+      DSC_ASSERT_OK(reduce(op, h->t(), {0}, false, direct64.t()));
+      EXPECT_EQ(viaCast64.v, direct64.v);
     }
   Buf<uint16_t> half({3}, DType::BF16);
   EXPECT_EQ(reduce(ReduceOp::Sum, bf.t(), {0}, false, half.t()).code(),
