@@ -410,19 +410,18 @@ Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
   }
   if (m == 0)
     return Status();
+  // A 16-bit input's sum or mean goes into f32 or f64 (checkReduce).
+  auto sixteenBit = [&](auto in) {
+    using In = decltype(in);
+    return out.dtype == DType::F64
+               ? runReduce<In, double, double>(op, input, out, kept, red, m, r)
+               : runReduce<In, double, float>(op, input, out, kept, red, m, r);
+  };
   switch (dt) {
-  case DType::BF16: // sum and mean into f32 or f64 (checkReduce)
-    return out.dtype == DType::F64
-               ? runReduce<Bf16In, double, double>(op, input, out, kept, red,
-                                                   m, r)
-               : runReduce<Bf16In, double, float>(op, input, out, kept, red,
-                                                  m, r);
+  case DType::BF16:
+    return sixteenBit(Bf16In{});
   case DType::F16:
-    return out.dtype == DType::F64
-               ? runReduce<HalfIn, double, double>(op, input, out, kept, red,
-                                                   m, r)
-               : runReduce<HalfIn, double, float>(op, input, out, kept, red,
-                                                  m, r);
+    return sixteenBit(HalfIn{});
   case DType::F32:
     if (op == ReduceOp::Max || op == ReduceOp::Min)
       return runReduce<float, float>(op, input, out, kept, red, m, r);

@@ -171,7 +171,6 @@ options:
                              512MiB or bytes), and the fastest that fits
 )";
 
-
 /// `dsc estimate --gpu-memory`: every stage x recompute choice compiled
 /// (as `dsc compile` would for these ranks) and held against `budget`.
 void printFits(mlir::ModuleOp imported, const std::string &model,

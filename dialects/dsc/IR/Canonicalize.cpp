@@ -82,6 +82,16 @@ int64_t elementsOf(ValueRange vs) {
   return n;
 }
 
+/// A clone of the layout op `op` reading `operands` (16-bit values), its
+/// results retyped to `half`.
+Operation *cloneIn16Bit(PatternRewriter &rewriter, Operation *op,
+                        IRMapping &operands, Type half) {
+  Operation *moved = rewriter.clone(*op, operands);
+  for (Value r : moved->getResults())
+    r.setType(cast<RankedTensorType>(r.getType()).clone(half));
+  return moved;
+}
+
 /// matmul(transpose(x), y) -> matmul(x, y) {transpose_lhs}: the GEMM reads
 /// x transposed (and likewise for the right operand, or both).
 struct FoldTransposedOperands : OpRewritePattern<MatMulOp> {
@@ -240,10 +250,9 @@ template <typename OpTy> struct NarrowLayoutOp : OpRewritePattern<OpTy> {
     }
     if (!half)
       return failure();
-    Operation *moved = rewriter.clone(*op, narrow);
+    Operation *moved = cloneIn16Bit(rewriter, op, narrow, half);
     SmallVector<Value> widened;
     for (auto [r, old] : llvm::zip(moved->getResults(), op->getResults())) {
-      r.setType(cast<RankedTensorType>(old.getType()).clone(half));
       auto up = CastOp::create(rewriter, op.getLoc(), old.getType(), r,
                                TypeAttr::get(getElementTypeOrSelf(old)));
       copyMarkers(op, up);
@@ -298,9 +307,8 @@ template <typename OpTy> struct NarrowBeforeLayoutOp : OpRewritePattern<OpTy> {
       copyMarkers(op, down);
       narrow.map(v, down);
     }
-    Operation *moved = rewriter.clone(*op, narrow);
+    Operation *moved = cloneIn16Bit(rewriter, op, narrow, half);
     for (auto [r, old] : llvm::zip(moved->getResults(), op->getResults())) {
-      r.setType(cast<RankedTensorType>(old.getType()).clone(half));
       for (Operation *user : llvm::make_early_inc_range(old.getUsers()))
         rewriter.replaceOp(user, r);
     }
