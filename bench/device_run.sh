@@ -30,6 +30,11 @@
 #                (bitwise expected)
 #   llama-rsel, llama-rfull
 #                likewise for the Llama shape (llama_1b_bf16_rsel, _rfull)
+#   gpt2-off, llama-off
+#                --offload-optimizer cpu (gpt2_124m_bf16_off, llama_1b_bf16_off):
+#                with and without the graph (bitwise), and the losses against
+#                the GPU AdamW's run of the same part (close, not bitwise:
+#                the host's AdamW rounds differently)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
 # BREAKDOWN=0 leaves the per-kernel breakdowns out. Programs in
@@ -137,6 +142,14 @@ for part in "$@"; do
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     v=${part#llama-}
     dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32 ;;
+  gpt2-off)
+    [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
+    dsc_pair gpt2_off "$B/gpt2_124m_bf16_off" 20 --init random --data "$W/tok.bin" | tee "$W/gpt2_off_summary.txt"
+    python3 bench/close_losses.py "$W/gpt2_off_graph.jsonl" "$W/gpt2_graph.jsonl" ;;
+  llama-off)
+    [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
+    dsc_pair llama_off "$B/llama_1b_bf16_off" 12 --init random --data "$W/tokl.bin" --data-dtype int32 | tee "$W/llama_off_summary.txt"
+    python3 bench/close_losses.py "$W/llama_off_graph.jsonl" "$W/llama_graph.jsonl" ;;
   llama-peers)
     timeout 90 python3 bench/llama_1b.py torch >"$W/llama_torch.jsonl" 2>"$W/llama_torch.err"
     timeout 180 python3 bench/llama_1b.py torch --compile >>"$W/llama_torch.jsonl" 2>>"$W/llama_torch.err"

@@ -48,7 +48,9 @@ bool isF32OrBool(Value v) { return isF32(v) || isBool(v); }
 /// What a generated elementwise kernel computes (in float or bool
 /// registers; 16-bit floats are loaded and stored through casts).
 bool isFusible(Operation *op) {
-  if (op->getNumResults() != 1 || op->getNumRegions() || !isPure(op))
+  // Host ops (dsc-offload) run on the CPU, not in a generated kernel.
+  if (op->getNumResults() != 1 || op->getNumRegions() || !isPure(op) ||
+      op->hasAttr("dsc.on_host"))
     return false;
   Value r = op->getResult(0);
   if (auto c = dyn_cast<dsc::CastOp>(op)) {

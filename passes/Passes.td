@@ -528,6 +528,52 @@ def DscInPlaceTemporaries : Pass<"dsc-in-place-temporaries", "mlir::ModuleOp"> {
   }];
 }
 
+def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
+  let summary = "Keep the optimizer's state and fp32 master parameters in "
+                "host memory and run the optimizer there "
+                "(DeepSpeed's offload_optimizer)";
+  let description = [{
+    With `optimizer=cpu`, in the step function: every argument the
+    optimizer updates (fp32 master parameters and optimizer state, stage 0)
+    gets `dsc.memory = "host"`, as do the results that update them; the
+    optimizer ops and the compute-copy casts of the masters get
+    `dsc.on_host` (the CPU runtime's multi-threaded kernels run them). What
+    a host op reads from the device (gradients, learning rate, clipping
+    scale, step) is copied to the host right after it is computed, by a
+    `dsc.offload_copy {to = "host"}`; what the device reads from a host op
+    (the 16-bit compute copies, or the fp32 masters themselves under
+    `--precision fp32`) is copied back by a `dsc.offload_copy {to =
+    "device"}` right after it is made and waited for by a
+    `dsc.offload_wait` right before its first device use. Splat constants
+    a host op reads are cloned onto the host. The GPU then holds no
+    optimizer state and no fp32 masters; their bytes cross PCIe once each
+    way per step (gradients down, compute copies up).
+
+    ```mlir
+    // before
+    %c = dsc.cast %w {dsc.compute_copy, to = bf16} : ...
+    %r:6 = call @forward_backward(%c, ...)
+    %n:3 = dsc.adamw %w, %r#2, %m, %v, %lr, ...
+    // after
+    %c = dsc.cast %w {dsc.compute_copy, dsc.on_host, to = bf16} : ...
+    %d = dsc.offload_copy %c {to = "device"} : ...
+    %e = dsc.offload_wait %d : ...
+    %r:6 = call @forward_backward(%e, ...)
+    %g = dsc.offload_copy %r#2 {to = "host"} : ...
+    %n:3 = dsc.adamw %w, %g, %m, %v, %lr_host, ... {dsc.on_host}
+    ```
+    `optimizer=none` (the default) leaves the IR as it is. Stages 1-3
+    (sharded state reached through slices and gathers) are refused with a
+    message, as is an optimizer whose state is not an argument.
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"none\"",
+           "none or cpu">,
+    Option<"function", "function", "std::string", /*default=*/"\"train_step\"",
+           "The step function">
+  ];
+}
+
 def DscInPlaceUpdates : Pass<"dsc-in-place-updates", "mlir::ModuleOp"> {
   let summary = "Write updated parameters and optimizer state into their "
                 "arguments' storage";

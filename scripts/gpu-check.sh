@@ -66,6 +66,12 @@ build() {
     -o "$bundle/bin/mlp_bf16_acc4"
   $c --micro-batch 1 --stage 3 --world-size 4 --precision bf16 $fixtures/models/mlp_opset17.onnx \
     -o "$bundle/bin/mlp_bf16_s3_n4"
+  # Offload (dsc-offload): the mlp's accumulated step with AdamW on the
+  # host, and GPT-2 with dropout for the graph and checkpoints.
+  $c --micro-batch 1 --accum-steps 4 --precision bf16 --offload-optimizer cpu \
+    $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_acc4_off"
+  $c --micro-batch 2 --precision bf16 --offload-optimizer cpu \
+    $fixtures/models/gpt2_opset17.onnx -o "$bundle/bin/gpt2drop_bf16_off"
   $c --f64 --micro-batch 4 $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64"
   $c --f64 --micro-batch 1 --stage 3 --world-size 4 \
     $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_s3_n4"
@@ -90,10 +96,14 @@ build() {
       -o "$bundle/bin/gpt2_124m_bf16"
     $c --micro-batch 16 --lr 6e-4 --weight-decay 0.1 --precision bf16 \
       --no-fuse-attention "$g" -o "$bundle/bin/gpt2_124m_bf16_unfused"
+    $c --micro-batch 16 --lr 6e-4 --weight-decay 0.1 --precision bf16 \
+      --offload-optimizer cpu "$g" -o "$bundle/bin/gpt2_124m_bf16_off"
   fi
   # The Llama-3.2-1B shape (bench/llama_1b.py export), 4 x 2048 tokens.
   if [ -n "${LLAMA_1B:-}" ]; then
     $c --micro-batch 4 --precision bf16 "$LLAMA_1B" -o "$bundle/bin/llama_1b_bf16"
+    $c --micro-batch 4 --precision bf16 --offload-optimizer cpu "$LLAMA_1B" \
+      -o "$bundle/bin/llama_1b_bf16_off"
   fi
   set +e
   strip "$bundle"/bin/* 2>/dev/null
@@ -211,6 +221,10 @@ run() {
   check zero_stage3_4ranks_mlp_bf16 bash -c "'$b/mlp_bf16_s3_n4' $bi --log $t/b3.jsonl \
     --dump-params $t/b3.safetensors && python3 test/e2e/compare_runs.py $t/b1.jsonl \
     $t/b1.safetensors $t/b3.jsonl $t/b3.safetensors --tol 1e-6"
+  # The host's AdamW (offload) against the GPU's, within rounding.
+  check offload_adamw_host_vs_gpu_mlp_bf16 bash -c "'$b/mlp_bf16_acc4_off' $bi \
+    --log $t/bo.jsonl --dump-params $t/bo.safetensors && python3 test/e2e/compare_runs.py \
+    $t/b1.jsonl $t/b1.safetensors $t/bo.jsonl $t/bo.safetensors --tol 1e-5"
   # ZeRO stages with 4 in-process ranks on this GPU against one rank.
   local mi="--init $fixtures/models/mlp_opset17.onnx --batch $ref/mlp/batch.safetensors --steps 5 --quiet"
   "$b/mlp" $mi --log "$t/mlp1.jsonl" --dump-params "$t/mlp1.safetensors" >"$out/mlp1.log" 2>&1
@@ -235,6 +249,16 @@ run() {
     '$b/gpt2drop_bf16_s2_n2' $cd --steps 6 --log $t/cb.jsonl --resume $t/ck1 --dump-params $t/cr.safetensors && \
     cat $t/ca.jsonl $t/cb.jsonl > $t/cab.jsonl && \
     python3 test/e2e/compare_runs.py $t/cf.jsonl $t/cf.safetensors $t/cab.jsonl $t/cr.safetensors --tol 0"
+  # Offload: the step replayed as one CUDA graph (host tasks and copies
+  # included) is the step run op by op, and a checkpoint resumes bitwise.
+  check offload_graph_and_resume_gpt2_dropout_bf16 bash -c "rm -rf $t/ck3 && \
+    '$b/gpt2drop_bf16_off' $cd --seed 3 --steps 6 --log $t/of.jsonl --dump-params $t/of.safetensors && \
+    '$b/gpt2drop_bf16_off' $cd --seed 3 --steps 6 --no-cuda-graph --log $t/on.jsonl --dump-params $t/on.safetensors && \
+    python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/on.jsonl $t/on.safetensors --tol 0 && \
+    '$b/gpt2drop_bf16_off' $cd --seed 3 --steps 3 --log $t/oa.jsonl --save-dir $t/ck3 && \
+    '$b/gpt2drop_bf16_off' $cd --steps 6 --log $t/ob.jsonl --resume $t/ck3 --dump-params $t/or.safetensors && \
+    cat $t/oa.jsonl $t/ob.jsonl > $t/oab.jsonl && \
+    python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/oab.jsonl $t/or.safetensors --tol 0"
   check checkpoint_reshard_nanogpt_f64_s3n4_to_1 bash -c "rm -rf $t/ck2 && \
     '$b/nanogpt64_s3_n4' $cd --seed 5 --steps 6 --log $t/nf.jsonl --dump-params $t/nf.safetensors && \
     '$b/nanogpt64_s3_n4' $cd --seed 5 --steps 3 --log $t/na.jsonl --save-dir $t/ck2 && \

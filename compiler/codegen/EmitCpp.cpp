@@ -234,10 +234,12 @@ struct Context {
   dsc::Communicator *comm; // the other ranks; null on one rank
   const void *const *consts; // the constants in device memory (CUDA)
   dsc::PhaseClock *clock;     // --wall-clock-breakdown; null: not timed
+  char *hostFrame; // host values of a device program (dsc-offload)
 
   /// The context of a call made from here, its frame at `offset`.
   Context callee(size_t offset) const {
-    return {seed, step, ++*calls, calls, frame + offset, comm, consts, clock};
+    return {seed,   step,  ++*calls, calls, frame + offset, comm,
+            consts, clock, hostFrame};
   }
 };
 
@@ -533,6 +535,10 @@ private:
                       EmitCppStats &out);
   LogicalResult emitOp(Operation *op, size_t index, const FramePlan &plan,
                        StringRef function, raw_ostream &os);
+  LogicalResult onHost(Operation *op, LoweredCall &lowered);
+  LogicalResult emitLowered(Operation *op, const LoweredCall &lowered,
+                            StringRef node, StringRef function,
+                            raw_ostream &os);
   LogicalResult emitReturn(Operation *op, const FramePlan &plan,
                            StringRef function, raw_ostream &os);
   FailureOr<std::string> constantArray(ConstantOp op);
@@ -574,6 +580,8 @@ private:
   std::string blobConstantsText_;       // pointers into it
   std::vector<std::pair<std::string, uint64_t>> frames_;
   uint64_t gatheredPeakBytes_ = 0, gatheredBucketBytes_ = 0;
+  uint64_t hostBytes_ = 0; // the host frame (dsc-offload)
+  int hostSites_ = 0;       // host tasks emitted so far (their site ids)
   EmitCppStats peak_; // its peak* fields: the highest frame peak so far
   llvm::StringMap<FrameTimeline> timelines_; // by function
 
@@ -894,9 +902,10 @@ std::string Emitter::viewDecl(Value v, const Storage &s,
            info.dtype + ", " + shape + ");";
   }
   case Storage::Kind::Constant:
-    // On a GPU, the copy of array kConst<i> in the device's memory.
+    // On a GPU, the copy of array kConst<i> in the device's memory (a host
+    // op's constant: the array itself).
     return "const Tensor " + name + " = view(" +
-           (target_.deviceMemory
+           (target_.deviceMemory && !codegen::isHostValue(v)
                 ? "ctx.consts[" + sourceName.substr(strlen(kConstPrefix)) + "]"
                 : sourceName) +
            ", " + info.dtype + ", " + shape + ");";
@@ -905,6 +914,9 @@ std::string Emitter::viewDecl(Value v, const Storage &s,
            info.dtype + ", " + shape + ");";
   case Storage::Kind::Arena:
     return "const Tensor " + name + " = view(ctx.frame + " +
+           std::to_string(s.offset) + ", " + info.dtype + ", " + shape + ");";
+  case Storage::Kind::HostArena:
+    return "const Tensor " + name + " = view(ctx.hostFrame + " +
            std::to_string(s.offset) + ", " + info.dtype + ", " + shape + ");";
   }
   llvm_unreachable("unknown storage kind");
@@ -1025,6 +1037,31 @@ void Emitter::spliceTimeline(StringRef name, uint64_t base, int64_t &clock,
   }
 }
 
+/// Whether `func` copies between host and device (dsc-offload): its copy
+/// stream then joins the compute stream before it returns.
+static bool usesOffload(func::FuncOp func) {
+  return llvm::any_of(func.getBody().front(), [](Operation &op) {
+    return isa<OffloadCopyOp>(op);
+  });
+}
+
+/// `text` with the generated code's runtime alias `rt::` as `ns::` (a host
+/// op of a device program calls the CPU runtime).
+static std::string onRuntime(std::string text, StringRef ns) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    bool word = i == 0 || !(isalnum(text[i - 1]) || text[i - 1] == '_' ||
+                            text[i - 1] == ':');
+    if (word && text.compare(i, 4, "rt::") == 0) {
+      out += ns.str() + "::";
+      i += 3;
+      continue;
+    }
+    out += text[i];
+  }
+  return out;
+}
+
 LogicalResult Emitter::emitFunction(func::FuncOp func) {
   StringRef fname = func.getSymName();
   std::string label = ("@" + fname).str();
@@ -1044,6 +1081,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   planOptions.aliasReshapes = options_.aliasReshapes;
   planOptions.alignment = kAlignment;
   planOptions.asyncCollectives = target_.asyncCollectives;
+  planOptions.separateHost = target_.deviceMemory;
   if (failed(emitFusedKernels(func)))
     return failure();
   planOptions.bytes = [&](Value v) -> uint64_t {
@@ -1062,6 +1100,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   FramePlan plan = codegen::planFrame(func, planOptions);
   current_.clear();
   totalBytes_[func] = plan.totalBytes;
+  hostBytes_ = std::max(hostBytes_, plan.hostBytes);
   frames_.emplace_back(fname.str(), plan.totalBytes);
   gatheredPeakBytes_ = std::max(gatheredPeakBytes_, plan.gatheredPeakBytes);
   if (plan.peakLiveBytes > peak_.peakBytes)
@@ -1131,6 +1170,10 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
     }
     size_t index = i++;
     if (op.hasTrait<OpTrait::IsTerminator>()) {
+      if (usesOffload(func))
+        os << "\n  // The copy stream's work (dsc-offload) ends with the "
+              "step.\n  if (Status s = rt::offloadJoin(); !s.ok())\n"
+              "    return s;\n";
       if (isEntry)
         mark("End");
       if (failed(emitReturn(&op, plan, label, os)))
@@ -1258,6 +1301,11 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
                  Storage::Kind::Alias) {
     // On a GPU a collective runs on its own stream: its completion is an
     // event the compute stream waits for.
+    if (auto wait = dyn_cast<OffloadWaitOp>(op)) {
+      lowered.call = "rt::offloadWait(" + names_.lookup(wait.getInput()) +
+                     ", " + cppString(ssaName(wait.getInput())) + ")";
+      return emitLowered(op, lowered, node, function, os);
+    }
     auto wait = dyn_cast<WaitOp>(op);
     if (!target_.asyncCollectives || !wait)
       return success();
@@ -1294,7 +1342,21 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     lowered.call = functionIdentifier(call.getCallee()) + "(ctx.callee(" +
                    std::to_string(plan.calleeOffset.lookup(op)) + "), " +
                    argsName + ", " + resultsName + ")";
+  } else if (auto copy = dyn_cast<OffloadCopyOp>(op)) {
+    lowered.call = codegen::cppCall(
+        "rt::offloadCopy",
+        {names_.lookup(copy.getInput()), names_.lookup(copy.getResult()),
+         copy.getTo() == "host" ? "true" : "false",
+         cppString(ssaName(copy.getInput()) + " to the " +
+                   copy.getTo().str())});
   } else {
+    if (auto wait = dyn_cast<OffloadWaitOp>(op))
+      // Not aliased (--no-alias-reshapes): wait, then copy.
+      lowered.call = "[&] { Status w = rt::offloadWait(" +
+                     names_.lookup(wait.getInput()) +
+                     ", \"\"); return w.ok() ? rt::reshape(" +
+                     names_.lookup(wait.getInput()) + ", " +
+                     names_.lookup(wait.getResult()) + ") : w; }()";
     if (auto wait = dyn_cast<WaitOp>(op); wait && target_.asyncCollectives) {
       // Not aliased (--no-alias-reshapes): wait, then copy.
       lowered.call = "[&] { Status w = ctx.comm ? ctx.comm->wait(" +
@@ -1326,6 +1388,38 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
              << op->getName();
   }
 
+  if (op->hasAttr("dsc.on_host") && failed(onHost(op, lowered)))
+    return failure();
+  return emitLowered(op, lowered, node, function, os);
+}
+
+/// A host op (dsc-offload's dsc.on_host): the CPU runtime's kernel, as a
+/// task that runs after the copies before it (on a GPU, on the copy
+/// stream). Its tensors are captured by value: they are views of storage
+/// that outlives the step.
+LogicalResult Emitter::onHost(Operation *op, LoweredCall &lowered) {
+  for (Value v : op->getOperands())
+    if (!codegen::isHostValue(v))
+      return op->emitError("codegen: the host op reads ")
+             << ssaName(v) << ", which is not in host memory (dsc-offload "
+                              "copies what a host op reads to the host)";
+  std::string body;
+  for (StringRef line :
+       llvm::split(StringRef(lowered.setup).rtrim('\n'), '\n'))
+    if (!line.empty())
+      body += "    " + line.str() + "\n";
+  lowered.setup.clear();
+  lowered.call = "rt::hostTask(" + std::to_string(hostSites_++) +
+                 ", [=]() -> Status {\n" +
+                 onRuntime(body, "dsc::cpu") + "    return " +
+                 onRuntime(lowered.call, "dsc::cpu") + ";\n  }, " +
+                 cppString(op->getName().getStringRef()) + ")";
+  return success();
+}
+
+LogicalResult Emitter::emitLowered(Operation *op, const LoweredCall &lowered,
+                                   StringRef node, StringRef function,
+                                   raw_ostream &os) {
   std::string opName = op->getName().getStringRef().str();
   if (auto call = dyn_cast<func::CallOp>(op))
     opName = ("call @" + call.getCallee()).str();
@@ -1647,7 +1741,10 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
       return failure();
     argsText += "    {dsc::ArgRole::" + std::string(role->role) + ", " +
                 cppString(role->name) + ", " + tensorSpec(type) + ", " +
-                std::to_string(*bucket) + "},\n";
+                std::to_string(*bucket) +
+                (codegen::isHostValue(entry.getArgument(i)) ? ", /*host=*/true"
+                                                            : "") +
+                "},\n";
   }
   for (unsigned i = 0; i < entry.getNumResults(); ++i) {
     std::optional<Role> role = resultRole(entry.getResultAttrDict(i));
@@ -1665,11 +1762,21 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
     FailureOr<int64_t> inPlaceOf = inPlaceArgument(entry, i);
     if (failed(inPlaceOf))
       return failure();
+    auto memory = entry.getResultAttrOfType<StringAttr>(i, "dsc.memory");
+    bool host = memory && memory.getValue() == "host";
+    if (host && *inPlaceOf < 0 && target_.deviceMemory)
+      return entry.emitError("codegen: result ")
+             << i << " of @" << entry.getSymName()
+             << " is in host memory (dsc-offload) but not computed in place "
+                "of its argument (dsc-in-place-updates); offload needs "
+                "in-place updates (drop --no-in-place-updates)";
     resultsText += "    {dsc::ResultRole::" + std::string(role->role) + ", " +
                    cppString(role->name) + ", " + tensorSpec(type) + ", " +
                    std::to_string(*bucket) +
-                   (*inPlaceOf >= 0 ? ", " + std::to_string(*inPlaceOf) : "") +
-                   "},\n";
+                   (*inPlaceOf >= 0 || host
+                        ? ", " + std::to_string(*inPlaceOf)
+                        : "") +
+                   (host ? ", /*host=*/true" : "") + "},\n";
   }
 
   // Module attributes, with defaults for a module dsc-optimizer has not seen.
@@ -1774,6 +1881,16 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "  void *frame = nullptr;\n"
      << "  if (Status s = rank.arena->at(0, kArenaBytes, &frame); !s.ok())\n"
      << "    return s;\n"
+     << (hostBytes_
+             ? "  void *hostFrame = nullptr; // dsc-offload's host values\n"
+               "  if (!rank.hostArena)\n"
+               "    return Status::error(dsc::StatusCode::InvalidArgument,\n"
+               "                         \"train_step: no host arena\");\n"
+               "  if (Status s = rank.hostArena->at(0, " +
+                   std::to_string(hostBytes_) +
+                   ", &hostFrame); !s.ok())\n"
+                   "    return s;\n"
+             : std::string())
      << "  int64_t calls = 0;\n"
      << (target_.deviceMemory ? "  const void *const *consts = nullptr;\n"
                          "  if (Status s = deviceConstants(&consts); !s.ok())\n"
@@ -1791,7 +1908,9 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
                         : std::string("0"))
      << ", 0, &calls,\n                    static_cast<char *>(frame), "
         "rank.comm, "
-     << (target_.deviceMemory ? "consts" : "nullptr") << ", rank.clock};\n"
+     << (target_.deviceMemory ? "consts" : "nullptr") << ", rank.clock, "
+     << (hostBytes_ ? "static_cast<char *>(hostFrame)" : "nullptr")
+     << "};\n"
      << "  return " << functionIdentifier(entry.getSymName())
      << "(ctx, args, results);\n}\n\n"
      << "} // namespace\n\n";
@@ -1828,7 +1947,8 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "    /*runDefaults=*/" << text(options_.runDefaults) << ",\n"
      << "    /*flopsPerStep=*/"
      << llvm::formatv("{0:e}", codegen::stepFlops(module_, entry)).str()
-     << ",\n};\n";
+     << ",\n"
+     << "    /*hostArenaBytes=*/" << hostBytes_ << ",\n};\n";
   return success();
 }
 
@@ -1909,6 +2029,7 @@ LogicalResult Emitter::run(raw_ostream &out, EmitCppStats *stats) {
 
   if (stats) {
     stats->arenaBytes = arenaBytes;
+    stats->hostArenaBytes = hostBytes_;
     stats->frameBytes = frames_;
     stats->gatheredPeakBytes = gatheredPeakBytes_;
     stats->gatheredBucketBytes = gatheredBucketBytes_;

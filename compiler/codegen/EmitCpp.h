@@ -104,6 +104,7 @@ inline constexpr ArenaKind kArenaKinds[] = {
 /// What the emitted program needs, for reports (e.g. `dsc compile -v`).
 struct EmitCppStats {
   uint64_t arenaBytes = 0; // spec.arenaBytes
+  uint64_t hostArenaBytes = 0; // spec.hostArenaBytes (dsc-offload)
   /// Per emitted function: its name and the arena bytes it needs, its own
   /// values and those of the calls it makes.
   std::vector<std::pair<std::string, uint64_t>> frameBytes;

@@ -57,7 +57,25 @@ private:
 
 } // namespace
 
-bool isViewOp(Operation *op) { return isa<dsc::ReshapeOp, dsc::WaitOp>(op); }
+bool isViewOp(Operation *op) {
+  return isa<dsc::ReshapeOp, dsc::WaitOp, dsc::OffloadWaitOp>(op);
+}
+
+bool isHostValue(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    auto memory =
+        fn ? fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "dsc.memory")
+           : StringAttr();
+    return memory && memory.getValue() == "host";
+  }
+  Operation *def = v.getDefiningOp();
+  if (auto copy = dyn_cast<dsc::OffloadCopyOp>(def))
+    return copy.getTo() == "host";
+  if (isa<dsc::ReshapeOp>(def))
+    return isHostValue(def->getOperand(0));
+  return def->hasAttr("dsc.on_host");
+}
 
 namespace {
 
@@ -66,7 +84,7 @@ namespace {
 /// order anyway. Here they are what they compute, the identity: dead when
 /// nobody reads their result.
 bool isOrderingOnly(Operation *op) {
-  return isa<dsc::CollectiveInputOp, dsc::WaitOp>(op);
+  return isa<dsc::CollectiveInputOp, dsc::WaitOp, dsc::OffloadWaitOp>(op);
 }
 
 /// The stage-3 gather a value is (part of) a copy of: an all_gather of a
@@ -178,6 +196,14 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
     }
   }
 
+  // 2c. A copy to the host reads its input on the copy stream while the
+  //     compute stream goes on: keep it to the end.
+  if (options.separateHost)
+    for (Operation *op : ops)
+      if (auto copy = dyn_cast<dsc::OffloadCopyOp>(op);
+          copy && copy.getTo() == "host" && !plan.dead.contains(op))
+        lastUse[copy.getInput()] = ops.size() - 1;
+
   // 3. Storage kinds. A value the function returns is computed into the
   //    caller's storage (at its first return position; later positions and
   //    values that are arguments, constants or aliases are copied there).
@@ -229,7 +255,9 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
         s.kind = Storage::Kind::Result;
         s.index = slot->second;
       } else {
-        s.kind = Storage::Kind::Arena;
+        s.kind = options.separateHost && isHostValue(r)
+                     ? Storage::Kind::HostArena
+                     : Storage::Kind::Arena;
         s.bytes =
             alignUp(std::max<uint64_t>(options.bytes(r), 1), options.alignment);
       }
@@ -241,7 +269,7 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
       continue;
     for (Value r : op->getResults()) {
       Storage &s = plan.storage[r];
-      if (s.kind != Storage::Kind::Arena)
+      if (s.kind != Storage::Kind::Arena && s.kind != Storage::Kind::HostArena)
         continue;
       s.firstOp = i;
       s.lastOp = std::max(lastUse.lookup(r), i);
@@ -278,7 +306,7 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
 
   // 4. Offsets, in op order: an op's results are placed while its operands
   //    are still live, then whatever dies at the op is released.
-  FreeList frame;
+  FreeList frame, hostFrame;
   uint64_t bump = 0;
   // The values alive after each op's results are placed (for the peak).
   llvm::SetVector<Value> live;
@@ -288,6 +316,13 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
       continue;
     for (Value r : op->getResults()) {
       Storage &s = plan.storage[r];
+      if (s.kind == Storage::Kind::HostArena) {
+        // One stream (the copy stream) runs every host op in block order,
+        // so a host range is free for reuse after its last use too.
+        s.offset = hostFrame.allocate(r, s.bytes);
+        plan.hostBytes = std::max(plan.hostBytes, s.offset + s.bytes);
+        continue;
+      }
       if (s.kind != Storage::Kind::Arena)
         continue;
       if (options.reuse) {
@@ -314,9 +349,12 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
       plan.totalBytes =
           std::max(plan.totalBytes, base + options.calleeBytes(call));
     }
-    if (options.reuse)
-      for (Value v : freeAt.lookup(i))
+    for (Value v : freeAt.lookup(i)) {
+      if (plan.storage[v].kind == Storage::Kind::HostArena)
+        hostFrame.release(v);
+      else if (options.reuse)
         frame.release(v);
+    }
   }
   plan.totalBytes = std::max(plan.totalBytes, plan.ownBytes);
   return plan;

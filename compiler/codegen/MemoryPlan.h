@@ -35,6 +35,9 @@ struct Storage {
     Alias,    // the storage of `source` (which is never itself an Alias);
               // a returned alias's source may be computed into its result
     Arena,    // [offset, offset + bytes) of the function's frame
+    HostArena, // [offset, offset + bytes) of the host frame: a value in
+               // host memory (dsc-offload) of a program whose frame is in
+               // device memory
   };
   Kind kind = Kind::Arena;
   unsigned index = 0;
@@ -54,6 +57,11 @@ struct Storage {
 /// collectives are synchronous, so it is the identity).
 bool isViewOp(mlir::Operation *op);
 
+/// A value in host memory under dsc-offload: an argument or result marked
+/// `dsc.memory = "host"`, the result of a host op (`dsc.on_host`) or of a
+/// dsc.offload_copy to the host.
+bool isHostValue(mlir::Value v);
+
 /// Ops whose results nobody needs: side-effect free (or dsc.wait and
 /// dsc.collective_input, whose effects only order the IR), every result
 /// unused or used only by such ops. Neither planned nor emitted.
@@ -69,6 +77,10 @@ struct PlanOptions {
   /// input stays live up to the wait (a GPU's communication stream reads it
   /// meanwhile). Off, a collective is done when it returns (CPU).
   bool asyncCollectives = false;
+  /// Host values (isHostValue) get a frame of their own (the program's frame
+  /// is in device memory); copies run asynchronously on a copy stream, so
+  /// what a copy to the host reads stays live to the function's end.
+  bool separateHost = false;
   /// Every range starts at a multiple of this.
   uint64_t alignment = 64;
   /// Bytes of a value's elements.
@@ -91,6 +103,9 @@ struct FramePlan {
   uint64_t ownBytes = 0;
   /// With the frames of the calls it makes.
   uint64_t totalBytes = 0;
+  /// The host frame (separateHost): host values other than arguments and
+  /// results. Only the step function has them.
+  uint64_t hostBytes = 0;
   /// Stage-3 gathered parameters: the most bytes of gathered buckets alive
   /// at once (a bucket counts from its all_gather's start to the last use
   /// of it or of a piece sliced from it), and the largest bucket. The

@@ -714,23 +714,29 @@ Status cast(const Tensor &input, const Tensor &out) {
     return Status();
   }
   bool intToInt = !isFloat(input.dtype) && !isFloat(out.dtype);
+  // Every element on its own: contiguous chunks over threads.
+  constexpr int64_t kMinChunk = int64_t(1) << 16;
   // f32 -> f16/bf16 directly, so values round once.
   if (input.dtype == DType::F32 &&
       (out.dtype == DType::F16 || out.dtype == DType::BF16)) {
     const float *x = input.as<float>();
     uint16_t *y = out.as<uint16_t>();
-    for (int64_t i = 0; i < n; ++i)
-      y[i] =
-          out.dtype == DType::F16 ? floatToHalf(x[i]) : floatToBfloat16(x[i]);
+    bool half = out.dtype == DType::F16;
+    parallelFor(n, 0, kMinChunk, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        y[i] = half ? floatToHalf(x[i]) : floatToBfloat16(x[i]);
+    });
     return Status();
   }
-  for (int64_t i = 0; i < n; ++i) {
-    if (intToInt)
-      storeInt(out.data, out.dtype, i, loadAsInt(input.data, input.dtype, i));
-    else
-      storeDouble(out.data, out.dtype, i,
-                  loadAsDouble(input.data, input.dtype, i));
-  }
+  parallelFor(n, 0, kMinChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (intToInt)
+        storeInt(out.data, out.dtype, i, loadAsInt(input.data, input.dtype, i));
+      else
+        storeDouble(out.data, out.dtype, i,
+                    loadAsDouble(input.data, input.dtype, i));
+    }
+  });
   return Status();
 }
 

@@ -6,6 +6,8 @@
 // buffer with one value (splat constants), and the seed of each dropout.
 // Same conventions as kernels.h: caller-allocated results, checked shapes
 // and dtypes, a Status naming the call, no accumulation into results.
+// The offload calls (offloadCopy, hostTask, offloadWait, offloadJoin) are
+// cpu/offload.h's, included here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +15,7 @@
 #define DSC_RUNTIME_CPU_STEP_KERNELS_H
 
 #include "cpu/kernels.h"
+#include "cpu/offload.h"
 
 namespace dsc::cpu {
 

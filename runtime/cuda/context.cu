@@ -110,6 +110,75 @@ Status scratch(size_t bytes, void **out) {
   return Status();
 }
 
+Offload::~Offload() {
+  for (auto &entry : copies)
+    cudaEventDestroy(entry.second.done);
+  for (cudaEvent_t e : {fork, join})
+    if (e)
+      cudaEventDestroy(e);
+  if (stream)
+    cudaStreamDestroy(stream);
+}
+
+Status captureIdOf(cudaStream_t stream, unsigned long long &id) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  id = 0;
+  DSC_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id));
+  if (status == cudaStreamCaptureStatusNone)
+    id = 0;
+  return Status();
+}
+
+namespace {
+
+/// Offload streams and events are made before any capture (see offloadOf).
+Status notWhileCapturing(const RankDevice &rd, const char *what) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  DSC_CUDA_CHECK(cudaStreamIsCapturing(rd.compute, &status));
+  if (status == cudaStreamCaptureStatusNone)
+    return Status();
+  return callFailed(what, "it would be created while the step is captured "
+                          "into a CUDA graph; the step's first run (never "
+                          "captured) must make every offload call first");
+}
+
+Status createOffload(RankDevice &rd, Offload &o) {
+  DSC_CUDA_CHECK(cudaStreamCreateWithFlags(&o.stream, cudaStreamNonBlocking));
+  DSC_CUDA_CHECK(cudaEventCreateWithFlags(&o.fork, cudaEventDisableTiming));
+  DSC_CUDA_CHECK(cudaEventCreateWithFlags(&o.join, cudaEventDisableTiming));
+  return Status();
+}
+
+} // namespace
+
+Status offloadOf(Offload *&out) {
+  RankDevice &rd = current();
+  if (!rd.offload) {
+    if (Status s = notWhileCapturing(rd, "the offload stream"); !s.ok())
+      return s;
+    auto o = std::make_shared<Offload>();
+    if (Status s = createOffload(rd, *o); !s.ok())
+      return s;
+    rd.offload = std::move(o);
+  }
+  out = rd.offload.get();
+  return Status();
+}
+
+Status copyOf(Offload &o, const void *dst, Offload::Copy *&out) {
+  auto it = o.copies.find(dst);
+  if (it == o.copies.end()) {
+    if (Status s = notWhileCapturing(current(), "an offload copy's event");
+        !s.ok())
+      return s;
+    cudaEvent_t e = nullptr;
+    DSC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    it = o.copies.emplace(dst, Offload::Copy{e}).first;
+  }
+  out = &it->second;
+  return Status();
+}
+
 Status callFailed(const char *call, const std::string &what, StatusCode code) {
   std::string where;
   if (bound)

@@ -2,8 +2,9 @@
 //
 // Each rank of a program owns a GPU (several in-process ranks may share
 // one), a compute stream, a communication stream, a cuBLASLt and a cuDNN
-// handle and a grow-only scratch buffer. A rank's thread binds to it with
-// bindRank before it calls kernels; kernels reach it through current().
+// handle, a grow-only scratch buffer and, once it offloads, an offload
+// stream (Offload). A rank's thread binds to it with bindRank before it
+// calls kernels; kernels reach it through current().
 // No global mutable state is shared between ranks, so in-process ranks run
 // their kernels concurrently.
 //
@@ -23,13 +24,58 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 
 namespace dsc::cuda {
 
 struct StepGraphs; // graph.cu
+struct Offload;
+
+/// A hostTask call site of a rank (offload.cu): what cudaLaunchHostFunc is
+/// handed. It lives as long as the rank, since a graph captured from a step
+/// calls it again on every replay.
+struct HostTaskSite {
+  Offload *offload = nullptr;
+  std::function<Status()> fn; // the last hostTask call's
+  std::string what;
+  unsigned long long captureId = 0; // the capture that last launched it
+  std::atomic<bool> pending{false}; // launched outside a capture, not run
+};
+
+/// A rank's copies between device and host memory and its host tasks
+/// (offload.cu): a stream beside the compute stream, forked from it by
+/// `fork` and joined back by `join`, and per destination the event of the
+/// last copy into it. Made by the rank's first offload call, outside any
+/// capture (offloadOf), and kept as long as the rank.
+struct Offload {
+  struct Copy {
+    cudaEvent_t done = nullptr;
+    bool recorded = false;
+    unsigned long long captureId = 0; // 0: recorded outside a capture
+  };
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  std::map<const void *, Copy> copies;
+  std::map<int, std::unique_ptr<HostTaskSite>> sites;
+  /// The rank's first failed host task, set on CUDA's host-function thread
+  /// and taken by Device::synchronize; later host tasks are skipped while
+  /// it is set.
+  std::mutex mu;
+  std::atomic<bool> failed{false};
+  Status failure;
+
+  Offload() = default;
+  Offload(const Offload &) = delete;
+  Offload &operator=(const Offload &) = delete;
+  ~Offload();
+};
 
 struct RankDevice {
   int rank = 0;
@@ -45,6 +91,7 @@ struct RankDevice {
   /// the old one is captured again.
   uint64_t scratchGeneration = 0;
   std::shared_ptr<StepGraphs> graphs; // the captured steps (graph.h)
+  std::shared_ptr<Offload> offload;   // null until the first offload call
 };
 
 constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
@@ -66,6 +113,18 @@ bool allowTf32();
 /// or convolution's workspace, partial sums): valid until the next scratch()
 /// call on the same rank. Growing it waits for the rank's stream first.
 Status scratch(size_t bytes, void **out);
+
+/// The bound rank's offload state, its stream and fork/join events made on
+/// first use. Made while the compute stream is capturing: an error (a
+/// step's first run is never captured and makes them).
+Status offloadOf(Offload *&out);
+/// The event of copies into `dst`, made on first use (same rule).
+Status copyOf(Offload &o, const void *dst, Offload::Copy *&out);
+/// The capture `stream` is in (0: none).
+Status captureIdOf(cudaStream_t stream, unsigned long long &id);
+/// Waits for the bound rank's offload stream (if it has one), then returns
+/// and clears the first failure of its host tasks (offload.cu).
+Status awaitOffload();
 
 /// The message of a failed call: "<call> failed on rank R (GPU D): <what>".
 Status callFailed(const char *call, const std::string &what,

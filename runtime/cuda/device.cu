@@ -5,6 +5,7 @@
 #include "cuda/device.h"
 #include "cuda/graph.h"
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -76,6 +77,40 @@ public:
     cudaFree(p);
   }
 
+  Status allocateHost(size_t bytes, void **out) override {
+    size_t rounded = std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096);
+    void *p = nullptr;
+    if (Status s = check(cudaHostAlloc(&p, rounded, cudaHostAllocPortable),
+                         "cudaHostAlloc");
+        !s.ok())
+      return Status::error(s.code(), s.message() + " (" +
+                                         std::to_string(bytes) + " bytes)");
+    std::memset(p, 0, rounded);
+    *out = p;
+    return Status();
+  }
+
+  void releaseHost(void *p) override {
+    if (p && cudaFreeHost(p) != cudaSuccess)
+      (void)cudaGetLastError(); // not the next call's error
+  }
+
+  Status pinHost(void *p, size_t bytes) override {
+    if (!bytes)
+      return Status();
+    if (Status s = check(cudaHostRegister(p, bytes, cudaHostRegisterPortable),
+                         "cudaHostRegister");
+        !s.ok())
+      return Status::error(s.code(), s.message() + " (" +
+                                         std::to_string(bytes) + " bytes)");
+    return Status();
+  }
+
+  void unpinHost(void *p) override {
+    if (p && cudaHostUnregister(p) != cudaSuccess)
+      (void)cudaGetLastError();
+  }
+
   Status toDevice(void *dst, const void *src, size_t bytes) override {
     if (!bytes)
       return Status();
@@ -110,6 +145,9 @@ public:
       }
     }
     if (Status s = awaitIdle(comm, timeout); !s.ok())
+      return s;
+    // The offload stream, then a host task's failure (offload.cu).
+    if (Status s = awaitOffload(); !s.ok())
       return s;
     if (Status s = deferredVerdicts(); !s.ok())
       return s;

@@ -2,6 +2,7 @@
 
 #include "cpu/step_kernels.h"
 #include "cuda/graph.h"
+#include "cuda/kernels.h"
 
 #include <map>
 
@@ -76,6 +77,11 @@ Status capture(RankDevice &rd, StepGraphs &gs, StepGraph &g,
   gs.capturing = &g;
   Status s = enqueue();
   gs.capturing = nullptr;
+  // A capture ends joined: whatever the step forked onto the offload
+  // stream (offload.cu) is waited for at the graph's end.
+  Status joined = offloadJoin();
+  if (s.ok())
+    s = joined;
   size_t words = g.wordsEnd - g.wordsBegin;
   Status copied =
       !s.ok() || !words

@@ -211,6 +211,40 @@ Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
                   int64_t warmupSteps, int64_t totalSteps,
                   double warmupMinRatio, double minRatio, const Tensor &lr);
 
+//===- Offload to host memory (offload.cu) --------------------------------===//
+
+// As cpu/offload.h, on the bound rank's offload stream (context.h: made by
+// its first offload call, which a step's first, never captured, run makes):
+// host memory is pinned (Device::allocateHost, pinHost). Captured into a CUDA
+// graph, the fork onto the offload stream and the join back become the
+// graph's edges, and host tasks its host nodes.
+
+/// Records an event on the compute stream that the offload stream waits
+/// for, then cudaMemcpyAsync(dst, src, cudaMemcpyDefault) on the offload
+/// stream and the event of dst (keyed by dst.data) after it. Outside a
+/// capture src and dst are checked to be device and pinned host memory (or
+/// the reverse, !toHost).
+Status offloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
+                   const char *what);
+/// cudaLaunchHostFunc on the offload stream (forked from the compute stream
+/// first when a capture has not yet forked it). One object per (rank, site)
+/// holds fn and what and is handed to CUDA: fn is replaced on every call (a
+/// site's last launch has run first) and a captured graph calls the one of
+/// its capture, so fn owns what it reads (captured by value, never a
+/// pointer into the caller's stack) and is the same work for every buffer
+/// set of the step. A site is called once per captured step. The first
+/// failure of the rank's host tasks ("host task <what>: <message>", an
+/// exception included) is kept, its later host tasks skipped, and
+/// Device::synchronize returns it (clearing it).
+Status hostTask(int site, std::function<Status()> fn, const char *what);
+/// cudaStreamWaitEvent(compute, event of dst). No copy into dst recorded (in
+/// this capture, when capturing; outside one, when not) is an error.
+Status offloadWait(const Tensor &dst, const char *what);
+/// The compute stream waits for all offload work issued so far. A no-op
+/// without an offload stream, or while capturing a step that has not forked
+/// onto it. A capture (replayStep) joins the offload stream itself too.
+Status offloadJoin();
+
 } // namespace dsc::cuda
 
 #endif // DSC_RUNTIME_CUDA_KERNELS_H

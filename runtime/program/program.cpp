@@ -298,7 +298,8 @@ Status trainStep(Job &job, Ranks &ranks, DataFeed &feed, Reporter &report,
     if (Status s = dumpGrads(job, ranks, step); !s.ok())
       return s;
   Status bad = checkNonFinite(job, ranks, r, st);
-  ranks.swapUpdates();
+  if (Status s = ranks.swapUpdates(); !s.ok())
+    return s;
   if (Status s = report.step(r); !s.ok())
     return s;
   return bad;

@@ -24,49 +24,84 @@ namespace dsc::program {
 DeviceMirror::~DeviceMirror() {
   for (void *p : memory)
     device->release(p);
+  for (void *p : pinned)
+    device->unpinHost(p);
+  if (hostMemory)
+    device->releaseHost(hostMemory);
 }
 
-Status DeviceMirror::create(Device *d, const std::vector<Tensor> &hostArgs,
+Status DeviceMirror::create(Device *d, const ProgramSpec &spec,
+                            const std::vector<Tensor> &hostArgs,
                             const std::vector<Tensor> &hostResults,
-                            const std::vector<int> &aliasOf,
-                            size_t arenaBytes) {
+                            const std::vector<int> &aliasOf) {
   device = d;
-  auto mirror = [&](const Tensor &h, Tensor &out) -> Status {
-    void *p = nullptr;
-    if (Status s = d->allocate(h.nbytes(), &p); !s.ok())
-      return s;
-    memory.push_back(p);
-    out = h;
-    out.data = p;
-    return Status();
-  };
   args.resize(hostArgs.size());
   results.resize(hostResults.size());
   for (size_t i = 0; i < hostArgs.size(); ++i)
-    if (Status s = mirror(hostArgs[i], args[i]); !s.ok())
+    if (Status s = mirror(hostArgs[i], spec.args[i].host, args[i]); !s.ok())
       return s;
   for (size_t i = 0; i < hostResults.size(); ++i) {
     if (aliasOf[i] >= 0) { // computed in place: its argument's storage
       results[i] = args[size_t(aliasOf[i])];
       continue;
     }
-    if (Status s = mirror(hostResults[i], results[i]); !s.ok())
+    if (Status s = mirror(hostResults[i], spec.results[i].host, results[i]);
+        !s.ok())
       return s;
   }
+  return allocateArenas(spec.arenaBytes, spec.hostArenaBytes);
+}
+
+/// `out` is the device copy of host tensor `h`, or `h` itself, pinned.
+Status DeviceMirror::mirror(const Tensor &h, bool onHost, Tensor &out) {
+  out = h;
+  if (onHost)
+    return pin(h);
+  void *p = nullptr;
+  if (Status s = device->allocate(h.nbytes(), &p); !s.ok())
+    return s;
+  memory.push_back(p);
+  out.data = p;
+  return Status();
+}
+
+Status DeviceMirror::pin(const Tensor &h) {
+  if (!h.nbytes())
+    return Status();
+  if (Status s = device->pinHost(h.data, h.nbytes()); !s.ok())
+    return Status::error(s.code(), "pinning a host tensor " + describe(h) +
+                                       ": " + s.message());
+  pinned.push_back(h.data);
+  pinnedBytes += h.nbytes();
+  return Status();
+}
+
+Status DeviceMirror::allocateArenas(size_t arenaBytes, size_t hostArenaBytes) {
   void *base = nullptr;
-  if (Status s = d->allocate(arenaBytes, &base); !s.ok())
+  if (Status s = device->allocate(arenaBytes, &base); !s.ok())
     return Status::error(s.code(), "the step's arena (" +
                                        std::to_string(arenaBytes) +
                                        " bytes): " + s.message());
   memory.push_back(base);
-  return arena.adopt(base, arenaBytes);
+  if (Status s = arena.adopt(base, arenaBytes); !s.ok())
+    return s;
+  if (Status s = device->allocateHost(hostArenaBytes, &hostMemory); !s.ok())
+    return Status::error(s.code(), "the step's host arena (" +
+                                       std::to_string(hostArenaBytes) +
+                                       " bytes): " + s.message());
+  pinnedBytes += hostArenaBytes;
+  return hostArena.adopt(hostMemory, hostArenaBytes);
 }
 
 Status DeviceMirror::upload(const std::vector<Tensor> &hostArgs, size_t i) {
+  if (args[i].data == hostArgs[i].data)
+    return Status(); // a host tensor: the step reads it where it is
   return device->toDevice(args[i].data, hostArgs[i].data, hostArgs[i].nbytes());
 }
 
 Status DeviceMirror::download(const Tensor &d, const Tensor &h) {
+  if (d.data == h.data) // a host tensor: the step may still be writing it
+    return device->synchronize();
   return device->toHost(h.data, d.data, h.nbytes());
 }
 
@@ -205,10 +240,10 @@ Status Ranks::allocate() {
         rs->args[i] = view;
         continue;
       }
-      if (Status s = allocateTensor(a.type,
-                                    std::string(argRoleName(a.role)) + " '" +
-                                        a.name + "'" + who,
-                                    rs->argMemory[i], rs->args[i]);
+      if (Status s = allocateTensor(
+              a.type,
+              std::string(argRoleName(a.role)) + " '" + a.name + "'" + who,
+              rs->argMemory[i], rs->args[i], a.host ? kPageBytes : 64);
           !s.ok())
         return s;
     }
@@ -223,13 +258,17 @@ Status Ranks::allocate() {
       if (Status s = allocateTensor(res.type,
                                     std::string(resultRoleName(res.role)) +
                                         " result '" + res.name + "'" + who,
-                                    rs->resultMemory[i], rs->results[i]);
+                                    rs->resultMemory[i], rs->results[i],
+                                    res.host ? kPageBytes : 64);
           !s.ok())
         return s;
     }
-    if (!job_.device) // a device program's arena is in device memory
+    if (!job_.device) { // a device program's arenas are the mirror's
       if (Status s = rs->arena.init(spec_.arenaBytes); !s.ok())
         return s;
+      if (Status s = rs->hostArena.init(spec_.hostArenaBytes); !s.ok())
+        return s;
+    }
     if (job_.o.wallClockBreakdown)
       rs->clock = std::make_unique<StepClock>(job_.device);
     ranks_.push_back(std::move(rs));
@@ -394,10 +433,11 @@ Status Ranks::placeOnDevice(std::string &deviceWhat) {
   if (!device)
     return Status();
   size_t rankBytes = spec_.arenaBytes + (size_t(32) << 20);
-  for (const Tensor &t : first.args)
-    rankBytes += t.nbytes();
+  for (size_t i = 0; i < first.args.size(); ++i)
+    if (!onHost(true, i))
+      rankBytes += first.args[i].nbytes();
   for (size_t i = 0; i < first.results.size(); ++i)
-    if (aliasOf_[i] < 0)
+    if (aliasOf_[i] < 0 && !onHost(false, i))
       rankBytes += first.results[i].nbytes();
   if (Status s = checkFit(rankBytes); !s.ok())
     return s;
@@ -405,8 +445,8 @@ Status Ranks::placeOnDevice(std::string &deviceWhat) {
     if (Status s = device->bindRank(rs->id, rs->gpu); !s.ok())
       return s;
     rs->dev = std::make_unique<DeviceMirror>();
-    if (Status s = rs->dev->create(device, rs->args, rs->results, aliasOf_,
-                                   spec_.arenaBytes);
+    if (Status s =
+            rs->dev->create(device, spec_, rs->args, rs->results, aliasOf_);
         !s.ok())
       return Status::error(s.code(), format("rank %d: ", rs->id) + s.message());
   }
@@ -457,7 +497,9 @@ Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
                   rs.clock.get()};
   if (!rs.dev) {
     rs.arena.reset();
+    rs.hostArena.reset();
     ctx.arena = &rs.arena;
+    ctx.hostArena = &rs.hostArena;
     return spec_.trainStep(ctx, rs.args.data(), rs.results.data());
   }
   Device *device = job_.device;
@@ -470,7 +512,9 @@ Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
         return s;
   }
   rs.dev->arena.reset();
+  rs.dev->hostArena.reset();
   ctx.arena = &rs.dev->arena;
+  ctx.hostArena = &rs.dev->hostArena;
   if (Status s = runOnDevice(rs, ctx); !s.ok())
     return s;
   // The results the progress line and the loss scaler read.
@@ -498,7 +542,8 @@ Status Ranks::runOnDevice(RankState &rs, const RankContext &ctx) {
     // The step function and every buffer it is handed: the same key is
     // the same kernels on the same memory.
     std::vector<const void *> key = {
-        reinterpret_cast<const void *>(spec_.trainStep), ctx.arena->base()};
+        reinterpret_cast<const void *>(spec_.trainStep), ctx.arena->base(),
+        ctx.hostArena->base()};
     for (const Tensor &t : rs.dev->args)
       key.push_back(t.data);
     for (const Tensor &t : rs.dev->results)
@@ -679,9 +724,20 @@ void Ranks::setStep(int64_t step) {
         setIntScalar(rs->args[i], step);
 }
 
-void Ranks::swapUpdates() {
+Status Ranks::swapUpdates() {
+  const Layout &l = job_.layout;
+  for (auto *list : {&l.updates, &l.inPlace})
+    for (const auto &[r, a] : *list)
+      if (aliasOf_[size_t(r)] < 0 && spec_.results[r].host)
+        return fail(format("%s result '%s' is in host memory but not "
+                           "computed in place of its argument, and host "
+                           "tensors are never double-buffered (the "
+                           "generated code is inconsistent; please report "
+                           "it as a dsc bug)",
+                           resultRoleName(spec_.results[r].role),
+                           spec_.results[r].name));
   for (auto &rs : ranks_)
-    for (auto *list : {&job_.layout.updates, &job_.layout.inPlace})
+    for (auto *list : {&l.updates, &l.inPlace})
       for (const auto &[r, a] : *list) {
         if (aliasOf_[size_t(r)] >= 0)
           continue; // one storage: it already holds the update
@@ -690,6 +746,7 @@ void Ranks::swapUpdates() {
           std::swap(rs->dev->args[size_t(a)].data,
                     rs->dev->results[size_t(r)].data);
       }
+  return Status();
 }
 
 //===----------------------------------------------------------------------===//
@@ -816,11 +873,27 @@ void Ranks::deviceMemory(size_t &peak, size_t &tensorBytes) const {
         job_.device->memoryInUse(now, p).ok())
       peak = std::max(peak, p);
   }
-  for (const Tensor &t : ranks_[0]->args)
-    tensorBytes += t.nbytes();
-  for (size_t i = 0; i < ranks_[0]->results.size(); ++i)
-    if (aliasOf_[i] < 0)
-      tensorBytes += ranks_[0]->results[i].nbytes();
+  const RankState &first = *ranks_[0];
+  for (size_t i = 0; i < first.args.size(); ++i)
+    if (!onHost(true, i))
+      tensorBytes += first.args[i].nbytes();
+  for (size_t i = 0; i < first.results.size(); ++i)
+    if (aliasOf_[i] < 0 && !onHost(false, i))
+      tensorBytes += first.results[i].nbytes();
+}
+
+void Ranks::pinnedMemory(size_t &tensorBytes, size_t &arenaBytes) const {
+  tensorBytes = arenaBytes = 0;
+  const DeviceMirror *dev = ranks_[0]->dev.get();
+  if (!dev)
+    return;
+  arenaBytes = dev->hostArena.capacity();
+  tensorBytes = dev->pinnedBytes - arenaBytes;
+}
+
+/// Whether argument (or result) i lives in host memory on a device.
+bool Ranks::onHost(bool arg, size_t i) const {
+  return arg ? spec_.args[i].host : spec_.results[i].host;
 }
 
 } // namespace dsc::program

@@ -7,7 +7,9 @@
 // arena; on a device, a mirror of them in GPU memory. Param, OptState,
 // Buffer and Scaler results the step computes in place (ResultSpec::
 // inPlaceOf) are their argument's storage; the others are double-buffered
-// with their argument (swapped after a step, never copied).
+// with their argument (swapped after a step, never copied). Tensors the
+// spec marks host (ArgSpec::host) are their host storage on a device too,
+// pinned there, and never double-buffered.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,25 +25,37 @@ namespace dsc::program {
 
 /// A rank's arguments, results and arena in device memory (a program
 /// compiled for a device): the host ones keep the initial values and
-/// receive what is printed, dumped or saved.
+/// receive what is printed, dumped or saved. An argument or result the spec
+/// marks host is the host tensor itself, pinned; the host arena
+/// (spec.hostArenaBytes) is pinned host memory.
 struct DeviceMirror {
   Device *device = nullptr;
   std::vector<Tensor> args, results;
-  std::vector<void *> memory;
-  HostArena arena;
+  std::vector<void *> memory; // device allocations
+  std::vector<void *> pinned; // host tensors pinned in place
+  void *hostMemory = nullptr; // the host arena's (Device::allocateHost)
+  size_t pinnedBytes = 0;     // both together
+  HostArena arena, hostArena;
 
   DeviceMirror() = default;
   DeviceMirror(const DeviceMirror &) = delete;
   DeviceMirror &operator=(const DeviceMirror &) = delete;
   ~DeviceMirror();
   /// A result with aliasOf[i] >= 0 gets that argument's storage.
-  Status create(Device *d, const std::vector<Tensor> &hostArgs,
+  Status create(Device *d, const ProgramSpec &spec,
+                const std::vector<Tensor> &hostArgs,
                 const std::vector<Tensor> &hostResults,
-                const std::vector<int> &aliasOf, size_t arenaBytes);
-  /// Host argument i to the device.
+                const std::vector<int> &aliasOf);
+  /// Host argument i to the device (nothing for a host argument).
   Status upload(const std::vector<Tensor> &hostArgs, size_t i);
-  /// Device tensor `d` into host tensor `h` (same type).
+  /// Device tensor `d` into host tensor `h` (same type); when they are one
+  /// host tensor, waits for the device's work on it.
   Status download(const Tensor &d, const Tensor &h);
+
+private:
+  Status mirror(const Tensor &h, bool onHost, Tensor &out);
+  Status pin(const Tensor &h);
+  Status allocateArenas(size_t arenaBytes, size_t hostArenaBytes);
 };
 
 /// --wall-clock-breakdown: the time of each phase of one rank's step
@@ -72,6 +86,7 @@ struct RankState {
   std::vector<Tensor> results;
   std::vector<Memory> resultMemory;
   HostArena arena;
+  HostArena hostArena;                     // a CPU program's host scratch
   std::unique_ptr<DeviceMirror> dev;       // a device program's tensors
   std::unique_ptr<StepClock> clock;        // --wall-clock-breakdown
   std::unique_ptr<Communicator> timedComm; // its communicator, timed
@@ -107,8 +122,9 @@ public:
   /// Sets every rank's Step argument.
   void setStep(int64_t step);
   /// After a step: updated results become the next step's arguments (those
-  /// computed in place already are).
-  void swapUpdates();
+  /// computed in place already are). A host one not computed in place is
+  /// an error (host tensors are never swapped).
+  Status swapUpdates();
   /// All arguments to the device again (after the host ones were changed).
   Status uploadAll();
 
@@ -130,8 +146,12 @@ public:
   void clearScratch() { scratch_.clear(); }
 
   size_t arenaPeak() const;
-  /// Device peak bytes over the ranks, and the bytes of one rank's tensors.
+  /// Device peak bytes over the ranks, and the bytes of one rank's tensors
+  /// in device memory.
   void deviceMemory(size_t &peak, size_t &tensorBytes) const;
+  /// A device program's pinned host bytes of one rank: its host tensors
+  /// and host arena (0 for a CPU program).
+  void pinnedMemory(size_t &tensorBytes, size_t &arenaBytes) const;
 
   RankState &rank0() { return *ranks_[0]; }
   std::vector<std::unique_ptr<RankState>> &all() { return ranks_; }
@@ -149,6 +169,7 @@ public:
 
 private:
   Status checkFit(size_t rankBytes);
+  bool onHost(bool arg, size_t i) const;
   Status allocateBucket(int b, Memory &m, Tensor &flat) const;
   Status collect(const std::vector<int> &which, bool args,
                  std::vector<io::NamedTensor> &list);

@@ -374,6 +374,15 @@ void Reporter::summary(int64_t steps, double trainSeconds, double lastLoss,
         humanBytes(double(spec.arenaBytes)).c_str(),
         humanBytes(double(peak) - double(tensorBytes) - double(spec.arenaBytes))
             .c_str());
+    size_t hostTensors = 0, hostArena = 0;
+    ranks_.pinnedMemory(hostTensors, hostArena);
+    if (hostTensors + hostArena)
+      std::fprintf(out,
+                   "pinned host memory: %s per rank = offloaded tensors %s + "
+                   "host arena %s\n",
+                   humanBytes(double(hostTensors + hostArena)).c_str(),
+                   humanBytes(double(hostTensors)).c_str(),
+                   humanBytes(double(hostArena)).c_str());
   }
   std::fflush(out);
 }

@@ -57,14 +57,17 @@ bool sameType(const TensorSpec &a, const TensorSpec &b);
 bool parseInt(const std::string &text, int64_t &out);
 bool parseU64(const std::string &text, uint64_t &out);
 
-/// Storage for one tensor: 64-byte aligned, zero-filled, never empty (a
-/// zero-element tensor still gets a non-null pointer).
+/// Storage for one tensor: `alignment`-byte aligned (a power of two, at
+/// least 64) and a multiple of it in size, zero-filled, never empty (a
+/// zero-element tensor still gets a non-null pointer). kPageBytes for a
+/// host tensor (ArgSpec::host), pinned on pages of its own.
 struct FreeDeleter {
   void operator()(void *p) const;
 };
 using Memory = std::unique_ptr<void, FreeDeleter>;
+constexpr size_t kPageBytes = 4096;
 Status allocateTensor(const TensorSpec &type, const std::string &what,
-                      Memory &mem, Tensor &out);
+                      Memory &mem, Tensor &out, size_t alignment = 64);
 
 //===----------------------------------------------------------------------===//
 // 1. The spec (spec_check.cpp)

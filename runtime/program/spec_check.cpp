@@ -266,6 +266,8 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     if (a.role == ArgRole::Input && W > 1 && a.type.rank < 1)
       return bug(what + " is a scalar; a batch input of several ranks needs "
                         "a batch dimension");
+    if (a.role == ArgRole::Input && a.host)
+      return bug(what + " is marked host; batch inputs cannot be");
   }
   for (int i = 0; i < spec.numResults; ++i) {
     const ResultSpec &r = spec.results[i];
@@ -282,11 +284,14 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
   for (const auto &[r, a] : layout.inPlace)
     layout.aliasOf[size_t(r)] = a;
   for (auto *list : {&layout.updates, &layout.inPlace})
-    for (const auto &[r, a] : *list)
+    for (const auto &[r, a] : *list) {
+      std::string what = std::string(resultRoleName(spec.results[r].role)) +
+                         " result '" + spec.results[r].name + "'";
       if (spec.results[r].bucket != spec.args[a].bucket)
-        return bug(std::string(resultRoleName(spec.results[r].role)) +
-                   " result '" + spec.results[r].name +
-                   "' and its argument are in different buckets");
+        return bug(what + " and its argument are in different buckets");
+      if (spec.results[r].host != spec.args[a].host)
+        return bug(what + " and its argument are not both in host memory");
+    }
   for (int c = 0; c < spec.numCollectives; ++c)
     if (!spec.collectives[c].kind)
       return bug("collective " + std::to_string(c) +

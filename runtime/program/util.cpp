@@ -138,10 +138,11 @@ bool sameType(const TensorSpec &a, const TensorSpec &b) {
 void FreeDeleter::operator()(void *p) const { std::free(p); }
 
 Status allocateTensor(const TensorSpec &type, const std::string &what,
-                      Memory &mem, Tensor &out) {
+                      Memory &mem, Tensor &out, size_t alignment) {
   size_t bytes = static_cast<size_t>(numelOf(type)) * dtypeSize(type.dtype);
-  size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-  void *p = std::aligned_alloc(64, rounded);
+  size_t rounded =
+      std::max(alignment, (bytes + alignment - 1) / alignment * alignment);
+  void *p = std::aligned_alloc(alignment, rounded);
   if (!p)
     return Status::error(StatusCode::OutOfMemory,
                          "cannot allocate " + humanBytes(double(rounded)) +

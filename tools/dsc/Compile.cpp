@@ -105,6 +105,15 @@ target and output:
                              into it; auto takes the least of them whose
                              compiled plan (step tensors and arena per
                              rank) fits --memory-budget (default none)
+  --offload-optimizer none|cpu
+                             cpu: the fp32 master parameters and the
+                             optimizer state live in pinned host memory and
+                             the optimizer runs there (multi-threaded), the
+                             GPU keeping only the 16-bit compute copies;
+                             gradients go down and compute copies up once a
+                             step, on a copy stream (dsc-offload; DeepSpeed
+                             offload_optimizer; stage 0, not with fp16
+                             loss scaling; default none)
   --memory-budget SIZE       bytes a rank may hold, for --recompute auto
                              (80GiB, 80GB, 512MiB or bytes; default for
                              --target cuda: the memory of the GPU this
@@ -203,6 +212,7 @@ struct CompileOptions {
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
   std::string precision = "fp32", gradReduceDtype = "fp32";
   std::string recompute = "none"; // dsc-recompute mode, or "auto"
+  std::string offloadOptimizer = "none"; // dsc-offload's optimizer=
   std::optional<uint64_t> memoryBudget; // --memory-budget
   std::string precisionPipeline;  // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
@@ -399,6 +409,14 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
                               *v + "'",
                           kCompileUsage);
       o.recompute = *v;
+      continue;
+    }
+    if (auto v = c.take("--offload-optimizer")) {
+      if (*v != "none" && *v != "cpu")
+        return usageError("--offload-optimizer must be none or cpu, not '" +
+                              *v + "'",
+                          kCompileUsage);
+      o.offloadOptimizer = *v;
       continue;
     }
     if (auto v = c.take("--memory-budget")) {
@@ -820,6 +838,10 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   pm.addPass(createCanonicalizerPass(canonicalize));
   pm.addPass(createCSEPass());
   pm.addPass(createDscMultiTensorAdamW());
+  if (o.offloadOptimizer != "none" &&
+      !add("dsc-offload{optimizer=" + o.offloadOptimizer + "}",
+           "offload options"))
+    return failure();
   // Kernels are generated for the IR's f32 (not under --f64).
   if (o.fuse && !o.f64)
     pm.addPass(createDscFuseElementwise());
@@ -1012,7 +1034,8 @@ int runCompile(std::vector<std::string> args) {
   }
   if (o.report) {
     printMemoryReport(*module, stats.arenaBytes, llvm::outs(),
-                      stats.gatheredPeakBytes, stats.gatheredBucketBytes);
+                      stats.gatheredPeakBytes, stats.gatheredBucketBytes,
+                      stats.hostArenaBytes);
     printArenaBreakdown(stats, llvm::outs());
   }
   if (!o.arenaSvg.empty() &&

@@ -655,9 +655,17 @@ void Resolver::mapZero(const json::Object &zero) {
     if (!o || !check(*o, p + "." + name, kOffloadKeys))
       continue;
     auto device = o->getString("device");
-    if (device && *device != "none")
-      error(p + "." + name, "offload is not supported yet; remove the key "
-                            "or set \"device\": \"none\"");
+    if (!device || *device == "none")
+      continue;
+    if (StringRef(name) == "offload_optimizer" && *device == "cpu")
+      set(p + "." + name + ".device", "--offload-optimizer", "cpu");
+    else
+      error(p + "." + name + ".device",
+            StringRef(name) == "offload_optimizer"
+                ? "only \"cpu\" is supported (NVMe is not yet); use "
+                  "\"cpu\" or \"none\""
+                : "parameter offload is not supported yet; set \"device\": "
+                  "\"none\"");
   }
   if (auto hpz = zero.getNumber("zero_hpz_partition_size"); hpz && *hpz > 1)
     error(p + ".zero_hpz_partition_size",

@@ -22,6 +22,8 @@
 #include <vector>
 #include "tools/dsc/Summary.h"
 
+#include "dialects/dsc/IR/DscOps.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -105,20 +107,28 @@ void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
 /// (dsc-in-place-updates) is its argument's storage; the other updated
 /// state is held twice (swapped after a step).
 struct StepTensors {
-  double bytes = 0;
+  double bytes = 0;     // in device memory (or the only memory, CPU)
+  double hostBytes = 0; // in host memory (dsc-offload's dsc.memory)
   int inPlace = 0, doubled = 0;
 };
 
+bool onHost(DictionaryAttr attrs) {
+  auto memory = attrs ? attrs.getAs<StringAttr>("dsc.memory") : StringAttr();
+  return memory && memory.getValue() == "host";
+}
+
 StepTensors stepTensors(func::FuncOp step) {
   StepTensors held;
-  for (Type t : step.getArgumentTypes())
-    held.bytes += tensorBytes(t);
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    (onHost(step.getArgAttrDict(i)) ? held.hostBytes : held.bytes) +=
+        tensorBytes(step.getArgumentTypes()[i]);
   for (unsigned i = 0; i < step.getNumResults(); ++i) {
     if (step.getResultAttr(i, "dsc.in_place")) {
       ++held.inPlace;
       continue;
     }
-    held.bytes += tensorBytes(step.getResultTypes()[i]);
+    (onHost(step.getResultAttrDict(i)) ? held.hostBytes : held.bytes) +=
+        tensorBytes(step.getResultTypes()[i]);
     if (step.getResultAttr(i, "dsc.param_update") ||
         step.getResultAttr(i, "dsc.opt_state_update") ||
         step.getResultAttr(i, "dsc.buffer_update") ||
@@ -135,9 +145,30 @@ double stepTensorBytes(ModuleOp module) {
   return step ? stepTensors(step).bytes : 0;
 }
 
+/// What dsc-offload keeps on the host and copies each way per step.
+void printOffload(func::FuncOp step, const StepTensors &held,
+                  uint64_t hostArenaBytes, llvm::raw_ostream &os) {
+  double down = 0, up = 0;
+  int copies = 0;
+  step.walk([&](dsc::OffloadCopyOp copy) {
+    (copy.getTo() == "host" ? down : up) += tensorBytes(copy.getType());
+    ++copies;
+  });
+  if (!copies && held.hostBytes == 0)
+    return;
+  os << llvm::formatv(
+      "offload (dsc-offload), per rank: pinned host memory holds {0} (fp32 "
+      "masters and optimizer state, updated there) + {1} host scratch "
+      "(gradients as they come down, compute copies on their way up) = {2}; "
+      "per step {3} device -> host and {4} host -> device in {5} copies\n",
+      humanBytes(held.hostBytes), humanBytes(double(hostArenaBytes)),
+      humanBytes(held.hostBytes + double(hostArenaBytes)), humanBytes(down),
+      humanBytes(up), copies);
+}
+
 void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
                        llvm::raw_ostream &os, uint64_t gatheredPeakBytes,
-                       uint64_t gatheredBucketBytes) {
+                       uint64_t gatheredBucketBytes, uint64_t hostArenaBytes) {
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
   auto fwd = module.lookupSymbol<func::FuncOp>("forward_backward");
   if (!step || !fwd)
@@ -211,6 +242,7 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
       "static plan) = {2}\n",
       humanBytes(held.bytes), humanBytes(double(arenaBytes)),
       humanBytes(held.bytes + double(arenaBytes)), held.inPlace, held.doubled);
+  printOffload(step, held, hostArenaBytes, os);
   // What the stage-3 release and the prefetch window buy: gathered buckets
   // alive at once (all of them with --keep-gathered).
   if (gatheredBucketBytes)
@@ -298,29 +330,33 @@ void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
                       "compiled step per configuration (its arguments, "
                       "results and arena)\n",
                       humanBytes(double(budget)), worldSize);
-  os << llvm::formatv("{0,-6} {1,-10} {2,14}  {3}\n", "stage", "recompute",
-                      "per rank", "fits");
+  os << llvm::formatv("{0,-6} {1,-10} {2,-8} {3,14}  {4}\n", "stage",
+                      "recompute", "offload", "per rank", "fits");
   const FitRow *fastest = nullptr;
   for (const FitRow &r : rows) {
+    const char *offload = r.offload ? "cpu" : "-";
     if (!r.available) {
-      os << llvm::formatv("{0,-6} {1,-10} {2,14}  -\n", r.stage, r.recompute,
-                          "not available");
+      os << llvm::formatv("{0,-6} {1,-10} {2,-8} {3,14}  -\n", r.stage,
+                          r.recompute, offload, "not available");
       continue;
     }
     bool fits = r.bytes <= double(budget);
     if (fits && !fastest)
       fastest = &r;
-    os << llvm::formatv("{0,-6} {1,-10} {2,14}  {3}{4}\n", r.stage, r.recompute,
-                        humanBytes(r.bytes), fits ? "yes" : "no",
+    os << llvm::formatv("{0,-6} {1,-10} {2,-8} {3,14}  {4}{5}\n", r.stage,
+                        r.recompute, offload, humanBytes(r.bytes),
+                        fits ? "yes" : "no",
                         r.compiled ? ""
                                    : "  (ZeRO formula, model states only: "
                                      "this configuration did not compile)");
   }
-  os << "offload: not available (dsc has no CPU offload yet)\n";
+  os << "offload cpu: the fp32 masters and optimizer state in pinned host "
+        "memory (not counted above), the optimizer run there\n";
   if (fastest)
-    os << llvm::formatv("fastest that fits: stage {0}, recompute {1} ({2} of "
-                        "{3})\n",
+    os << llvm::formatv("fastest that fits: stage {0}, recompute {1}{2} ({3} "
+                        "of {4})\n",
                         fastest->stage, fastest->recompute,
+                        fastest->offload ? ", --offload-optimizer cpu" : "",
                         humanBytes(fastest->bytes), humanBytes(double(budget)));
   else
     os << "nothing fits: more ranks, a smaller micro-batch or a smaller "

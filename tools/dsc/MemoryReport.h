@@ -22,12 +22,16 @@ std::string humanBytes(double bytes);
 /// the program will allocate, known before it starts). At stage 3,
 /// `gatheredPeakBytes` and `gatheredBucketBytes` (codegen's plan) say how
 /// much of the arena gathered parameters take at most at once.
+/// Under dsc-offload, what lives in host memory (the offloaded state and
+/// `hostArenaBytes` of host scratch) and the bytes copied each way per step.
 void printMemoryReport(mlir::ModuleOp module, uint64_t arenaBytes,
                        llvm::raw_ostream &os, uint64_t gatheredPeakBytes = 0,
-                       uint64_t gatheredBucketBytes = 0);
+                       uint64_t gatheredBucketBytes = 0,
+                       uint64_t hostArenaBytes = 0);
 
-/// What @train_step's arguments and results take per rank (those updated
-/// in place counted once), as printMemoryReport counts them.
+/// What @train_step's arguments and results take per rank in device memory
+/// (those updated in place counted once; not those dsc-offload keeps on the
+/// host), as printMemoryReport counts them.
 double stepTensorBytes(mlir::ModuleOp module);
 
 /// The table for an imported model (@forward only): every stage's ZeRO
@@ -53,10 +57,12 @@ struct FitRow {
   std::string recompute;
   bool available = true, compiled = true;
   double bytes = 0;
+  bool offload = false; // --offload-optimizer cpu (device bytes only)
 };
 
 /// The rows against `budget` bytes per GPU, in order (least recomputation,
-/// then lowest stage, first), and the first that fits: the fastest.
+/// then lowest stage, first; offloaded ones last), and the first that fits:
+/// the fastest.
 void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
                     int64_t worldSize, llvm::raw_ostream &os);
 

@@ -39,6 +39,21 @@ LogicalResult WaitOp::verify() {
   return success();
 }
 
+LogicalResult OffloadCopyOp::verify() {
+  if (getTo() != "host" && getTo() != "device")
+    return emitOpError("`to` must be \"host\" or \"device\", got \"")
+           << getTo() << "\"";
+  return success();
+}
+
+LogicalResult OffloadWaitOp::verify() {
+  auto copy = getInput().getDefiningOp<OffloadCopyOp>();
+  if (!copy || copy.getTo() != "device")
+    return emitOpError("input must be the result of dsc.offload_copy "
+                       "{to = \"device\"}");
+  return success();
+}
+
 LogicalResult ReleaseOp::verify() {
   if (getValues().empty())
     return emitOpError("must release at least one value");

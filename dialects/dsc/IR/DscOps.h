@@ -23,6 +23,12 @@ struct CollectiveResource
     : public mlir::SideEffects::Resource::Base<CollectiveResource> {
   llvm::StringRef getName() final { return "dsc::Collective"; }
 };
+/// Memory copied between host and device by dsc-offload's copies, and the
+/// host work ordered after them (the copy stream's order).
+struct OffloadResource
+    : public mlir::SideEffects::Resource::Base<OffloadResource> {
+  llvm::StringRef getName() final { return "dsc::Offload"; }
+};
 } // namespace dsc
 #include "dialects/dsc/IR/DscInterfaces.h.inc"
 

@@ -797,6 +797,60 @@ def Dsc_ReleaseOp : Op<Dsc_Dialect, "release", [
 }
 
 //===----------------------------------------------------------------------===//
+// Offload (dsc-offload)
+//===----------------------------------------------------------------------===//
+
+// Copies between device and host memory run on their own stream, and host
+// work (the optimizer on offloaded state) runs after them in that stream's
+// order: like collectives, they are not values a generic pass may merge,
+// drop or move across each other. The copy and the wait read and write
+// this resource.
+def Dsc_OffloadResource : Resource<"::dsc::OffloadResource">;
+
+def Dsc_OffloadCopyOp : Op<Dsc_Dialect, "offload_copy", [
+    AllTypesMatch<["input", "result"]>,
+    MemoryEffects<[MemRead<Dsc_OffloadResource>,
+                   MemWrite<Dsc_OffloadResource>]>]> {
+  let summary = "a copy of a value into host or device memory";
+  let description = [{
+    Placed by dsc-offload. The result is the input's elements in the memory
+    `to` names: "host" (pinned host memory, where the offloaded optimizer
+    reads and writes) or "device" (the GPU's, where the step computes).
+    A backend with separate memories runs it on a copy stream after the
+    compute work issued before it, so it overlaps what follows; a value
+    copied to the device is read only after its `dsc.offload_wait`. Host
+    ops (those with `dsc.on_host`) run on that stream after the copies
+    before them. On a backend with one memory (CPU) it is a copy.
+
+    Effects on `dsc::OffloadResource`: two copies of one value are two
+    transfers (CSE keeps both), and none is dropped or moved across
+    another, a wait or a host op by a generic pass.
+  }];
+  let arguments = (ins Dsc_Tensor:$input, StrAttr:$to);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Dsc_OffloadWaitOp : Op<Dsc_Dialect, "offload_wait", [
+    AllTypesMatch<["input", "result"]>,
+    MemoryEffects<[MemRead<Dsc_OffloadResource>,
+                   MemWrite<Dsc_OffloadResource>]>]> {
+  let summary = "completion point of a copy into device memory";
+  let description = [{
+    Placed by dsc-offload before the first device use of a value that a
+    `dsc.offload_copy {to = "device"}` brings in: the compute stream waits
+    here for that copy (and the host work before it) to finish. The value
+    is the copy's result, unchanged (the code generator aliases it). The
+    input must be such a copy (the verifier checks).
+  }];
+  let arguments = (ins Dsc_Tensor:$input);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Optimizer ops: what dsc-optimizer emits. Hyperparameters are run-time
 // scalars (tensor<f32>) so a compiled program can override its defaults.
 //===----------------------------------------------------------------------===//

@@ -4,8 +4,10 @@
 // memory: initial weights, batches, dumps. A program compiled for a device
 // (--target cuda) hands runProgram a Device, and the shell mirrors each
 // rank's tensors and arena in that device's memory, runs the step there,
-// and copies back only what it prints or writes. No CUDA header here: the
-// CUDA backend implements this in runtime/cuda/device.cu.
+// and copies back only what it prints or writes. Tensors a spec marks host
+// (ArgSpec::host: offloaded optimizer state) stay in host memory, pinned
+// through the device, and the step reads and writes them there. No CUDA
+// header here: the CUDA backend implements this in runtime/cuda/device.cu.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,7 +17,10 @@
 #include "dsc/comm.h"
 #include "dsc/runtime.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -55,6 +60,29 @@ public:
   /// bytes).
   virtual Status allocate(size_t bytes, void **out) = 0;
   virtual void release(void *p) = 0;
+  /// Zero-filled host memory the device copies to and from at full speed
+  /// (pinned), aligned to 4096 bytes (never null, even for 0 bytes), freed
+  /// by releaseHost. The default, for a device without pinned memory:
+  /// plain host memory.
+  virtual Status allocateHost(size_t bytes, void **out) {
+    size_t rounded = std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096);
+    *out = std::aligned_alloc(4096, rounded);
+    if (!*out)
+      return Status::error(StatusCode::OutOfMemory,
+                           "cannot allocate " + std::to_string(bytes) +
+                               " bytes of host memory");
+    std::memset(*out, 0, rounded);
+    return Status();
+  }
+  virtual void releaseHost(void *p) { std::free(p); }
+  /// Pins [p, p + bytes) of host memory allocated elsewhere, in place,
+  /// until unpinHost(p); two ranges pinned at once must not share a page.
+  /// The default: nothing to do.
+  virtual Status pinHost(void *p, size_t bytes) {
+    (void)p, (void)bytes;
+    return Status();
+  }
+  virtual void unpinHost(void *p) { (void)p; }
   /// Copies ordered with the rank's compute stream; toHost returns when the
   /// bytes are in host memory.
   virtual Status toDevice(void *dst, const void *src, size_t bytes) = 0;

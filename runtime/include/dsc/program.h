@@ -63,6 +63,11 @@ struct ArgSpec {
   /// (spec.buckets): a Param of stage 3, or an OptState of stage 1-3
   /// ("<bucket name>/exp_avg"). Its type is [paddedNumel / groupSize].
   int bucket = -1;
+  /// The tensor lives in host memory even in a device program (offloaded
+  /// optimizer state and fp32 master parameters, DeepSpeed's
+  /// offload_optimizer): the step reads and writes it there (the shell pins
+  /// it). Never an Input.
+  bool host = false;
 };
 
 struct ResultSpec {
@@ -75,6 +80,9 @@ struct ResultSpec {
   /// (dsc-in-place-updates): the caller may hand both the same tensor, and
   /// holds the state once. -1: it must be storage of its own.
   int inPlaceOf = -1;
+  /// In host memory even in a device program, as ArgSpec::host; an updated
+  /// state is host exactly when its argument is, and computed in place.
+  bool host = false;
 };
 
 /// Where a parameter sits in a flat bucket (elements, row-major).
@@ -144,6 +152,9 @@ struct RankContext {
   int64_t seed = 0;
   /// Set: the step marks its phases on it (--wall-clock-breakdown).
   PhaseClock *clock = nullptr;
+  /// Host scratch of spec.hostArenaBytes, pinned in a device program; the
+  /// step addresses it from base() (null for 0 bytes on the CPU).
+  HostArena *hostArena = nullptr;
 };
 
 using TrainStepFn = Status (*)(const RankContext &ctx, const Tensor *args,
@@ -195,6 +206,9 @@ struct ProgramSpec {
   /// convolutions, forward and backward; codegen/StepFlops.h), for MFU.
   /// 0: not counted.
   double flopsPerStep = 0;
+  /// Host scratch the step uses beside its arena (RankContext::hostArena):
+  /// pinned host memory in a device program, for offloaded optimizer work.
+  size_t hostArenaBytes = 0;
 };
 
 /// The whole program: parses argv, runs the steps, returns the exit code.

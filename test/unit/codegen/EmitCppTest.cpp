@@ -381,10 +381,10 @@ TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
                   "  // (results[0] already holds it)"))
       << out;
   // The context carries the communicator to every call.
-  EXPECT_TRUE(has("return {seed, step, ++*calls, calls, frame + offset, "
-                  "comm, consts, clock};"));
+  EXPECT_TRUE(has("return {seed,   step,  ++*calls, calls, frame + offset, "
+                  "comm,\n            consts, clock, hostFrame};"));
   EXPECT_TRUE(has("static_cast<char *>(frame), rank.comm, nullptr, "
-                  "rank.clock};"));
+                  "rank.clock, nullptr};"));
   EXPECT_TRUE(has("Status trainStep(const dsc::RankContext &rank, "));
   EXPECT_TRUE(has("constexpr int64_t kWorldSize = 4;"));
   EXPECT_TRUE(has("constexpr int64_t kGroupSize = 2;"));

@@ -14,10 +14,13 @@
 #include "TestUtil.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
+#include <set>
 
 using namespace dsc;
 using namespace dsc::program;
@@ -61,6 +64,35 @@ public:
     return Status();
   }
   Status synchronize() override { return Status(); }
+  /// Host memory: the default allocateHost, counted; pinning recorded.
+  int hostAllocations = 0, pins = 0, unpins = 0;
+  std::map<void *, size_t> pinned;
+  Status allocateHost(size_t bytes, void **out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++hostAllocations;
+    return Device::allocateHost(bytes, out);
+  }
+  Status pinHost(void *p, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++pins;
+    bool pageAligned = reinterpret_cast<uintptr_t>(p) % 4096 == 0;
+    if (!pageAligned || !pinned.emplace(p, bytes).second)
+      return Status::error(StatusCode::InvalidArgument, "host-test: pin");
+    return Status();
+  }
+  void unpinHost(void *p) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++unpins;
+    pinned.erase(p);
+  }
+  bool pinnedAny() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !pinned.empty();
+  }
+  bool isPinned(const void *p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pinned.count(const_cast<void *>(p)) > 0;
+  }
   Status memoryInUse(size_t &now, size_t &peak) override {
     now = inUse_;
     peak = peak_;
@@ -407,6 +439,168 @@ TEST_F(DeviceRun, GradcheckUploadsEachPerturbation) {
   // Three steps (the base and two perturbations), each uploading every
   // argument.
   EXPECT_EQ(device.uploads, 3 + 3 * NUM_ARGS);
+}
+
+} // namespace
+
+namespace {
+
+// Offloaded state (ArgSpec::host): the parameter lives in host memory on
+// the device too, computed in place; the host arena (spec.hostArenaBytes)
+// is there on both paths.
+const ArgSpec kHostArgs[] = {
+    {ArgRole::Param, "w", {DType::F32, 1, {1}}, -1, /*host=*/true},
+    kArgs[X],
+    kArgs[Y],
+    kArgs[LR],
+    kArgs[STEP],
+};
+const ResultSpec kHostResults[] = {
+    kResults[0],
+    {ResultRole::Param, "w", {DType::F32, 1, {1}}, -1, W, /*host=*/true},
+    kResults[2],
+};
+constexpr size_t kHostArenaBytes = 64;
+
+std::set<const void *> gHostArenas; // every host arena a step saw
+
+/// linearStep, with its parameter read and updated where the shell put
+/// it (host memory, pinned on a device), and the gradient kept in the
+/// host arena too.
+Status hostStep(const RankContext &ctx, const Tensor *a, const Tensor *r) {
+  if (!ctx.hostArena || !ctx.hostArena->base() ||
+      ctx.hostArena->capacity() < kHostArenaBytes)
+    return Status::error(StatusCode::InvalidArgument, "no host arena");
+  if (gDevice->pinnedAny() && !gDevice->isPinned(a[W].data))
+    return Status::error(StatusCode::InvalidArgument, "w is not pinned");
+  if (Status s = linearStep(ctx, a, r); !s.ok())
+    return s;
+  {
+    std::lock_guard<std::mutex> lock(gStepsMu);
+    gHostArenas.insert(ctx.hostArena->base());
+  }
+  static_cast<float *>(static_cast<void *>(ctx.hostArena->base()))[0] =
+      r[2].as<float>()[0];
+  return Status();
+}
+
+ProgramSpec hostSpec(int worldSize, bool device) {
+  ProgramSpec s = spec(worldSize, device);
+  s.args = kHostArgs;
+  s.results = kHostResults;
+  s.trainStep = hostStep;
+  s.hostArenaBytes = kHostArenaBytes;
+  return s;
+}
+
+struct HostOffload : DeviceRun {
+  RunResult trainSpec(const ProgramSpec &s, int ranks, const std::string &tag) {
+    return runWith(s, {"--steps", "4", "--batch", batchOf(ranks), "--init",
+                       "random", "--lr", "0.01", "--dump-grads",
+                       dir / ("g" + tag), "--dump-params", dir / ("p" + tag)});
+  }
+};
+
+TEST_F(HostOffload, AHostParameterOnTheCpuPath) {
+  for (int ranks : {1, 2}) {
+    SCOPED_TRACE(std::to_string(ranks) + " rank(s)");
+    gHostArenas.clear();
+    RunResult plain = train(ranks, false, "c");
+    ASSERT_EQ(plain.rc, 0) << plain.err;
+    RunResult host = trainSpec(hostSpec(ranks, false), ranks, "h");
+    ASSERT_EQ(host.rc, 0) << host.err;
+    EXPECT_EQ(readFile(dir / "gc"), readFile(dir / "gh"));
+    EXPECT_EQ(readFile(dir / "pc"), readFile(dir / "ph"));
+    EXPECT_EQ(gHostArenas.size(), size_t(ranks)); // one per rank, kept
+    EXPECT_EQ(device.pins + device.hostAllocations, 0);
+    EXPECT_FALSE(contains(host.out, "pinned host memory")) << host.out;
+    gSteps.clear();
+  }
+}
+
+TEST_F(HostOffload, AHostParameterIsPinnedNotMirrored) {
+  for (int ranks : {1, 2}) {
+    SCOPED_TRACE(std::to_string(ranks) + " rank(s)");
+    gHostArenas.clear();
+    RunResult plain = train(ranks, false, "c");
+    ASSERT_EQ(plain.rc, 0) << plain.err;
+    device.allocations = device.uploads = device.pins = device.unpins = 0;
+    device.hostAllocations = 0;
+    RunResult host = trainSpec(hostSpec(ranks, true), ranks, "d");
+    ASSERT_EQ(host.rc, 0) << host.err;
+    // No device copy of w (and its result is w): the loss, the gradient
+    // and the arena are the device allocations; w is pinned, then unpinned.
+    EXPECT_EQ(device.allocations, ranks * (NUM_ARGS - 1 + 2 + 1));
+    EXPECT_EQ(device.pins, ranks);
+    EXPECT_EQ(device.unpins, ranks);
+    EXPECT_TRUE(device.pinned.empty());
+    EXPECT_EQ(device.hostAllocations, ranks);
+    // w is never uploaded: lr and the step once, then x, y and the step
+    // each step.
+    EXPECT_EQ(device.uploads, ranks * ((NUM_ARGS - 3) + 4 * 3));
+    EXPECT_EQ(gHostArenas.size(), size_t(ranks));
+    EXPECT_EQ(readFile(dir / "gc"), readFile(dir / "gd"));
+    EXPECT_EQ(readFile(dir / "pc"), readFile(dir / "pd"));
+    EXPECT_TRUE(contains(host.out, "pinned host memory: 68 B per rank = "
+                                   "offloaded tensors 4 B + host arena 64 B"))
+        << host.out;
+    gSteps.clear();
+  }
+}
+
+TEST_F(HostOffload, GradcheckWithAHostParameter) {
+  // --gradcheck gives every result storage of its own: the host result is
+  // pinned on its own pages.
+  RunResult plain = runWith(spec(1, true), {"--gradcheck", "1", "--batch",
+                                            batchOf(1), "--init", "random"});
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  device.pins = 0;
+  RunResult host = runWith(hostSpec(1, true), {"--gradcheck", "1", "--batch",
+                                               batchOf(1), "--init", "random"});
+  ASSERT_EQ(host.rc, 0) << host.err << host.out;
+  EXPECT_EQ(device.pins, 2);
+  EXPECT_EQ(plain.out.substr(plain.out.find("gradcheck w")),
+            host.out.substr(host.out.find("gradcheck w")));
+}
+
+TEST_F(HostOffload, AHostUpdateNotInPlaceIsAnError) {
+  const ResultSpec notInPlace[] = {
+      kResults[0],
+      {ResultRole::Param, "w", {DType::F32, 1, {1}}, -1, -1, /*host=*/true},
+      kResults[2],
+  };
+  for (bool onDevice : {false, true}) {
+    ProgramSpec s = hostSpec(1, onDevice);
+    s.results = notInPlace;
+    s.trainStep = linearStep;
+    RunResult r = trainSpec(s, 1, "x");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_TRUE(contains(r.err, "parameter result 'w' is in host memory but "
+                                "not "
+                                "computed in place of its argument"))
+        << r.err;
+  }
+}
+
+TEST_F(HostOffload, TheSpecCheckRefusesAHostInputOrAMismatch) {
+  ArgSpec args[NUM_ARGS];
+  std::copy(std::begin(kHostArgs), std::end(kHostArgs), args);
+  args[X].host = true;
+  ProgramSpec s = hostSpec(1, true);
+  s.args = args;
+  RunResult r = trainSpec(s, 1, "i");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "input 'x' is marked host")) << r.err;
+
+  ResultSpec results[3];
+  std::copy(std::begin(kHostResults), std::end(kHostResults), results);
+  results[1].host = false;
+  s = hostSpec(1, true);
+  s.results = results;
+  r = trainSpec(s, 1, "m");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "and its argument are not both in host memory"))
+      << r.err;
 }
 
 } // namespace

@@ -1,0 +1,242 @@
+//===- Offload.cpp - The optimizer and its state in host memory -----------===//
+//
+// dsc-offload (Passes.td): in the step function, find the arguments the
+// optimizer updates and the ops that may run on the host (analysis), then
+// copy what those ops read from the device to the host, copy what the
+// device reads from them back, and mark the ops, arguments and results
+// (rewrite). DeepSpeed's offload_optimizer: cpu.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dsc/IR/DscOps.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace dsc {
+#define GEN_PASS_DEF_DSCOFFLOAD
+#include "passes/Passes.h.inc"
+} // namespace dsc
+
+using namespace mlir;
+
+namespace {
+
+constexpr llvm::StringLiteral kOnHost = "dsc.on_host";
+constexpr llvm::StringLiteral kMemory = "dsc.memory";
+
+/// The operands of an optimizer op that it updates element by element: the
+/// parameters and their state (not the gradients or the scalars).
+SmallVector<unsigned> updatedOperands(Operation *op) {
+  if (isa<dsc::AdamWOp>(op))
+    return {0, 2, 3};
+  if (isa<dsc::SgdOp>(op))
+    return {0, 2};
+  auto multi = cast<dsc::AdamWMultiOp>(op);
+  unsigned begin = multi.getTensors().getBeginOperandIndex();
+  unsigned n = multi.getTensors().size() / 4;
+  SmallVector<unsigned> list;
+  for (unsigned k = 0; k < 4 * n; ++k)
+    if (k / n != 1) // grads are the second quarter
+      list.push_back(begin + k);
+  return list;
+}
+
+/// What runs where: the arguments that live on the host and the ops that
+/// run there.
+struct Placement {
+  llvm::SetVector<BlockArgument> hostArgs;
+  llvm::SetVector<Operation *> hostOps; // in block order
+
+  bool isHost(Value v) const {
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      return hostArgs.contains(arg);
+    Operation *def = v.getDefiningOp();
+    if (auto copy = dyn_cast<dsc::OffloadCopyOp>(def))
+      return copy.getTo() == "host";
+    return hostOps.contains(def);
+  }
+};
+
+/// Step 1: the optimizer ops, the arguments they update and the compute
+/// copies made of those.
+FailureOr<Placement> analyze(func::FuncOp fn) {
+  Placement p;
+  SmallVector<Operation *> optimizers;
+  for (Operation &op : fn.getBody().front())
+    if (isa<dsc::AdamWOp, dsc::AdamWMultiOp, dsc::SgdOp>(op))
+      optimizers.push_back(&op);
+  if (optimizers.empty())
+    return fn.emitError("dsc-offload: @")
+           << fn.getSymName() << " has no optimizer op to run on the host";
+  for (Operation *op : optimizers)
+    for (unsigned i : updatedOperands(op)) {
+      auto arg = dyn_cast<BlockArgument>(op->getOperand(i));
+      if (!arg || (!fn.getArgAttr(arg.getArgNumber(), "dsc.param") &&
+                   !fn.getArgAttr(arg.getArgNumber(), "dsc.opt_state")))
+        return op->emitError("dsc-offload: the optimizer updates a value "
+                             "that is not an argument of the step (ZeRO "
+                             "stage 1-3 shards its state through slices and "
+                             "gathers); offload supports --stage 0 for now");
+      p.hostArgs.insert(arg);
+    }
+  for (Operation &op : fn.getBody().front()) {
+    auto castOp = dyn_cast<dsc::CastOp>(op);
+    auto input = castOp ? dyn_cast<BlockArgument>(castOp.getInput())
+                        : BlockArgument();
+    bool computeCopy = castOp && castOp->hasAttr("dsc.compute_copy") &&
+                       input && p.hostArgs.contains(input);
+    if (computeCopy || llvm::is_contained(optimizers, &op))
+      p.hostOps.insert(&op);
+  }
+  return p;
+}
+
+/// Where a copy of `v` goes: after its definition, or (an argument) after
+/// the copies of arguments made so far at the block's start.
+void setInsertionAfterDef(OpBuilder &b, Value v, Operation *&lastArgCopy) {
+  if (Operation *def = v.getDefiningOp()) {
+    b.setInsertionPointAfter(def);
+    return;
+  }
+  Block *block = cast<BlockArgument>(v).getOwner();
+  if (lastArgCopy)
+    b.setInsertionPointAfter(lastArgCopy);
+  else
+    b.setInsertionPointToStart(block);
+}
+
+dsc::OffloadCopyOp makeCopy(OpBuilder &b, Value v, StringRef to,
+                            Operation *&lastArgCopy) {
+  setInsertionAfterDef(b, v, lastArgCopy);
+  Location loc = v.getDefiningOp() ? v.getDefiningOp()->getLoc()
+                                   : b.getInsertionBlock()
+                                         ->getParentOp()
+                                         ->getLoc();
+  auto copy = dsc::OffloadCopyOp::create(b, loc, v.getType(), v,
+                                         b.getStringAttr(to));
+  if (isa<BlockArgument>(v))
+    lastArgCopy = copy;
+  return copy;
+}
+
+/// Step 2: every operand a host op reads from the device comes through a
+/// copy to the host made right after it is computed (one per value); a
+/// splat constant is cloned onto the host instead.
+void copyOperandsToHost(Placement &p, Operation *&lastArgCopy) {
+  OpBuilder b(p.hostOps.front()->getContext());
+  llvm::DenseMap<Value, Value> onHost;
+  for (Operation *op : SmallVector<Operation *>(p.hostOps.begin(),
+                                                p.hostOps.end()))
+    for (OpOperand &use : op->getOpOperands()) {
+      Value v = use.get();
+      if (p.isHost(v))
+        continue;
+      if (auto constant = v.getDefiningOp<dsc::ConstantOp>()) {
+        b.setInsertionPoint(op);
+        Operation *clone = b.clone(*constant);
+        clone->setAttr(kOnHost, b.getUnitAttr());
+        p.hostOps.insert(clone);
+        use.set(clone->getResult(0));
+        continue;
+      }
+      Value &copy = onHost[v];
+      if (!copy)
+        copy = makeCopy(b, v, "host", lastArgCopy).getResult();
+      use.set(copy);
+    }
+}
+
+/// Step 3: a host value the device reads is copied to the device right
+/// after it is made and waited for right before its first device use.
+void copyResultsToDevice(Placement &p, Operation *&lastArgCopy) {
+  SmallVector<Value> values(p.hostArgs.begin(), p.hostArgs.end());
+  for (Operation *op : p.hostOps)
+    llvm::append_range(values, op->getResults());
+  OpBuilder b(p.hostOps.front()->getContext());
+  for (Value v : values) {
+    SmallVector<OpOperand *> deviceUses;
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      if (!p.hostOps.contains(user) && !isa<func::ReturnOp>(user) &&
+          !isa<dsc::OffloadCopyOp>(user))
+        deviceUses.push_back(&use);
+    }
+    if (deviceUses.empty())
+      continue;
+    Operation *first = deviceUses.front()->getOwner();
+    for (OpOperand *use : deviceUses)
+      if (use->getOwner()->isBeforeInBlock(first))
+        first = use->getOwner();
+    auto copy = makeCopy(b, v, "device", lastArgCopy);
+    b.setInsertionPoint(first);
+    auto wait = dsc::OffloadWaitOp::create(b, copy.getLoc(), v.getType(),
+                                           copy.getResult());
+    for (OpOperand *use : deviceUses)
+      use->set(wait.getResult());
+  }
+}
+
+/// Step 4: the marks codegen and the program read, and the check that each
+/// offloaded argument's update is computed on the host.
+LogicalResult mark(func::FuncOp fn, const Placement &p) {
+  Builder b(fn.getContext());
+  for (Operation *op : p.hostOps)
+    op->setAttr(kOnHost, b.getUnitAttr());
+  for (BlockArgument arg : p.hostArgs)
+    fn.setArgAttr(arg.getArgNumber(), kMemory, b.getStringAttr("host"));
+  Operation *ret = fn.getBody().front().getTerminator();
+  for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
+    bool host = p.isHost(v);
+    if (host)
+      fn.setResultAttr(k, kMemory, b.getStringAttr("host"));
+    for (const char *role : {"dsc.param_update", "dsc.opt_state_update"}) {
+      auto name = fn.getResultAttrOfType<StringAttr>(k, role);
+      if (!name || host)
+        continue;
+      for (BlockArgument arg : p.hostArgs)
+        for (const char *argRole : {"dsc.param", "dsc.opt_state"})
+          if (fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), argRole) ==
+              name)
+            return (v.getDefiningOp() ? v.getDefiningOp() : ret)
+                       ->emitError("dsc-offload: the update of '")
+                   << name.getValue()
+                   << "' is computed on the device, not by the optimizer "
+                      "on the host (fp16 loss scaling's skipped steps are "
+                      "not supported with offload yet)";
+    }
+  }
+  return success();
+}
+
+struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
+  using DscOffloadBase::DscOffloadBase;
+
+  void runOnOperation() override {
+    if (optimizer == "none")
+      return;
+    if (optimizer != "cpu") {
+      getOperation().emitError("dsc-offload: optimizer must be none or cpu, "
+                               "got '")
+          << optimizer << "'";
+      return signalPassFailure();
+    }
+    auto fn = getOperation().lookupSymbol<func::FuncOp>(function);
+    if (!fn) {
+      getOperation().emitError("dsc-offload: no function @") << function;
+      return signalPassFailure();
+    }
+    FailureOr<Placement> placement = analyze(fn);
+    if (failed(placement))
+      return signalPassFailure();
+    Operation *lastArgCopy = nullptr;
+    copyOperandsToHost(*placement, lastArgCopy);
+    copyResultsToDevice(*placement, lastArgCopy);
+    if (failed(mark(fn, *placement)))
+      return signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,106 @@
+//===- offload.cpp - Optimizer state in host memory, on the CPU -----------===//
+
+#include "cpu/offload.h"
+#include "cpu/kernel_util.h"
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <unordered_set>
+
+namespace dsc::cpu {
+
+using detail::Call;
+
+namespace {
+
+/// The destinations this thread (a rank's step) has copied into.
+std::unordered_set<const void *> &copiedInto() {
+  thread_local std::unordered_set<const void *> set;
+  return set;
+}
+
+} // namespace
+
+namespace detail {
+
+Status offloadCopyError(const Tensor &src, const Tensor &dst, bool toHost,
+                        const char *what, const std::string &reason) {
+  return Call("offload_copy")
+      .raw("what", what ? what : "?")
+      .arg("src", src)
+      .arg("dst", dst)
+      .raw("to", toHost ? "host" : "device")
+      .fail(reason);
+}
+
+Status offloadWaitError(const Tensor &dst, const char *what,
+                        const std::string &reason) {
+  return Call("offload_wait")
+      .raw("what", what ? what : "?")
+      .arg("dst", dst)
+      .fail(reason);
+}
+
+Status checkOffloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
+                        const char *what) {
+  auto fail = [&](const std::string &reason) {
+    return offloadCopyError(src, dst, toHost, what, reason);
+  };
+  if (!src.present() || !dst.present())
+    return fail("an operand is absent");
+  if (!validRank(src) || !validRank(dst))
+    return fail("rank above 8");
+  if (src.dtype != dst.dtype)
+    return fail(std::string("dtypes differ (") + dtypeName(src.dtype) + " vs " +
+                dtypeName(dst.dtype) + ")");
+  if (src.numel() != dst.numel())
+    return fail("element counts differ (" + std::to_string(src.numel()) +
+                " vs " + std::to_string(dst.numel()) + ")");
+  return Status();
+}
+
+Status hostTaskFailed(const char *what, const Status &s) {
+  return Status::error(s.code(), std::string("host task ") +
+                                     (what ? what : "?") + ": " + s.message());
+}
+
+Status runHostTask(const std::function<Status()> &fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc &) {
+    return Status::error(StatusCode::OutOfMemory, "out of host memory");
+  } catch (const std::exception &e) {
+    return Status::error(StatusCode::InvalidArgument, e.what());
+  }
+}
+
+} // namespace detail
+
+Status offloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
+                   const char *what) {
+  if (Status s = detail::checkOffloadCopy(src, dst, toHost, what); !s.ok())
+    return s;
+  if (src.data != dst.data)
+    std::memmove(dst.data, src.data, dst.nbytes());
+  copiedInto().insert(dst.data);
+  return Status();
+}
+
+Status hostTask(int site, std::function<Status()> fn, const char *what) {
+  (void)site;
+  Status s = detail::runHostTask(fn);
+  return s.ok() ? s : detail::hostTaskFailed(what, s);
+}
+
+Status offloadWait(const Tensor &dst, const char *what) {
+  if (copiedInto().count(dst.data))
+    return Status();
+  return detail::offloadWaitError(dst, what,
+                                  "no offload_copy into this tensor was "
+                                  "issued");
+}
+
+Status offloadJoin() { return Status(); }
+
+} // namespace dsc::cpu

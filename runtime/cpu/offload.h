@@ -1,0 +1,65 @@
+//===- offload.h - Optimizer state in host memory ---------------*- C++ -*-===//
+//
+// The calls a step makes to keep part of its state in host memory
+// (DeepSpeed's offload_optimizer: cpu, dsc's ArgSpec::host): copies between
+// device and host memory, tasks that run on the host in order with them,
+// and the waits that bring their results back into the compute stream's
+// order. On the CPU every tensor is host memory and every call acts at
+// once; the CUDA backend (cuda/kernels.h, same names, operands and
+// errors) runs copies and tasks on the rank's offload stream, beside its
+// compute stream.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_RUNTIME_CPU_OFFLOAD_H
+#define DSC_RUNTIME_CPU_OFFLOAD_H
+
+#include "dsc/runtime.h"
+
+#include <functional>
+#include <string>
+
+namespace dsc::cpu {
+
+/// Copies src into dst (same dtype and element count, else an error naming
+/// both). toHost: src is device memory and dst (pinned) host memory; else
+/// the reverse. CUDA: after all compute-stream work issued so far, on the
+/// offload stream; offloadWait(dst) orders the compute stream after it.
+/// CPU: a memcpy, now.
+Status offloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
+                   const char *what);
+/// Runs fn on the host after the offload work issued so far. `site` names
+/// the call site (one per hostTask call of the generated code); a CUDA graph
+/// captured from an earlier step calls fn again on each replay, so fn reads
+/// everything that changes per step from memory, never from values it
+/// captured. A failure (or an exception) of fn is "host task <what>:
+/// <message>": CPU returns it; CUDA keeps the rank's first one, skips its
+/// later host tasks and reports it from Device::synchronize.
+Status hostTask(int site, std::function<Status()> fn, const char *what);
+/// The compute stream waits until the last offloadCopy into dst (by
+/// dst.data) is done; no such copy is an error naming `what`. CPU: checks
+/// that a copy into dst was made on this thread.
+Status offloadWait(const Tensor &dst, const char *what);
+/// The compute stream waits for all offload work issued so far (the step's
+/// end). CPU: nothing.
+Status offloadJoin();
+
+namespace detail {
+/// offloadCopy's operand checks, shared by the CPU and CUDA backends.
+Status checkOffloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
+                        const char *what);
+/// "offload_copy(what=..., src=f32[4], dst=f32[4], to=host): <reason>".
+Status offloadCopyError(const Tensor &src, const Tensor &dst, bool toHost,
+                        const char *what, const std::string &reason);
+/// "offload_wait(what=..., dst=f32[4]): <reason>".
+Status offloadWaitError(const Tensor &dst, const char *what,
+                        const std::string &reason);
+/// "host task <what>: <message>" of a failed host task's status.
+Status hostTaskFailed(const char *what, const Status &s);
+/// Runs fn, turning an exception into an error.
+Status runHostTask(const std::function<Status()> &fn);
+} // namespace detail
+
+} // namespace dsc::cpu
+
+#endif // DSC_RUNTIME_CPU_OFFLOAD_H

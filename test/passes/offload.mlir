@@ -1,0 +1,104 @@
+// RUN: dsc-opt %s --split-input-file --dsc-offload=optimizer=cpu --verify-diagnostics | FileCheck %s
+// The copies and waits have effects: CSE and canonicalization keep every
+// one of them, in place, and the host ops stay marked.
+// RUN: dsc-opt %s --split-input-file --dsc-offload=optimizer=cpu --cse --canonicalize --verify-diagnostics | FileCheck %s --check-prefix=PIPE
+
+// The masters and the optimizer state go to the host with the optimizer;
+// the compute copy is made there and copied up, waited for before the
+// forward reads it; the gradient, the learning rate and the step come
+// down; the splat 1 scale is cloned onto the host.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<4x2xf32> {dsc.memory = "host", dsc.param = "w"}
+// CHECK-SAME: %[[M:[a-z0-9]+]]: tensor<4x2xf32> {dsc.memory = "host", dsc.opt_state = "w/exp_avg"}
+// CHECK-SAME: %[[V:[a-z0-9]+]]: tensor<4x2xf32> {dsc.memory = "host", dsc.opt_state = "w/exp_avg_sq"}
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<3x4xbf16> {dsc.input = "x"}
+// CHECK-SAME: -> (tensor<f32> {dsc.output = "loss"}, tensor<4x2xf32> {dsc.in_place = 0 : i64, dsc.memory = "host", dsc.param_update = "w"}
+// CHECK: %[[B1:.*]] = dsc.offload_copy %arg4 {to = "host"}
+// CHECK: %[[STEP:.*]] = dsc.offload_copy %arg8 {to = "host"}
+// CHECK: %[[C:.*]] = dsc.cast %[[W]] {dsc.compute_copy, dsc.on_host, to = bf16}
+// CHECK-NEXT: %[[CD:.*]] = dsc.offload_copy %[[C]] {to = "device"} : tensor<4x2xbf16>
+// CHECK-NEXT: %[[CW:.*]] = dsc.offload_wait %[[CD]] : tensor<4x2xbf16>
+// CHECK-NEXT: %[[Y:.*]] = dsc.matmul %[[X]], %[[CW]]
+// CHECK: %[[G:.*]] = dsc.matmul
+// CHECK-NEXT: %[[GF:.*]] = dsc.cast %[[G]] {to = f32}
+// CHECK-NEXT: %[[GH:.*]] = dsc.offload_copy %[[GF]] {to = "host"} : tensor<4x2xf32>
+// CHECK: %[[LR:.*]] = dsc.lr_schedule
+// CHECK-NEXT: %[[LRH:.*]] = dsc.offload_copy %[[LR]] {to = "host"}
+// CHECK: %[[ONE:.*]] = dsc.constant {dsc.on_host} dense<1.000000e+00>
+// CHECK-NEXT: dsc.adamw_multi %[[LRH]], %[[B1]], {{.*}}, %[[STEP]], scale %[[ONE]], (%[[W]], %[[GH]], %[[M]], %[[V]]) {dsc.on_host}
+// PIPE-LABEL: func.func @train_step
+// PIPE: dsc.constant {dsc.on_host} dense<1.000000e+00> : tensor<f32>
+// PIPE-COUNT-6: dsc.offload_copy
+// PIPE-NEXT: dsc.offload_wait
+// PIPE-COUNT-2: dsc.offload_copy
+// PIPE: dsc.adamw_multi {{.*}} {dsc.on_host}
+module {
+func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"},
+    %m: tensor<4x2xf32> {dsc.opt_state = "w/exp_avg"},
+    %v: tensor<4x2xf32> {dsc.opt_state = "w/exp_avg_sq"},
+    %x: tensor<3x4xbf16> {dsc.input = "x"},
+    %b1: tensor<f32> {dsc.hyper = "beta1"}, %b2: tensor<f32> {dsc.hyper = "beta2"},
+    %eps: tensor<f32> {dsc.hyper = "eps"}, %wd: tensor<f32> {dsc.hyper = "weight_decay"},
+    %step: tensor<i64> {dsc.step}, %base: tensor<f32> {dsc.hyper = "lr"})
+    -> (tensor<f32> {dsc.output = "loss"},
+        tensor<4x2xf32> {dsc.in_place = 0 : i64, dsc.param_update = "w"},
+        tensor<4x2xf32> {dsc.in_place = 1 : i64, dsc.opt_state_update = "w/exp_avg"},
+        tensor<4x2xf32> {dsc.in_place = 2 : i64, dsc.opt_state_update = "w/exp_avg_sq"},
+        tensor<4x2xf32> {dsc.grad = "w"}) {
+  %c = dsc.cast %w {dsc.compute_copy, to = bf16} : tensor<4x2xf32> -> tensor<4x2xbf16>
+  %y = dsc.matmul %x, %c : tensor<3x4xbf16>, tensor<4x2xbf16> -> tensor<3x2xbf16>
+  %yf = dsc.cast %y {to = f32} : tensor<3x2xbf16> -> tensor<3x2xf32>
+  %loss = dsc.reduce_sum %yf {axes = array<i64: 0, 1>, keepdims = false} : tensor<3x2xf32> -> tensor<f32>
+  %xt = dsc.transpose %x {perm = array<i64: 1, 0>} : tensor<3x4xbf16> -> tensor<4x3xbf16>
+  %ones = dsc.constant dense<1.0> : tensor<3x2xbf16>
+  %g = dsc.matmul %xt, %ones : tensor<4x3xbf16>, tensor<3x2xbf16> -> tensor<4x2xbf16>
+  %gf = dsc.cast %g {to = f32} : tensor<4x2xbf16> -> tensor<4x2xf32>
+  %lr = dsc.lr_schedule %step, %base {kind = "constant"} : tensor<i64>, tensor<f32>
+  %one = dsc.constant dense<1.0> : tensor<f32>
+  %r:3 = dsc.adamw_multi %lr, %b1, %b2, %eps, %wd, %step, scale %one, (%w, %gf, %m, %v) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
+  return %loss, %r#0, %r#1, %r#2, %gf : tensor<f32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
+}
+}
+
+// -----
+
+// State reached through a slice (ZeRO stage 1-3) is refused.
+module {
+func.func @train_step(%w: tensor<4xf32> {dsc.param = "w"},
+    %m: tensor<2xf32> {dsc.opt_state = "w/exp_avg"},
+    %v: tensor<2xf32> {dsc.opt_state = "w/exp_avg_sq"},
+    %g: tensor<2xf32> {dsc.input = "g"}, %s: tensor<f32> {dsc.hyper = "lr"},
+    %step: tensor<i64> {dsc.step})
+    -> (tensor<2xf32> {dsc.param_update = "w"}) {
+  %p = dsc.slice %w {offsets = array<i64: 0>, sizes = array<i64: 2>, strides = array<i64: 1>} : tensor<4xf32> -> tensor<2xf32>
+  // expected-error @+1 {{dsc-offload: the optimizer updates a value that is not an argument of the step}}
+  %r:3 = dsc.adamw %p, %g, %m, %v, %s, %s, %s, %s, %s, %step : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  return %r#0 : tensor<2xf32>
+}
+}
+
+// -----
+
+// An update the device computes after the optimizer (fp16's skipped
+// steps) is refused.
+module {
+func.func @train_step(%w: tensor<2xf32> {dsc.param = "w"},
+    %m: tensor<2xf32> {dsc.opt_state = "w/exp_avg"},
+    %v: tensor<2xf32> {dsc.opt_state = "w/exp_avg_sq"},
+    %g: tensor<2xf32> {dsc.input = "g"}, %s: tensor<f32> {dsc.hyper = "lr"},
+    %step: tensor<i64> {dsc.step}, %ok: tensor<i1> {dsc.input = "ok"})
+    -> (tensor<2xf32> {dsc.param_update = "w"}) {
+  %r:3 = dsc.adamw %w, %g, %m, %v, %s, %s, %s, %s, %s, %step : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  // expected-error @+1 {{dsc-offload: the update of 'w' is computed on the device}}
+  %k = dsc.where %ok, %r#0, %w : tensor<i1>, tensor<2xf32>, tensor<2xf32> -> tensor<2xf32>
+  return %k : tensor<2xf32>
+}
+}
+
+// -----
+
+// A step without an optimizer has nothing to offload.
+// expected-error @+1 {{dsc-offload: @train_step has no optimizer op}}
+func.func @train_step(%x: tensor<2xf32> {dsc.input = "x"}) -> tensor<2xf32> {
+  return %x : tensor<2xf32>
+}

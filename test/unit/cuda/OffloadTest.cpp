@@ -1,0 +1,274 @@
+//===- OffloadTest.cpp - Copies to host memory and host tasks -------------===//
+//
+// offloadCopy there and back through pinned host memory; a host task that
+// reads what was copied to the host just before it and writes what is
+// copied back after it, the compute stream waiting for that copy; a host
+// task's failure reported by Device::synchronize (and its later tasks
+// skipped until then); the same step captured by Device::replayStep and
+// replayed, its host task run again by every replay on the values in
+// memory then; a call site used twice in one step, which runs directly.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestUtil.h"
+
+#include "cuda/device.h"
+
+#include <atomic>
+#include <functional>
+
+namespace dsc::cuda::test {
+namespace {
+
+/// Zero-filled pinned host memory from the device, freed with it.
+struct Pinned {
+  void *p = nullptr;
+  explicit Pinned(size_t bytes) {
+    EXPECT_TRUE(device()->allocateHost(bytes, &p).ok());
+  }
+  Pinned(const Pinned &) = delete;
+  Pinned &operator=(const Pinned &) = delete;
+  ~Pinned() { device()->releaseHost(p); }
+  float *f() const { return static_cast<float *>(p); }
+  Tensor t(int64_t n) const { return Tensor::of(p, DType::F32, {n}); }
+};
+
+std::vector<float> floatsOf(const DevTensor &t) {
+  std::vector<char> bytes = t.download();
+  std::vector<float> v(size_t(t.host().numel()));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+TEST(CudaOffload, ACopyToPinnedHostMemoryAndBack) {
+  DSC_REQUIRE_GPU();
+  DSC_ASSERT_OK(device()->bindRank(0, 0));
+  const int64_t n = 1000;
+  DevTensor x(DType::F32, {n}), y(DType::F32, {n});
+  x.random(-1, 1, 11);
+  Pinned host(n * sizeof(float));
+  DSC_ASSERT_OK(cuda::offloadCopy(x.dev(), host.t(n), true, "x to host"));
+  DSC_ASSERT_OK(cuda::offloadCopy(host.t(n), y.dev(), false, "x back"));
+  DSC_ASSERT_OK(cuda::offloadWait(y.dev(), "x back"));
+  DSC_ASSERT_OK(cuda::offloadJoin());
+  DSC_ASSERT_OK(device()->synchronize());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(host.f()[i], x.host().as<float>()[i]) << i;
+  EXPECT_EQ(floatsOf(y), floatsOf(x));
+
+  // The checks: the CPU's messages, and which memory each side is.
+  Status s = cuda::offloadCopy(x.dev(), y.dev(), true, "bad");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("dst is not pinned host memory"),
+            std::string::npos)
+      << s.message();
+  std::vector<float> pageable(static_cast<size_t>(n));
+  s = cuda::offloadCopy(x.dev(), Tensor::of(pageable.data(), DType::F32, {n}),
+                        true, "pageable");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("dst is not pinned host memory"),
+            std::string::npos)
+      << s.message();
+  s = cuda::offloadCopy(host.t(n), y.dev(), true, "backwards");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("src is not device memory"), std::string::npos)
+      << s.message();
+  Tensor half = Tensor::of(host.p, DType::F16, {n});
+  s = cuda::offloadCopy(x.dev(), half, true, "grad w");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "offload_copy(what=grad w, src=f32[1000], "
+                         "dst=f16[1000], to=host): dtypes differ (f32 vs f16)");
+  DevTensor never(DType::F32, {3});
+  s = cuda::offloadWait(never.dev(), "master w");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "offload_wait(what=master w, dst=f32[3]): no "
+                         "offload_copy into this tensor was issued");
+  DSC_ASSERT_OK(device()->synchronize());
+}
+
+/// The offloaded step: y = -x on the compute stream, y to the host, there
+/// z = 2 * y + bias (bias read from pinned memory when the task runs), z
+/// back to the device, then w = -z on the compute stream after it: w = 2x -
+/// bias. `runs` counts the host task's runs.
+struct OffloadStep {
+  int64_t n;
+  DevTensor x, y, z, w;
+  Pinned hostY, hostZ, bias;
+  std::atomic<int> runs{0};
+  int site = 0;
+  bool twice = false; // the host task's site used twice
+
+  explicit OffloadStep(int64_t n, int site)
+      : n(n), x(DType::F32, {n}), y(DType::F32, {n}), z(DType::F32, {n}),
+        w(DType::F32, {n}), hostY(n * sizeof(float)), hostZ(n * sizeof(float)),
+        bias(sizeof(float)), site(site) {}
+
+  Status hostPart() {
+    float *hy = hostY.f(), *hz = hostZ.f(), *b = bias.f();
+    std::atomic<int> *count = &runs;
+    int64_t size = n;
+    return cuda::hostTask(
+        site,
+        [hy, hz, b, count, size] {
+          ++*count;
+          if (*b < 0)
+            return Status::error(StatusCode::InvalidArgument,
+                                 "a negative bias");
+          for (int64_t i = 0; i < size; ++i)
+            hz[i] = 2 * hy[i] + *b;
+          return Status();
+        },
+        "scale");
+  }
+
+  Status enqueue() {
+    if (Status s = cuda::unary(cpu::UnaryOp::Neg, x.dev(), y.dev()); !s.ok())
+      return s;
+    if (Status s = cuda::offloadCopy(y.dev(), hostY.t(n), true, "y"); !s.ok())
+      return s;
+    if (Status s = hostPart(); !s.ok())
+      return s;
+    if (twice)
+      if (Status s = hostPart(); !s.ok())
+        return s;
+    if (Status s = cuda::offloadCopy(hostZ.t(n), z.dev(), false, "z"); !s.ok())
+      return s;
+    if (Status s = cuda::offloadWait(z.dev(), "z"); !s.ok())
+      return s;
+    if (Status s = cuda::unary(cpu::UnaryOp::Neg, z.dev(), w.dev()); !s.ok())
+      return s;
+    return cuda::offloadJoin();
+  }
+
+  void expectResult(const std::string &when) {
+    std::vector<float> got = floatsOf(w);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[size_t(i)], -(2 * -x.host().as<float>()[i] + *bias.f()))
+          << when << ", element " << i;
+  }
+};
+
+TEST(CudaOffload, AHostTaskRunsBetweenItsCopies) {
+  DSC_REQUIRE_GPU();
+  DSC_ASSERT_OK(device()->bindRank(0, 0));
+  OffloadStep st(1 << 16, 1);
+  st.x.random(-4, 4, 3);
+  *st.bias.f() = 0.5f;
+  DSC_ASSERT_OK(st.enqueue());
+  DSC_ASSERT_OK(device()->synchronize());
+  EXPECT_EQ(st.runs.load(), 1);
+  st.expectResult("direct");
+  // Again on the same site, new values: the task's function is replaced.
+  st.x.random(-4, 4, 4);
+  *st.bias.f() = 2;
+  DSC_ASSERT_OK(st.enqueue());
+  DSC_ASSERT_OK(device()->synchronize());
+  EXPECT_EQ(st.runs.load(), 2);
+  st.expectResult("again");
+}
+
+TEST(CudaOffload, AFailedHostTaskIsReportedBySynchronize) {
+  DSC_REQUIRE_GPU();
+  DSC_ASSERT_OK(device()->bindRank(0, 0));
+  OffloadStep st(256, 2);
+  st.x.random(-1, 1, 5);
+  *st.bias.f() = -1;
+  DSC_ASSERT_OK(st.enqueue()); // issued fine; it fails on the host later
+  std::atomic<int> later{0};
+  DSC_ASSERT_OK(cuda::hostTask(
+      3,
+      [&later] {
+        ++later;
+        return Status();
+      },
+      "later"));
+  Status s = device()->synchronize();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "host task scale: a negative bias");
+  EXPECT_EQ(later.load(), 0); // skipped once one failed
+  // Reported once; the rank's host tasks run again after.
+  DSC_ASSERT_OK(device()->synchronize());
+  *st.bias.f() = 1;
+  DSC_ASSERT_OK(st.enqueue());
+  DSC_ASSERT_OK(device()->synchronize());
+  st.expectResult("after the failure");
+}
+
+/// One step through Device::replayStep, as the program shell runs it.
+Status stepOf(const void *tag, OffloadStep &st, bool &replayed,
+              std::string &why, int &hostRuns) {
+  std::vector<const void *> key = {tag, st.x.dev().data, st.w.dev().data};
+  auto enqueue = [&] {
+    ++hostRuns;
+    return st.enqueue();
+  };
+  bool ran = false;
+  if (Status s = device()->replayStep(key, enqueue, ran, why); !s.ok())
+    return s;
+  replayed = ran;
+  if (!ran)
+    if (Status s = enqueue(); !s.ok())
+      return s;
+  return device()->synchronize();
+}
+
+TEST(CudaOffload, TheStepIsCapturedAndReplayedWithItsHostTask) {
+  DSC_REQUIRE_GPU();
+  DSC_ASSERT_OK(device()->bindRank(0, 0));
+  static const char tag = 0;
+  OffloadStep st(4096, 4);
+  std::string why;
+  int hostRuns = 0;
+  for (int step = 1; step <= 5; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    st.x.random(-2, 2, uint32_t(10 + step)); // new values each step
+    *st.bias.f() = float(step);
+    bool replayed = false;
+    DSC_ASSERT_OK(stepOf(&tag, st, replayed, why, hostRuns));
+    EXPECT_EQ(replayed, step >= 2) << why;
+    EXPECT_EQ(st.runs.load(), step); // the host task ran in every step
+    st.expectResult("step " + std::to_string(step));
+  }
+  EXPECT_TRUE(why.empty()) << why;
+  EXPECT_EQ(hostRuns, 2); // direct, then once while captured
+
+  // A replayed host task's failure: the next synchronize's error.
+  *st.bias.f() = -3;
+  bool replayed = false;
+  Status s = stepOf(&tag, st, replayed, why, hostRuns);
+  EXPECT_TRUE(replayed);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "host task scale: a negative bias");
+  *st.bias.f() = 1;
+  DSC_ASSERT_OK(stepOf(&tag, st, replayed, why, hostRuns));
+  EXPECT_TRUE(replayed);
+  st.expectResult("after the replayed failure");
+  EXPECT_EQ(hostRuns, 2);
+}
+
+TEST(CudaOffload, ASiteUsedTwiceInAStepIsNeverCaptured) {
+  DSC_REQUIRE_GPU();
+  DSC_ASSERT_OK(device()->bindRank(0, 0));
+  static const char tag = 0;
+  OffloadStep st(512, 5);
+  st.twice = true;
+  std::string why;
+  int hostRuns = 0;
+  for (int step = 1; step <= 4; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    st.x.random(-2, 2, uint32_t(20 + step));
+    *st.bias.f() = 0.25f * float(step);
+    bool replayed = true;
+    DSC_ASSERT_OK(stepOf(&tag, st, replayed, why, hostRuns));
+    EXPECT_FALSE(replayed);
+    st.expectResult("step " + std::to_string(step));
+  }
+  EXPECT_NE(why.find("runs twice in one captured step"), std::string::npos)
+      << why;
+  // The failed capture ran nothing: every step ran directly once.
+  EXPECT_EQ(hostRuns, 5);
+  EXPECT_EQ(st.runs.load(), 8);
+}
+
+} // namespace
+} // namespace dsc::cuda::test
