@@ -30,6 +30,9 @@
 #                (bitwise expected)
 #   llama-rsel, llama-rfull
 #                likewise for the Llama shape (llama_1b_bf16_rsel, _rfull)
+#   offload-checks
+#                scripts/gpu-check.sh's offload checks alone (host AdamW
+#                against the GPU's; graph and resume bitwise)
 #   gpt2-off, llama-off
 #                --offload-optimizer cpu (gpt2_124m_bf16_off, llama_1b_bf16_off):
 #                with and without the graph (bitwise), and the losses against
@@ -142,6 +145,30 @@ for part in "$@"; do
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     v=${part#llama-}
     dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32 ;;
+  offload-checks)
+    # gpu-check.sh's offload checks, on their own (fewer programs carried).
+    fx=test/fixtures/models ref=test/fixtures/ref
+    bi="--init $fx/mlp_opset17.onnx --batch $ref/mlp/batch.safetensors --steps 5 --quiet"
+    python3 examples/tinytext/prepare.py examples/tinytext/input.txt "$W/train.bin" >/dev/null
+    cd_="--data $W/train.bin --quiet" t=$W/oc
+    mkdir -p "$t"
+    ( set -e
+      "$B/mlp_bf16_acc4" $bi --log $t/b1.jsonl --dump-params $t/b1.safetensors
+      "$B/mlp_bf16_acc4_off" $bi --log $t/bo.jsonl --dump-params $t/bo.safetensors
+      echo -n "offload_adamw_host_vs_gpu_mlp_bf16: "
+      python3 test/e2e/compare_runs.py $t/b1.jsonl $t/b1.safetensors $t/bo.jsonl $t/bo.safetensors --tol 1e-5
+      "$B/gpt2drop_bf16_off" $cd_ --seed 3 --steps 6 --log $t/of.jsonl --dump-params $t/of.safetensors
+      "$B/gpt2drop_bf16_off" $cd_ --seed 3 --steps 6 --no-cuda-graph --log $t/on.jsonl --dump-params $t/on.safetensors
+      echo -n "offload_graph_gpt2_dropout_bf16: "
+      python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/on.jsonl $t/on.safetensors --tol 0
+      "$B/gpt2drop_bf16_off" $cd_ --seed 3 --steps 3 --log $t/oa.jsonl --save-dir $t/ck3
+      "$B/gpt2drop_bf16_off" $cd_ --steps 6 --log $t/ob.jsonl --resume $t/ck3 --dump-params $t/or.safetensors
+      cat $t/oa.jsonl $t/ob.jsonl > $t/oab.jsonl
+      echo -n "offload_resume_gpt2_dropout_bf16: "
+      python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/oab.jsonl $t/or.safetensors --tol 0
+    ) >"$W/offload_checks.txt" 2>&1
+    echo "rc=$?" >>"$W/offload_checks.txt"
+    grep -E "^offload_|rc=|rror" "$W/offload_checks.txt" | tail -12 ;;
   gpt2-off)
     [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
     dsc_pair gpt2_off "$B/gpt2_124m_bf16_off" 20 --init random --data "$W/tok.bin" | tee "$W/gpt2_off_summary.txt"

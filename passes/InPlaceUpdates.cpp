@@ -35,7 +35,8 @@ constexpr std::pair<const char *, const char *> kUpdateRoles[] = {
     {"dsc.param_update", "dsc.param"},
     {"dsc.opt_state_update", "dsc.opt_state"},
     {"dsc.buffer_update", "dsc.buffer"},
-    {"dsc.scaler_update", "dsc.scaler"}};
+    {"dsc.scaler_update", "dsc.scaler"},
+    {"dsc.compute_copy_update", "dsc.compute_copy"}};
 
 /// The argument result `k` of `fn` is the update of, or none.
 std::optional<unsigned> updatedArgument(func::FuncOp fn, unsigned k) {
@@ -80,10 +81,13 @@ bool mayOverwrite(Operation *op, unsigned r, unsigned o) {
     return o == (r == 0 ? 0u : 2u);
   if (auto multi = dyn_cast<dsc::AdamWMultiOp>(op)) {
     // tensors: N params, N grads, N exp_avgs, N exp_avg_sqs; results: N new
-    // params, N new exp_avgs, N new exp_avg_sqs.
+    // params, N new exp_avgs, N new exp_avg_sqs (and N compute copies,
+    // which overwrite nothing).
     unsigned first = multi.getTensors().getBeginOperandIndex();
-    unsigned n = multi.getNumResults() / 3;
+    unsigned n = multi.getTensors().size() / 4;
     unsigned slot = r / n, k = r % n;
+    if (slot == 3)
+      return false;
     return o == first + (slot == 0 ? k : (slot + 1) * n + k);
   }
   return isElementwise(op);
@@ -134,6 +138,9 @@ std::string whyNot(func::FuncOp fn, unsigned k, unsigned a) {
   Operation *def = r ? r.getOwner() : nullptr;
   if (!def || def->getBlock() != &body)
     return "it is not computed by an op of the body";
+  // A copy into the device (dsc-offload's compute copies) writes the whole
+  // storage from elsewhere: it may go over an argument nobody reads later.
+  bool copyIn = isa<dsc::OffloadCopyOp>(def);
   // The producer reads the argument itself, and only where it may write.
   bool reads = false;
   for (OpOperand &o : def->getOpOperands()) {
@@ -145,7 +152,7 @@ std::string whyNot(func::FuncOp fn, unsigned k, unsigned a) {
           .str();
     reads = true;
   }
-  if (!reads)
+  if (!reads && !copyIn)
     return ("'" + def->getName().getStringRef() +
             "' does not read the argument")
         .str();

@@ -94,6 +94,95 @@ FailureOr<Placement> analyze(func::FuncOp fn) {
   return p;
 }
 
+/// The compute-copy cast (a host op) of each parameter of `multi`, or none
+/// when one of them has no single such cast.
+SmallVector<dsc::CastOp> computeCopyCasts(dsc::AdamWMultiOp multi,
+                                          const Placement &p) {
+  size_t n = multi.getTensors().size() / 4;
+  SmallVector<dsc::CastOp> casts;
+  for (size_t i = 0; i < n; ++i) {
+    dsc::CastOp found;
+    for (Operation *user : multi.getTensors()[i].getUsers()) {
+      auto c = dyn_cast<dsc::CastOp>(user);
+      if (!c || !p.hostOps.contains(c))
+        continue;
+      if (found)
+        return {};
+      found = c;
+    }
+    if (!found)
+      return {};
+    casts.push_back(found);
+  }
+  return casts;
+}
+
+/// Step 1b: the compute copies of the parameters a grouped AdamW updates
+/// become step state in device memory: an argument (dsc.compute_copy) the
+/// step reads where it read the cast, and a result (dsc.compute_copy_update)
+/// that the AdamW writes rounded on the host, next to the new masters, and
+/// a copy brings up at the step's end. No cast at the step's start, and no
+/// wait: the next step reads the state after this one's end.
+LogicalResult keepComputeCopies(func::FuncOp fn, Placement &p) {
+  SmallVector<dsc::AdamWMultiOp> multis;
+  for (Operation *op : p.hostOps)
+    if (auto m = dyn_cast<dsc::AdamWMultiOp>(op))
+      multis.push_back(m);
+  Block &body = fn.getBody().front();
+  for (dsc::AdamWMultiOp multi : multis) {
+    SmallVector<dsc::CastOp> casts = computeCopyCasts(multi, p);
+    if (casts.empty())
+      continue;
+    // The AdamW with N more results: the rounded new parameters.
+    SmallVector<Type> types(multi.getResultTypes());
+    for (dsc::CastOp c : casts)
+      types.push_back(c.getType());
+    OpBuilder b(multi);
+    auto grown = dsc::AdamWMultiOp::create(
+        b, multi.getLoc(), types, multi.getLr(), multi.getBeta1(),
+        multi.getBeta2(), multi.getEps(), multi.getWeightDecay(),
+        multi.getStep(), multi.getGradScale(), multi.getTensors());
+    grown->setAttrs(multi->getAttrs());
+    size_t n = casts.size();
+    for (size_t k = 0; k < 3 * n; ++k)
+      multi.getResult(k).replaceAllUsesWith(grown.getResult(k));
+    p.hostOps.remove(multi);
+    p.hostOps.insert(grown);
+    multi.erase();
+    // Each cast becomes an argument; the new copy goes up into it.
+    Operation *ret = body.getTerminator();
+    b.setInsertionPointAfter(grown);
+    for (auto [i, c] : llvm::enumerate(casts)) {
+      unsigned param = cast<BlockArgument>(c.getInput()).getArgNumber();
+      auto name = fn.getArgAttrOfType<StringAttr>(param, "dsc.param");
+      if (!name)
+        return c.emitError("dsc-offload: a compute copy of an argument that "
+                           "is not a parameter");
+      NamedAttrList argAttrs;
+      argAttrs.set("dsc.compute_copy", name);
+      unsigned a = fn.getNumArguments();
+      if (failed(fn.insertArgument(a, c.getType(),
+                                   argAttrs.getDictionary(fn.getContext()),
+                                   c.getLoc())))
+        return failure();
+      c.getResult().replaceAllUsesWith(fn.getArgument(a));
+      p.hostOps.remove(c);
+      c.erase();
+      auto up = dsc::OffloadCopyOp::create(
+          b, grown.getLoc(), types[3 * n + i], grown.getResult(3 * n + i),
+          b.getStringAttr("device"));
+      NamedAttrList resultAttrs;
+      resultAttrs.set("dsc.compute_copy_update", name);
+      unsigned r = fn.getNumResults();
+      if (failed(fn.insertResult(r, up.getType(),
+                                 resultAttrs.getDictionary(fn.getContext()))))
+        return failure();
+      ret->insertOperands(ret->getNumOperands(), up.getResult());
+    }
+  }
+  return success();
+}
+
 /// Where a copy of `v` goes: after its definition, or (an argument) after
 /// the copies of arguments made so far at the block's start.
 void setInsertionAfterDef(OpBuilder &b, Value v, Operation *&lastArgCopy) {
@@ -229,7 +318,7 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
       return signalPassFailure();
     }
     FailureOr<Placement> placement = analyze(fn);
-    if (failed(placement))
+    if (failed(placement) || failed(keepComputeCopies(fn, *placement)))
       return signalPassFailure();
     Operation *lastArgCopy = nullptr;
     copyOperandsToHost(*placement, lastArgCopy);

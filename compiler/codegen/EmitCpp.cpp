@@ -1474,7 +1474,8 @@ std::optional<Role> argRole(DictionaryAttr attrs) {
       {"dsc.opt_state", "OptState"},
       {"dsc.buffer", "Buffer"},
       {"dsc.input", "Input"},
-      {"dsc.hyper", "Hyper"}};
+      {"dsc.hyper", "Hyper"},
+      {"dsc.compute_copy", "ComputeCopy"}};
   for (auto [attr, role] : named)
     if (auto s = attrs.getAs<StringAttr>(attr))
       return Role{role, s.getValue().str()};
@@ -1495,7 +1496,8 @@ std::optional<Role> resultRole(DictionaryAttr attrs) {
       {"dsc.param_update", "Param"},
       {"dsc.opt_state_update", "OptState"},
       {"dsc.buffer_update", "BufferUpdate"},
-      {"dsc.grad", "Grad"}};
+      {"dsc.grad", "Grad"},
+      {"dsc.compute_copy_update", "ComputeCopy"}};
   for (auto [attr, role] : named)
     if (auto s = attrs.getAs<StringAttr>(attr))
       return Role{role, s.getValue().str()};

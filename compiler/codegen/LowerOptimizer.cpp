@@ -35,6 +35,7 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
       .Case([&](AdamWMultiOp o) -> LowerResult {
         // The entries' table, then one call for all of them.
         size_t n = o.getTensors().size() / 4;
+        bool copies = o.getResults().size() == 4 * n;
         std::string table = "adamw" + std::to_string(ctx.opIndex);
         std::string setup = "const rt::AdamwTensors " + table + "[] = {\n";
         for (size_t i = 0; i < n; ++i) {
@@ -43,7 +44,8 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
             setup += ctx.view(o.getTensors()[k * n + i]) + ", ";
           for (size_t k = 0; k < 3; ++k)
             setup += ctx.view(o.getResult(k * n + i)) + ", ";
-          setup += "Tensor()},\n";
+          setup += (copies ? ctx.view(o.getResult(3 * n + i)) : "Tensor()") +
+                   "},\n";
         }
         setup += "};\n";
         // A splat 1 scale multiplies by nothing: the kernel skips it.

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -153,6 +154,13 @@ inline int resolveThreads(int threads) {
   return hw ? static_cast<int>(hw) : 1;
 }
 
+/// Runs chunk(c) for every c in [1, chunks) on the process's worker threads
+/// (started once, hardware concurrency - 1 of them) while the caller runs
+/// chunk 0, and returns when all are done. Called from a worker (a kernel
+/// inside a kernel), it runs every chunk itself, so it never deadlocks.
+/// Several threads may call it at once (in-process ranks, host tasks).
+void runChunks(int64_t chunks, const std::function<void(int64_t)> &chunk);
+
 /// Runs fn(begin, end) over [0, n) split into contiguous chunks. Each index is
 /// handled by exactly one call, so kernels that give each index its own
 /// outputs stay deterministic for any thread count.
@@ -166,16 +174,12 @@ void parallelFor(int64_t n, int threads, int64_t minChunk, Fn &&fn) {
       fn(int64_t(0), n);
     return;
   }
-  std::vector<std::thread> pool;
   int64_t per = (n + chunks - 1) / chunks;
-  for (int64_t c = 1; c < chunks; ++c) {
+  runChunks(chunks, [&](int64_t c) {
     int64_t b = c * per, e = std::min(n, b + per);
     if (b < e)
-      pool.emplace_back([&fn, b, e] { fn(b, e); });
-  }
-  fn(int64_t(0), std::min(n, per));
-  for (auto &th : pool)
-    th.join();
+      fn(b, e);
+  });
 }
 
 /// Calls fn(T{}) with T = float or double for the dtype; false otherwise.

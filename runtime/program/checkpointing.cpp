@@ -33,6 +33,7 @@ const char *kindOf(ArgRole role) {
     return "buffer/";
   case ArgRole::Scaler:
     return "scaler/";
+  case ArgRole::ComputeCopy: // refilled from its parameter on resume
   default:
     return nullptr;
   }

@@ -27,7 +27,10 @@ Status gradcheck(Job &job, Ranks &ranks, bool &passed) {
     if (spec.args[i].role == ArgRole::Step)
       setIntScalar(rank0.args[i], 1);
   auto lossAt = [&](double &loss) -> Status {
-    Status s = ranks.stepOn(rank0, 1, /*all=*/true);
+    // The compute copies follow the perturbed parameters.
+    Status s = ranks.fillComputeCopies();
+    if (s.ok())
+      s = ranks.stepOn(rank0, 1, /*all=*/true);
     if (s.ok())
       loss = scalarValue(results[layout.loss]);
     return s;

@@ -481,6 +481,10 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   group("parameters", layout.params, true);
   group("buffers", layout.buffers, true);
   group("optimizer state", layout.optStates, false);
+  std::vector<int> copies;
+  for (const auto &copy : layout.computeCopies)
+    copies.push_back(copy.first);
+  group("compute copies", copies, false);
   std::fprintf(out, "  step scratch arena: %s\n",
                humanBytes(double(spec.arenaBytes)).c_str());
 }

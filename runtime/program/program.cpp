@@ -393,6 +393,8 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
     ranks.setScalars(/*scaler=*/false); // the hyperparameters in force
   }
   ckpt.setHypers(job.o.hypers);
+  if (Status s = ranks.fillComputeCopies(); !s.ok())
+    return error(job, s);
   if (Status s = ranks.placeOnDevice(deviceWhat); !s.ok())
     return error(job, s);
 

@@ -2,6 +2,7 @@
 
 #include "program/ranks.h"
 #include "cpu/kernel_util.h"
+#include "cpu/kernels.h"
 #include "program/convert.h"
 
 #include <algorithm>
@@ -339,6 +340,17 @@ Status Ranks::initialize(std::string &initWhat, bool weights) {
       }
     }
   setScalars(/*scaler=*/true);
+  return Status();
+}
+
+Status Ranks::fillComputeCopies() {
+  for (auto &rs : ranks_)
+    for (const auto &[copy, param] : job_.layout.computeCopies)
+      if (Status s = cpu::cast(rs->args[size_t(param)], rs->args[size_t(copy)]);
+          !s.ok())
+        return Status::error(s.code(), std::string("compute copy '") +
+                                           spec_.args[copy].name +
+                                           "': " + s.message());
   return Status();
 }
 

@@ -107,6 +107,10 @@ public:
   /// Hyperparameters and the seed from the options; with `scaler`, the loss
   /// scaler's first state.
   void setScalars(bool scaler);
+  /// Every rank's ComputeCopy arguments from their parameters, rounded
+  /// (cpu::cast): after the parameters are set, before they go to the
+  /// device.
+  Status fillComputeCopies();
   /// The NCCL communicator of a distributed run, then (a device program)
   /// will-it-fit, and every rank's tensors in its GPU's memory.
   Status placeOnDevice(std::string &deviceWhat);

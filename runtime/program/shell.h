@@ -84,6 +84,7 @@ struct Layout {
   std::vector<int> aliasOf; // per result: the arg whose storage it is, or -1
   std::vector<int> grads;                   // Grad results
   std::vector<int> inputs, params, buffers, optStates; // args
+  std::vector<std::pair<int, int>> computeCopies;      // (arg, param arg)
   int worldSize = 1, groupSize = 1;
 };
 

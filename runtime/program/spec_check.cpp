@@ -13,12 +13,60 @@
 
 namespace dsc::program {
 
+namespace {
+
+Status bug(const std::string &why) {
+  return fail("program spec: " + why +
+              " (the generated code is inconsistent; please report it as "
+              "a dsc bug)");
+}
+
+using ArgIndex = std::map<std::pair<int, std::string>, int>; // (role, name)
+
+/// A ComputeCopy argument and its Param: the same name and shape, neither
+/// a bucket shard, the copy bf16 or f16. Sets copy.second to the Param.
+Status pairComputeCopy(const ProgramSpec &spec, const ArgIndex &argIndex,
+                       std::pair<int, int> &copy) {
+  const ArgSpec &a = spec.args[copy.first];
+  std::string what = std::string("compute copy '") + a.name + "'";
+  auto it = argIndex.find({int(ArgRole::Param), a.name});
+  if (it == argIndex.end())
+    return bug(what + " has no parameter of that name");
+  const ArgSpec &p = spec.args[it->second];
+  if (a.bucket >= 0 || p.bucket >= 0)
+    return bug(what + " or its parameter is a bucket shard; compute copies "
+                      "are of whole parameters");
+  if (a.type.dtype != DType::BF16 && a.type.dtype != DType::F16)
+    return bug(what + " is " + describeSpec(a.type) +
+               "; a compute copy is bf16 or f16");
+  TensorSpec expected = p.type;
+  expected.dtype = a.type.dtype;
+  if (!sameType(a.type, expected))
+    return bug(what + " is " + describeSpec(a.type) + " but its parameter is " +
+               describeSpec(p.type));
+  copy.second = it->second;
+  return Status();
+}
+
+/// The argument role a state update of role `r` updates.
+ArgRole updatedRole(ResultRole r) {
+  switch (r) {
+  case ResultRole::OptState:
+    return ArgRole::OptState;
+  case ResultRole::BufferUpdate:
+    return ArgRole::Buffer;
+  case ResultRole::Scaler:
+    return ArgRole::Scaler;
+  case ResultRole::ComputeCopy:
+    return ArgRole::ComputeCopy;
+  default:
+    return ArgRole::Param;
+  }
+}
+
+} // namespace
+
 Status checkSpec(const ProgramSpec &spec, Layout &layout) {
-  auto bug = [](const std::string &why) {
-    return fail("program spec: " + why +
-                " (the generated code is inconsistent; please report it as "
-                "a dsc bug)");
-  };
   if (!spec.trainStep)
     return bug("no train step function");
   if (spec.numArgs < 0 || (spec.numArgs > 0 && !spec.args) ||
@@ -42,8 +90,8 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     }
     return Status();
   };
-  std::map<std::pair<int, std::string>, int> argIndex; // (role, name)
-  std::set<std::string> onnxNames;                     // params/buffers/inputs
+  ArgIndex argIndex;
+  std::set<std::string> onnxNames; // params/buffers/inputs
   for (int i = 0; i < spec.numArgs; ++i) {
     const ArgSpec &a = spec.args[i];
     if (!a.name)
@@ -67,6 +115,9 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
       break;
     case ArgRole::OptState:
       layout.optStates.push_back(i);
+      break;
+    case ArgRole::ComputeCopy:
+      layout.computeCopies.push_back({i, -1}); // its Param: below
       break;
     case ArgRole::Scaler:
       if (!spec.lossScaler.enabled)
@@ -109,6 +160,9 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     if (!spec.hypers[h].name || !*spec.hypers[h].name)
       return bug("hyperparameter default " + std::to_string(h) +
                  " has no name");
+  for (auto &copy : layout.computeCopies)
+    if (Status s = pairComputeCopy(spec, argIndex, copy); !s.ok())
+      return s;
   for (int i = 0; i < spec.numResults; ++i) {
     const ResultSpec &r = spec.results[i];
     if (!r.name)
@@ -156,6 +210,7 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     case ResultRole::OptState:
     case ResultRole::BufferUpdate:
     case ResultRole::Scaler:
+    case ResultRole::ComputeCopy:
       if (r.role == ResultRole::Scaler) {
         layout.scalerResults.push_back(i);
         if (std::strcmp(r.name, "loss_scale") == 0)
@@ -163,10 +218,7 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
         else if (std::strcmp(r.name, "hysteresis") == 0)
           layout.hysteresisResult = i;
       }
-      arg = argOf(r.role == ResultRole::Param      ? ArgRole::Param
-                  : r.role == ResultRole::OptState ? ArgRole::OptState
-                  : r.role == ResultRole::Scaler   ? ArgRole::Scaler
-                                                   : ArgRole::Buffer);
+      arg = argOf(updatedRole(r.role));
       if (arg < 0)
         return bug(what + " has no argument of that name");
       if (!sameType(r.type, spec.args[arg].type))
@@ -180,6 +232,9 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
         return bug(what + " is computed in place of argument " +
                    std::to_string(r.inPlaceOf) + ", not of its own (" +
                    std::to_string(arg) + ")");
+      if (r.role == ResultRole::ComputeCopy && r.inPlaceOf != arg)
+        return bug(what + " is not computed in place of its argument; a "
+                          "compute copy always is");
       (r.inPlaceOf >= 0 ? layout.inPlace : layout.updates).push_back({i, arg});
       break;
     }

@@ -98,6 +98,8 @@ const char *argRoleName(ArgRole r) {
     return "seed";
   case ArgRole::Scaler:
     return "loss scaler state";
+  case ArgRole::ComputeCopy:
+    return "compute copy";
   }
   return "argument";
 }
@@ -122,6 +124,8 @@ const char *resultRoleName(ResultRole r) {
     return "loss scaler state";
   case ResultRole::Overflow:
     return "overflow flag";
+  case ResultRole::ComputeCopy:
+    return "compute copy";
   }
   return "result";
 }

@@ -3,35 +3,38 @@
 // one of them, in place, and the host ops stay marked.
 // RUN: dsc-opt %s --split-input-file --dsc-offload=optimizer=cpu --cse --canonicalize --verify-diagnostics | FileCheck %s --check-prefix=PIPE
 
-// The masters and the optimizer state go to the host with the optimizer;
-// the compute copy is made there and copied up, waited for before the
-// forward reads it; the gradient, the learning rate and the step come
-// down; the splat 1 scale is cloned onto the host.
+// The masters and the optimizer state go to the host with the grouped
+// AdamW, which also writes the next step's compute copy there: the copy
+// becomes step state on the device (an argument the matmul reads, no cast
+// at the start), brought up after the AdamW into the result that updates
+// it. The gradient, the learning rate and the scalars come down; the
+// splat 1 scale is cloned onto the host.
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<4x2xf32> {dsc.memory = "host", dsc.param = "w"}
 // CHECK-SAME: %[[M:[a-z0-9]+]]: tensor<4x2xf32> {dsc.memory = "host", dsc.opt_state = "w/exp_avg"}
 // CHECK-SAME: %[[V:[a-z0-9]+]]: tensor<4x2xf32> {dsc.memory = "host", dsc.opt_state = "w/exp_avg_sq"}
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<3x4xbf16> {dsc.input = "x"}
+// CHECK-SAME: %[[CC:[a-z0-9]+]]: tensor<4x2xbf16> {dsc.compute_copy = "w"}
 // CHECK-SAME: -> (tensor<f32> {dsc.output = "loss"}, tensor<4x2xf32> {dsc.in_place = 0 : i64, dsc.memory = "host", dsc.param_update = "w"}
+// CHECK-SAME: tensor<4x2xbf16> {dsc.compute_copy_update = "w"})
 // CHECK: %[[B1:.*]] = dsc.offload_copy %arg4 {to = "host"}
 // CHECK: %[[STEP:.*]] = dsc.offload_copy %arg8 {to = "host"}
-// CHECK: %[[C:.*]] = dsc.cast %[[W]] {dsc.compute_copy, dsc.on_host, to = bf16}
-// CHECK-NEXT: %[[CD:.*]] = dsc.offload_copy %[[C]] {to = "device"} : tensor<4x2xbf16>
-// CHECK-NEXT: %[[CW:.*]] = dsc.offload_wait %[[CD]] : tensor<4x2xbf16>
-// CHECK-NEXT: %[[Y:.*]] = dsc.matmul %[[X]], %[[CW]]
+// CHECK-NOT: dsc.cast %[[W]]
+// CHECK: %[[Y:.*]] = dsc.matmul %[[X]], %[[CC]]
 // CHECK: %[[G:.*]] = dsc.matmul
 // CHECK-NEXT: %[[GF:.*]] = dsc.cast %[[G]] {to = f32}
 // CHECK-NEXT: %[[GH:.*]] = dsc.offload_copy %[[GF]] {to = "host"} : tensor<4x2xf32>
 // CHECK: %[[LR:.*]] = dsc.lr_schedule
 // CHECK-NEXT: %[[LRH:.*]] = dsc.offload_copy %[[LR]] {to = "host"}
 // CHECK: %[[ONE:.*]] = dsc.constant {dsc.on_host} dense<1.000000e+00>
-// CHECK-NEXT: dsc.adamw_multi %[[LRH]], %[[B1]], {{.*}}, %[[STEP]], scale %[[ONE]], (%[[W]], %[[GH]], %[[M]], %[[V]]) {dsc.on_host}
+// CHECK-NEXT: %[[R:.*]]:4 = dsc.adamw_multi %[[LRH]], %[[B1]], {{.*}}, %[[STEP]], scale %[[ONE]], (%[[W]], %[[GH]], %[[M]], %[[V]]) {dsc.on_host} {{.*}} -> tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xbf16>
+// CHECK-NEXT: %[[UP:.*]] = dsc.offload_copy %[[R]]#3 {to = "device"} : tensor<4x2xbf16>
+// CHECK-NEXT: return %{{.*}}, %[[R]]#0, %[[R]]#1, %[[R]]#2, %[[GF]], %[[UP]]
 // PIPE-LABEL: func.func @train_step
 // PIPE: dsc.constant {dsc.on_host} dense<1.000000e+00> : tensor<f32>
-// PIPE-COUNT-6: dsc.offload_copy
-// PIPE-NEXT: dsc.offload_wait
-// PIPE-COUNT-2: dsc.offload_copy
+// PIPE-COUNT-7: dsc.offload_copy {{.*}} {to = "host"}
 // PIPE: dsc.adamw_multi {{.*}} {dsc.on_host}
+// PIPE-NEXT: dsc.offload_copy {{.*}} {to = "device"}
 module {
 func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"},
     %m: tensor<4x2xf32> {dsc.opt_state = "w/exp_avg"},
@@ -57,6 +60,39 @@ func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"},
   %one = dsc.constant dense<1.0> : tensor<f32>
   %r:3 = dsc.adamw_multi %lr, %b1, %b2, %eps, %wd, %step, scale %one, (%w, %gf, %m, %v) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
   return %loss, %r#0, %r#1, %r#2, %gf : tensor<f32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
+}
+}
+
+// -----
+
+// A parameter updated by a single dsc.adamw (a group of one): its compute
+// copy is made on the host at the step's start, copied up and waited for
+// before the forward reads it.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<4x2xf32> {dsc.memory = "host", dsc.param = "w"}
+// CHECK: %[[C:.*]] = dsc.cast %[[W]] {dsc.compute_copy, dsc.on_host, to = bf16}
+// CHECK-NEXT: %[[CD:.*]] = dsc.offload_copy %[[C]] {to = "device"} : tensor<4x2xbf16>
+// CHECK-NEXT: %[[CW:.*]] = dsc.offload_wait %[[CD]] : tensor<4x2xbf16>
+// CHECK-NEXT: dsc.matmul %{{.*}}, %[[CW]]
+// CHECK: dsc.adamw {{.*}} {dsc.on_host}
+// PIPE-LABEL: func.func @train_step
+// PIPE: dsc.cast {{.*}} {dsc.compute_copy, dsc.on_host, to = bf16}
+// PIPE-NEXT: dsc.offload_copy {{.*}} {to = "device"}
+// PIPE-NEXT: dsc.offload_wait
+module {
+func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"},
+    %m: tensor<4x2xf32> {dsc.opt_state = "w/exp_avg"},
+    %v: tensor<4x2xf32> {dsc.opt_state = "w/exp_avg_sq"},
+    %x: tensor<3x4xbf16> {dsc.input = "x"}, %g: tensor<4x2xf32> {dsc.input = "g"},
+    %s: tensor<f32> {dsc.hyper = "lr"}, %step: tensor<i64> {dsc.step})
+    -> (tensor<3x2xbf16> {dsc.output = "loss"},
+        tensor<4x2xf32> {dsc.in_place = 0 : i64, dsc.param_update = "w"},
+        tensor<4x2xf32> {dsc.in_place = 1 : i64, dsc.opt_state_update = "w/exp_avg"},
+        tensor<4x2xf32> {dsc.in_place = 2 : i64, dsc.opt_state_update = "w/exp_avg_sq"}) {
+  %c = dsc.cast %w {dsc.compute_copy, to = bf16} : tensor<4x2xf32> -> tensor<4x2xbf16>
+  %y = dsc.matmul %x, %c : tensor<3x4xbf16>, tensor<4x2xbf16> -> tensor<3x2xbf16>
+  %r:3 = dsc.adamw %w, %g, %m, %v, %s, %s, %s, %s, %s, %step : tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
+  return %y, %r#0, %r#1, %r#2 : tensor<3x2xbf16>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
 }
 }
 

@@ -54,6 +54,27 @@ LogicalResult OffloadWaitOp::verify() {
   return success();
 }
 
+LogicalResult AdamWMultiOp::verify() {
+  size_t t = getTensors().size(), r = getResults().size();
+  if (t % 4 != 0)
+    return emitOpError("needs 4 tensors per parameter, got ") << t;
+  size_t n = t / 4;
+  if (r != 3 * n && r != 4 * n)
+    return emitOpError("has ")
+           << n << " parameters: 3 results each, or 4 with compute copies; got "
+           << r;
+  for (size_t i = 0; i < n && r == 4 * n; ++i) {
+    auto param = cast<RankedTensorType>(getTensors()[i].getType());
+    auto copy = cast<RankedTensorType>(getResult(3 * n + i).getType());
+    if (copy.getShape() != param.getShape() ||
+        !(copy.getElementType().isBF16() || copy.getElementType().isF16()))
+      return emitOpError("compute copy ")
+             << i << " must be bf16 or f16 of its parameter's shape "
+             << param << ", got " << copy;
+  }
+  return success();
+}
+
 LogicalResult ReleaseOp::verify() {
   if (getValues().empty())
     return emitOpError("must release at least one value");

@@ -894,6 +894,10 @@ def Dsc_AdamWMultiOp : Dsc_Op<"adamw_multi"> {
     round (a splat 1 constant when the grads are not scaled: the kernel
     then skips it). Each parameter's results are those of dsc.adamw on it,
     bit for bit.
+
+    Optionally (dsc-offload) N more results follow: each new param rounded
+    to a 16-bit float type of its shape, as dsc.cast would round it (the
+    next step's compute copies, written while the values are in cache).
   }];
   let arguments = (ins Dsc_ScalarF32:$lr, Dsc_ScalarF32:$beta1,
                    Dsc_ScalarF32:$beta2, Dsc_ScalarF32:$eps,
@@ -908,6 +912,13 @@ def Dsc_AdamWMultiOp : Dsc_Op<"adamw_multi"> {
     `,` type($step) `,` type($grad_scale) `,` `(` type($tensors) `)` `->`
     type($results)
   }];
+  let extraClassDeclaration = [{
+    /// The inferred 3N results, optionally followed by N compute copies
+    /// (16-bit, of each parameter's shape).
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+  let hasVerifier = 1;
 }
 
 def Dsc_SgdOp : Dsc_Op<"sgd"> {

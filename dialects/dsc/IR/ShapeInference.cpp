@@ -1168,6 +1168,23 @@ LogicalResult AdamWMultiOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+bool AdamWMultiOp::isCompatibleReturnTypes(TypeRange inferred,
+                                           TypeRange actual) {
+  size_t n = inferred.size() / 3;
+  if (actual.size() != 3 * n && actual.size() != 4 * n)
+    return false;
+  if (inferred != actual.take_front(3 * n))
+    return false;
+  for (size_t i = 0; i < actual.size() - 3 * n; ++i) {
+    auto param = dyn_cast<RankedTensorType>(inferred[i]);
+    auto copy = dyn_cast<RankedTensorType>(actual[3 * n + i]);
+    if (!param || !copy || param.getShape() != copy.getShape() ||
+        !(copy.getElementType().isBF16() || copy.getElementType().isF16()))
+      return false;
+  }
+  return true;
+}
+
 LogicalResult AdamWOp::inferReturnTypes(MLIRContext *ctx,
                                         std::optional<Location> loc, Adaptor a,
                                         SmallVectorImpl<Type> &results) {

@@ -39,6 +39,13 @@ enum class ArgRole : uint8_t {
   Seed,     // scalar i64: the run's seed (dropout)
   Scaler,   // fp16 loss scaler state (spec.lossScaler): "loss_scale",
             // "hysteresis", "good_steps" (f32), "applied_steps" (i64)
+  ComputeCopy, // the 16-bit compute copy of the Param of the same name
+               // (bf16 or f16, same shape), kept between steps: the program
+               // fills it with the parameter rounded to its dtype (round to
+               // nearest even, as dsc::cpu::cast) whenever the parameters
+               // are set (initial weights, --init, a resumed checkpoint),
+               // and the step updates it in place; never saved in
+               // checkpoints or dumps
 };
 
 /// What a result of train_step is.
@@ -53,6 +60,8 @@ enum class ResultRole : uint8_t {
   Scaler,       // the loss scaler's next state (same name as its argument)
   Overflow,     // scalar f32: 1 when the gradients held an inf or nan on
                 // some rank and the step was skipped (fp16), else 0
+  ComputeCopy,  // the compute copy's update (same name as its argument),
+                // always computed in place of its argument
 };
 
 struct ArgSpec {
@@ -78,7 +87,8 @@ struct ResultSpec {
   /// >= 0: an updated Param, OptState, Buffer or Scaler that the step may
   /// compute into the storage of its argument, this one
   /// (dsc-in-place-updates): the caller may hand both the same tensor, and
-  /// holds the state once. -1: it must be storage of its own.
+  /// holds the state once. -1: it must be storage of its own. A
+  /// ComputeCopy update always has it.
   int inPlaceOf = -1;
   /// In host memory even in a device program, as ArgSpec::host; an updated
   /// state is host exactly when its argument is, and computed in place.

@@ -12,6 +12,7 @@
 
 #include "dsc/device.h"
 #include "TestUtil.h"
+#include "io/checkpoint.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -601,6 +602,209 @@ TEST_F(HostOffload, TheSpecCheckRefusesAHostInputOrAMismatch) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.err, "and its argument are not both in host memory"))
       << r.err;
+}
+
+} // namespace
+
+namespace {
+
+// A bf16 compute copy of w kept as step state (ArgRole::ComputeCopy, as an
+// offloaded optimizer has it): the shell fills it with w rounded to nearest
+// even whenever the parameters are set, the step reads it in its forward
+// and writes the rounded new w into it in place.
+enum { CW, CC, CX, CY, CLR, CSTEP, C_NUM_ARGS };
+enum { CLOSS, CPARAM, CGRAD, CCOPY, C_NUM_RESULTS };
+
+// 1 + 2^-8 is a tie between two bf16 values, broken to the even one (1.0);
+// 2^-20 more rounds up. Truncation would give 1.0 for both.
+const float kInitW[2] = {1.00390625f + 0x1p-20f, 1.00390625f};
+const uint16_t kInitCopy[2] = {0x3F81, 0x3F80};
+
+std::vector<std::vector<uint16_t>> gCopySeen; // per call: the copy's bits
+
+/// The copy must hold w rounded to bf16 at every call: filled by the shell
+/// at the first, updated in place by the step itself at the others.
+Status checkCopy(const RankContext &ctx, const float *w, const uint16_t *c) {
+  gCopySeen.push_back({c[0], c[1]});
+  for (int i = 0; i < 2; ++i)
+    if (c[i] != floatToBfloat16(w[i]))
+      return Status::error(StatusCode::InvalidArgument,
+                           "the compute copy is not w rounded to bf16 at "
+                           "step " +
+                               std::to_string(ctx.step));
+  return Status();
+}
+
+/// Elementwise regression y = c * x on the compute copy c; the update goes
+/// to the fp32 w, its rounding into the copy.
+Status copyStep(const RankContext &ctx, const Tensor *a, const Tensor *r) {
+  const float w[2] = {a[CW].as<float>()[0], a[CW].as<float>()[1]};
+  if (Status s = checkCopy(ctx, w, a[CC].as<uint16_t>()); !s.ok())
+    return s;
+  const float *x = a[CX].as<float>(), *y = a[CY].as<float>();
+  float lr = *a[CLR].as<float>(), loss = 0;
+  for (int i = 0; i < 2; ++i) {
+    float c = bfloat16ToFloat(a[CC].as<uint16_t>()[i]);
+    float res = c * x[i] - y[i];
+    loss += res * res / 2;
+    r[CGRAD].as<float>()[i] = res * x[i];
+    r[CPARAM].as<float>()[i] = w[i] - lr * res * x[i];
+    r[CCOPY].as<uint16_t>()[i] = floatToBfloat16(r[CPARAM].as<float>()[i]);
+  }
+  *r[CLOSS].as<float>() = loss;
+  return Status();
+}
+
+struct ComputeCopyRun : DeviceRun {
+  std::vector<ArgSpec> args;
+  std::vector<ResultSpec> results;
+  std::string init;
+
+  void SetUp() override {
+    DeviceRun::SetUp();
+    gCopySeen.clear();
+    init = dir / "init.safetensors";
+    std::vector<float> w(kInitW, kInitW + 2);
+    ASSERT_TRUE(io::writeSafetensors(
+                    init, {{"w", Tensor::of(w.data(), DType::F32, {2})}})
+                    .ok());
+  }
+  /// w offloaded (host, updated in place) or not (double-buffered).
+  ProgramSpec copySpec(bool hostParam, bool onDevice) {
+    const TensorSpec f32{DType::F32, 1, {2}}, bf16{DType::BF16, 1, {2}};
+    args = {{ArgRole::Param, "w", f32, -1, hostParam},
+            {ArgRole::ComputeCopy, "w", bf16},
+            {ArgRole::Input, "x", f32},
+            {ArgRole::Input, "y", f32},
+            kArgs[LR],
+            kArgs[STEP]};
+    results = {
+        kResults[0],
+        {ResultRole::Param, "w", f32, -1, hostParam ? CW : -1, hostParam},
+        {ResultRole::Grad, "w", f32},
+        {ResultRole::ComputeCopy, "w", bf16, -1, CC}};
+    ProgramSpec s = spec(1, onDevice);
+    s.numArgs = C_NUM_ARGS;
+    s.args = args.data();
+    s.numResults = C_NUM_RESULTS;
+    s.results = results.data();
+    s.trainStep = copyStep;
+    return s;
+  }
+  RunResult trainCopy(const ProgramSpec &s, const std::string &tag,
+                      std::vector<std::string> more = {}) {
+    std::vector<std::string> argv = {
+        "--batch", batchOf(1), "--init",        init,
+        "--lr",    "0.01",     "--dump-params", dir / ("p" + tag)};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return runWith(s, argv);
+  }
+  void expectSpecBug(const ProgramSpec &s, const std::string &message) {
+    RunResult r = runWith(s, {"--help"});
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_TRUE(contains(r.err, "error: program spec: " + message)) << r.err;
+    EXPECT_TRUE(contains(r.err, "please report it as a dsc bug")) << r.err;
+  }
+};
+
+TEST_F(ComputeCopyRun, TheStepStartsFromTheRoundedParameter) {
+  std::string first;
+  for (bool onDevice : {false, true})
+    for (bool hostParam : {true, false}) {
+      std::string tag = std::to_string(onDevice) + std::to_string(hostParam);
+      SCOPED_TRACE(tag);
+      gCopySeen.clear();
+      RunResult r =
+          trainCopy(copySpec(hostParam, onDevice), tag, {"--steps", "3"});
+      ASSERT_EQ(r.rc, 0) << r.err;
+      ASSERT_EQ(gCopySeen.size(), 3u);
+      EXPECT_EQ(gCopySeen[0],
+                (std::vector<uint16_t>{kInitCopy[0], kInitCopy[1]}));
+      EXPECT_NE(gCopySeen[1], gCopySeen[0]); // the step's own update
+      // The dump holds the fp32 parameter only, the same on every path.
+      EXPECT_TRUE(contains(r.out, "(1 tensors)")) << r.out;
+      io::SafetensorsFile p;
+      ASSERT_TRUE(p.read(dir / ("p" + tag)).ok());
+      EXPECT_EQ(p.names(), (std::vector<std::string>{"w"}));
+      if (first.empty())
+        first = readFile(dir / ("p" + tag));
+      EXPECT_EQ(readFile(dir / ("p" + tag)), first);
+      gSteps.clear();
+    }
+}
+
+TEST_F(ComputeCopyRun, AResumedRunRefillsItFromTheCheckpoint) {
+  for (bool onDevice : {false, true}) {
+    SCOPED_TRACE(onDevice ? "device" : "cpu");
+    std::string ckpt = dir / (onDevice ? "ckd" : "ckc");
+    ProgramSpec s = copySpec(/*hostParam=*/true, onDevice);
+    RunResult whole = trainCopy(s, "whole", {"--steps", "4"});
+    ASSERT_EQ(whole.rc, 0) << whole.err;
+    RunResult saved =
+        trainCopy(s, "saved", {"--steps", "2", "--save-dir", ckpt});
+    ASSERT_EQ(saved.rc, 0) << saved.err;
+    io::CheckpointReader reader;
+    ASSERT_TRUE(reader.open(ckpt).ok());
+    ASSERT_EQ(reader.manifest().tensors.size(), 1u); // no compute copy
+    EXPECT_EQ(reader.manifest().tensors[0].name, "param/w");
+    gCopySeen.clear();
+    RunResult resumed =
+        runWith(s, {"--resume", ckpt, "--batch", batchOf(1), "--steps", "4",
+                    "--dump-params", dir / "presumed"});
+    ASSERT_EQ(resumed.rc, 0) << resumed.err;
+    ASSERT_EQ(gCopySeen.size(), 2u); // steps 3 and 4, checked by the step
+    EXPECT_EQ(readFile(dir / "pwhole"), readFile(dir / "presumed"));
+    gSteps.clear();
+  }
+}
+
+TEST_F(ComputeCopyRun, GradcheckRefillsItAfterEachPerturbation) {
+  for (bool onDevice : {false, true}) {
+    SCOPED_TRACE(onDevice ? "device" : "cpu");
+    gCopySeen.clear();
+    RunResult r = trainCopy(copySpec(/*hostParam=*/true, onDevice), "g",
+                            {"--gradcheck", "1", "--gradcheck-tol", "0.5"});
+    ASSERT_EQ(r.rc, 0) << r.err << r.out;
+    EXPECT_TRUE(contains(r.out, "gradcheck w")) << r.out;
+    ASSERT_EQ(gCopySeen.size(), 3u); // the base and w[0] +- 0.01
+    EXPECT_EQ(gCopySeen[0][0], kInitCopy[0]);
+    EXPECT_NE(gCopySeen[1][0], kInitCopy[0]);
+    EXPECT_NE(gCopySeen[2][0], kInitCopy[0]);
+  }
+}
+
+TEST_F(ComputeCopyRun, TheSpecCheckNamesAMalformedComputeCopy) {
+  ProgramSpec s = copySpec(true, false);
+  args[CC].type.dtype = results[CCOPY].type.dtype = DType::F16;
+  RunResult help = runWith(s, {"--help"});
+  ASSERT_EQ(help.rc, 0) << help.err;
+  EXPECT_TRUE(contains(help.out, "compute copies: 1 tensors")) << help.out;
+
+  s = copySpec(true, false);
+  args[CC].name = results[CCOPY].name = "v";
+  expectSpecBug(s, "compute copy 'v' has no parameter of that name");
+
+  s = copySpec(true, false);
+  args[CC].type.shape[0] = results[CCOPY].type.shape[0] = 3;
+  expectSpecBug(s, "compute copy 'w' is bf16[3] but its parameter is f32[2]");
+
+  s = copySpec(true, false);
+  args[CC].type.dtype = results[CCOPY].type.dtype = DType::F32;
+  expectSpecBug(s, "compute copy 'w' is f32[2]; a compute copy is bf16 or "
+                   "f16");
+
+  s = copySpec(true, false);
+  args[CC].bucket = 0;
+  expectSpecBug(s, "compute copy 'w' or its parameter is a bucket shard");
+
+  s = copySpec(true, false);
+  results[CCOPY].inPlaceOf = -1;
+  expectSpecBug(s, "compute copy result 'w' is not computed in place of its "
+                   "argument; a compute copy always is");
+
+  s = copySpec(true, false);
+  results[CCOPY].name = "v";
+  expectSpecBug(s, "compute copy result 'v' has no argument of that name");
 }
 
 } // namespace
