@@ -37,7 +37,9 @@
 #                --offload-optimizer cpu (gpt2_124m_bf16_off, llama_1b_bf16_off):
 #                with and without the graph (bitwise), and the losses against
 #                the GPU AdamW's run of the same part (close, not bitwise:
-#                the host's AdamW rounds differently)
+#                the host's AdamW may round differently)
+#   llama-off-rsel
+#                offload with --recompute selective (llama_1b_bf16_off_rsel)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
 # BREAKDOWN=0 leaves the per-kernel breakdowns out. Programs in
@@ -68,7 +70,7 @@ dsc_pair() { # NAME PROGRAM STEPS ARGS...: with and without the CUDA graph
   local name=$1 prog=$2 steps=$3
   shift 3
   for g in graph nograph; do
-    local flag=""
+    local flag=--cuda-graph
     [ $g = nograph ] && flag=--no-cuda-graph
     timeout 200 "$prog" "$@" --steps "$steps" --print-every 4 $flag \
       --log "$W/${name}_$g.jsonl" >"$W/${name}_$g.txt" 2>&1
@@ -157,7 +159,7 @@ for part in "$@"; do
       "$B/mlp_bf16_acc4_off" $bi --log $t/bo.jsonl --dump-params $t/bo.safetensors
       echo -n "offload_adamw_host_vs_gpu_mlp_bf16: "
       python3 test/e2e/compare_runs.py $t/b1.jsonl $t/b1.safetensors $t/bo.jsonl $t/bo.safetensors --tol 1e-5
-      "$B/gpt2drop_bf16_off" $cd_ --seed 3 --steps 6 --log $t/of.jsonl --dump-params $t/of.safetensors
+      "$B/gpt2drop_bf16_off" $cd_ --seed 3 --steps 6 --cuda-graph --log $t/of.jsonl --dump-params $t/of.safetensors
       "$B/gpt2drop_bf16_off" $cd_ --seed 3 --steps 6 --no-cuda-graph --log $t/on.jsonl --dump-params $t/on.safetensors
       echo -n "offload_graph_gpt2_dropout_bf16: "
       python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/on.jsonl $t/on.safetensors --tol 0
@@ -176,7 +178,15 @@ for part in "$@"; do
   llama-off)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_pair llama_off "$B/llama_1b_bf16_off" 12 --init random --data "$W/tokl.bin" --data-dtype int32 | tee "$W/llama_off_summary.txt"
-    python3 bench/close_losses.py "$W/llama_off_graph.jsonl" "$W/llama_graph.jsonl" ;;
+    python3 bench/close_losses.py "$W/llama_off_graph.jsonl" "$W/llama_graph.jsonl"
+    # Where the offloaded step's time goes (phases timed with a synchronize
+    # at each: no graph).
+    timeout 120 "$B/llama_1b_bf16_off" --init random --data "$W/tokl.bin" --data-dtype int32 \
+      --steps 5 --print-every 5 --wall-clock-breakdown >"$W/llama_off_phases.txt" 2>&1
+    grep -iE "forward|backward|optimizer|phase" "$W/llama_off_phases.txt" | tail -6 ;;
+  llama-off-rsel)
+    [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
+    dsc_variant llama_off_rsel "$B/llama_1b_bf16_off_rsel" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32 ;;
   llama-peers)
     timeout 90 python3 bench/llama_1b.py torch >"$W/llama_torch.jsonl" 2>"$W/llama_torch.err"
     timeout 180 python3 bench/llama_1b.py torch --compile >>"$W/llama_torch.jsonl" 2>>"$W/llama_torch.err"

@@ -2,7 +2,8 @@
 //
 // dsc-offload (Passes.td): in the step function, find the arguments the
 // optimizer updates and the ops that may run on the host (analysis), then
-// copy what those ops read from the device to the host, copy what the
+// split the grouped AdamW into chunks, make its compute copies step state,
+// copy what the host ops read from the device to the host, copy what the
 // device reads from them back, and mark the ops, arguments and results
 // (rewrite). DeepSpeed's offload_optimizer: cpu.
 //
@@ -92,6 +93,58 @@ FailureOr<Placement> analyze(func::FuncOp fn) {
       p.hostOps.insert(&op);
   }
   return p;
+}
+
+/// Step 1a: a grouped AdamW over more than `chunk` elements becomes several,
+/// each over whole parameters in order and about `chunk` elements, where it
+/// stood. Each parameter's results are the same bits (same kernel).
+void splitOptimizer(Placement &p, int64_t chunk) {
+  SmallVector<dsc::AdamWMultiOp> multis;
+  for (Operation *op : p.hostOps)
+    if (auto m = dyn_cast<dsc::AdamWMultiOp>(op))
+      multis.push_back(m);
+  for (dsc::AdamWMultiOp multi : multis) {
+    ValueRange t = multi.getTensors();
+    size_t n = t.size() / 4;
+    // Group boundaries: [starts[g], starts[g + 1]).
+    SmallVector<size_t> starts = {0};
+    int64_t filled = 0;
+    for (size_t i = 0; i < n; ++i) {
+      int64_t numel = cast<RankedTensorType>(t[i].getType()).getNumElements();
+      if (filled > 0 && filled + numel > chunk) {
+        starts.push_back(i);
+        filled = 0;
+      }
+      filled += numel;
+    }
+    starts.push_back(n);
+    if (starts.size() <= 2)
+      continue;
+    OpBuilder b(multi);
+    for (size_t g = 0; g + 1 < starts.size(); ++g) {
+      size_t lo = starts[g], hi = starts[g + 1], m = hi - lo;
+      SmallVector<Value> tensors;
+      SmallVector<Type> types;
+      for (size_t k = 0; k < 4; ++k)
+        for (size_t i = lo; i < hi; ++i)
+          tensors.push_back(t[k * n + i]);
+      for (size_t k = 0; k < 3; ++k)
+        for (size_t i = lo; i < hi; ++i)
+          types.push_back(t[i].getType());
+      auto part = dsc::AdamWMultiOp::create(
+          b, multi.getLoc(), types, multi.getLr(), multi.getBeta1(),
+          multi.getBeta2(), multi.getEps(), multi.getWeightDecay(),
+          multi.getStep(), multi.getGradScale(), tensors);
+      part->setAttrs(multi->getAttrs());
+      for (size_t k = 0; k < 3; ++k)
+        for (size_t i = lo; i < hi; ++i)
+          multi.getResult(k * n + i)
+              .replaceAllUsesWith(part.getResult(k * m + (i - lo)));
+      p.hostOps.insert(part);
+    }
+    p.hostOps.remove(multi);
+    multi.erase();
+  }
 }
 
 /// The compute-copy cast (a host op) of each parameter of `multi`, or none
@@ -318,7 +371,14 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
       return signalPassFailure();
     }
     FailureOr<Placement> placement = analyze(fn);
-    if (failed(placement) || failed(keepComputeCopies(fn, *placement)))
+    if (failed(placement))
+      return signalPassFailure();
+    if (chunkElements < 1) {
+      fn.emitError("dsc-offload: chunk-elements must be at least 1");
+      return signalPassFailure();
+    }
+    splitOptimizer(*placement, chunkElements);
+    if (failed(keepComputeCopies(fn, *placement)))
       return signalPassFailure();
     Operation *lastArgCopy = nullptr;
     copyOperandsToHost(*placement, lastArgCopy);

@@ -562,6 +562,14 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
     %g = dsc.offload_copy %r#2 {to = "host"} : ...
     %n:3 = dsc.adamw %w, %g, %m, %v, %lr_host, ... {dsc.on_host}
     ```
+    A grouped AdamW (dsc.adamw_multi) is split into chunks of about
+    `chunk-elements` elements, and writes the next step's 16-bit compute
+    copies itself (N more results): they become step state on the device,
+    an argument `dsc.compute_copy` the forward reads instead of the cast,
+    and a result `dsc.compute_copy_update` that a copy brings up right after
+    the chunk that computed it. The copy stream and the host's work then
+    overlap chunk by chunk.
+
     `optimizer=none` (the default) leaves the IR as it is. Stages 1-3
     (sharded state reached through slices and gathers) are refused with a
     message, as is an optimizer whose state is not an argument.
@@ -569,6 +577,12 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
   let options = [
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"none\"",
            "none or cpu">,
+    Option<"chunkElements", "chunk-elements", "int64_t",
+           /*default=*/"int64_t(1) << 25",
+           "A grouped AdamW over more elements runs as several host tasks of "
+           "about this many (whole parameters), so that each one's "
+           "gradients come down, and its compute copies go up, while "
+           "another computes">,
     Option<"function", "function", "std::string", /*default=*/"\"train_step\"",
            "The step function">
   ];

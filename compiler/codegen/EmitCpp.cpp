@@ -1409,11 +1409,23 @@ LogicalResult Emitter::onHost(Operation *op, LoweredCall &lowered) {
     if (!line.empty())
       body += "    " + line.str() + "\n";
   lowered.setup.clear();
+  // What it reads (copies into those finish first) and writes (copies from
+  // those wait for it).
+  auto list = [&](auto values) {
+    std::string text = "{";
+    llvm::SmallDenseSet<Value> seen;
+    for (Value v : values)
+      if (seen.insert(v).second)
+        text += (text.size() > 1 ? ", " : "") + names_.lookup(v);
+    return text + "}";
+  };
   lowered.call = "rt::hostTask(" + std::to_string(hostSites_++) +
                  ", [=]() -> Status {\n" +
                  onRuntime(body, "dsc::cpu") + "    return " +
                  onRuntime(lowered.call, "dsc::cpu") + ";\n  }, " +
-                 cppString(op->getName().getStringRef()) + ")";
+                 cppString(op->getName().getStringRef()) + ",\n      " +
+                 list(op->getOperands()) + ",\n      " +
+                 list(op->getResults()) + ")";
   return success();
 }
 

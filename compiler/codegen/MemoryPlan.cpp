@@ -306,7 +306,7 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
 
   // 4. Offsets, in op order: an op's results are placed while its operands
   //    are still live, then whatever dies at the op is released.
-  FreeList frame, hostFrame;
+  FreeList frame;
   uint64_t bump = 0;
   // The values alive after each op's results are placed (for the peak).
   llvm::SetVector<Value> live;
@@ -317,10 +317,11 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
     for (Value r : op->getResults()) {
       Storage &s = plan.storage[r];
       if (s.kind == Storage::Kind::HostArena) {
-        // One stream (the copy stream) runs every host op in block order,
-        // so a host range is free for reuse after its last use too.
-        s.offset = hostFrame.allocate(r, s.bytes);
-        plan.hostBytes = std::max(plan.hostBytes, s.offset + s.bytes);
+        // Never reused within the step: copies and host tasks run on two
+        // streams, ordered only by the data each reads (a later value in a
+        // dead one's range could be written while a copy still reads it).
+        s.offset = plan.hostBytes;
+        plan.hostBytes += s.bytes;
         continue;
       }
       if (s.kind != Storage::Kind::Arena)
@@ -349,12 +350,10 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
       plan.totalBytes =
           std::max(plan.totalBytes, base + options.calleeBytes(call));
     }
-    for (Value v : freeAt.lookup(i)) {
-      if (plan.storage[v].kind == Storage::Kind::HostArena)
-        hostFrame.release(v);
-      else if (options.reuse)
-        frame.release(v);
-    }
+    if (options.reuse)
+      for (Value v : freeAt.lookup(i))
+        if (plan.storage[v].kind == Storage::Kind::Arena)
+          frame.release(v);
   }
   plan.totalBytes = std::max(plan.totalBytes, plan.ownBytes);
   return plan;

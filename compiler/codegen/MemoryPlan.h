@@ -78,8 +78,9 @@ struct PlanOptions {
   /// meanwhile). Off, a collective is done when it returns (CPU).
   bool asyncCollectives = false;
   /// Host values (isHostValue) get a frame of their own (the program's frame
-  /// is in device memory); copies run asynchronously on a copy stream, so
-  /// what a copy to the host reads stays live to the function's end.
+  /// is in device memory), each its own range; copies run asynchronously on
+  /// a copy stream, so what a copy to the host reads stays live to the
+  /// function's end.
   bool separateHost = false;
   /// Every range starts at a multiple of this.
   uint64_t alignment = 64;

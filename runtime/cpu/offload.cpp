@@ -87,8 +87,10 @@ Status offloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
   return Status();
 }
 
-Status hostTask(int site, std::function<Status()> fn, const char *what) {
-  (void)site;
+Status hostTask(int site, std::function<Status()> fn, const char *what,
+                std::initializer_list<Tensor> reads,
+                std::initializer_list<Tensor> writes) {
+  (void)site, (void)reads, (void)writes;
   Status s = detail::runHostTask(fn);
   return s.ok() ? s : detail::hostTaskFailed(what, s);
 }

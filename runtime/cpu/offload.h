@@ -6,8 +6,8 @@
 // and the waits that bring their results back into the compute stream's
 // order. On the CPU every tensor is host memory and every call acts at
 // once; the CUDA backend (cuda/kernels.h, same names, operands and
-// errors) runs copies and tasks on the rank's offload stream, beside its
-// compute stream.
+// errors) runs copies on the rank's copy stream and tasks on its host
+// stream, beside its compute stream, ordered by the tensors each names.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,31 +17,38 @@
 #include "dsc/runtime.h"
 
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 namespace dsc::cpu {
 
 /// Copies src into dst (same dtype and element count, else an error naming
 /// both). toHost: src is device memory and dst (pinned) host memory; else
-/// the reverse. CUDA: after all compute-stream work issued so far, on the
-/// offload stream; offloadWait(dst) orders the compute stream after it.
-/// CPU: a memcpy, now.
+/// the reverse. CUDA: after all compute-stream work issued so far (and, to
+/// the device, after the host task that last wrote src), on the copy
+/// stream; offloadWait(dst) orders the compute stream after it. CPU: a
+/// memcpy, now.
 Status offloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
                    const char *what);
-/// Runs fn on the host after the offload work issued so far. `site` names
-/// the call site (one per hostTask call of the generated code); a CUDA graph
-/// captured from an earlier step calls fn again on each replay, so fn reads
+/// Runs fn on the host after the copies into `reads` (those that were
+/// offloadCopy destinations) and the host tasks before it. `writes`: the
+/// host tensors it writes, which later offloadCopy calls from them wait
+/// for. CPU: runs fn now, ignores the lists. `site` names the call site
+/// (one per hostTask call of the generated code); a CUDA graph captured
+/// from an earlier step calls fn again on each replay, so fn reads
 /// everything that changes per step from memory, never from values it
 /// captured. A failure (or an exception) of fn is "host task <what>:
 /// <message>": CPU returns it; CUDA keeps the rank's first one, skips its
 /// later host tasks and reports it from Device::synchronize.
-Status hostTask(int site, std::function<Status()> fn, const char *what);
+Status hostTask(int site, std::function<Status()> fn, const char *what,
+                std::initializer_list<Tensor> reads,
+                std::initializer_list<Tensor> writes);
 /// The compute stream waits until the last offloadCopy into dst (by
 /// dst.data) is done; no such copy is an error naming `what`. CPU: checks
 /// that a copy into dst was made on this thread.
 Status offloadWait(const Tensor &dst, const char *what);
-/// The compute stream waits for all offload work issued so far (the step's
-/// end). CPU: nothing.
+/// The compute stream waits for all offload work issued so far, copies and
+/// host tasks (the step's end). CPU: nothing.
 Status offloadJoin();
 
 namespace detail {

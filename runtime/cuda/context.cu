@@ -111,13 +111,15 @@ Status scratch(size_t bytes, void **out) {
 }
 
 Offload::~Offload() {
-  for (auto &entry : copies)
-    cudaEventDestroy(entry.second.done);
-  for (cudaEvent_t e : {fork, join})
+  for (Marks *marks : {&copies, &hostWrites})
+    for (auto &entry : *marks)
+      cudaEventDestroy(entry.second.done);
+  for (cudaEvent_t e : {fork, copy.join, host.join})
     if (e)
       cudaEventDestroy(e);
-  if (stream)
-    cudaStreamDestroy(stream);
+  for (cudaStream_t s : {copy.stream, host.stream})
+    if (s)
+      cudaStreamDestroy(s);
 }
 
 Status captureIdOf(cudaStream_t stream, unsigned long long &id) {
@@ -142,10 +144,19 @@ Status notWhileCapturing(const RankDevice &rd, const char *what) {
                           "captured) must make every offload call first");
 }
 
-Status createOffload(RankDevice &rd, Offload &o) {
-  DSC_CUDA_CHECK(cudaStreamCreateWithFlags(&o.stream, cudaStreamNonBlocking));
+Status createLane(Offload::Lane &lane) {
+  DSC_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+  DSC_CUDA_CHECK(cudaEventCreateWithFlags(&lane.join, cudaEventDisableTiming));
+  return Status();
+}
+
+Status createOffload(Offload &o) {
+  if (Status s = createLane(o.copy); !s.ok())
+    return s;
+  if (Status s = createLane(o.host); !s.ok())
+    return s;
   DSC_CUDA_CHECK(cudaEventCreateWithFlags(&o.fork, cudaEventDisableTiming));
-  DSC_CUDA_CHECK(cudaEventCreateWithFlags(&o.join, cudaEventDisableTiming));
   return Status();
 }
 
@@ -154,10 +165,10 @@ Status createOffload(RankDevice &rd, Offload &o) {
 Status offloadOf(Offload *&out) {
   RankDevice &rd = current();
   if (!rd.offload) {
-    if (Status s = notWhileCapturing(rd, "the offload stream"); !s.ok())
+    if (Status s = notWhileCapturing(rd, "the offload streams"); !s.ok())
       return s;
     auto o = std::make_shared<Offload>();
-    if (Status s = createOffload(rd, *o); !s.ok())
+    if (Status s = createOffload(*o); !s.ok())
       return s;
     rd.offload = std::move(o);
   }
@@ -165,15 +176,15 @@ Status offloadOf(Offload *&out) {
   return Status();
 }
 
-Status copyOf(Offload &o, const void *dst, Offload::Copy *&out) {
-  auto it = o.copies.find(dst);
-  if (it == o.copies.end()) {
-    if (Status s = notWhileCapturing(current(), "an offload copy's event");
-        !s.ok())
+Status markOf(Offload::Marks &marks, const void *key, const char *what,
+              Offload::Mark *&out) {
+  auto it = marks.find(key);
+  if (it == marks.end()) {
+    if (Status s = notWhileCapturing(current(), what); !s.ok())
       return s;
     cudaEvent_t e = nullptr;
     DSC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    it = o.copies.emplace(dst, Offload::Copy{e}).first;
+    it = marks.emplace(key, Offload::Mark{e}).first;
   }
   out = &it->second;
   return Status();

@@ -2,9 +2,9 @@
 //
 // Each rank of a program owns a GPU (several in-process ranks may share
 // one), a compute stream, a communication stream, a cuBLASLt and a cuDNN
-// handle, a grow-only scratch buffer and, once it offloads, an offload
-// stream (Offload). A rank's thread binds to it with bindRank before it
-// calls kernels; kernels reach it through current().
+// handle, a grow-only scratch buffer and, once it offloads, a copy stream
+// and a host-task stream (Offload). A rank's thread binds to it with
+// bindRank before it calls kernels; kernels reach it through current().
 // No global mutable state is shared between ranks, so in-process ranks run
 // their kernels concurrently.
 //
@@ -50,19 +50,28 @@ struct HostTaskSite {
 };
 
 /// A rank's copies between device and host memory and its host tasks
-/// (offload.cu): a stream beside the compute stream, forked from it by
-/// `fork` and joined back by `join`, and per destination the event of the
-/// last copy into it. Made by the rank's first offload call, outside any
-/// capture (offloadOf), and kept as long as the rank.
+/// (offload.cu): two streams beside the compute stream, `copy` for the
+/// copies and `host` for the host tasks, each forked from the compute stream
+/// by `fork` and joined back by its `join`; per buffer (by data pointer) the
+/// event of the last copy into it and, apart, of the last host task that
+/// wrote it. Made by the rank's first offload call, outside any capture
+/// (offloadOf), and kept as long as the rank; the events are reused by
+/// every later step and replay.
 struct Offload {
-  struct Copy {
+  struct Mark {
     cudaEvent_t done = nullptr;
     bool recorded = false;
     unsigned long long captureId = 0; // 0: recorded outside a capture
   };
-  cudaStream_t stream = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
-  std::map<const void *, Copy> copies;
+  using Marks = std::map<const void *, Mark>;
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t join = nullptr; // recorded on it, waited for by compute
+  };
+  Lane copy, host;
+  cudaEvent_t fork = nullptr; // recorded on compute, waited for by a lane
+  Marks copies;               // by the copy's destination
+  Marks hostWrites;           // by a tensor in a host task's `writes`
   std::map<int, std::unique_ptr<HostTaskSite>> sites;
   /// The rank's first failed host task, set on CUDA's host-function thread
   /// and taken by Device::synchronize; later host tasks are skipped while
@@ -114,15 +123,17 @@ bool allowTf32();
 /// call on the same rank. Growing it waits for the rank's stream first.
 Status scratch(size_t bytes, void **out);
 
-/// The bound rank's offload state, its stream and fork/join events made on
+/// The bound rank's offload state, its streams and fork/join events made on
 /// first use. Made while the compute stream is capturing: an error (a
 /// step's first run is never captured and makes them).
 Status offloadOf(Offload *&out);
-/// The event of copies into `dst`, made on first use (same rule).
-Status copyOf(Offload &o, const void *dst, Offload::Copy *&out);
+/// The mark of `key` in `marks` (Offload::copies or hostWrites), its event
+/// made on first use (same rule; `what` names it in the error).
+Status markOf(Offload::Marks &marks, const void *key, const char *what,
+              Offload::Mark *&out);
 /// The capture `stream` is in (0: none).
 Status captureIdOf(cudaStream_t stream, unsigned long long &id);
-/// Waits for the bound rank's offload stream (if it has one), then returns
+/// Waits for the bound rank's offload streams (if it has them), then returns
 /// and clears the first failure of its host tasks (offload.cu).
 Status awaitOffload();
 

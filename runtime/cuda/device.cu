@@ -146,7 +146,7 @@ public:
     }
     if (Status s = awaitIdle(comm, timeout); !s.ok())
       return s;
-    // The offload stream, then a host task's failure (offload.cu).
+    // The copy and host streams, then a host task's failure (offload.cu).
     if (Status s = awaitOffload(); !s.ok())
       return s;
     if (Status s = deferredVerdicts(); !s.ok())

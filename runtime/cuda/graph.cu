@@ -77,8 +77,8 @@ Status capture(RankDevice &rd, StepGraphs &gs, StepGraph &g,
   gs.capturing = &g;
   Status s = enqueue();
   gs.capturing = nullptr;
-  // A capture ends joined: whatever the step forked onto the offload
-  // stream (offload.cu) is waited for at the graph's end.
+  // A capture ends joined: whatever the step forked onto the copy or the
+  // host stream (offload.cu) is waited for at the graph's end.
   Status joined = offloadJoin();
   if (s.ok())
     s = joined;

@@ -213,36 +213,53 @@ Status lrSchedule(const Tensor &step, const Tensor &baseLr, LrSchedule kind,
 
 //===- Offload to host memory (offload.cu) --------------------------------===//
 
-// As cpu/offload.h, on the bound rank's offload stream (context.h: made by
-// its first offload call, which a step's first, never captured, run makes):
-// host memory is pinned (Device::allocateHost, pinHost). Captured into a CUDA
-// graph, the fork onto the offload stream and the join back become the
-// graph's edges, and host tasks its host nodes.
+// As cpu/offload.h, on the bound rank's two offload streams beside its
+// compute stream (context.h: made by its first offload call, which a step's
+// first, never captured, run makes): copies on its copy stream, in issue
+// order, and host tasks on its host stream, in issue order; between them
+// only the per-buffer events below, so a step's copies down, host tasks and
+// copies up overlap. Host memory is pinned (Device::allocateHost, pinHost).
+// Captured into a CUDA graph, the forks and joins become the graph's edges,
+// copies its memcpy nodes and host tasks its host nodes. An event counts
+// only where it was recorded: in the capture being made, or outside any
+// when not capturing (one recorded elsewhere is an earlier step's, which
+// that step's offloadJoin ordered).
 
-/// Records an event on the compute stream that the offload stream waits
-/// for, then cudaMemcpyAsync(dst, src, cudaMemcpyDefault) on the offload
-/// stream and the event of dst (keyed by dst.data) after it. Outside a
-/// capture src and dst are checked to be device and pinned host memory (or
-/// the reverse, !toHost).
+/// The copy stream waits for an event recorded on the compute stream now
+/// (the work issued so far: a copy to the host reads its result, a copy to
+/// the device overwrites memory it may have used) and, to the device
+/// (!toHost), for the last host task whose `writes` had src; then
+/// cudaMemcpyAsync(dst, src, cudaMemcpyDefault) and the copy event of dst
+/// (keyed by dst.data) after it. Outside a capture src and dst are checked
+/// to be device and pinned host memory (or the reverse, !toHost).
 Status offloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
                    const char *what);
-/// cudaLaunchHostFunc on the offload stream (forked from the compute stream
-/// first when a capture has not yet forked it). One object per (rank, site)
-/// holds fn and what and is handed to CUDA: fn is replaced on every call (a
-/// site's last launch has run first) and a captured graph calls the one of
-/// its capture, so fn owns what it reads (captured by value, never a
-/// pointer into the caller's stack) and is the same work for every buffer
-/// set of the step. A site is called once per captured step. The first
-/// failure of the rank's host tasks ("host task <what>: <message>", an
-/// exception included) is kept, its later host tasks skipped, and
-/// Device::synchronize returns it (clearing it).
-Status hostTask(int site, std::function<Status()> fn, const char *what);
-/// cudaStreamWaitEvent(compute, event of dst). No copy into dst recorded (in
-/// this capture, when capturing; outside one, when not) is an error.
+/// The host stream waits for the copy events of `reads` and `writes` (a
+/// copy into a tensor the task overwrites lands first), then
+/// cudaLaunchHostFunc on it (in a capture that did not bring the host
+/// stream in yet, forked from the compute stream first), then records the
+/// host-write event of each of `writes` (keyed by data), which later copies
+/// from it to the device wait for. A host task does not wait for the
+/// compute stream, nor for copies out of what it writes issued before it.
+/// One object per (rank, site) holds fn and what and is handed to CUDA: fn
+/// is replaced on every call (a site's last launch has run first) and a
+/// captured graph calls the one of its capture, so fn owns what it reads
+/// (captured by value, never a pointer into the caller's stack) and is the
+/// same work for every buffer set of the step. A site is called once per
+/// captured step. The first failure of the rank's host tasks ("host task
+/// <what>: <message>", an exception included) is kept, its later host tasks
+/// skipped, and Device::synchronize returns it (clearing it).
+Status hostTask(int site, std::function<Status()> fn, const char *what,
+                std::initializer_list<Tensor> reads,
+                std::initializer_list<Tensor> writes);
+/// cudaStreamWaitEvent(compute, copy event of dst). No copy into dst
+/// recorded (in this capture, when capturing; outside one, when not) is an
+/// error.
 Status offloadWait(const Tensor &dst, const char *what);
-/// The compute stream waits for all offload work issued so far. A no-op
-/// without an offload stream, or while capturing a step that has not forked
-/// onto it. A capture (replayStep) joins the offload stream itself too.
+/// The compute stream waits for all offload work issued so far: an event
+/// recorded on each of the copy and host streams. A no-op without offload
+/// streams; while capturing, a stream the capture did not fork onto is left
+/// out. A capture (replayStep) joins both streams itself too.
 Status offloadJoin();
 
 } // namespace dsc::cuda

@@ -1,18 +1,25 @@
-//===- offload.cu - Host copies and host tasks on the offload stream -----===//
+//===- offload.cu - Host copies and host tasks beside the compute stream --===//
 //
-// cuda/kernels.h says what each call does. The offload stream is forked
-// from the compute stream by an event before each copy, so the copy sees
-// every kernel issued before it; the compute stream waits on the copy's
-// event (offloadWait) or on the whole stream (offloadJoin). Host tasks run
-// on CUDA's host-function thread, one stable HostTaskSite per call site.
+// cuda/kernels.h says what each call does. Copies run on the rank's copy
+// stream, forked from the compute stream by an event before each one, so a
+// copy sees every kernel issued before it; host tasks run on its host
+// stream (CUDA's host-function thread, one stable HostTaskSite per call
+// site), which waits only for the copies into the tensors a task names.
+// A copy to the device waits for the host task that last wrote its source.
+// The compute stream waits on a copy's event (offloadWait) or on both
+// streams (offloadJoin). So, a step's optimizer split into chunks
+// pipelines: copies down of chunk i+1, the host update of chunk i and the
+// copies up of chunk i-1 run at once.
 //
 //===----------------------------------------------------------------------===//
 
 #include "cuda/context.h"
 #include "cuda/kernels.h"
 
+#include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace dsc::cuda {
 namespace {
@@ -27,9 +34,36 @@ Status named(const char *call, const char *what, Status s) {
                                      s.message());
 }
 
-Status forkOffload(RankDevice &rd, Offload &o) {
+/// `lane` waits for all compute-stream work issued so far.
+Status forkFromCompute(RankDevice &rd, Offload &o, cudaStream_t lane) {
   DSC_CUDA_CHECK(cudaEventRecord(o.fork, rd.compute));
-  DSC_CUDA_CHECK(cudaStreamWaitEvent(o.stream, o.fork, 0));
+  DSC_CUDA_CHECK(cudaStreamWaitEvent(lane, o.fork, 0));
+  return Status();
+}
+
+/// The mark of `key`, if one was recorded where the caller issues: in this
+/// capture, or outside any (capture 0). One recorded elsewhere belongs to
+/// an earlier step, which the step's offloadJoin has ordered.
+const Offload::Mark *markIn(const Offload::Marks &marks, const void *key,
+                            unsigned long long capture) {
+  auto it = marks.find(key);
+  if (it == marks.end() || !it->second.recorded ||
+      it->second.captureId != capture)
+    return nullptr;
+  return &it->second;
+}
+
+Status waitForMark(cudaStream_t lane, const Offload::Mark *m) {
+  if (m)
+    DSC_CUDA_CHECK(cudaStreamWaitEvent(lane, m->done, 0));
+  return Status();
+}
+
+Status recordMark(Offload::Mark &m, cudaStream_t lane,
+                  unsigned long long capture) {
+  DSC_CUDA_CHECK(cudaEventRecord(m.done, lane));
+  m.recorded = true;
+  m.captureId = capture;
   return Status();
 }
 
@@ -58,23 +92,28 @@ Status checkSides(const Tensor &src, const Tensor &dst, bool toHost,
   return Status();
 }
 
+/// On the copy stream, after the compute stream's work so far and (to the
+/// device) the host task that last wrote src.
 Status issueCopy(RankDevice &rd, const Tensor &src, const Tensor &dst,
-                 unsigned long long capture) {
+                 bool toHost, unsigned long long capture) {
   Offload *o = nullptr;
   if (Status s = offloadOf(o); !s.ok())
     return s;
-  Offload::Copy *c = nullptr;
-  if (Status s = copyOf(*o, dst.data, c); !s.ok())
+  Offload::Mark *done = nullptr;
+  if (Status s = markOf(o->copies, dst.data, "an offload copy's event", done);
+      !s.ok())
     return s;
-  if (Status s = forkOffload(rd, *o); !s.ok())
+  cudaStream_t lane = o->copy.stream;
+  if (Status s = forkFromCompute(rd, *o, lane); !s.ok())
     return s;
+  if (!toHost)
+    if (Status s = waitForMark(lane, markIn(o->hostWrites, src.data, capture));
+        !s.ok())
+      return s;
   if (size_t bytes = dst.nbytes())
-    DSC_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDefault,
-                                   o->stream));
-  DSC_CUDA_CHECK(cudaEventRecord(c->done, o->stream));
-  c->recorded = true;
-  c->captureId = capture;
-  return Status();
+    DSC_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDefault, lane));
+  return recordMark(*done, lane, capture);
 }
 
 void keepFailure(Offload &o, Status s) {
@@ -107,13 +146,12 @@ HostTaskSite &siteOf(Offload &o, int site) {
 }
 
 /// Before a site's fn is replaced: its last launch has run (outside a
-/// capture, by waiting for it), and in a capture the offload stream is part
-/// of it.
-Status readySite(RankDevice &rd, Offload &o, HostTaskSite &hs,
-                 unsigned long long capture) {
+/// capture, by waiting for it), and in a capture it was not launched by this
+/// capture yet.
+Status readySite(Offload &o, HostTaskSite &hs, unsigned long long capture) {
   if (!capture) {
     if (hs.pending.load(std::memory_order_acquire))
-      DSC_CUDA_CHECK(cudaStreamSynchronize(o.stream));
+      DSC_CUDA_CHECK(cudaStreamSynchronize(o.host.stream));
     return Status();
   }
   if (hs.captureId == capture)
@@ -122,13 +160,62 @@ Status readySite(RankDevice &rd, Offload &o, HostTaskSite &hs,
   if (hs.pending.load(std::memory_order_acquire))
     return Status::error(StatusCode::Unimplemented,
                          "its call site's last launch has not run yet");
-  unsigned long long forked = 0;
-  if (Status s = captureIdOf(o.stream, forked); !s.ok())
-    return s;
-  return forked == capture ? Status() : forkOffload(rd, o);
+  return Status();
 }
 
-Status launchTask(int site, std::function<Status()> fn, const char *what) {
+/// The host stream waits for the copies into `tensors` issued so far.
+Status waitForCopies(Offload &o, std::initializer_list<Tensor> tensors,
+                     unsigned long long capture) {
+  for (const Tensor &t : tensors)
+    if (Status s =
+            waitForMark(o.host.stream, markIn(o.copies, t.data, capture));
+        !s.ok())
+      return s;
+  return Status();
+}
+
+/// In a capture, the host stream becomes part of it (forked from the
+/// compute stream) unless a wait already made it so.
+Status joinCapture(RankDevice &rd, Offload &o, unsigned long long capture) {
+  if (!capture)
+    return Status();
+  unsigned long long forked = 0;
+  if (Status s = captureIdOf(o.host.stream, forked); !s.ok())
+    return s;
+  return forked == capture ? Status() : forkFromCompute(rd, o, o.host.stream);
+}
+
+/// The marks a host task records after it, one per tensor of `writes`.
+Status writeMarksOf(Offload &o, std::initializer_list<Tensor> writes,
+                    std::vector<Offload::Mark *> &out) {
+  for (const Tensor &t : writes) {
+    Offload::Mark *m = nullptr;
+    if (Status s = markOf(o.hostWrites, t.data, "a host task's write event", m);
+        !s.ok())
+      return s;
+    out.push_back(m);
+  }
+  return Status();
+}
+
+Status launchSite(Offload &o, HostTaskSite &hs, std::function<Status()> fn,
+                  const char *what, unsigned long long capture) {
+  hs.fn = std::move(fn);
+  hs.what = nameOf(what);
+  hs.pending.store(!capture, std::memory_order_release);
+  if (Status s = check(cudaLaunchHostFunc(o.host.stream, runSite, &hs),
+                       "cudaLaunchHostFunc");
+      !s.ok()) {
+    hs.pending.store(false, std::memory_order_release);
+    return s;
+  }
+  hs.captureId = capture;
+  return Status();
+}
+
+Status launchTask(int site, std::function<Status()> fn, const char *what,
+                  std::initializer_list<Tensor> reads,
+                  std::initializer_list<Tensor> writes) {
   RankDevice &rd = current();
   unsigned long long capture = 0;
   if (Status s = captureIdOf(rd.compute, capture); !s.ok())
@@ -137,18 +224,35 @@ Status launchTask(int site, std::function<Status()> fn, const char *what) {
   if (Status s = offloadOf(o); !s.ok())
     return s;
   HostTaskSite &hs = siteOf(*o, site);
-  if (Status s = readySite(rd, *o, hs, capture); !s.ok())
+  if (Status s = readySite(*o, hs, capture); !s.ok())
     return s;
-  hs.fn = std::move(fn);
-  hs.what = nameOf(what);
-  hs.pending.store(!capture, std::memory_order_release);
-  if (Status s = check(cudaLaunchHostFunc(o->stream, runSite, &hs),
-                       "cudaLaunchHostFunc");
-      !s.ok()) {
-    hs.pending.store(false, std::memory_order_release);
+  std::vector<Offload::Mark *> written; // made before anything is issued
+  if (Status s = writeMarksOf(*o, writes, written); !s.ok())
     return s;
-  }
-  hs.captureId = capture;
+  for (std::initializer_list<Tensor> tensors : {reads, writes})
+    if (Status s = waitForCopies(*o, tensors, capture); !s.ok())
+      return s;
+  if (Status s = joinCapture(rd, *o, capture); !s.ok())
+    return s;
+  if (Status s = launchSite(*o, hs, std::move(fn), what, capture); !s.ok())
+    return s;
+  for (Offload::Mark *m : written)
+    if (Status s = recordMark(*m, o->host.stream, capture); !s.ok())
+      return s;
+  return Status();
+}
+
+/// The compute stream waits for `lane`, unless capturing a step that put
+/// nothing on it.
+Status joinLane(RankDevice &rd, Offload::Lane &lane,
+                unsigned long long capture) {
+  unsigned long long forked = 0;
+  if (Status s = captureIdOf(lane.stream, forked); !s.ok())
+    return s;
+  if (capture && forked != capture)
+    return Status();
+  DSC_CUDA_CHECK(cudaEventRecord(lane.join, lane.stream));
+  DSC_CUDA_CHECK(cudaStreamWaitEvent(rd.compute, lane.join, 0));
   return Status();
 }
 
@@ -166,16 +270,19 @@ Status offloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
   if (!capture)
     if (Status s = checkSides(src, dst, toHost, what); !s.ok())
       return s;
-  return named("offload_copy", what, issueCopy(rd, src, dst, capture));
+  return named("offload_copy", what, issueCopy(rd, src, dst, toHost, capture));
 }
 
-Status hostTask(int site, std::function<Status()> fn, const char *what) {
-  return named("host_task", what, launchTask(site, std::move(fn), what));
+Status hostTask(int site, std::function<Status()> fn, const char *what,
+                std::initializer_list<Tensor> reads,
+                std::initializer_list<Tensor> writes) {
+  return named("host_task", what,
+               launchTask(site, std::move(fn), what, reads, writes));
 }
 
 Status offloadWait(const Tensor &dst, const char *what) {
   RankDevice &rd = current();
-  const Offload::Copy *c = nullptr;
+  const Offload::Mark *c = nullptr;
   if (rd.offload) {
     auto it = rd.offload->copies.find(dst.data);
     if (it != rd.offload->copies.end() && it->second.recorded)
@@ -204,15 +311,12 @@ Status offloadJoin() {
   if (!rd.offload)
     return Status();
   Offload &o = *rd.offload;
-  unsigned long long capture = 0, forked = 0;
+  unsigned long long capture = 0;
   if (Status s = captureIdOf(rd.compute, capture); !s.ok())
     return s;
-  if (Status s = captureIdOf(o.stream, forked); !s.ok())
-    return s;
-  if (capture && forked != capture)
-    return Status(); // this capture put nothing on the offload stream
-  DSC_CUDA_CHECK(cudaEventRecord(o.join, o.stream));
-  DSC_CUDA_CHECK(cudaStreamWaitEvent(rd.compute, o.join, 0));
+  for (Offload::Lane *lane : {&o.copy, &o.host})
+    if (Status s = joinLane(rd, *lane, capture); !s.ok())
+      return s;
   return Status();
 }
 
@@ -221,7 +325,8 @@ Status awaitOffload() {
   if (!rd.offload)
     return Status();
   Offload &o = *rd.offload;
-  DSC_CUDA_CHECK(cudaStreamSynchronize(o.stream));
+  for (cudaStream_t lane : {o.copy.stream, o.host.stream})
+    DSC_CUDA_CHECK(cudaStreamSynchronize(lane));
   if (!o.failed.load(std::memory_order_acquire))
     return Status();
   std::lock_guard<std::mutex> lock(o.mu);

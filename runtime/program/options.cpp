@@ -161,6 +161,7 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
     }
     if (arg == "--cuda-graph" || arg == "--no-cuda-graph") {
       o.cudaGraph = arg == "--cuda-graph";
+      o.cudaGraphGiven = true;
       continue;
     }
     if (arg == "--wall-clock-breakdown" || arg == "--no-wall-clock-breakdown") {
@@ -409,7 +410,9 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   opt("--no-cuda-graph", "on a GPU, run every step's kernels one by one");
   opt("", "  (default: from the third step on, a step replays");
   opt("", "  as one captured CUDA graph where nothing in it");
-  opt("", "  needs the host: no collectives, dropout or timers)");
+  opt("", "  needs the host: no collectives, dropout or timers;");
+  opt("", "  not with an offloaded optimizer, whose host work");
+  opt("", "  ran slower as graph nodes: --cuda-graph captures it)");
   opt("--print-every N", "a progress line every N steps (and the first and");
   opt("", "  last); --log still gets every step");
   opt("--gradcheck N", "instead of training: compare the gradients of step 1");

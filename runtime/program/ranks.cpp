@@ -550,7 +550,18 @@ Status Ranks::runOnDevice(RankState &rs, const RankContext &ctx) {
     return spec_.trainStep(ctx, rs.dev->args.data(), rs.dev->results.data());
   };
   bool ran = false;
-  if (job_.o.cudaGraph && !ctx.comm && !rs.clock) {
+  // An offloaded optimizer's host tasks ran slower as graph nodes than
+  // from their streams (Llama 1B on an H200: 971 against 823 ms a step,
+  // bench/results/2026-12-02-h200-offload.md): off unless asked for.
+  bool offloaded = ctx.hostArena && spec_.hostArenaBytes > 0;
+  if (offloaded && !job_.o.cudaGraphGiven && !graphWarned_) {
+    graphWarned_ = true;
+    job_.note("the step runs without a CUDA graph: the offloaded "
+              "optimizer's host work runs faster from its streams "
+              "(--cuda-graph captures it anyway)");
+  }
+  if (job_.o.cudaGraph && (!offloaded || job_.o.cudaGraphGiven) &&
+      !ctx.comm && !rs.clock) {
     // The step function and every buffer it is handed: the same key is
     // the same kernels on the same memory.
     std::vector<const void *> key = {

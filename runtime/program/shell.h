@@ -111,6 +111,7 @@ struct Options {
   bool version = false;                 // --version
   bool wallClockBreakdown = false;      // time the step's phases
   bool cudaGraph = true; // replay the step as a CUDA graph where it can
+  bool cudaGraphGiven = false; // --cuda-graph or --no-cuda-graph given
   std::set<std::string> hypersGiven;    // on the command line
   bool seedGiven = false;
   // Checkpoints (checkpointing.h).

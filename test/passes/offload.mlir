@@ -2,6 +2,8 @@
 // The copies and waits have effects: CSE and canonicalization keep every
 // one of them, in place, and the host ops stay marked.
 // RUN: dsc-opt %s --split-input-file --dsc-offload=optimizer=cpu --cse --canonicalize --verify-diagnostics | FileCheck %s --check-prefix=PIPE
+// Chunks of at most 8 elements: one grouped AdamW per parameter here.
+// RUN: dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu chunk-elements=8" --verify-diagnostics | FileCheck %s --check-prefix=CHUNK
 
 // The masters and the optimizer state go to the host with the grouped
 // AdamW, which also writes the next step's compute copy there: the copy
@@ -93,6 +95,40 @@ func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"},
   %y = dsc.matmul %x, %c : tensor<3x4xbf16>, tensor<4x2xbf16> -> tensor<3x2xbf16>
   %r:3 = dsc.adamw %w, %g, %m, %v, %s, %s, %s, %s, %s, %step : tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>
   return %y, %r#0, %r#1, %r#2 : tensor<3x2xbf16>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
+}
+}
+
+// -----
+
+// Two parameters in one group: one host AdamW (default chunks), or one per
+// parameter, each followed by the copy up of its compute copy, so the
+// first copy can overlap the second AdamW.
+// CHECK-LABEL: func.func @train_step
+// CHECK: dsc.adamw_multi {{.*}} (%arg0, %arg1, %{{.*}}, %{{.*}}, %arg2, %arg3, %arg4, %arg5) {dsc.on_host} {{.*}} -> tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xbf16>, tensor<8xbf16>
+// CHECK-NEXT: dsc.offload_copy {{.*}} {to = "device"} : tensor<4x2xbf16>
+// CHECK-NEXT: dsc.offload_copy {{.*}} {to = "device"} : tensor<8xbf16>
+// CHUNK-LABEL: func.func @train_step
+// CHUNK: %[[A:.*]]:4 = dsc.adamw_multi {{.*}} (%arg0, %{{.*}}, %arg2, %arg4) {dsc.on_host} {{.*}} -> tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xbf16>
+// CHUNK-NEXT: dsc.offload_copy %[[A]]#3 {to = "device"}
+// CHUNK-NEXT: %[[B:.*]]:4 = dsc.adamw_multi {{.*}} (%arg1, %{{.*}}, %arg3, %arg5) {dsc.on_host} {{.*}} -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>
+// CHUNK-NEXT: dsc.offload_copy %[[B]]#3 {to = "device"}
+// CHUNK: return {{.*}}, %[[A]]#0, %[[B]]#0, %[[A]]#1, %[[B]]#1, %[[A]]#2, %[[B]]#2,
+module {
+func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"}, %u: tensor<8xf32> {dsc.param = "u"},
+    %mw: tensor<4x2xf32> {dsc.opt_state = "w/exp_avg"}, %mu: tensor<8xf32> {dsc.opt_state = "u/exp_avg"},
+    %vw: tensor<4x2xf32> {dsc.opt_state = "w/exp_avg_sq"}, %vu: tensor<8xf32> {dsc.opt_state = "u/exp_avg_sq"},
+    %x: tensor<3x4xbf16> {dsc.input = "x"}, %gw: tensor<4x2xf32> {dsc.input = "gw"},
+    %gu: tensor<8xf32> {dsc.input = "gu"}, %s: tensor<f32> {dsc.hyper = "lr"},
+    %step: tensor<i64> {dsc.step})
+    -> (tensor<3x2xbf16> {dsc.output = "loss"}, tensor<8xbf16> {dsc.output = "u16"},
+        tensor<4x2xf32> {dsc.param_update = "w"}, tensor<8xf32> {dsc.param_update = "u"},
+        tensor<4x2xf32> {dsc.opt_state_update = "w/exp_avg"}, tensor<8xf32> {dsc.opt_state_update = "u/exp_avg"},
+        tensor<4x2xf32> {dsc.opt_state_update = "w/exp_avg_sq"}, tensor<8xf32> {dsc.opt_state_update = "u/exp_avg_sq"}) {
+  %cw = dsc.cast %w {dsc.compute_copy, to = bf16} : tensor<4x2xf32> -> tensor<4x2xbf16>
+  %cu = dsc.cast %u {dsc.compute_copy, to = bf16} : tensor<8xf32> -> tensor<8xbf16>
+  %y = dsc.matmul %x, %cw : tensor<3x4xbf16>, tensor<4x2xbf16> -> tensor<3x2xbf16>
+  %r:6 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s, (%w, %u, %gw, %gu, %mw, %mu, %vw, %vu) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>) -> tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>
+  return %y, %cu, %r#0, %r#1, %r#2, %r#3, %r#4, %r#5 : tensor<3x2xbf16>, tensor<8xbf16>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>
 }
 }
 

@@ -114,6 +114,9 @@ target and output:
                              step, on a copy stream (dsc-offload; DeepSpeed
                              offload_optimizer; stage 0, not with fp16
                              loss scaling; default none)
+  --offload-chunk-elements N the host AdamW runs in chunks of about N
+                             elements (whole parameters), each one's copies
+                             overlapping the next one's work (33554432)
   --memory-budget SIZE       bytes a rank may hold, for --recompute auto
                              (80GiB, 80GB, 512MiB or bytes; default for
                              --target cuda: the memory of the GPU this
@@ -213,6 +216,7 @@ struct CompileOptions {
   std::string precision = "fp32", gradReduceDtype = "fp32";
   std::string recompute = "none"; // dsc-recompute mode, or "auto"
   std::string offloadOptimizer = "none"; // dsc-offload's optimizer=
+  std::string offloadChunk = "33554432"; // dsc-offload's chunk-elements=
   std::optional<uint64_t> memoryBudget; // --memory-budget
   std::string precisionPipeline;  // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
@@ -417,6 +421,14 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
                               *v + "'",
                           kCompileUsage);
       o.offloadOptimizer = *v;
+      continue;
+    }
+    if (auto v = c.take("--offload-chunk-elements")) {
+      int64_t n = 0;
+      if (llvm::StringRef(*v).getAsInteger(10, n) || n < 1)
+        return usageError("--offload-chunk-elements needs a positive count",
+                          kCompileUsage);
+      o.offloadChunk = *v;
       continue;
     }
     if (auto v = c.take("--memory-budget")) {
@@ -839,7 +851,8 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   pm.addPass(createCSEPass());
   pm.addPass(createDscMultiTensorAdamW());
   if (o.offloadOptimizer != "none" &&
-      !add("dsc-offload{optimizer=" + o.offloadOptimizer + "}",
+      !add("dsc-offload{optimizer=" + o.offloadOptimizer +
+               " chunk-elements=" + o.offloadChunk + "}",
            "offload options"))
     return failure();
   // Kernels are generated for the IR's f32 (not under --f64).

@@ -3,19 +3,25 @@
 // offloadCopy there and back through pinned host memory; a host task that
 // reads what was copied to the host just before it and writes what is
 // copied back after it, the compute stream waiting for that copy; a host
-// task's failure reported by Device::synchronize (and its later tasks
-// skipped until then); the same step captured by Device::replayStep and
-// replayed, its host task run again by every replay on the values in
-// memory then; a call site used twice in one step, which runs directly.
+// task that waits only for the copies it reads (the compute stream held
+// by a StreamGate until it runs), and a copy to the device that waits for
+// the host task that wrote its source in place; a host task's failure
+// reported by Device::synchronize (and its later tasks skipped until
+// then); the same step captured by Device::replayStep and replayed, its
+// host task run again by every replay on the values in memory then; a call
+// site used twice in one step, which runs directly.
 //
 //===----------------------------------------------------------------------===//
 
+#include "StreamGate.h"
 #include "TestUtil.h"
 
 #include "cuda/device.h"
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <thread>
 
 namespace dsc::cuda::test {
 namespace {
@@ -107,18 +113,17 @@ struct OffloadStep {
     float *hy = hostY.f(), *hz = hostZ.f(), *b = bias.f();
     std::atomic<int> *count = &runs;
     int64_t size = n;
-    return cuda::hostTask(
-        site,
-        [hy, hz, b, count, size] {
-          ++*count;
-          if (*b < 0)
-            return Status::error(StatusCode::InvalidArgument,
-                                 "a negative bias");
-          for (int64_t i = 0; i < size; ++i)
-            hz[i] = 2 * hy[i] + *b;
-          return Status();
-        },
-        "scale");
+    return cuda::hostTask(site,
+                          [hy, hz, b, count, size] {
+                            ++*count;
+                            if (*b < 0)
+                              return Status::error(StatusCode::InvalidArgument,
+                                                   "a negative bias");
+                            for (int64_t i = 0; i < size; ++i)
+                              hz[i] = 2 * hy[i] + *b;
+                            return Status();
+                          },
+                          "scale", {hostY.t(n)}, {hostZ.t(n)});
   }
 
   Status enqueue() {
@@ -167,6 +172,92 @@ TEST(CudaOffload, AHostTaskRunsBetweenItsCopies) {
   st.expectResult("again");
 }
 
+/// Whether the pinned floats equal the device tensor's host values.
+bool sameFloats(const float *p, const DevTensor &t) {
+  return std::memcmp(p, t.host().data, size_t(t.host().nbytes())) == 0;
+}
+
+bool allZero(const float *p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (p[i] != 0)
+      return false;
+  return true;
+}
+
+TEST(CudaOffload, AHostTaskWaitsOnlyForTheCopiesItReads) {
+  DSC_REQUIRE_GPU();
+  DSC_ASSERT_OK(device()->bindRank(0, 0));
+  const int64_t n = 1 << 14;
+  DevTensor a(DType::F32, {n}), b(DType::F32, {n});
+  a.random(1, 2, 31);
+  b.random(1, 2, 32);
+  Pinned hostA(n * sizeof(float)), hostB(n * sizeof(float));
+  StreamGate gate;
+  // a goes down now; b after the compute stream passes the gate, which
+  // only the host task reading a opens.
+  DSC_ASSERT_OK(cuda::offloadCopy(a.dev(), hostA.t(n), true, "a"));
+  DSC_ASSERT_OK(gate.hold(stream(), 10));
+  DSC_ASSERT_OK(cuda::offloadCopy(b.dev(), hostB.t(n), true, "b"));
+  std::atomic<bool> sawA{false}, bNotYet{false}, sawB{false};
+  float *pa = hostA.f(), *pb = hostB.f();
+  DSC_ASSERT_OK(cuda::hostTask(11,
+                               [&] {
+                                 sawA = sameFloats(pa, a);
+                                 bNotYet = allZero(pb, n);
+                                 gate.open();
+                                 return Status();
+                               },
+                               "reads a", {hostA.t(n)}, {}));
+  DSC_ASSERT_OK(cuda::hostTask(12,
+                               [&] {
+                                 sawB = sameFloats(pb, b);
+                                 return Status();
+                               },
+                               "reads b", {hostB.t(n)}, {}));
+  DSC_ASSERT_OK(cuda::offloadJoin());
+  DSC_ASSERT_OK(device()->synchronize());
+  EXPECT_FALSE(gate.timedOut())
+      << "the host task reading a waited for the copy into b";
+  EXPECT_TRUE(sawA.load());
+  EXPECT_TRUE(bNotYet.load());
+  EXPECT_TRUE(sawB.load());
+}
+
+TEST(CudaOffload, ACopyUpWaitsForTheHostTaskThatWroteItsSource) {
+  DSC_REQUIRE_GPU();
+  DSC_ASSERT_OK(device()->bindRank(0, 0));
+  const int64_t n = 1 << 14;
+  DevTensor a(DType::F32, {n}), back(DType::F32, {n}), w(DType::F32, {n});
+  a.random(-3, 3, 41);
+  Pinned hostA(n * sizeof(float));
+  float *pa = hostA.f();
+  for (int step = 1; step <= 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    // hostA is a copy's destination and, in place, the host task's output:
+    // its copy event and its host-write event are two.
+    DSC_ASSERT_OK(cuda::offloadCopy(a.dev(), hostA.t(n), true, "a"));
+    DSC_ASSERT_OK(cuda::hostTask(13,
+                                 [=] {
+                                   // Slow, so a copy up that did not wait would
+                                   // read a's values.
+                                   std::this_thread::sleep_for(
+                                       std::chrono::milliseconds(50));
+                                   for (int64_t i = 0; i < n; ++i)
+                                     pa[i] = 2 * pa[i];
+                                   return Status();
+                                 },
+                                 "double a", {hostA.t(n)}, {hostA.t(n)}));
+    DSC_ASSERT_OK(cuda::offloadCopy(hostA.t(n), back.dev(), false, "2a"));
+    DSC_ASSERT_OK(cuda::offloadWait(back.dev(), "2a"));
+    DSC_ASSERT_OK(cuda::unary(cpu::UnaryOp::Neg, back.dev(), w.dev()));
+    DSC_ASSERT_OK(cuda::offloadJoin());
+    DSC_ASSERT_OK(device()->synchronize());
+    std::vector<float> got = floatsOf(w);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[size_t(i)], -2 * a.host().as<float>()[i]) << i;
+  }
+}
+
 TEST(CudaOffload, AFailedHostTaskIsReportedBySynchronize) {
   DSC_REQUIRE_GPU();
   DSC_ASSERT_OK(device()->bindRank(0, 0));
@@ -175,13 +266,12 @@ TEST(CudaOffload, AFailedHostTaskIsReportedBySynchronize) {
   *st.bias.f() = -1;
   DSC_ASSERT_OK(st.enqueue()); // issued fine; it fails on the host later
   std::atomic<int> later{0};
-  DSC_ASSERT_OK(cuda::hostTask(
-      3,
-      [&later] {
-        ++later;
-        return Status();
-      },
-      "later"));
+  DSC_ASSERT_OK(cuda::hostTask(3,
+                               [&later] {
+                                 ++later;
+                                 return Status();
+                               },
+                               "later", {}, {}));
   Status s = device()->synchronize();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message(), "host task scale: a negative bias");

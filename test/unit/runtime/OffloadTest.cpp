@@ -1,10 +1,11 @@
 //===- OffloadTest.cpp - cpu/offload.h, and cast over threads -------------===//
 //
 // On the CPU offloadCopy is a memcpy, hostTask runs its function at once
-// and returns its failure ("host task <what>: ..."), offloadWait checks a
-// copy into the tensor was made, offloadJoin does nothing. Their checks
-// and messages are the CUDA backend's. Then cast, split over threads past
-// 1 << 16 elements, element for element the single loop's.
+// (its reads and writes lists, empty or not, are the CUDA backend's
+// business) and returns its failure ("host task <what>: ..."), offloadWait
+// checks a copy into the tensor was made, offloadJoin does nothing. Their
+// checks and messages are the CUDA backend's. Then cast, split over threads
+// past 1 << 16 elements, element for element the single loop's.
 //
 //===----------------------------------------------------------------------===//
 
@@ -77,30 +78,65 @@ TEST(Offload, AWaitWithoutACopyIsAnError) {
 
 TEST(Offload, AHostTaskRunsAtOnceAndReturnsItsFailure) {
   int runs = 0;
-  DSC_EXPECT_OK(cpu::hostTask(
-      0,
-      [&] {
-        ++runs;
-        return Status();
-      },
-      "adamw"));
+  DSC_EXPECT_OK(cpu::hostTask(0,
+                              [&] {
+                                ++runs;
+                                return Status();
+                              },
+                              "adamw", {}, {}));
   EXPECT_EQ(runs, 1);
-  Status s = cpu::hostTask(
-      1,
-      [] {
-        return Status::error(StatusCode::OutOfRange, "adamw_multi(...): bad");
-      },
-      "adamw bucket0");
+  Status s = cpu::hostTask(1,
+                           [] {
+                             return Status::error(StatusCode::OutOfRange,
+                                                  "adamw_multi(...): bad");
+                           },
+                           "adamw bucket0", {}, {});
   EXPECT_EQ(s.code(), StatusCode::OutOfRange);
   EXPECT_EQ(s.message(), "host task adamw bucket0: adamw_multi(...): bad");
-  s = cpu::hostTask(
-      2, []() -> Status { throw std::runtime_error("boom"); }, "cast");
+  s = cpu::hostTask(2, []() -> Status { throw std::runtime_error("boom"); },
+                    "cast", {}, {});
   EXPECT_EQ(s.message(), "host task cast: boom");
-  s = cpu::hostTask(3, []() -> Status { throw std::bad_alloc(); }, "cast");
+  s = cpu::hostTask(3, []() -> Status { throw std::bad_alloc(); }, "cast", {},
+                    {});
   EXPECT_EQ(s.code(), StatusCode::OutOfMemory);
   EXPECT_EQ(s.message(), "host task cast: out of host memory");
-  s = cpu::hostTask(4, std::function<Status()>(), "empty");
+  s = cpu::hostTask(4, std::function<Status()>(), "empty", {}, {});
   EXPECT_FALSE(s.ok());
+}
+
+TEST(Offload, AHostTaskTakesItsReadsAndWritesOrNone) {
+  // As the generated code calls it (rt: the backend's namespace), with
+  // tensor lists or empty ones; the CPU runs fn at once either way.
+  namespace rt = dsc::cpu;
+  std::vector<float> g0 = {1, 2}, g1 = {3, 4}, out(2, 0);
+  Tensor v1 = f32(g0, {2}), v2 = f32(g1, {2}), v3 = f32(out, {2});
+  DSC_EXPECT_OK(rt::hostTask(3,
+                             [=]() -> Status {
+                               for (int64_t i = 0; i < 2; ++i)
+                                 v3.as<float>()[i] =
+                                     v1.as<float>()[i] + v2.as<float>()[i];
+                               return Status();
+                             },
+                             "dsc.adamw_multi", {v1, v2}, {v3}));
+  EXPECT_EQ(out, (std::vector<float>{4, 6}));
+  int runs = 0;
+  DSC_EXPECT_OK(rt::hostTask(4,
+                             [&]() -> Status {
+                               ++runs;
+                               return Status();
+                             },
+                             "no tensors", {}, {}));
+  DSC_EXPECT_OK(rt::hostTask(5,
+                             [&]() -> Status {
+                               ++runs;
+                               return Status();
+                             },
+                             "writes only", {}, {v3}));
+  EXPECT_EQ(runs, 2);
+  Status s = rt::hostTask(
+      6, [] { return Status::error(StatusCode::InvalidArgument, "bad"); },
+      "reads only", {v1}, {});
+  EXPECT_EQ(s.message(), "host task reads only: bad");
 }
 
 TEST(Offload, AnOptimizerStepOnTheHost) {
@@ -117,7 +153,7 @@ TEST(Offload, AnOptimizerStepOnTheHost) {
           master[size_t(i)] -= 0.5f * hostGrad[size_t(i)];
         return Status();
       },
-      "sgd"));
+      "sgd", {f32(hostGrad, {3}), f32(master, {3})}, {f32(master, {3})}));
   DSC_EXPECT_OK(
       cpu::offloadCopy(f32(master, {3}), f32(param, {3}), false, "param w"));
   DSC_EXPECT_OK(cpu::offloadWait(f32(param, {3}), "param w"));
