@@ -33,12 +33,18 @@
 #   offload-checks
 #                scripts/gpu-check.sh's offload checks alone (host AdamW
 #                against the GPU's; graph and resume bitwise)
+#   offload-parts
+#                host AdamW, PCIe down and up, and all at once, over 512M
+#                elements (bench/offload_parts.cu, built here with nvcc)
 #   gpt2-off, llama-off
 #                --offload-optimizer cpu (gpt2_124m_bf16_off, llama_1b_bf16_off):
 #                with and without the graph (bitwise), and the losses against
 #                the GPU AdamW's run of the same part (close, not bitwise:
 #                the host's AdamW may round differently)
 #   llama-off-rsel
+#   llama-off1, gpt2-1
+#                one run of llama_1b_bf16_off / gpt2_124m_bf16 as the program
+#                runs by default
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
@@ -171,6 +177,12 @@ for part in "$@"; do
     ) >"$W/offload_checks.txt" 2>&1
     echo "rc=$?" >>"$W/offload_checks.txt"
     grep -E "^offload_|rc=|rror" "$W/offload_checks.txt" | tail -12 ;;
+  offload-parts)
+    # The parts of an offloaded step on this machine (bench/offload_parts.cu):
+    # host AdamW, copies down and up, and all three at once.
+    timeout 120 "$B/offload_parts" 536870912 >"$W/offload_parts.txt" 2>&1
+    echo "rc=$?" >>"$W/offload_parts.txt"
+    cat "$W/offload_parts.txt" ;;
   gpt2-off)
     [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
     dsc_pair gpt2_off "$B/gpt2_124m_bf16_off" 20 --init random --data "$W/tok.bin" | tee "$W/gpt2_off_summary.txt"
@@ -184,6 +196,16 @@ for part in "$@"; do
     timeout 120 "$B/llama_1b_bf16_off" --init random --data "$W/tokl.bin" --data-dtype int32 \
       --steps 5 --print-every 5 --wall-clock-breakdown >"$W/llama_off_phases.txt" 2>&1
     grep -iE "forward|backward|optimizer|phase" "$W/llama_off_phases.txt" | tail -6 ;;
+  llama-off1 | gpt2-1)
+    # One run of the program with its default (offload: no graph), for a
+    # quick figure; base none.
+    if [ $part = llama-off1 ]; then
+      [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
+      dsc_variant llama_off1 "$B/llama_1b_bf16_off" 12 none --init random --data "$W/tokl.bin" --data-dtype int32
+    else
+      [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
+      dsc_variant gpt2_1 "$B/gpt2_124m_bf16" 20 none --init random --data "$W/tok.bin"
+    fi ;;
   llama-off-rsel)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_rsel "$B/llama_1b_bf16_off_rsel" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32 ;;

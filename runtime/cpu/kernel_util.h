@@ -163,12 +163,15 @@ void runChunks(int64_t chunks, const std::function<void(int64_t)> &chunk);
 
 /// Runs fn(begin, end) over [0, n) split into contiguous chunks. Each index is
 /// handled by exactly one call, so kernels that give each index its own
-/// outputs stay deterministic for any thread count.
+/// outputs stay deterministic for any thread count. Up to 4 chunks per
+/// thread, taken by whichever thread is free: a thread that shares its core
+/// (a spinning CUDA synchronize, another rank) does not hold up the rest.
 template <typename Fn>
 void parallelFor(int64_t n, int threads, int64_t minChunk, Fn &&fn) {
   int t = resolveThreads(threads);
-  int64_t chunks =
-      std::min<int64_t>(t, (n + minChunk - 1) / std::max<int64_t>(minChunk, 1));
+  int64_t chunks = std::min<int64_t>(
+      t == 1 ? 1 : int64_t(4) * t,
+      (n + minChunk - 1) / std::max<int64_t>(minChunk, 1));
   if (chunks <= 1) {
     if (n > 0)
       fn(int64_t(0), n);
