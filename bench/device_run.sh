@@ -165,14 +165,14 @@ for part in "$@"; do
       "$B/mlp_bf16_acc4_off" $bi --log $t/bo.jsonl --dump-params $t/bo.safetensors
       echo -n "offload_adamw_host_vs_gpu_mlp_bf16: "
       python3 test/e2e/compare_runs.py $t/b1.jsonl $t/b1.safetensors $t/bo.jsonl $t/bo.safetensors --tol 1e-5
-      "$B/gpt2drop_bf16_off" $cd_ --seed 3 --steps 6 --cuda-graph --log $t/of.jsonl --dump-params $t/of.safetensors
-      "$B/gpt2drop_bf16_off" $cd_ --seed 3 --steps 6 --no-cuda-graph --log $t/on.jsonl --dump-params $t/on.safetensors
-      echo -n "offload_graph_gpt2_dropout_bf16: "
+      "$B/gpt2nodrop_bf16_off" $cd_ --seed 3 --steps 6 --cuda-graph --log $t/of.jsonl --dump-params $t/of.safetensors
+      "$B/gpt2nodrop_bf16_off" $cd_ --seed 3 --steps 6 --no-cuda-graph --log $t/on.jsonl --dump-params $t/on.safetensors
+      echo -n "offload_graph_gpt2_bf16: "
       python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/on.jsonl $t/on.safetensors --tol 0
-      "$B/gpt2drop_bf16_off" $cd_ --seed 3 --steps 3 --log $t/oa.jsonl --save-dir $t/ck3
-      "$B/gpt2drop_bf16_off" $cd_ --steps 6 --log $t/ob.jsonl --resume $t/ck3 --dump-params $t/or.safetensors
+      "$B/gpt2nodrop_bf16_off" $cd_ --seed 3 --steps 3 --log $t/oa.jsonl --save-dir $t/ck3
+      "$B/gpt2nodrop_bf16_off" $cd_ --steps 6 --log $t/ob.jsonl --resume $t/ck3 --dump-params $t/or.safetensors
       cat $t/oa.jsonl $t/ob.jsonl > $t/oab.jsonl
-      echo -n "offload_resume_gpt2_dropout_bf16: "
+      echo -n "offload_resume_gpt2_bf16: "
       python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/oab.jsonl $t/or.safetensors --tol 0
     ) >"$W/offload_checks.txt" 2>&1
     echo "rc=$?" >>"$W/offload_checks.txt"

@@ -163,8 +163,17 @@ SmallVector<dsc::CastOp> computeCopyCasts(dsc::AdamWMultiOp multi,
         return {};
       found = c;
     }
-    if (!found)
+    // A parameter's cast only (its copy becomes that parameter's state),
+    // and nothing may read the copy after the AdamW (it is overwritten in
+    // place there).
+    auto arg = dyn_cast<BlockArgument>(multi.getTensors()[i]);
+    auto fn = arg ? dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp())
+                  : func::FuncOp();
+    if (!found || !fn || !fn.getArgAttr(arg.getArgNumber(), "dsc.param"))
       return {};
+    for (Operation *user : found->getUsers())
+      if (isa<func::ReturnOp>(user) || !user->isBeforeInBlock(multi))
+        return {};
     casts.push_back(found);
   }
   return casts;
@@ -208,9 +217,6 @@ LogicalResult keepComputeCopies(func::FuncOp fn, Placement &p) {
     for (auto [i, c] : llvm::enumerate(casts)) {
       unsigned param = cast<BlockArgument>(c.getInput()).getArgNumber();
       auto name = fn.getArgAttrOfType<StringAttr>(param, "dsc.param");
-      if (!name)
-        return c.emitError("dsc-offload: a compute copy of an argument that "
-                           "is not a parameter");
       NamedAttrList argAttrs;
       argAttrs.set("dsc.compute_copy", name);
       unsigned a = fn.getNumArguments();
@@ -236,38 +242,33 @@ LogicalResult keepComputeCopies(func::FuncOp fn, Placement &p) {
   return success();
 }
 
-/// Where a copy of `v` goes: after its definition, or (an argument) after
-/// the copies of arguments made so far at the block's start.
-void setInsertionAfterDef(OpBuilder &b, Value v, Operation *&lastArgCopy) {
-  if (Operation *def = v.getDefiningOp()) {
-    b.setInsertionPointAfter(def);
-    return;
-  }
-  Block *block = cast<BlockArgument>(v).getOwner();
-  if (lastArgCopy)
-    b.setInsertionPointAfter(lastArgCopy);
-  else
-    b.setInsertionPointToStart(block);
-}
+/// The copies made so far after each defining op (null: the arguments, at
+/// the block's start): a new copy goes after them, so copies run in the
+/// order they were asked for (a chunk's gradients before the next one's,
+/// where all are results of one call).
+using LastCopies = llvm::DenseMap<Operation *, Operation *>;
 
 dsc::OffloadCopyOp makeCopy(OpBuilder &b, Value v, StringRef to,
-                            Operation *&lastArgCopy) {
-  setInsertionAfterDef(b, v, lastArgCopy);
-  Location loc = v.getDefiningOp() ? v.getDefiningOp()->getLoc()
-                                   : b.getInsertionBlock()
-                                         ->getParentOp()
-                                         ->getLoc();
+                            LastCopies &last) {
+  Operation *def = v.getDefiningOp();
+  if (Operation *prev = last.lookup(def))
+    b.setInsertionPointAfter(prev);
+  else if (def)
+    b.setInsertionPointAfter(def);
+  else
+    b.setInsertionPointToStart(cast<BlockArgument>(v).getOwner());
+  Location loc =
+      def ? def->getLoc() : b.getInsertionBlock()->getParentOp()->getLoc();
   auto copy = dsc::OffloadCopyOp::create(b, loc, v.getType(), v,
                                          b.getStringAttr(to));
-  if (isa<BlockArgument>(v))
-    lastArgCopy = copy;
+  last[def] = copy;
   return copy;
 }
 
 /// Step 2: every operand a host op reads from the device comes through a
 /// copy to the host made right after it is computed (one per value); a
 /// splat constant is cloned onto the host instead.
-void copyOperandsToHost(Placement &p, Operation *&lastArgCopy) {
+void copyOperandsToHost(Placement &p, LastCopies &last) {
   OpBuilder b(p.hostOps.front()->getContext());
   llvm::DenseMap<Value, Value> onHost;
   for (Operation *op : SmallVector<Operation *>(p.hostOps.begin(),
@@ -286,14 +287,14 @@ void copyOperandsToHost(Placement &p, Operation *&lastArgCopy) {
       }
       Value &copy = onHost[v];
       if (!copy)
-        copy = makeCopy(b, v, "host", lastArgCopy).getResult();
+        copy = makeCopy(b, v, "host", last).getResult();
       use.set(copy);
     }
 }
 
 /// Step 3: a host value the device reads is copied to the device right
 /// after it is made and waited for right before its first device use.
-void copyResultsToDevice(Placement &p, Operation *&lastArgCopy) {
+void copyResultsToDevice(Placement &p, LastCopies &last) {
   SmallVector<Value> values(p.hostArgs.begin(), p.hostArgs.end());
   for (Operation *op : p.hostOps)
     llvm::append_range(values, op->getResults());
@@ -312,7 +313,7 @@ void copyResultsToDevice(Placement &p, Operation *&lastArgCopy) {
     for (OpOperand *use : deviceUses)
       if (use->getOwner()->isBeforeInBlock(first))
         first = use->getOwner();
-    auto copy = makeCopy(b, v, "device", lastArgCopy);
+    auto copy = makeCopy(b, v, "device", last);
     b.setInsertionPoint(first);
     auto wait = dsc::OffloadWaitOp::create(b, copy.getLoc(), v.getType(),
                                            copy.getResult());
@@ -380,9 +381,9 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
     splitOptimizer(*placement, chunkElements);
     if (failed(keepComputeCopies(fn, *placement)))
       return signalPassFailure();
-    Operation *lastArgCopy = nullptr;
-    copyOperandsToHost(*placement, lastArgCopy);
-    copyResultsToDevice(*placement, lastArgCopy);
+    LastCopies last;
+    copyOperandsToHost(*placement, last);
+    copyResultsToDevice(*placement, last);
     if (failed(mark(fn, *placement)))
       return signalPassFailure();
   }

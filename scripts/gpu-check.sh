@@ -67,12 +67,12 @@ build() {
   $c --micro-batch 1 --stage 3 --world-size 4 --precision bf16 $fixtures/models/mlp_opset17.onnx \
     -o "$bundle/bin/mlp_bf16_s3_n4"
   # Offload (dsc-offload): the mlp's accumulated step with AdamW on the
-  # host, and GPT-2 with dropout (its AdamW in chunks on two streams) for
-  # the graph and checkpoints.
+  # host, and GPT-2 without dropout (so the step is captured as a graph;
+  # its AdamW in chunks on two streams) for the graph and checkpoints.
   $c --micro-batch 1 --accum-steps 4 --precision bf16 --offload-optimizer cpu \
     $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_acc4_off"
   $c --micro-batch 2 --precision bf16 --offload-optimizer cpu --offload-chunk-elements 100000 \
-    $fixtures/models/gpt2_opset17.onnx -o "$bundle/bin/gpt2drop_bf16_off"
+    $fixtures/models/gpt2_nodrop_opset17.onnx -o "$bundle/bin/gpt2nodrop_bf16_off"
   $c --f64 --micro-batch 4 $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64"
   $c --f64 --micro-batch 1 --stage 3 --world-size 4 \
     $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_s3_n4"
@@ -252,12 +252,12 @@ run() {
     python3 test/e2e/compare_runs.py $t/cf.jsonl $t/cf.safetensors $t/cab.jsonl $t/cr.safetensors --tol 0"
   # Offload: the step replayed as one CUDA graph (host tasks and copies
   # included) is the step run op by op, and a checkpoint resumes bitwise.
-  check offload_graph_and_resume_gpt2_dropout_bf16 bash -c "rm -rf $t/ck3 && \
-    '$b/gpt2drop_bf16_off' $cd --seed 3 --steps 6 --cuda-graph --log $t/of.jsonl --dump-params $t/of.safetensors && \
-    '$b/gpt2drop_bf16_off' $cd --seed 3 --steps 6 --no-cuda-graph --log $t/on.jsonl --dump-params $t/on.safetensors && \
+  check offload_graph_and_resume_gpt2_bf16 bash -c "rm -rf $t/ck3 && \
+    '$b/gpt2nodrop_bf16_off' $cd --seed 3 --steps 6 --cuda-graph --log $t/of.jsonl --dump-params $t/of.safetensors && \
+    '$b/gpt2nodrop_bf16_off' $cd --seed 3 --steps 6 --no-cuda-graph --log $t/on.jsonl --dump-params $t/on.safetensors && \
     python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/on.jsonl $t/on.safetensors --tol 0 && \
-    '$b/gpt2drop_bf16_off' $cd --seed 3 --steps 3 --log $t/oa.jsonl --save-dir $t/ck3 && \
-    '$b/gpt2drop_bf16_off' $cd --steps 6 --log $t/ob.jsonl --resume $t/ck3 --dump-params $t/or.safetensors && \
+    '$b/gpt2nodrop_bf16_off' $cd --seed 3 --steps 3 --log $t/oa.jsonl --save-dir $t/ck3 && \
+    '$b/gpt2nodrop_bf16_off' $cd --steps 6 --log $t/ob.jsonl --resume $t/ck3 --dump-params $t/or.safetensors && \
     cat $t/oa.jsonl $t/ob.jsonl > $t/oab.jsonl && \
     python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/oab.jsonl $t/or.safetensors --tol 0"
   check checkpoint_reshard_nanogpt_f64_s3n4_to_1 bash -c "rm -rf $t/ck2 && \

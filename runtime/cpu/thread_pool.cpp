@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <mutex>
 
 namespace dsc::cpu::detail {
@@ -24,7 +25,20 @@ struct Job {
   int64_t chunks;
   int64_t next = 1; // chunk 0 is the caller's
   int64_t done = 0;
+  std::exception_ptr error; // the first chunk that threw (guarded by m_)
 };
+
+/// Runs one chunk; what it throws is kept for the caller, who rethrows it
+/// once every chunk is done (the job lives on the caller's stack).
+void runOne(Job &job, int64_t c, std::mutex &m) {
+  try {
+    (*job.chunk)(c);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(m);
+    if (!job.error)
+      job.error = std::current_exception();
+  }
+}
 
 class Pool {
 public:
@@ -45,7 +59,7 @@ public:
       jobs_.push_back(&job);
     }
     wake_.notify_all();
-    chunk(0);
+    runOne(job, 0, m_);
     std::unique_lock<std::mutex> lock(m_);
     ++job.done;
     // Help with this job's chunks until none is left, then wait for the rest.
@@ -54,11 +68,13 @@ public:
       if (job.next == job.chunks)
         remove(&job);
       lock.unlock();
-      chunk(c);
+      runOne(job, c, m_);
       lock.lock();
       ++job.done;
     }
     finished_.wait(lock, [&] { return job.done == job.chunks; });
+    if (job.error)
+      std::rethrow_exception(job.error);
   }
 
 private:
@@ -92,7 +108,7 @@ private:
       if (job->next == job->chunks)
         remove(job);
       lock.unlock();
-      (*job->chunk)(c);
+      runOne(*job, c, m_);
       lock.lock();
       if (++job->done == job->chunks)
         finished_.notify_all();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -47,6 +48,28 @@ TEST(ThreadPool, ConcurrentAndNestedCalls) {
   for (auto &c : callers)
     c.join();
   EXPECT_EQ(total.load(), int64_t(6) * 20 * 64 * 100);
+}
+
+// A chunk that throws (out of memory in a kernel): every other chunk still
+// finishes, and the caller gets the exception once they have.
+TEST(ThreadPool, AThrowingChunkReachesTheCaller) {
+  std::atomic<int64_t> ran{0};
+  bool caught = false;
+  try {
+    parallelFor(64, 0, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        ran.fetch_add(1);
+        if (i == 37)
+          throw std::bad_alloc();
+      }
+    });
+  } catch (const std::bad_alloc &) {
+    caught = true;
+  }
+  EXPECT_TRUE(caught);
+  EXPECT_GE(ran.load(), 38);
+  // The pool still works.
+  expectOnce(1000, 0, 1);
 }
 
 } // namespace
