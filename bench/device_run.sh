@@ -42,9 +42,6 @@
 #                the GPU AdamW's run of the same part (close, not bitwise:
 #                the host's AdamW may round differently)
 #   llama-off-rsel
-#   llama-off1, gpt2-1
-#                one run of llama_1b_bf16_off / gpt2_124m_bf16 as the program
-#                runs by default
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
@@ -196,16 +193,6 @@ for part in "$@"; do
     timeout 120 "$B/llama_1b_bf16_off" --init random --data "$W/tokl.bin" --data-dtype int32 \
       --steps 5 --print-every 5 --wall-clock-breakdown >"$W/llama_off_phases.txt" 2>&1
     grep -iE "forward|backward|optimizer|phase" "$W/llama_off_phases.txt" | tail -6 ;;
-  llama-off1 | gpt2-1)
-    # One run of the program with its default (offload: no graph), for a
-    # quick figure; base none.
-    if [ $part = llama-off1 ]; then
-      [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
-      dsc_variant llama_off1 "$B/llama_1b_bf16_off" 12 none --init random --data "$W/tokl.bin" --data-dtype int32
-    else
-      [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
-      dsc_variant gpt2_1 "$B/gpt2_124m_bf16" 20 none --init random --data "$W/tok.bin"
-    fi ;;
   llama-off-rsel)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_rsel "$B/llama_1b_bf16_off_rsel" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32 ;;

@@ -95,15 +95,33 @@ FailureOr<Placement> analyze(func::FuncOp fn) {
   return p;
 }
 
-/// Step 1a: a grouped AdamW over more than `chunk` elements becomes several,
-/// each over whole parameters in order and about `chunk` elements, where it
-/// stood. Each parameter's results are the same bits (same kernel).
-void splitOptimizer(Placement &p, int64_t chunk) {
+/// The grouped AdamWs among the host ops.
+SmallVector<dsc::AdamWMultiOp> groupedAdamWs(const Placement &p) {
   SmallVector<dsc::AdamWMultiOp> multis;
   for (Operation *op : p.hostOps)
     if (auto m = dyn_cast<dsc::AdamWMultiOp>(op))
       multis.push_back(m);
-  for (dsc::AdamWMultiOp multi : multis) {
+  return multis;
+}
+
+/// `multi`'s hyperparameters and attributes on other tensors and results,
+/// at `b`'s insertion point, in place of `multi` among the host ops.
+dsc::AdamWMultiOp rebuild(OpBuilder &b, dsc::AdamWMultiOp multi,
+                          ValueRange tensors, TypeRange types, Placement &p) {
+  auto op = dsc::AdamWMultiOp::create(
+      b, multi.getLoc(), types, multi.getLr(), multi.getBeta1(),
+      multi.getBeta2(), multi.getEps(), multi.getWeightDecay(), multi.getStep(),
+      multi.getGradScale(), tensors);
+  op->setAttrs(multi->getAttrs());
+  p.hostOps.insert(op);
+  return op;
+}
+
+/// Step 1a: a grouped AdamW over more than `chunk` elements becomes several,
+/// each over whole parameters in order and about `chunk` elements, where it
+/// stood. Each parameter's results are the same bits (same kernel).
+void splitOptimizer(Placement &p, int64_t chunk) {
+  for (dsc::AdamWMultiOp multi : groupedAdamWs(p)) {
     ValueRange t = multi.getTensors();
     size_t n = t.size() / 4;
     // Group boundaries: [starts[g], starts[g + 1]).
@@ -131,16 +149,11 @@ void splitOptimizer(Placement &p, int64_t chunk) {
       for (size_t k = 0; k < 3; ++k)
         for (size_t i = lo; i < hi; ++i)
           types.push_back(t[i].getType());
-      auto part = dsc::AdamWMultiOp::create(
-          b, multi.getLoc(), types, multi.getLr(), multi.getBeta1(),
-          multi.getBeta2(), multi.getEps(), multi.getWeightDecay(),
-          multi.getStep(), multi.getGradScale(), tensors);
-      part->setAttrs(multi->getAttrs());
+      auto part = rebuild(b, multi, tensors, types, p);
       for (size_t k = 0; k < 3; ++k)
         for (size_t i = lo; i < hi; ++i)
           multi.getResult(k * n + i)
               .replaceAllUsesWith(part.getResult(k * m + (i - lo)));
-      p.hostOps.insert(part);
     }
     p.hostOps.remove(multi);
     multi.erase();
@@ -186,12 +199,8 @@ SmallVector<dsc::CastOp> computeCopyCasts(dsc::AdamWMultiOp multi,
 /// a copy brings up at the step's end. No cast at the step's start, and no
 /// wait: the next step reads the state after this one's end.
 LogicalResult keepComputeCopies(func::FuncOp fn, Placement &p) {
-  SmallVector<dsc::AdamWMultiOp> multis;
-  for (Operation *op : p.hostOps)
-    if (auto m = dyn_cast<dsc::AdamWMultiOp>(op))
-      multis.push_back(m);
   Block &body = fn.getBody().front();
-  for (dsc::AdamWMultiOp multi : multis) {
+  for (dsc::AdamWMultiOp multi : groupedAdamWs(p)) {
     SmallVector<dsc::CastOp> casts = computeCopyCasts(multi, p);
     if (casts.empty())
       continue;
@@ -200,16 +209,11 @@ LogicalResult keepComputeCopies(func::FuncOp fn, Placement &p) {
     for (dsc::CastOp c : casts)
       types.push_back(c.getType());
     OpBuilder b(multi);
-    auto grown = dsc::AdamWMultiOp::create(
-        b, multi.getLoc(), types, multi.getLr(), multi.getBeta1(),
-        multi.getBeta2(), multi.getEps(), multi.getWeightDecay(),
-        multi.getStep(), multi.getGradScale(), multi.getTensors());
-    grown->setAttrs(multi->getAttrs());
+    auto grown = rebuild(b, multi, multi.getTensors(), types, p);
     size_t n = casts.size();
     for (size_t k = 0; k < 3 * n; ++k)
       multi.getResult(k).replaceAllUsesWith(grown.getResult(k));
     p.hostOps.remove(multi);
-    p.hostOps.insert(grown);
     multi.erase();
     // Each cast becomes an argument; the new copy goes up into it.
     Operation *ret = body.getTerminator();

@@ -444,13 +444,8 @@ Status Ranks::placeOnDevice(std::string &deviceWhat) {
   }
   if (!device)
     return Status();
-  size_t rankBytes = spec_.arenaBytes + (size_t(32) << 20);
-  for (size_t i = 0; i < first.args.size(); ++i)
-    if (!onHost(true, i))
-      rankBytes += first.args[i].nbytes();
-  for (size_t i = 0; i < first.results.size(); ++i)
-    if (aliasOf_[i] < 0 && !onHost(false, i))
-      rankBytes += first.results[i].nbytes();
+  size_t rankBytes =
+      spec_.arenaBytes + (size_t(32) << 20) + deviceTensorBytes();
   if (Status s = checkFit(rankBytes); !s.ok())
     return s;
   for (auto &rs : ranks_) {
@@ -896,13 +891,19 @@ void Ranks::deviceMemory(size_t &peak, size_t &tensorBytes) const {
         job_.device->memoryInUse(now, p).ok())
       peak = std::max(peak, p);
   }
+  tensorBytes = deviceTensorBytes();
+}
+
+size_t Ranks::deviceTensorBytes() const {
   const RankState &first = *ranks_[0];
+  size_t bytes = 0;
   for (size_t i = 0; i < first.args.size(); ++i)
     if (!onHost(true, i))
-      tensorBytes += first.args[i].nbytes();
+      bytes += first.args[i].nbytes();
   for (size_t i = 0; i < first.results.size(); ++i)
     if (aliasOf_[i] < 0 && !onHost(false, i))
-      tensorBytes += first.results[i].nbytes();
+      bytes += first.results[i].nbytes();
+  return bytes;
 }
 
 void Ranks::pinnedMemory(size_t &tensorBytes, size_t &arenaBytes) const {

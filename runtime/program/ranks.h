@@ -174,6 +174,9 @@ public:
 private:
   Status checkFit(size_t rankBytes);
   bool onHost(bool arg, size_t i) const;
+  /// One rank's step tensors in device memory (arguments, and results not
+  /// computed in place; not those kept on the host).
+  size_t deviceTensorBytes() const;
   Status allocateBucket(int b, Memory &m, Tensor &flat) const;
   Status collect(const std::vector<int> &which, bool args,
                  std::vector<io::NamedTensor> &list);
