@@ -79,8 +79,10 @@ FailureOr<Placement> analyze(func::FuncOp fn) {
                    !fn.getArgAttr(arg.getArgNumber(), "dsc.opt_state")))
         return op->emitError("dsc-offload: the optimizer updates a value "
                              "that is not an argument of the step (ZeRO "
-                             "stage 1-3 shards its state through slices and "
-                             "gathers); offload supports --stage 0 for now");
+                             "stages 1-2 slice their shard out of the "
+                             "replicated parameters each step); offload "
+                             "supports --stage 0 and --stage 3, whose "
+                             "parameters are themselves the shards");
       p.hostArgs.insert(arg);
     }
   for (Operation &op : fn.getBody().front()) {

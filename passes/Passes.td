@@ -534,8 +534,9 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
                 "(DeepSpeed's offload_optimizer)";
   let description = [{
     With `optimizer=cpu`, in the step function: every argument the
-    optimizer updates (fp32 master parameters and optimizer state, stage 0)
-    gets `dsc.memory = "host"`, as do the results that update them; the
+    optimizer updates (fp32 master parameters and optimizer state: whole
+    tensors at stage 0, this rank's bucket shards at stage 3; stages 1-2,
+    which slice the shard out of replicated parameters, are refused) gets `dsc.memory = "host"`, as do the results that update them; the
     optimizer ops and the compute-copy casts of the masters get
     `dsc.on_host` (the CPU runtime's multi-threaded kernels run them). What
     a host op reads from the device (gradients, learning rate, clipping

@@ -55,16 +55,17 @@ fi
 # 2. Seeds: the fixtures (the 700 KB GPT-2 exports too: under ASan one takes
 # about a second, so they are mutated rarely but their ops are covered) and
 # the importer's small generated models.
+# Made afresh on every run (a second or two): seeds kept from an earlier
+# checkout would make a local run fuzz other inputs than CI's fresh clone.
 seeds=$build/fuzz-seeds
-if [[ ! -d $seeds ]]; then
-  mkdir -p "$seeds.tmp"
-  cp test/fixtures/models/*.onnx "$seeds.tmp/"
-  cp test/fixtures/models/gpt2_nodrop_extdata/model.onnx "$seeds.tmp/gpt2_extdata.onnx"
-  python3 test/import/gen_test_models.py "$seeds.tmp/import" >/dev/null
-  find "$seeds.tmp/import" -name '*.onnx' -exec cp {} "$seeds.tmp/" \;
-  rm -rf "$seeds.tmp/import"
-  mv "$seeds.tmp" "$seeds"
-fi
+rm -rf "$seeds" "$seeds.tmp"
+mkdir -p "$seeds.tmp"
+cp test/fixtures/models/*.onnx "$seeds.tmp/"
+cp test/fixtures/models/gpt2_nodrop_extdata/model.onnx "$seeds.tmp/gpt2_extdata.onnx"
+python3 test/import/gen_test_models.py "$seeds.tmp/import" >/dev/null
+find "$seeds.tmp/import" -name '*.onnx' -exec cp {} "$seeds.tmp/" \;
+rm -rf "$seeds.tmp/import"
+mv "$seeds.tmp" "$seeds"
 mkdir -p "$corpus" "$build/fuzz-findings"
 
 # 3. Fuzz. -timeout: one input through import and codegen takes at most a

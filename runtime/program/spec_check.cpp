@@ -23,8 +23,10 @@ Status bug(const std::string &why) {
 
 using ArgIndex = std::map<std::pair<int, std::string>, int>; // (role, name)
 
-/// A ComputeCopy argument and its Param: the same name and shape, neither
-/// a bucket shard, the copy bf16 or f16. Sets copy.second to the Param.
+/// A ComputeCopy argument and its Param: the same name and shape (a
+/// stage-3 Param is this rank's bucket shard, and its copy that shard
+/// rounded, unmarked: no bucket holds 16-bit state), the copy bf16 or f16.
+/// Sets copy.second to the Param.
 Status pairComputeCopy(const ProgramSpec &spec, const ArgIndex &argIndex,
                        std::pair<int, int> &copy) {
   const ArgSpec &a = spec.args[copy.first];
@@ -33,9 +35,9 @@ Status pairComputeCopy(const ProgramSpec &spec, const ArgIndex &argIndex,
   if (it == argIndex.end())
     return bug(what + " has no parameter of that name");
   const ArgSpec &p = spec.args[it->second];
-  if (a.bucket >= 0 || p.bucket >= 0)
-    return bug(what + " or its parameter is a bucket shard; compute copies "
-                      "are of whole parameters");
+  if (a.bucket >= 0)
+    return bug(what + " is marked as a bucket shard; a compute copy is "
+                      "sharded only through its parameter");
   if (a.type.dtype != DType::BF16 && a.type.dtype != DType::F16)
     return bug(what + " is " + describeSpec(a.type) +
                "; a compute copy is bf16 or f16");

@@ -112,8 +112,8 @@ target and output:
                              GPU keeping only the 16-bit compute copies;
                              gradients go down and compute copies up once a
                              step, on a copy stream (dsc-offload; DeepSpeed
-                             offload_optimizer; stage 0, not with fp16
-                             loss scaling; default none)
+                             offload_optimizer; stages 0 and 3, not with
+                             fp16 loss scaling; default none)
   --offload-chunk-elements N the host AdamW runs in chunks of about N
                              elements (whole parameters), each one's copies
                              overlapping the next one's work (33554432)

@@ -795,7 +795,7 @@ TEST_F(ComputeCopyRun, TheSpecCheckNamesAMalformedComputeCopy) {
 
   s = copySpec(true, false);
   args[CC].bucket = 0;
-  expectSpecBug(s, "compute copy 'w' or its parameter is a bucket shard");
+  expectSpecBug(s, "compute copy 'w' is marked as a bucket shard");
 
   s = copySpec(true, false);
   results[CCOPY].inPlaceOf = -1;
