@@ -67,11 +67,13 @@ target and output:
                              found, else cpu)
   --cuda-arch sm_XY[a]       the GPU code of the program (default sm_90a,
                              H100/H200), plus PTX for newer cards
-  --host-opt N               cuda: the host compiler's -O level for the
-                             program's host code (default 0: it only enqueues
-                             kernels, which the GPU's time hides, and gcc -O2
-                             of GPT-2 124M's step takes 16 s of 21; device
-                             code is always optimized)
+  --host-opt N               the host compiler's -O level for the
+                             program's generated host code (default 0: it
+                             only calls the runtime's kernels, or enqueues
+                             them on the GPU, which are always optimized;
+                             gcc -O2 of GPT-2 124M's CUDA step takes 16 s of
+                             21, and -O2 of a CPU step is 4x slower to build
+                             and no faster to run)
   -o FILE                    the program (or the file --emit writes)
   --emit=exe|cpp|mlir        what to write: the program (default), its C++
                              (or CUDA C++) source, or the dsc IR after all
@@ -681,7 +683,7 @@ int build(const CompileOptions &o, const std::string &cppPath) {
   }
   std::vector<std::string> argv = {*found,
                                    "-std=c++17",
-                                   "-O2",
+                                   "-O" + o.hostOpt,
                                    "-I" DSC_RUNTIME_INCLUDE_DIR,
                                    "-I" DSC_RUNTIME_SOURCE_DIR,
                                    cppPath,
