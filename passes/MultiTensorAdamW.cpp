@@ -61,8 +61,9 @@ bool readBefore(Operation *op, Operation *last) {
   return false;
 }
 
-/// Step 1: the groups of `block` (two members or more), in block order.
-std::vector<std::vector<Member>> findGroups(Block &block) {
+/// Step 1: the groups of `block` (`minGroup` members or more), in block
+/// order.
+std::vector<std::vector<Member>> findGroups(Block &block, unsigned minGroup) {
   using Key = std::tuple<void *, void *, void *, void *, void *, void *,
                          void *>;
   std::map<Key, std::vector<Member>> byKey;
@@ -97,7 +98,7 @@ std::vector<std::vector<Member>> findGroups(Block &block) {
           break;
         }
     }
-    if (g.size() > 1)
+    if (!g.empty() && g.size() >= minGroup)
       groups.push_back(std::move(g));
   }
   return groups;
@@ -146,11 +147,14 @@ void rewrite(std::vector<Member> group) {
 
 struct MultiTensorAdamW
     : dsc::impl::DscMultiTensorAdamWBase<MultiTensorAdamW> {
+  using DscMultiTensorAdamWBase::DscMultiTensorAdamWBase;
+
   void runOnOperation() override {
     for (auto fn : getOperation().getOps<func::FuncOp>()) {
       if (fn.isExternal())
         continue;
-      for (std::vector<Member> &group : findGroups(fn.getBody().front()))
+      for (std::vector<Member> &group :
+           findGroups(fn.getBody().front(), minGroup))
         rewrite(std::move(group));
     }
   }

@@ -493,7 +493,17 @@ def DscMultiTensorAdamW : Pass<"dsc-multi-tensor-adamw", "mlir::ModuleOp"> {
     folded into the group's `grad_scale` when the whole group shares s.
     An adamw whose results are read before the group's last adamw stays
     on its own. Results are bitwise those of the separate ops.
+
+    Groups of fewer than `min-group` members stay dsc.adamw. `dsc compile
+    --offload-optimizer cpu` sets 1, so that a lone adamw (one bucket at
+    ZeRO-3) is an adamw_multi too: dsc-offload then has its host AdamW
+    write the next step's compute copy, instead of a cast of the whole
+    bucket on the host at the step's start.
   }];
+  let options = [
+    Option<"minGroup", "min-group", "unsigned", /*default=*/"2",
+           "the fewest dsc.adamw ops that become one dsc.adamw_multi">
+  ];
 }
 
 

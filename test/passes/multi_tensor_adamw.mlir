@@ -1,4 +1,13 @@
 // RUN: dsc-opt %s --split-input-file --dsc-multi-tensor-adamw | FileCheck %s
+// With min-group=1 (dsc compile --offload-optimizer cpu) the lone adamw of
+// the first case is a group of its own too, its grad unscaled (a splat 1).
+// RUN: dsc-opt %s --split-input-file --dsc-multi-tensor-adamw=min-group=1 | FileCheck %s --check-prefix=LONE
+// LONE-LABEL: func.func @train_step
+// LONE: dsc.adamw_multi {{.*}}, scale %arg18, (%arg0,
+// LONE: %[[S1:.*]] = dsc.constant dense<1.000000e+00> : tensor<f32>
+// LONE-NEXT: %[[D:.*]]:3 = dsc.adamw_multi %arg12, %arg13, %arg14, %arg15, %arg20, %arg17, scale %[[S1]], (%arg19, %arg19, %arg19, %arg19)
+// LONE-NOT: dsc.adamw %
+// LONE: return {{.*}}, %[[D]]#0 :
 
 // Three parameters with the same hyperparameters, their grads scaled by
 // one scalar (the loss normalization): one dsc.adamw_multi with the scale

@@ -851,7 +851,10 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   canonicalize.enableConstantCSE(false);
   pm.addPass(createCanonicalizerPass(canonicalize));
   pm.addPass(createCSEPass());
-  pm.addPass(createDscMultiTensorAdamW());
+  // Offloaded, a lone adamw is grouped too (dsc-offload's compute copies).
+  dsc::DscMultiTensorAdamWOptions multi;
+  multi.minGroup = o.offloadOptimizer != "none" ? 1 : 2;
+  pm.addPass(createDscMultiTensorAdamW(multi));
   if (o.offloadOptimizer != "none" &&
       !add("dsc-offload{optimizer=" + o.offloadOptimizer +
                " chunk-elements=" + o.offloadChunk + "}",
