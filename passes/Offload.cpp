@@ -82,7 +82,12 @@ FailureOr<Placement> analyze(func::FuncOp fn) {
                              "stages 1-2 slice their shard out of the "
                              "replicated parameters each step); offload "
                              "supports --stage 0 and --stage 3, whose "
-                             "parameters are themselves the shards");
+                             "parameters are themselves the shards. For "
+                             "ZeRO-2's traffic and memory with the "
+                             "optimizer offloaded, use --stage 3 "
+                             "--keep-gathered (each parameter gathered "
+                             "once a step, as ZeRO-2 gathers the updated "
+                             "ones)");
       p.hostArgs.insert(arg);
     }
   for (Operation &op : fn.getBody().front()) {

@@ -657,7 +657,16 @@ void Resolver::mapZero(const json::Object &zero) {
     auto device = o->getString("device");
     if (!device || *device == "none")
       continue;
-    if (StringRef(name) == "offload_optimizer" && *device == "cpu")
+    if (StringRef(name) == "offload_optimizer" && *device == "cpu" &&
+        (stage_ == 1 || stage_ == 2))
+      error(p + "." + name + ".device",
+            "\"cpu\" is supported at stages 0 and 3, not at stage " +
+                llvm::Twine(stage_) +
+                " (dsc slices ZeRO-1/2 shards out of replicated "
+                "parameters); for ZeRO-2's traffic and memory with the "
+                "optimizer offloaded, set \"stage\": 3 and pass "
+                "--keep-gathered (each parameter gathered once a step)");
+    else if (StringRef(name) == "offload_optimizer" && *device == "cpu")
       set(p + "." + name + ".device", "--offload-optimizer", "cpu");
     else
       error(p + "." + name + ".device",
