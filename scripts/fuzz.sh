@@ -71,11 +71,18 @@ mkdir -p "$corpus" "$build/fuzz-findings"
 # 3. Fuzz. -timeout: one input through import and codegen takes at most a
 # few seconds even for GPT-2 under ASan; a minute is a hang.
 echo "fuzz: $seconds s, $jobs job(s), seed $seed, corpus $corpus" >&2
-# -r: a fixed number of executions (with one job and a fixed seed the same
-# inputs on any machine; -t then only bounds the time).
+# -r: a fixed number of executions (-t then only bounds the time). A fixed
+# seed does not make two runs fuzz the same inputs: coverage picks what is
+# kept, and the compiler's coverage varies a little from run to run (hash
+# tables keyed by addresses iterate in another order), so replay a finding
+# from its saved input, not by rerunning the seed.
+# The seeds go in as a list in name order, not as a directory: libFuzzer
+# reads a directory in the file system's order (ext4's hashes differ from
+# machine to machine), and that order decides what a fixed seed fuzzes.
+(cd "$seeds" && LC_ALL=C ls) | sed "s|^|$seeds/|" | paste -sd, - >"$seeds.list"
 args=(-seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=60
-      -max_len=1048576 -print_final_stats=1
-      -artifact_prefix="$build/fuzz-findings/" "$corpus" "$seeds")
+      -max_len=1048576 -print_final_stats=1 -seed_inputs=@"$seeds.list"
+      -artifact_prefix="$build/fuzz-findings/" "$corpus")
 [ -n "$runs" ] && args=(-runs="$runs" "${args[@]}")
 if ((jobs > 1)); then
   # -fork keeps going after a finding and merges what each job learns.
