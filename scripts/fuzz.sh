@@ -84,8 +84,29 @@ args=(-seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=60
       -max_len=1048576 -print_final_stats=1 -seed_inputs=@"$seeds.list"
       -artifact_prefix="$build/fuzz-findings/" "$corpus")
 [ -n "$runs" ] && args=(-runs="$runs" "${args[@]}")
-if ((jobs > 1)); then
-  # -fork keeps going after a finding and merges what each job learns.
-  exec "$fuzz" -fork="$jobs" -ignore_crashes=0 "${args[@]}"
-fi
-exec "$fuzz" "${args[@]}"
+# -fork keeps going after a finding and merges what each job learns.
+((jobs > 1)) && args=(-fork="$jobs" -ignore_crashes=0 "${args[@]}")
+log=$build/fuzz.log
+set +e
+"$fuzz" "${args[@]}" 2> >(tee "$log" >&2)
+rc=$?
+wait # for tee
+set -e
+((rc == 0)) && exit 0
+# A finding: its report again at the very end, where a CI log that keeps
+# only the last lines still shows the faulting frames and the input.
+{
+  echo "fuzz: dsc-fuzz failed (exit $rc); the start of its report:"
+  grep -m1 -A40 -E '^==[0-9]+==ERROR|runtime error:|Assertion .* failed|LLVM ERROR|^==[0-9]+== ERROR: libFuzzer' "$log" |
+    grep -v -E 'in fuzzer::|in main |libc_start|in _start ' | head -40
+  for f in "$build"/fuzz-findings/*; do
+    [[ $f -nt $seeds.list ]] || continue
+    echo "fuzz: input $f ($(stat -c %s "$f") bytes, sha1 $(sha1sum <"$f" | cut -c1-40))"
+    if (($(stat -c %s "$f") <= 12000)); then
+      echo "fuzz: base64 of it (base64 -d > crash.onnx to replay):"
+      base64 -w0 "$f"
+      echo
+    fi
+  done
+} >&2
+exit "$rc"
