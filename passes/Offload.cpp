@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
 namespace dsc {
@@ -303,6 +304,21 @@ void copyOperandsToHost(Placement &p, LastCopies &last) {
     }
 }
 
+/// Whether `use` passes its value to a callee's host argument (params=cpu:
+/// the callee copies it up where it gathers it).
+bool passedToHostArg(OpOperand &use) {
+  auto call = dyn_cast<func::CallOp>(use.getOwner());
+  if (!call)
+    return false;
+  auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+      call, call.getCalleeAttr());
+  auto memory =
+      callee
+          ? callee.getArgAttrOfType<StringAttr>(use.getOperandNumber(), kMemory)
+          : StringAttr();
+  return memory && memory.getValue() == "host";
+}
+
 /// Step 3: a host value the device reads is copied to the device right
 /// after it is made and waited for right before its first device use.
 void copyResultsToDevice(Placement &p, LastCopies &last) {
@@ -315,7 +331,7 @@ void copyResultsToDevice(Placement &p, LastCopies &last) {
     for (OpOperand &use : v.getUses()) {
       Operation *user = use.getOwner();
       if (!p.hostOps.contains(user) && !isa<func::ReturnOp>(user) &&
-          !isa<dsc::OffloadCopyOp>(user))
+          !isa<dsc::OffloadCopyOp>(user) && !passedToHostArg(use))
         deviceUses.push_back(&use);
     }
     if (deviceUses.empty())
@@ -365,6 +381,103 @@ LogicalResult mark(func::FuncOp fn, const Placement &p) {
   return success();
 }
 
+/// The callee argument that each call reading `v` passes it to; none when
+/// `v` has a device use other than such a call (host ops aside), or a
+/// callee reads the argument other than through dsc.collective_input (a
+/// gather: the value then goes up only where it is gathered).
+SmallVector<BlockArgument> gatheredOnly(Value v, ModuleOp module,
+                                        const Placement &p) {
+  SmallVector<BlockArgument> args;
+  for (OpOperand &use : v.getUses()) {
+    if (p.hostOps.contains(use.getOwner()))
+      continue;
+    auto call = dyn_cast<func::CallOp>(use.getOwner());
+    auto callee = call ? module.lookupSymbol<func::FuncOp>(call.getCallee())
+                       : func::FuncOp();
+    if (!callee || callee.isExternal())
+      return {};
+    BlockArgument arg = callee.getArgument(use.getOperandNumber());
+    if (arg.use_empty() || !llvm::all_of(arg.getUsers(), [](Operation *u) {
+          return isa<dsc::CollectiveInputOp>(u);
+        }))
+      return {};
+    args.push_back(arg);
+  }
+  return args;
+}
+
+/// Step 5 (params=cpu): the parameter shards that are only gathered stay
+/// on the host: the 16-bit compute copies, or under fp32 the masters
+/// themselves. In the step, a compute copy's argument is host memory and
+/// its update the host AdamW's result, not copied up. In the callee, each
+/// gather of a shard reads a copy made at the previous such gather (at the
+/// start for the first) and waited for right before it.
+LogicalResult offloadParams(func::FuncOp fn, Placement &p) {
+  auto module = fn->getParentOfType<ModuleOp>();
+  Builder attrs(fn.getContext());
+  Operation *ret = fn.getBody().front().getTerminator();
+  llvm::SetVector<BlockArgument> calleeArgs;
+  for (BlockArgument arg : fn.getArguments()) {
+    auto name =
+        fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "dsc.compute_copy");
+    bool master = !name && p.hostArgs.contains(arg) &&
+                  fn.getArgAttr(arg.getArgNumber(), "dsc.param");
+    if (!name && !master)
+      continue;
+    SmallVector<BlockArgument> gathered = gatheredOnly(arg, module, p);
+    if (gathered.empty())
+      continue;
+    // Its update: the host AdamW's copy, which no longer goes up.
+    for (OpOperand &operand : ret->getOpOperands()) {
+      auto role = fn.getResultAttrOfType<StringAttr>(operand.getOperandNumber(),
+                                                     "dsc.compute_copy_update");
+      if (role != name)
+        continue;
+      if (auto up = operand.get().getDefiningOp<dsc::OffloadCopyOp>()) {
+        operand.set(up.getInput());
+        if (up->use_empty())
+          up.erase();
+      }
+    }
+    p.hostArgs.insert(arg);
+    calleeArgs.insert(gathered.begin(), gathered.end());
+  }
+  if (calleeArgs.empty())
+    return fn.emitError("dsc-offload: params=cpu found no parameter shard "
+                        "that is only gathered; parameter offload needs "
+                        "--stage 3 and --offload-optimizer cpu");
+  // In each callee, the gathers of host shards in block order.
+  llvm::MapVector<func::FuncOp, SmallVector<dsc::CollectiveInputOp>> gathers;
+  for (BlockArgument arg : calleeArgs) {
+    auto callee = cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    callee.setArgAttr(arg.getArgNumber(), kMemory, attrs.getStringAttr("host"));
+    for (Operation *user : arg.getUsers())
+      gathers[callee].push_back(cast<dsc::CollectiveInputOp>(user));
+  }
+  for (auto &[callee, list] : gathers) {
+    llvm::sort(list, [](dsc::CollectiveInputOp a, dsc::CollectiveInputOp b) {
+      return a->isBeforeInBlock(b);
+    });
+    OpBuilder b(callee.getContext());
+    Operation *previousWait = nullptr;
+    for (dsc::CollectiveInputOp gather : list) {
+      if (previousWait)
+        b.setInsertionPoint(previousWait);
+      else
+        b.setInsertionPointToStart(&callee.getBody().front());
+      Value shard = gather.getInput();
+      auto up = dsc::OffloadCopyOp::create(b, gather.getLoc(), shard.getType(),
+                                           shard, b.getStringAttr("device"));
+      b.setInsertionPoint(gather);
+      auto wait = dsc::OffloadWaitOp::create(b, gather.getLoc(),
+                                             shard.getType(), up.getResult());
+      gather->setOperand(0, wait.getResult());
+      previousWait = wait;
+    }
+  }
+  return success();
+}
+
 struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
   using DscOffloadBase::DscOffloadBase;
 
@@ -391,6 +504,14 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
     }
     splitOptimizer(*placement, chunkElements);
     if (failed(keepComputeCopies(fn, *placement)))
+      return signalPassFailure();
+    if (params != "none" && params != "cpu") {
+      getOperation().emitError("dsc-offload: params must be none or cpu, "
+                               "got '")
+          << params << "'";
+      return signalPassFailure();
+    }
+    if (params == "cpu" && failed(offloadParams(fn, *placement)))
       return signalPassFailure();
     LastCopies last;
     copyOperandsToHost(*placement, last);

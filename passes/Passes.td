@@ -560,6 +560,14 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
     optimizer state and no fp32 masters; their bytes cross PCIe once each
     way per step (gradients down, compute copies up).
 
+    With `params=cpu` (ZeRO-3 only) the 16-bit compute copies, this rank's
+    parameter shards, stay on the host as well: the host AdamW's copies
+    are the step's results there, and in the called function each shard
+    is copied up (`dsc.offload_copy {to = "device"}`) at the gather before
+    its own, and waited for right before its own `dsc.collective_input`,
+    every time it is gathered (forward and backward). The GPU then holds
+    only gathered parameters, for as long as their layer needs them.
+
     ```mlir
     // before
     %c = dsc.cast %w {dsc.compute_copy, to = bf16} : ...
@@ -595,7 +603,11 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
            "gradients come down, and its compute copies go up, while "
            "another computes">,
     Option<"function", "function", "std::string", /*default=*/"\"train_step\"",
-           "The step function">
+           "The step function">,
+    Option<"params", "params", "std::string", /*default=*/"\"none\"",
+           "none or cpu: at ZeRO-3 the 16-bit parameter shards live on the "
+           "host too (DeepSpeed's offload_param), each copied up one gather "
+           "ahead of its all_gather in the callee">
   ];
 }
 

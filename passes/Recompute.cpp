@@ -70,8 +70,9 @@ std::string blockOf(Operation *op) {
 /// Full (per-block) recomputation also redoes the matmuls, attention and
 /// every other deterministic op of a repeated block, so that of a block the
 /// backward keeps only what flows into it. Never dropout or an attention
-/// with dropout (their masks are drawn from the op's position, which a clone
-/// does not share), nor anything with effects (collectives, waits).
+/// with dropout (a dropout's mask is drawn from its place among the
+/// function's dropouts, which a clone does not share), nor anything with
+/// effects (collectives, waits).
 bool isRecomputableInBlock(Operation *op, StringRef block) {
   if (isa<dsc::DropoutOp, dsc::ConstantOp>(op) || op->getNumRegions() != 0 ||
       !isPure(op) || block.empty())

@@ -3,8 +3,9 @@
 // Each op and its gradient op map onto the matching rt:: kernel pair. Loss
 // reductions and class_loss_backward's kind are resolved here, at compile
 // time. Dropout's seed is derived at run time from the step context (run
-// seed, step, call) and the op's position, so every dropout of every
-// micro-batch draws its own mask, reproducibly.
+// seed, step, call) and the op's place among the function's dropouts, so
+// every dropout of every micro-batch draws its own mask, reproducibly, and
+// the same one whatever other ops a pass adds around it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,6 +45,19 @@ std::string ignoreIndex(std::optional<uint64_t> value) {
 }
 
 double toDouble(const APFloat &value) { return value.convertToDouble(); }
+
+/// The dropouts before `o` in its block: its mask's position, which ops
+/// that passes add (dsc-offload's copies, say) leave as it is, where the
+/// op's index in the block would move.
+unsigned dropoutOrdinal(DropoutOp o) {
+  unsigned n = 0;
+  for (Operation &op : *o->getBlock()) {
+    if (&op == o.getOperation())
+      break;
+    n += isa<DropoutOp>(op);
+  }
+  return n;
+}
 
 /// "rt::AttentionAttrs{scale, causal, window, dropout, seed}". The dropout
 /// seed is drawn like a dropout's, from a position no op has (-1 - seed_id),
@@ -180,7 +194,7 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
       })
       .Case([&](DropoutOp o) {
         std::string seed = "rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +
-                           std::to_string(ctx.opIndex) + ")";
+                           std::to_string(dropoutOrdinal(o)) + ")";
         return call("rt::dropout",
                     {ctx.view(o.getInput()), cppDouble(toDouble(o.getRatio())),
                      seed, ctx.view(o.getResult()), ctx.view(o.getMask())});

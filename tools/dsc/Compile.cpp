@@ -116,6 +116,11 @@ target and output:
                              step, on a copy stream (dsc-offload; DeepSpeed
                              offload_optimizer; stages 0 and 3, not with
                              fp16 loss scaling; default none)
+  --offload-param none|cpu   cpu (stage 3, with --offload-optimizer cpu):
+                             the 16-bit parameter shards live in pinned
+                             host memory too, each copied up one gather
+                             ahead of its all-gather (DeepSpeed
+                             offload_param; default none)
   --offload-chunk-elements N the host AdamW runs in chunks of about N
                              elements (whole parameters), each one's copies
                              overlapping the next one's work (33554432)
@@ -219,6 +224,7 @@ struct CompileOptions {
   std::string recompute = "none"; // dsc-recompute mode, or "auto"
   std::string offloadOptimizer = "none"; // dsc-offload's optimizer=
   std::string offloadChunk = "33554432"; // dsc-offload's chunk-elements=
+  std::string offloadParam = "none";     // dsc-offload's params=
   std::optional<uint64_t> memoryBudget; // --memory-budget
   std::string precisionPipeline;  // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
@@ -423,6 +429,14 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
                               *v + "'",
                           kCompileUsage);
       o.offloadOptimizer = *v;
+      continue;
+    }
+    if (auto v = c.take("--offload-param")) {
+      if (*v != "none" && *v != "cpu")
+        return usageError("--offload-param must be none or cpu, not '" + *v +
+                              "'",
+                          kCompileUsage);
+      o.offloadParam = *v;
       continue;
     }
     if (auto v = c.take("--offload-chunk-elements")) {
@@ -855,9 +869,14 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   dsc::DscMultiTensorAdamWOptions multi;
   multi.minGroup = o.offloadOptimizer != "none" ? 1 : 2;
   pm.addPass(createDscMultiTensorAdamW(multi));
+  if (o.offloadParam != "none" && o.offloadOptimizer == "none") {
+    llvm::errs() << "error: --offload-param cpu needs --offload-optimizer cpu "
+                    "(the host AdamW writes the 16-bit parameters there)\n";
+    return failure();
+  }
   if (o.offloadOptimizer != "none" &&
-      !add("dsc-offload{optimizer=" + o.offloadOptimizer +
-               " chunk-elements=" + o.offloadChunk + "}",
+      !add("dsc-offload{optimizer=" + o.offloadOptimizer + " chunk-elements=" +
+               o.offloadChunk + " params=" + o.offloadParam + "}",
            "offload options"))
     return failure();
   // Kernels are generated for the IR's f32 (not under --f64).

@@ -668,13 +668,15 @@ void Resolver::mapZero(const json::Object &zero) {
                 "--keep-gathered (each parameter gathered once a step)");
     else if (StringRef(name) == "offload_optimizer" && *device == "cpu")
       set(p + "." + name + ".device", "--offload-optimizer", "cpu");
+    else if (StringRef(name) == "offload_param" && *device == "cpu")
+      set(p + "." + name + ".device", "--offload-param", "cpu");
     else
       error(p + "." + name + ".device",
             StringRef(name) == "offload_optimizer"
                 ? "only \"cpu\" is supported (NVMe is not yet); use "
                   "\"cpu\" or \"none\""
-                : "parameter offload is not supported yet; set \"device\": "
-                  "\"none\"");
+                : "only \"cpu\" is supported (NVMe is not yet); use "
+                  "\"cpu\" or \"none\"");
   }
   if (auto hpz = zero.getNumber("zero_hpz_partition_size"); hpz && *hpz > 1)
     error(p + ".zero_hpz_partition_size",

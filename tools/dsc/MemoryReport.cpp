@@ -150,20 +150,37 @@ void printOffload(func::FuncOp step, const StepTensors &held,
                   uint64_t hostArenaBytes, llvm::raw_ostream &os) {
   double down = 0, up = 0;
   int copies = 0;
-  step.walk([&](dsc::OffloadCopyOp copy) {
-    (copy.getTo() == "host" ? down : up) += tensorBytes(copy.getType());
-    ++copies;
+  auto count = [&](func::FuncOp fn) {
+    fn.walk([&](dsc::OffloadCopyOp copy) {
+      (copy.getTo() == "host" ? down : up) += tensorBytes(copy.getType());
+      ++copies;
+    });
+  };
+  // The step's copies, and those of each call it makes (parameter offload
+  // copies the shards up where the callee gathers them).
+  count(step);
+  step.walk([&](func::CallOp call) {
+    if (auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+            call, call.getCalleeAttr()))
+      count(callee);
   });
   if (!copies && held.hostBytes == 0)
     return;
+  bool params = false;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    params |= step.getArgAttr(i, "dsc.compute_copy") &&
+              onHost(step.getArgAttrDict(i));
   os << llvm::formatv(
       "offload (dsc-offload), per rank: pinned host memory holds {0} (fp32 "
-      "masters and optimizer state, updated there) + {1} host scratch "
+      "masters and optimizer state, updated there{6}) + {1} host scratch "
       "(gradients as they come down, compute copies on their way up) = {2}; "
       "per step {3} device -> host and {4} host -> device in {5} copies\n",
       humanBytes(held.hostBytes), humanBytes(double(hostArenaBytes)),
       humanBytes(held.hostBytes + double(hostArenaBytes)), humanBytes(down),
-      humanBytes(up), copies);
+      humanBytes(up), copies,
+      params ? ", and the 16-bit parameter shards, copied up where they "
+               "are gathered"
+             : "");
 }
 
 void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
@@ -330,20 +347,22 @@ void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
                       "compiled step per configuration (its arguments, "
                       "results and arena)\n",
                       humanBytes(double(budget)), worldSize);
-  os << llvm::formatv("{0,-6} {1,-10} {2,-8} {3,14}  {4}\n", "stage",
+  os << llvm::formatv("{0,-6} {1,-10} {2,-9} {3,14}  {4}\n", "stage",
                       "recompute", "offload", "per rank", "fits");
   const FitRow *fastest = nullptr;
   for (const FitRow &r : rows) {
-    const char *offload = r.offload ? "cpu" : "-";
+    const char *offload = r.offloadParam ? "cpu+param"
+                          : r.offload    ? "cpu"
+                                         : "-";
     if (!r.available) {
-      os << llvm::formatv("{0,-6} {1,-10} {2,-8} {3,14}  -\n", r.stage,
+      os << llvm::formatv("{0,-6} {1,-10} {2,-9} {3,14}  -\n", r.stage,
                           r.recompute, offload, "not available");
       continue;
     }
     bool fits = r.bytes <= double(budget);
     if (fits && !fastest)
       fastest = &r;
-    os << llvm::formatv("{0,-6} {1,-10} {2,-8} {3,14}  {4}{5}\n", r.stage,
+    os << llvm::formatv("{0,-6} {1,-10} {2,-9} {3,14}  {4}{5}\n", r.stage,
                         r.recompute, offload, humanBytes(r.bytes),
                         fits ? "yes" : "no",
                         r.compiled ? ""
@@ -351,12 +370,17 @@ void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
                                      "this configuration did not compile)");
   }
   os << "offload cpu: the fp32 masters and optimizer state in pinned host "
-        "memory (not counted above), the optimizer run there\n";
+        "memory (not counted above), the optimizer run there; cpu+param: "
+        "the parameter shards there too, copied up where they are "
+        "gathered\n";
   if (fastest)
     os << llvm::formatv("fastest that fits: stage {0}, recompute {1}{2} ({3} "
                         "of {4})\n",
                         fastest->stage, fastest->recompute,
-                        fastest->offload ? ", --offload-optimizer cpu" : "",
+                        fastest->offloadParam
+                            ? ", --offload-optimizer cpu --offload-param cpu"
+                        : fastest->offload ? ", --offload-optimizer cpu"
+                                           : "",
                         humanBytes(fastest->bytes), humanBytes(double(budget)));
   else
     os << "nothing fits: more ranks, a smaller micro-batch or a smaller "

@@ -57,7 +57,8 @@ struct FitRow {
   std::string recompute;
   bool available = true, compiled = true;
   double bytes = 0;
-  bool offload = false; // --offload-optimizer cpu (device bytes only)
+  bool offload = false;      // --offload-optimizer cpu (device bytes only)
+  bool offloadParam = false; // and --offload-param cpu (stage 3)
 };
 
 /// The rows against `budget` bytes per GPU, in order (least recomputation,

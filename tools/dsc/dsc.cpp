@@ -182,9 +182,11 @@ void printFits(mlir::ModuleOp imported, const std::string &model,
   const char *target = "cpu";
 #endif
   std::vector<dsc::FitRow> rows;
-  auto row = [&](int stage, const char *recompute, bool offload) {
+  auto row = [&](int stage, const char *recompute, bool offload,
+                 bool offloadParam = false) {
     dsc::FitRow r{stage, recompute};
     r.offload = offload;
+    r.offloadParam = offloadParam;
     std::vector<std::string> flags = {"--target",     target,
                                       "--world-size", std::to_string(world),
                                       "--stage",      std::to_string(stage),
@@ -194,6 +196,8 @@ void printFits(mlir::ModuleOp imported, const std::string &model,
       flags.insert(flags.end(), {"--hybrid-group", std::to_string(group)});
     if (offload)
       flags.insert(flags.end(), {"--offload-optimizer", "cpu"});
+    if (offloadParam)
+      flags.insert(flags.end(), {"--offload-param", "cpu"});
     if (auto bytes = dsc::compiledPeakBytes(model, opts, flags)) {
       r.bytes = double(*bytes);
     } else if (offload) {
@@ -211,9 +215,11 @@ void printFits(mlir::ModuleOp imported, const std::string &model,
   // Offload keeps the state on the host: slower than any that fits without.
   // Stages 1-2 slice their shard out of replicated parameters, which
   // dsc-offload refuses; stage 3's parameters are the shards.
-  for (const char *recompute : dsc::kRecomputeModes)
+  for (const char *recompute : dsc::kRecomputeModes) {
     for (int stage : {0, 3})
       row(stage, recompute, true);
+    row(3, recompute, true, /*offloadParam=*/true);
+  }
   dsc::printFitsTable(rows, budget, world, llvm::outs());
 }
 

@@ -223,7 +223,9 @@ module attributes {dsc.optimizer = "sgd", dsc.micro_batch = 2 : i64,
   EXPECT_TRUE(has("rt::unary(rt::UnaryOp::Relu, v_arg0, v0)"));
   EXPECT_TRUE(has("return failed(s, \"@train_step\", \"dsc.relu\", "
                   "\"/net/Relu_1\");"));
-  EXPECT_TRUE(has("rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, 1)"));
+  // The first dropout of its function: position 0 among the dropouts
+  // (the op's index in the block is 1).
+  EXPECT_TRUE(has("rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, 0)"));
   EXPECT_TRUE(has("const float kConst0[1] = {\n    0.1f,\n};"));
   EXPECT_TRUE(has("const Tensor &v2 = results[0];"));
   EXPECT_TRUE(has("rt::reshape(v_arg0, results[1])")); // an argument
