@@ -73,6 +73,9 @@ build() {
     $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_acc4_off"
   $c --micro-batch 2 --precision bf16 --offload-optimizer cpu --offload-chunk-elements 100000 \
     $fixtures/models/gpt2_nodrop_opset17.onnx -o "$bundle/bin/gpt2nodrop_bf16_off"
+  # ZeRO-3 with the parameter shards on the host too (--offload-param).
+  $c --micro-batch 1 --stage 3 --world-size 4 --precision bf16 --offload-optimizer cpu \
+    --offload-param cpu $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_s3_n4_offp"
   $c --f64 --micro-batch 4 $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64"
   $c --f64 --micro-batch 1 --stage 3 --world-size 4 \
     $fixtures/models/nanogpt_opset17.onnx -o "$bundle/bin/nanogpt64_s3_n4"
@@ -226,6 +229,11 @@ run() {
   check offload_adamw_host_vs_gpu_mlp_bf16 bash -c "'$b/mlp_bf16_acc4_off' $bi \
     --log $t/bo.jsonl --dump-params $t/bo.safetensors && python3 test/e2e/compare_runs.py \
     $t/b1.jsonl $t/b1.safetensors $t/bo.jsonl $t/bo.safetensors --tol 1e-5"
+  # ZeRO-3 on 4 ranks with optimizer and parameters offloaded: the shards
+  # copied up where they are gathered, against the plain ZeRO-3 run.
+  check offload_param_s3_4ranks_mlp_bf16 bash -c "'$b/mlp_bf16_s3_n4_offp' $bi \
+    --log $t/bp.jsonl --dump-params $t/bp.safetensors && python3 test/e2e/compare_runs.py \
+    $t/b3.jsonl $t/b3.safetensors $t/bp.jsonl $t/bp.safetensors --tol 1e-5"
   # ZeRO stages with 4 in-process ranks on this GPU against one rank.
   local mi="--init $fixtures/models/mlp_opset17.onnx --batch $ref/mlp/batch.safetensors --steps 5 --quiet"
   "$b/mlp" $mi --log "$t/mlp1.jsonl" --dump-params "$t/mlp1.safetensors" >"$out/mlp1.log" 2>&1
