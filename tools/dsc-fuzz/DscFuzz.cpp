@@ -125,7 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return fail("import");
 
   // The optional passes, from the input's length: deterministic per input.
-  unsigned variant = size % 8;
+  unsigned variant = size % 16;
   PassManager pm(&ctx);
   pm.addPass(dsc::createDscGlobalMeanLoss());
   pm.addPass(dsc::createDscAutodiff());
@@ -144,6 +144,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dsc::DscMixedPrecisionOptions mp;
     mp.precision = variant & 1 ? "fp16" : "bf16";
     pm.addPass(dsc::createDscMixedPrecision(mp));
+  }
+  if (variant & 8) {
+    // Optimizer offload (and at stage 3 the parameters), on the grouped
+    // AdamW as dsc compile runs it.
+    dsc::DscMultiTensorAdamWOptions multi;
+    multi.minGroup = 1;
+    pm.addPass(dsc::createDscMultiTensorAdamW(multi));
+    dsc::DscOffloadOptions offload;
+    offload.optimizer = "cpu";
+    offload.params = (variant & 6) == 6 ? "cpu" : "none";
+    offload.chunkElements = 1 << 12;
+    pm.addPass(dsc::createDscOffload(offload));
   }
   pm.addPass(createCSEPass());
   if (failed(pm.run(*module)))
