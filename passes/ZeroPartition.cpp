@@ -1024,13 +1024,14 @@ ZeroPartitionPass::passShardsToCalls(BucketPlan &plan, TailRewrite &tail,
     if (c.getCallee() == "forward_backward")
       calls.push_back(c);
   });
+  // The bucket arguments, in bucket order: a sharded bucket's parameter
+  // shard and its state slots, a persistent one's state slots only.
   unsigned shardArgIndex = tail.shardArgBase;
   SmallVector<Value> shardArgs;
   for (const Bucket &bk : plan.buckets) {
-    if (!bk.sharded)
-      continue;
-    shardArgs.push_back(step.getArgument(shardArgIndex));
-    shardArgIndex += 1 + plan.slots.size();
+    if (bk.sharded)
+      shardArgs.push_back(step.getArgument(shardArgIndex++));
+    shardArgIndex += plan.slots.size();
   }
   llvm::BitVector erase(fb.getNumArguments());
   for (unsigned a : eraseArgs)
