@@ -427,8 +427,11 @@ LogicalResult offloadParams(func::FuncOp fn, Placement &p) {
     SmallVector<BlockArgument> gathered = gatheredOnly(arg, module, p);
     if (gathered.empty())
       continue;
-    // Its update: the host AdamW's copy, which no longer goes up.
+    // Its update: the host AdamW's copy, which no longer goes up (a
+    // master's update is the AdamW's own result already).
     for (OpOperand &operand : ret->getOpOperands()) {
+      if (!name)
+        break;
       auto role = fn.getResultAttrOfType<StringAttr>(operand.getOperandNumber(),
                                                      "dsc.compute_copy_update");
       if (role != name)

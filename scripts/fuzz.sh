@@ -81,16 +81,21 @@ echo "fuzz: $seconds s, $jobs job(s), seed $seed, corpus $corpus" >&2
 # machine to machine), and that order decides what a fixed seed fuzzes.
 (cd "$seeds" && LC_ALL=C ls) | sed "s|^|$seeds/|" | paste -sd, - >"$seeds.list"
 args=(-seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=60
-      -max_len=1048576 -print_final_stats=1 -seed_inputs=@"$seeds.list"
+      -max_len=1048576 -print_final_stats=1
       -artifact_prefix="$build/fuzz-findings/" "$corpus")
+# -fork keeps going after a finding and merges what each job learns; its
+# parent reads only corpus directories (not -seed_inputs).
+if ((jobs > 1)); then
+  args=(-fork="$jobs" -ignore_crashes=0 "${args[@]}" "$seeds")
+else
+  args+=(-seed_inputs=@"$seeds.list")
+fi
 [ -n "$runs" ] && args=(-runs="$runs" "${args[@]}")
-# -fork keeps going after a finding and merges what each job learns.
-((jobs > 1)) && args=(-fork="$jobs" -ignore_crashes=0 "${args[@]}")
 log=$build/fuzz.log
 set +e
-"$fuzz" "${args[@]}" 2> >(tee "$log" >&2)
-rc=$?
-wait # for tee
+# A pipeline, so tee has written the whole log when it ends.
+{ "$fuzz" "${args[@]}" 2>&1 >&3 | tee "$log" >&2; } 3>&1
+rc=${PIPESTATUS[0]}
 set -e
 ((rc == 0)) && exit 0
 # A finding: its report again at the very end, where a CI log that keeps
@@ -98,7 +103,7 @@ set -e
 {
   echo "fuzz: dsc-fuzz failed (exit $rc); the start of its report:"
   grep -m1 -A40 -E '^==[0-9]+==ERROR|runtime error:|Assertion .* failed|LLVM ERROR|^==[0-9]+== ERROR: libFuzzer' "$log" |
-    grep -v -E 'in fuzzer::|in main |libc_start|in _start ' | head -40
+    grep -v -E 'in fuzzer::|in main |libc_start|in _start ' | head -40 || true
   for f in "$build"/fuzz-findings/*; do
     [[ $f -nt $seeds.list ]] || continue
     echo "fuzz: input $f ($(stat -c %s "$f") bytes, sha1 $(sha1sum <"$f" | cut -c1-40))"

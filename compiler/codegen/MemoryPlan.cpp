@@ -101,6 +101,10 @@ Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
     Value in = g.getInput();
     if (auto ci = in.getDefiningOp<dsc::CollectiveInputOp>())
       in = ci.getInput();
+    // A host shard (--offload-param) is copied up before its gather.
+    if (auto wait = in.getDefiningOp<dsc::OffloadWaitOp>())
+      if (auto copy = wait.getInput().getDefiningOp<dsc::OffloadCopyOp>())
+        in = copy.getInput();
     if (isa<BlockArgument>(in))
       root = def;
   } else if (isa_and_nonnull<dsc::WaitOp, dsc::SliceOp, dsc::ReshapeOp,

@@ -166,10 +166,14 @@ void printOffload(func::FuncOp step, const StepTensors &held,
   });
   if (!copies && held.hostBytes == 0)
     return;
+  // --offload-param: a callee reads parameter shards in host memory.
   bool params = false;
-  for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    params |= step.getArgAttr(i, "dsc.compute_copy") &&
-              onHost(step.getArgAttrDict(i));
+  step.walk([&](func::CallOp call) {
+    if (auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+            call, call.getCalleeAttr()))
+      for (unsigned i = 0; i < callee.getNumArguments(); ++i)
+        params |= onHost(callee.getArgAttrDict(i));
+  });
   os << llvm::formatv(
       "offload (dsc-offload), per rank: pinned host memory holds {0} (fp32 "
       "masters and optimizer state, updated there{6}) + {1} host scratch "
@@ -178,8 +182,8 @@ void printOffload(func::FuncOp step, const StepTensors &held,
       humanBytes(held.hostBytes), humanBytes(double(hostArenaBytes)),
       humanBytes(held.hostBytes + double(hostArenaBytes)), humanBytes(down),
       humanBytes(up), copies,
-      params ? ", and the 16-bit parameter shards, copied up where they "
-               "are gathered"
+      params ? ", and the parameter shards, copied up where they are "
+               "gathered"
              : "");
 }
 
