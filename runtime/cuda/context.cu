@@ -111,7 +111,7 @@ Status scratch(size_t bytes, void **out) {
 }
 
 Offload::~Offload() {
-  for (Marks *marks : {&copies, &hostWrites})
+  for (Marks *marks : {&copies, &copiesUp, &hostWrites})
     for (auto &entry : *marks)
       cudaEventDestroy(entry.second.done);
   for (cudaEvent_t e : {fork, copy.join, host.join})

@@ -53,10 +53,10 @@ struct HostTaskSite {
 /// (offload.cu): two streams beside the compute stream, `copy` for the
 /// copies and `host` for the host tasks, each forked from the compute stream
 /// by `fork` and joined back by its `join`; per buffer (by data pointer) the
-/// event of the last copy into it and, apart, of the last host task that
-/// wrote it. Made by the rank's first offload call, outside any capture
-/// (offloadOf), and kept as long as the rank; the events are reused by
-/// every later step and replay.
+/// event of the last copy into it, of the last copy up out of it and of
+/// the last host task that wrote it. Made by the rank's first offload call,
+/// outside any capture (offloadOf), and kept as long as the rank; the events
+/// are reused by every later step and replay.
 struct Offload {
   struct Mark {
     cudaEvent_t done = nullptr;
@@ -71,6 +71,7 @@ struct Offload {
   Lane copy, host;
   cudaEvent_t fork = nullptr; // recorded on compute, waited for by a lane
   Marks copies;               // by the copy's destination
+  Marks copiesUp;             // by a copy to the device's host source
   Marks hostWrites;           // by a tensor in a host task's `writes`
   std::map<int, std::unique_ptr<HostTaskSite>> sites;
   /// The rank's first failed host task, set on CUDA's host-function thread

@@ -4,8 +4,9 @@
 // stream, forked from the compute stream by an event before each one, so a
 // copy sees every kernel issued before it; host tasks run on its host
 // stream (CUDA's host-function thread, one stable HostTaskSite per call
-// site), which waits only for the copies into the tensors a task names.
-// A copy to the device waits for the host task that last wrote its source.
+// site), which waits for the copies into the tensors a task names and for
+// the copies up out of the tensors it writes. A copy to the device waits
+// for the host task that last wrote its source.
 // The compute stream waits on a copy's event (offloadWait) or on both
 // streams (offloadJoin). So, a step's optimizer split into chunks
 // pipelines: copies down of chunk i+1, the host update of chunk i and the
@@ -99,10 +100,15 @@ Status issueCopy(RankDevice &rd, const Tensor &src, const Tensor &dst,
   Offload *o = nullptr;
   if (Status s = offloadOf(o); !s.ok())
     return s;
-  Offload::Mark *done = nullptr;
+  Offload::Mark *done = nullptr, *read = nullptr;
   if (Status s = markOf(o->copies, dst.data, "an offload copy's event", done);
       !s.ok())
     return s;
+  if (!toHost)
+    if (Status s = markOf(o->copiesUp, src.data, "an offload copy's event",
+                          read);
+        !s.ok())
+      return s;
   cudaStream_t lane = o->copy.stream;
   if (Status s = forkFromCompute(rd, *o, lane); !s.ok())
     return s;
@@ -113,6 +119,9 @@ Status issueCopy(RankDevice &rd, const Tensor &src, const Tensor &dst,
   if (size_t bytes = dst.nbytes())
     DSC_CUDA_CHECK(
         cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDefault, lane));
+  if (read)
+    if (Status s = recordMark(*read, lane, capture); !s.ok())
+      return s;
   return recordMark(*done, lane, capture);
 }
 
@@ -231,6 +240,13 @@ Status launchTask(int site, std::function<Status()> fn, const char *what,
     return s;
   for (std::initializer_list<Tensor> tensors : {reads, writes})
     if (Status s = waitForCopies(*o, tensors, capture); !s.ok())
+      return s;
+  // Nor may it overwrite a host tensor a copy up is still reading (a
+  // parameter shard that backward's re-gather copied up).
+  for (const Tensor &t : writes)
+    if (Status s = waitForMark(o->host.stream,
+                               markIn(o->copiesUp, t.data, capture));
+        !s.ok())
       return s;
   if (Status s = joinCapture(rd, *o, capture); !s.ok())
     return s;

@@ -5,7 +5,8 @@
 // copied back after it, the compute stream waiting for that copy; a host
 // task that waits only for the copies it reads (the compute stream held
 // by a StreamGate until it runs), and a copy to the device that waits for
-// the host task that wrote its source in place; a host task's failure
+// the host task that wrote its source in place, and a host task that
+// rewrites a copy up's source waiting for it; a host task's failure
 // reported by Device::synchronize (and its later tasks skipped until
 // then); the same step captured by Device::replayStep and replayed, its
 // host task run again by every replay on the values in memory then; a call
@@ -256,6 +257,45 @@ TEST(CudaOffload, ACopyUpWaitsForTheHostTaskThatWroteItsSource) {
     for (int64_t i = 0; i < n; ++i)
       ASSERT_EQ(got[size_t(i)], -2 * a.host().as<float>()[i]) << i;
   }
+}
+
+TEST(CudaOffload, AHostTaskThatOverwritesASourceWaitsForItsCopyUp) {
+  DSC_REQUIRE_GPU();
+  DSC_ASSERT_OK(device()->bindRank(0, 0));
+  const int64_t n = 1 << 14;
+  DevTensor up(DType::F32, {n});
+  Pinned hostX(n * sizeof(float));
+  float *px = hostX.f();
+  for (int64_t i = 0; i < n; ++i)
+    px[i] = float(i);
+  // The copy up of x waits behind the gate (it forks from the compute
+  // stream); the host task that rewrites x in place reads nothing copied,
+  // so only the copy up out of x can hold it (a parameter shard that the
+  // host AdamW rewrites after backward's gather copied it up).
+  StreamGate gate;
+  DSC_ASSERT_OK(gate.hold(stream(), 10));
+  DSC_ASSERT_OK(cuda::offloadCopy(hostX.t(n), up.dev(), false, "x up"));
+  DSC_ASSERT_OK(cuda::hostTask(14,
+                               [=] {
+                                 for (int64_t i = 0; i < n; ++i)
+                                   px[i] = -1;
+                                 return Status();
+                               },
+                               "rewrite x", {}, {hostX.t(n)}));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.open();
+  });
+  DSC_ASSERT_OK(cuda::offloadWait(up.dev(), "x up"));
+  DSC_ASSERT_OK(cuda::offloadJoin());
+  Status done = device()->synchronize();
+  opener.join();
+  DSC_ASSERT_OK(done);
+  EXPECT_FALSE(gate.timedOut());
+  std::vector<float> got = floatsOf(up);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[size_t(i)], float(i)) << i;
+  EXPECT_EQ(px[0], -1.0f);
 }
 
 TEST(CudaOffload, AFailedHostTaskIsReportedBySynchronize) {
