@@ -406,7 +406,7 @@ SmallVector<BlockArgument> gatheredOnly(Value v, ModuleOp module,
   return args;
 }
 
-/// Step 5 (params=cpu): the parameter shards that are only gathered stay
+/// Step 1c (params=cpu): the parameter shards that are only gathered stay
 /// on the host: the 16-bit compute copies, or under fp32 the masters
 /// themselves. In the step, a compute copy's argument is host memory and
 /// its update the host AdamW's result, not copied up. In the callee, each

@@ -211,8 +211,11 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
   // 3. Storage kinds. A value the function returns is computed into the
   //    caller's storage (at its first return position; later positions and
   //    values that are arguments, constants or aliases are copied there).
-  for (auto [i, arg] : llvm::enumerate(body.getArguments()))
-    plan.storage[arg] = {Storage::Kind::Argument, static_cast<unsigned>(i)};
+  for (auto [i, arg] : llvm::enumerate(body.getArguments())) {
+    Storage &s = plan.storage[arg];
+    s.kind = Storage::Kind::Argument;
+    s.index = static_cast<unsigned>(i);
+  }
   llvm::DenseMap<Value, unsigned> returnSlot;
   for (auto [k, v] : llvm::enumerate(body.getTerminator()->getOperands()))
     returnSlot.try_emplace(v, static_cast<unsigned>(k));

@@ -173,8 +173,11 @@ Drawn writeBuffers(llvm::raw_ostream &os, const EmitCppStats &stats,
     drawn.largest[k] = std::max(drawn.largest[k], b.bytes);
     order.push_back(&b);
   }
-  llvm::stable_sort(order, [&](auto *a, auto *b) {
-    return width(*a) * height(*a) > width(*b) * height(*b);
+  // Largest first; ties in timeline order (the pointers are into it). Not
+  // stable_sort: libstdc++ 12's under clang warns of a deprecated buffer.
+  llvm::sort(order, [&](auto *a, auto *b) {
+    double areaA = width(*a) * height(*a), areaB = width(*b) * height(*b);
+    return areaA != areaB ? areaA > areaB : a < b;
   });
   // (kind, column, row) -> buffers merged into that cell.
   std::map<std::tuple<int, int, int>, int64_t> cells;

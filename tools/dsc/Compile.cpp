@@ -269,7 +269,7 @@ constexpr int kRuntimeMinArch = DSC_CUDA_MIN_ARCH;
 #endif
 
 /// 90 for "sm_90" and "sm_90a"; -1 when malformed.
-int cudaArchNumber(const std::string &arch) {
+[[maybe_unused]] int cudaArchNumber(const std::string &arch) {
   llvm::StringRef s(arch);
   if (!s.consume_front("sm_"))
     return -1;
@@ -280,7 +280,7 @@ int cudaArchNumber(const std::string &arch) {
   return n;
 }
 
-std::string findNvcc(const CompileOptions &o) {
+[[maybe_unused]] std::string findNvcc(const CompileOptions &o) {
   std::string nvcc = o.nvcc;
   if (nvcc.empty())
     if (const char *env = std::getenv("NVCC"))

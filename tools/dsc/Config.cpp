@@ -538,10 +538,10 @@ void Resolver::mapBatch(const json::Object &root) {
     bool fromCommandLine = false;
   };
   Batch micro{"train_micro_batch_size_per_gpu", "--micro-batch",
-              "per_device_train_batch_size"};
+              "per_device_train_batch_size", std::nullopt};
   Batch accum{"gradient_accumulation_steps", "--accum-steps",
-              "gradient_accumulation_steps"};
-  Batch total{"train_batch_size", "", ""};
+              "gradient_accumulation_steps", std::nullopt};
+  Batch total{"train_batch_size", "", "", std::nullopt};
   if (!field(root, micro.key) && !field(root, accum.key) &&
       !field(root, total.key))
     return; // the command line (or the model's shapes) says
