@@ -406,15 +406,14 @@ SmallVector<BlockArgument> gatheredOnly(Value v, ModuleOp module,
   return args;
 }
 
-/// Step 1c (params=cpu): the parameter shards that are only gathered stay
-/// on the host: the 16-bit compute copies, or under fp32 the masters
-/// themselves. In the step, a compute copy's argument is host memory and
-/// its update the host AdamW's result, not copied up. In the callee, each
-/// gather of a shard reads a copy made at the previous such gather (at the
-/// start for the first) and waited for right before it.
-LogicalResult offloadParams(func::FuncOp fn, Placement &p) {
+/// Step 1c (params=cpu), in the step: the parameter shards that the
+/// callee only gathers stay on the host, the 16-bit compute copies or under
+/// fp32 the masters themselves. A compute copy's argument is host memory
+/// and its update the host AdamW's result, no longer copied up (a master's
+/// update is the AdamW's own result already). Returns the callee arguments
+/// they become.
+llvm::SetVector<BlockArgument> keepShardsOnHost(func::FuncOp fn, Placement &p) {
   auto module = fn->getParentOfType<ModuleOp>();
-  Builder attrs(fn.getContext());
   Operation *ret = fn.getBody().front().getTerminator();
   llvm::SetVector<BlockArgument> calleeArgs;
   for (BlockArgument arg : fn.getArguments()) {
@@ -427,8 +426,6 @@ LogicalResult offloadParams(func::FuncOp fn, Placement &p) {
     SmallVector<BlockArgument> gathered = gatheredOnly(arg, module, p);
     if (gathered.empty())
       continue;
-    // Its update: the host AdamW's copy, which no longer goes up (a
-    // master's update is the AdamW's own result already).
     for (OpOperand &operand : ret->getOpOperands()) {
       if (!name)
         break;
@@ -445,15 +442,19 @@ LogicalResult offloadParams(func::FuncOp fn, Placement &p) {
     p.hostArgs.insert(arg);
     calleeArgs.insert(gathered.begin(), gathered.end());
   }
-  if (calleeArgs.empty())
-    return fn.emitError("dsc-offload: params=cpu found no parameter shard "
-                        "that is only gathered; parameter offload needs "
-                        "--stage 3 and --offload-optimizer cpu");
-  // In each callee, the gathers of host shards in block order.
+  return calleeArgs;
+}
+
+/// Step 1d (params=cpu), in each callee: the host shard arguments are host
+/// memory, and each gather of one reads a copy made at the previous such
+/// gather's wait (at the start for the first) and waited for right before
+/// it, so that a shard comes up while the layer before computes.
+void copyUpAtGathers(const llvm::SetVector<BlockArgument> &calleeArgs) {
   llvm::MapVector<func::FuncOp, SmallVector<dsc::CollectiveInputOp>> gathers;
   for (BlockArgument arg : calleeArgs) {
     auto callee = cast<func::FuncOp>(arg.getOwner()->getParentOp());
-    callee.setArgAttr(arg.getArgNumber(), kMemory, attrs.getStringAttr("host"));
+    callee.setArgAttr(arg.getArgNumber(), kMemory,
+                      StringAttr::get(callee.getContext(), "host"));
     for (Operation *user : arg.getUsers())
       gathers[callee].push_back(cast<dsc::CollectiveInputOp>(user));
   }
@@ -478,6 +479,16 @@ LogicalResult offloadParams(func::FuncOp fn, Placement &p) {
       previousWait = wait;
     }
   }
+}
+
+/// Steps 1c and 1d.
+LogicalResult offloadParams(func::FuncOp fn, Placement &p) {
+  llvm::SetVector<BlockArgument> calleeArgs = keepShardsOnHost(fn, p);
+  if (calleeArgs.empty())
+    return fn.emitError("dsc-offload: params=cpu found no parameter shard "
+                        "that is only gathered; parameter offload needs "
+                        "--stage 3 and --offload-optimizer cpu");
+  copyUpAtGathers(calleeArgs);
   return success();
 }
 
