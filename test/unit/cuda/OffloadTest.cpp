@@ -286,10 +286,13 @@ TEST(CudaOffload, AHostTaskThatOverwritesASourceWaitsForItsCopyUp) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     gate.open();
   });
-  DSC_ASSERT_OK(cuda::offloadWait(up.dev(), "x up"));
-  DSC_ASSERT_OK(cuda::offloadJoin());
+  // Nothing may return before the opener is joined.
+  Status waited = cuda::offloadWait(up.dev(), "x up");
+  Status joined = cuda::offloadJoin();
   Status done = device()->synchronize();
   opener.join();
+  DSC_ASSERT_OK(waited);
+  DSC_ASSERT_OK(joined);
   DSC_ASSERT_OK(done);
   EXPECT_FALSE(gate.timedOut());
   std::vector<float> got = floatsOf(up);
