@@ -268,6 +268,21 @@ int applyConfig(std::vector<std::string> &args, CompileOptions &o) {
 constexpr int kRuntimeMinArch = DSC_CUDA_MIN_ARCH;
 #endif
 
+/// "FLAG must be A, B or C, not 'V'" when `v` is none of `choices`; empty
+/// when it is one.
+std::string notOneOf(llvm::StringRef flag, const std::string &v,
+                     llvm::ArrayRef<llvm::StringRef> choices) {
+  if (llvm::is_contained(choices, v))
+    return "";
+  std::string list;
+  for (auto [i, choice] : llvm::enumerate(choices))
+    list += (i == 0                    ? ""
+             : i + 1 == choices.size() ? " or "
+                                       : ", ") +
+            choice.str();
+  return flag.str() + " must be " + list + ", not '" + v + "'";
+}
+
 /// 90 for "sm_90" and "sm_90a"; -1 when malformed.
 [[maybe_unused]] int cudaArchNumber(const std::string &arch) {
   llvm::StringRef s(arch);
@@ -424,18 +439,16 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       continue;
     }
     if (auto v = c.take("--offload-optimizer")) {
-      if (*v != "none" && *v != "cpu")
-        return usageError("--offload-optimizer must be none or cpu, not '" +
-                              *v + "'",
-                          kCompileUsage);
+      if (std::string e = notOneOf("--offload-optimizer", *v, {"none", "cpu"});
+          !e.empty())
+        return usageError(e, kCompileUsage);
       o.offloadOptimizer = *v;
       continue;
     }
     if (auto v = c.take("--offload-param")) {
-      if (*v != "none" && *v != "cpu")
-        return usageError("--offload-param must be none or cpu, not '" + *v +
-                              "'",
-                          kCompileUsage);
+      if (std::string e = notOneOf("--offload-param", *v, {"none", "cpu"});
+          !e.empty())
+        return usageError(e, kCompileUsage);
       o.offloadParam = *v;
       continue;
     }
@@ -457,18 +470,16 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       continue;
     }
     if (auto v = c.take("--precision")) {
-      if (*v != "bf16" && *v != "fp16" && *v != "fp32")
-        return usageError("--precision must be bf16, fp16 or fp32, not '" + *v +
-                              "'",
-                          kCompileUsage);
+      if (std::string e = notOneOf("--precision", *v, {"bf16", "fp16", "fp32"});
+          !e.empty())
+        return usageError(e, kCompileUsage);
       o.precision = *v;
       continue;
     }
     if (auto v = c.take("--grad-reduce-dtype")) {
-      if (*v != "fp32" && *v != "bf16")
-        return usageError("--grad-reduce-dtype must be fp32 or bf16, not '" +
-                              *v + "'",
-                          kCompileUsage);
+      if (std::string e = notOneOf("--grad-reduce-dtype", *v, {"fp32", "bf16"});
+          !e.empty())
+        return usageError(e, kCompileUsage);
       o.gradReduceDtype = *v;
       continue;
     }

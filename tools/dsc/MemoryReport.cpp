@@ -157,23 +157,21 @@ void printOffload(func::FuncOp step, const StepTensors &held,
     });
   };
   // The step's copies, and those of each call it makes (parameter offload
-  // copies the shards up where the callee gathers them).
+  // copies the shards up where the callee gathers them, from host
+  // arguments).
   count(step);
+  bool params = false;
   step.walk([&](func::CallOp call) {
-    if (auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-            call, call.getCalleeAttr()))
-      count(callee);
+    auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+        call, call.getCalleeAttr());
+    if (!callee)
+      return;
+    count(callee);
+    for (unsigned i = 0; i < callee.getNumArguments(); ++i)
+      params |= onHost(callee.getArgAttrDict(i));
   });
   if (!copies && held.hostBytes == 0)
     return;
-  // --offload-param: a callee reads parameter shards in host memory.
-  bool params = false;
-  step.walk([&](func::CallOp call) {
-    if (auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-            call, call.getCalleeAttr()))
-      for (unsigned i = 0; i < callee.getNumArguments(); ++i)
-        params |= onHost(callee.getArgAttrDict(i));
-  });
   os << llvm::formatv(
       "offload (dsc-offload), per rank: pinned host memory holds {0} (fp32 "
       "masters and optimizer state, updated there{6}) + {1} host scratch "
