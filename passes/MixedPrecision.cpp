@@ -8,7 +8,9 @@
 //   2. Every op of @forward_backward runs in the precision the table below
 //      gives its class; casts go where a value crosses from one to another.
 //      Gradients leave @forward_backward in fp32, so accumulation, the
-//      reduction over ranks, the norm and the optimizer stay fp32.
+//      reduction over ranks, the norm and the optimizer stay fp32. What
+//      the backward pass keeps of an elementwise result of 16-bit inputs
+//      (a bias add, GELU's input) is its 16-bit copy, as autocast keeps it.
 //   3. fp16 only: dynamic loss scaling (DeepSpeed's rules): the loss
 //      gradient is seeded with the scale, gradients are unscaled as they
 //      leave @forward_backward, and a step whose gradient norm is not finite
@@ -118,6 +120,7 @@ struct MixedPrecisionPass
   void retypeOp(Operation *op, DenseMap<std::pair<Value, Type>, Value> &cache);
   void castResults(func::FuncOp fb);
   void recomputeCastsForBackward(func::FuncOp fb);
+  void keepLowForBackward(func::FuncOp fb);
   void makeComputeCopies(func::FuncOp step, func::FuncOp fb,
                          ArrayRef<unsigned> copied);
   LogicalResult addLossScaling(ModuleOp module, func::FuncOp step,
@@ -355,6 +358,92 @@ void MixedPrecisionPass::recomputeCastsForBackward(func::FuncOp fb) {
       u->set(copy->getResult(0));
     if (lowered.contains(result))
       lowered.insert(copy->getResult(0));
+  }
+}
+
+/// The elementwise math autocast runs in the precision of its inputs.
+bool isElementwiseMath(Operation *op) {
+  return op->getNumResults() == 1 &&
+         isa<dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp, dsc::PowOp,
+             dsc::MaxOp, dsc::MinOp, dsc::NegOp, dsc::AbsOp, dsc::ExpOp,
+             dsc::LogOp, dsc::SqrtOp, dsc::ReciprocalOp, dsc::TanhOp,
+             dsc::ErfOp, dsc::SigmoidOp, dsc::ReluOp, dsc::SoftplusOp,
+             dsc::GeluOp, dsc::LeakyReluOp>(op);
+}
+
+bool isSplat(Value v) {
+  auto k = v.getDefiningOp<dsc::ConstantOp>();
+  auto attr = k ? dyn_cast<DenseElementsAttr>(k.getValue()) : nullptr;
+  return attr && attr.isSplat();
+}
+
+/// Step 2c: an fp32 elementwise result computed from 16-bit values alone
+/// (the bias add after a matmul, which is GELU's input; SwiGLU's sigmoid
+/// and product) is kept for the backward pass in 16 bits, as autocast
+/// keeps it: the forward reads the fp32 value, the backward a widening of
+/// its 16-bit copy (marked `dsc.recompute`, so CSE does not merge it with
+/// another). Half the bytes live from forward to backward; the fp32 value
+/// dies in the forward pass. A value with an fp32 source of its own (the
+/// residual stream, a norm's statistics) stays fp32.
+void MixedPrecisionPass::keepLowForBackward(func::FuncOp fb) {
+  Operation *backwardBegin = backwardBeginOf(fb);
+  if (!backwardBegin)
+    return;
+  // Analysis: the fp32 values of the forward pass that only 16-bit values
+  // (and splat constants) flow into.
+  llvm::DenseSet<Value> fromLow;
+  SmallVector<Operation *> candidates;
+  for (Operation &op : fb.front()) {
+    if (&op == backwardBegin)
+      break;
+    if (auto c = dyn_cast<dsc::CastOp>(&op)) {
+      if (isa<RankedTensorType>(c.getInput().getType()) &&
+          elementOf(c.getInput()) == low && elementOf(c.getResult()) == f32)
+        fromLow.insert(c.getResult());
+      continue;
+    }
+    if (!isElementwiseMath(&op) ||
+        !isa<RankedTensorType>(op.getResult(0).getType()) ||
+        elementOf(op.getResult(0)) != f32)
+      continue;
+    bool anyLow = false, allLow = true;
+    for (Value v : op.getOperands()) {
+      if (fromLow.contains(v))
+        anyLow = true;
+      else if (!isSplat(v))
+        allLow = false;
+    }
+    if (!anyLow || !allLow)
+      continue;
+    fromLow.insert(op.getResult(0));
+    candidates.push_back(&op);
+  }
+  // Rewrite: the backward pass reads the 16-bit copy.
+  for (Operation *op : candidates) {
+    Value v = op->getResult(0);
+    SmallVector<OpOperand *> backwardUses;
+    // What the function returns keeps its fp32 bits; a release only ends
+    // a life.
+    for (OpOperand &u : v.getUses())
+      if (backwardBegin->isBeforeInBlock(u.getOwner()) &&
+          !isa<func::ReturnOp, dsc::ReleaseOp>(u.getOwner()))
+        backwardUses.push_back(&u);
+    if (backwardUses.empty())
+      continue;
+    OpBuilder b(op->getContext());
+    b.setInsertionPointAfter(op);
+    Value narrow = dsc::CastOp::create(b, op->getLoc(), v, TypeAttr::get(low));
+    lowered.insert(narrow);
+    Operation *first = backwardUses.front()->getOwner();
+    for (OpOperand *u : backwardUses)
+      if (u->getOwner()->isBeforeInBlock(first))
+        first = u->getOwner();
+    b.setInsertionPoint(first);
+    auto wide =
+        dsc::CastOp::create(b, op->getLoc(), narrow, TypeAttr::get(f32));
+    wide->setAttr("dsc.recompute", b.getUnitAttr());
+    for (OpOperand *u : backwardUses)
+      u->set(wide);
   }
 }
 
@@ -709,6 +798,7 @@ void MixedPrecisionPass::runOnOperation() {
     retypeOps(fb);
     castResults(fb);
     recomputeCastsForBackward(fb);
+    keepLowForBackward(fb);
     makeComputeCopies(step, fb, copied);
     // 3. fp16: loss scaling.
     if (precision == "fp16" && failed(addLossScaling(module, step, fb)))

@@ -9,6 +9,7 @@
 #include "llvm/ADT/SetVector.h"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 using namespace mlir;
@@ -161,6 +162,124 @@ llvm::DenseSet<Operation *> findDeadOps(func::FuncOp func) {
 
 namespace {
 
+/// The end of the highest arena value live at op `i` (at `offsets`, or at
+/// the plan's own when empty).
+uint64_t liveTopAt(ArrayRef<Value> arena, const FramePlan &plan, size_t i,
+                   ArrayRef<uint64_t> offsets = {}) {
+  uint64_t top = 0;
+  for (auto [k, v] : llvm::enumerate(arena)) {
+    const Storage &s = plan.storage.find(v)->second;
+    if (s.firstOp <= i && i <= s.lastOp)
+      top = std::max(top, (offsets.empty() ? s.offset : offsets[k]) + s.bytes);
+  }
+  return top;
+}
+
+/// Online first fit in op order: each value at the lowest offset free when
+/// it is made.
+std::vector<uint64_t> placeInOrder(ArrayRef<Value> arena,
+                                   const FramePlan &plan) {
+  std::vector<uint64_t> offsets(arena.size());
+  FreeList frame;
+  size_t k = 0;
+  // Values are in op order: release what died before each one's op (a
+  // value dying at an op is still read while the op's results are made).
+  std::map<size_t, SmallVector<Value>> pending; // last op -> values
+  for (Value v : arena) {
+    const Storage &s = plan.storage.find(v)->second;
+    while (!pending.empty() && pending.begin()->first < s.firstOp) {
+      for (Value d : pending.begin()->second)
+        frame.release(d);
+      pending.erase(pending.begin());
+    }
+    offsets[k++] = frame.allocate(v, s.bytes);
+    pending[s.lastOp].push_back(v);
+  }
+  return offsets;
+}
+
+/// Offline, largest first (the live ranges are all known): each value at
+/// the lowest offset that no value live at the same time and placed before
+/// it overlaps. Close to the peak of live bytes where op order fragments
+/// the frame (a small temporary placed under a long-lived activation).
+std::vector<uint64_t> placeBySize(ArrayRef<Value> arena,
+                                  const FramePlan &plan) {
+  std::vector<size_t> order(arena.size());
+  for (size_t k = 0; k < order.size(); ++k)
+    order[k] = k;
+  auto storageOf = [&](size_t k) -> const Storage & {
+    return plan.storage.find(arena[k])->second;
+  };
+  llvm::stable_sort(order, [&](size_t a, size_t b) {
+    const Storage &x = storageOf(a), &y = storageOf(b);
+    if (x.bytes != y.bytes)
+      return x.bytes > y.bytes;
+    return x.firstOp < y.firstOp;
+  });
+  std::vector<uint64_t> offsets(arena.size());
+  // Placed values by offset.
+  std::vector<size_t> placed;
+  SmallVector<size_t> overlapping;
+  for (size_t k : order) {
+    const Storage &s = storageOf(k);
+    overlapping.clear();
+    for (size_t q : placed) {
+      const Storage &t = storageOf(q);
+      if (t.firstOp <= s.lastOp && s.firstOp <= t.lastOp)
+        overlapping.push_back(q);
+    }
+    uint64_t at = 0;
+    for (size_t q : overlapping) {
+      if (offsets[q] >= at + s.bytes)
+        break;
+      at = std::max(at, offsets[q] + storageOf(q).bytes);
+    }
+    offsets[k] = at;
+    auto pos = llvm::lower_bound(
+        placed, k, [&](size_t a, size_t b) { return offsets[a] < offsets[b]; });
+    placed.insert(pos, k);
+  }
+  return offsets;
+}
+
+/// The extent of a placement: its own values, and the callee frames above
+/// what is live across each call.
+uint64_t extentOf(ArrayRef<Value> arena, const FramePlan &plan,
+                  ArrayRef<uint64_t> offsets, const PlanOptions &options,
+                  ArrayRef<Operation *> ops, ArrayRef<size_t> calls) {
+  uint64_t extent = 0;
+  for (auto [k, v] : llvm::enumerate(arena))
+    extent = std::max(extent, offsets[k] + plan.storage.find(v)->second.bytes);
+  for (size_t i : calls)
+    extent =
+        std::max(extent, liveTopAt(arena, plan, i, offsets) +
+                             options.calleeBytes(cast<func::CallOp>(ops[i])));
+  return extent;
+}
+
+/// The arena offsets: without reuse, one after another; else the smaller of
+/// the two placements above.
+std::vector<uint64_t> placeArena(ArrayRef<Value> arena, const FramePlan &plan,
+                                 const PlanOptions &options,
+                                 ArrayRef<Operation *> ops,
+                                 ArrayRef<size_t> calls) {
+  std::vector<uint64_t> offsets(arena.size());
+  if (!options.reuse) {
+    uint64_t bump = 0;
+    for (auto [k, v] : llvm::enumerate(arena)) {
+      offsets[k] = bump;
+      bump += plan.storage.find(v)->second.bytes;
+    }
+    return offsets;
+  }
+  std::vector<uint64_t> inOrder = placeInOrder(arena, plan);
+  std::vector<uint64_t> bySize = placeBySize(arena, plan);
+  return extentOf(arena, plan, bySize, options, ops, calls) <
+                 extentOf(arena, plan, inOrder, options, ops, calls)
+             ? bySize
+             : inOrder;
+}
+
 /// The plan of `func`; results written over an operand (dsc.overwrites)
 /// only when `overwrite`.
 FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
@@ -311,13 +430,12 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
     plan.gatheredPeakBytes = std::max(plan.gatheredPeakBytes, live);
   }
 
-  // 4. Offsets, in op order: an op's results are placed while its operands
-  //    are still live, then whatever dies at the op is released.
-  FreeList frame;
-  uint64_t bump = 0;
-  // The values alive after each op's results are placed (for the peak).
+  // 4. The peak of live bytes (what any placement needs at least) and the
+  //    host frame, in op order.
+  std::vector<Value> arena; // arena values, in op order
   llvm::SetVector<Value> live;
   uint64_t liveBytes = 0;
+  std::vector<size_t> calls; // positions of calls
   for (auto [i, op] : llvm::enumerate(ops)) {
     if (plan.dead.contains(op))
       continue;
@@ -333,13 +451,7 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
       }
       if (s.kind != Storage::Kind::Arena)
         continue;
-      if (options.reuse) {
-        s.offset = frame.allocate(r, s.bytes);
-      } else {
-        s.offset = bump;
-        bump += s.bytes;
-      }
-      plan.ownBytes = std::max(plan.ownBytes, s.offset + s.bytes);
+      arena.push_back(r);
       live.insert(r);
       liveBytes += s.bytes;
     }
@@ -351,16 +463,24 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
     for (Value v : freeAt.lookup(i))
       if (live.remove(v))
         liveBytes -= plan.storage[v].bytes;
-    if (auto call = dyn_cast<func::CallOp>(op)) {
-      uint64_t base = options.reuse ? frame.top() : bump;
-      plan.calleeOffset[op] = base;
-      plan.totalBytes =
-          std::max(plan.totalBytes, base + options.calleeBytes(call));
-    }
-    if (options.reuse)
-      for (Value v : freeAt.lookup(i))
-        if (plan.storage[v].kind == Storage::Kind::Arena)
-          frame.release(v);
+    if (isa<func::CallOp>(op))
+      calls.push_back(i);
+  }
+
+  // 5. Offsets: two placements of the same live ranges, the smaller kept.
+  std::vector<uint64_t> offsets = placeArena(arena, plan, options, ops, calls);
+  for (auto [v, offset] : llvm::zip(arena, offsets)) {
+    Storage &s = plan.storage[v];
+    s.offset = offset;
+    plan.ownBytes = std::max(plan.ownBytes, s.offset + s.bytes);
+  }
+  // 6. A callee's frame goes above what is live across its call.
+  for (size_t i : calls) {
+    auto call = cast<func::CallOp>(ops[i]);
+    uint64_t base = liveTopAt(arena, plan, i);
+    plan.calleeOffset[call] = base;
+    plan.totalBytes =
+        std::max(plan.totalBytes, base + options.calleeBytes(call));
   }
   plan.totalBytes = std::max(plan.totalBytes, plan.ownBytes);
   return plan;

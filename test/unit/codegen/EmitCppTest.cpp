@@ -185,6 +185,29 @@ TEST_F(CodegenTest, PlanKeepsLiveValuesApart) {
     }
 }
 
+// First fit in op order puts the small %a at 0 and %b above it; %c, made
+// while %b lives, no longer fits under %b once %a is gone: 576 bytes for a
+// peak of 512 live. Placing the largest first packs it to the peak.
+TEST_F(CodegenTest, PlanPacksToThePeakWhereOpOrderFragments) {
+  auto module = parse(R"mlir(
+module {
+  func.func @f(%x: tensor<16xf32>, %y: tensor<4x16xf32>) -> tensor<f32> {
+    %a = dsc.exp %x : tensor<16xf32>
+    %b = dsc.add %y, %a : tensor<4x16xf32>, tensor<16xf32> -> tensor<4x16xf32>
+    %c = dsc.exp %b : tensor<4x16xf32>
+    %s = dsc.reduce_sum %c {axes = array<i64: 0, 1>, keepdims = false} : tensor<4x16xf32> -> tensor<f32>
+    return %s : tensor<f32>
+  }
+}
+)mlir");
+  auto f = module->lookupSymbol<func::FuncOp>("f");
+  auto plan = dsc::codegen::planFrame(f, planOptions());
+  checkPlan(f, plan);
+  EXPECT_EQ(plan.peakLiveBytes, 512u);
+  EXPECT_EQ(plan.ownBytes, 512u);
+  EXPECT_EQ(plan.totalBytes, 512u);
+}
+
 TEST_F(CodegenTest, PlanComputesReturnedReshapesInPlace) {
   auto module = parse(kChain);
   auto step = module->lookupSymbol<func::FuncOp>("train_step");
