@@ -1,8 +1,9 @@
 //===- InPlaceTemporaries.cpp - A result over an operand that dies there --===//
 //
 // dsc-in-place-temporaries (Passes.td): for each op whose kernels may write
-// its result over one of its operands, decide whether that operand dies at
-// the op, and say so with `dsc.overwrites = <operand index>` on the op.
+// its result (a fused chain: its first) over one of its operands, decide
+// whether that operand dies at the op, and say so with
+// `dsc.overwrites = <operand index>` on the op.
 // Analysis only: the memory plan reads the attribute and places the result
 // in the operand's storage.
 //
@@ -25,14 +26,28 @@ using namespace mlir;
 
 namespace {
 
-/// The operand `op`'s kernels may write its result over, element for
-/// element (every element of it read before it is written, on the CPU and
-/// on the GPU), or none.
+/// The operand `op`'s kernels may write its result (its first, for a
+/// fused chain) over, element for element (every element of it read before
+/// it is written, on the CPU and on the GPU), or none. A fused elementwise
+/// kernel reads each lane's inputs before it writes the lane: any input of
+/// the result's type (not broadcast) will do; the first that dies there is
+/// taken.
 std::optional<unsigned> overwritableOperand(Operation *op) {
   if (auto back = dyn_cast<dsc::ClassLossBackwardOp>(op))
     if (back.getKind() == "softmax_cross_entropy")
       return back.getInputMutable().getOperandNumber();
   return std::nullopt;
+}
+
+/// The inputs of a fused elementwise chain its first result may take.
+SmallVector<unsigned> fusedCandidates(dsc::FusedOp op) {
+  SmallVector<unsigned> ks;
+  if (op.getKind() != "elementwise" || op->getNumResults() == 0)
+    return ks;
+  for (OpOperand &u : op->getOpOperands())
+    if (u.get().getType() == op->getResult(0).getType())
+      ks.push_back(u.getOperandNumber());
+  return ks;
 }
 
 /// The value whose storage `v` is: through reshapes (views in the plan).
@@ -74,16 +89,23 @@ struct InPlaceTemporaries
       if (fn.isExternal() || !fn.getBody().hasOneBlock())
         continue;
       for (Operation &op : fn.getBody().front()) {
-        std::optional<unsigned> k = overwritableOperand(&op);
-        if (!k || op.getNumResults() != 1 ||
-            op.getOperand(*k).getType() != op.getResult(0).getType())
-          continue;
-        Value root = storageRoot(op.getOperand(*k));
-        Operation *def = root.getDefiningOp();
-        if (!def || isa<dsc::ConstantOp>(def) ||
-            def->getBlock() != op.getBlock() || !diesAt(root, &op))
-          continue;
-        op.setAttr("dsc.overwrites", b.getI64IntegerAttr(*k));
+        SmallVector<unsigned> ks;
+        if (auto fused = dyn_cast<dsc::FusedOp>(&op))
+          ks = fusedCandidates(fused);
+        else if (std::optional<unsigned> k = overwritableOperand(&op);
+                 k && op.getNumResults() == 1)
+          ks.push_back(*k);
+        for (unsigned k : ks) {
+          if (op.getOperand(k).getType() != op.getResult(0).getType())
+            continue;
+          Value root = storageRoot(op.getOperand(k));
+          Operation *def = root.getDefiningOp();
+          if (!def || isa<dsc::ConstantOp>(def) ||
+              def->getBlock() != op.getBlock() || !diesAt(root, &op))
+            continue;
+          op.setAttr("dsc.overwrites", b.getI64IntegerAttr(k));
+          break;
+        }
       }
     }
   }

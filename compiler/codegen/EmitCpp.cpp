@@ -1243,8 +1243,10 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
       source = *array;
     } else if (s.kind == Storage::Kind::Alias) {
       // A reshape returned where its source was computed: nothing to do.
+      // (A result written over its operand is computed: it needs its view.)
       const Storage &root = plan.storage.lookup(s.source);
-      if (r.hasOneUse() && isa<func::ReturnOp>(*r.user_begin()) &&
+      if (!op->hasAttr("dsc.overwrites") && r.hasOneUse() &&
+          isa<func::ReturnOp>(*r.user_begin()) &&
           root.kind == Storage::Kind::Result &&
           r.use_begin()->getOperandNumber() == root.index) {
         os << "  // (results[" << root.index << "] already holds it)\n";

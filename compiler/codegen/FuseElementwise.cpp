@@ -168,6 +168,9 @@ std::optional<std::string> splatLiteral(Value v) {
 /// vector access, and the scalar kernel otherwise.
 struct VectorKernel {
   bool possible = false;
+  /// " *__restrict__ ", or " *" where an output is written over an input
+  /// (dsc.overwrites): the two pointers alias.
+  std::string pointer = " *__restrict__ ";
   std::string params, before, laneIn, laneOut, after, hostArgs, aligned;
 
   static const char *vecType(Value v) {
@@ -204,7 +207,7 @@ struct VectorKernel {
     auto t = typeOf(v);
     std::string cT = isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
     std::string rT = isBool(v) ? "bool" : "float";
-    params += "const " + cT + " *__restrict__ " + in + ", ";
+    params += "const " + cT + pointer + in + ", ";
     hostArgs += "static_cast<const " + cT + " *>(" + in + ".data), ";
     if (t.getNumElements() == 1) { // one value for every lane
       before += "    const " + rT + " " + reg + " = " +
@@ -246,7 +249,7 @@ struct VectorKernel {
     if (!possible)
       return;
     std::string cT = isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
-    params += cT + " *__restrict__ " + out + ", ";
+    params += cT + pointer + out + ", ";
     hostArgs += "static_cast<" + cT + " *>(" + out + ".data), ";
     before += "    " + cT + " " + out + "s[4];\n";
     laneOut += "      " + out + "s[l] = " + value + ";\n";
@@ -313,13 +316,18 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
   // The 4-wide variant (see VectorKernel): its parameters, loads before the
   // element loop and per element, stores, host arguments, and the
   // alignment its pointers need.
+  // An output written over an input (dsc.overwrites, element for element:
+  // each lane reads its elements before it writes them) aliases it.
+  const std::string pointer =
+      op->hasAttr("dsc.overwrites") ? " *" : " *__restrict__ ";
   VectorKernel vec;
   vec.possible = n % 4 == 0;
+  vec.pointer = pointer;
   llvm::DenseMap<Value, std::string> expr;
   for (auto [k, v] : llvm::enumerate(group.inputs)) {
     std::string in = "in" + std::to_string(k);
     auto t = typeOf(v);
-    params += std::string("const ") + cType(v) + " *__restrict__ " + in + ", ";
+    params += std::string("const ") + cType(v) + pointer + in + ", ";
     hostArgs +=
         "static_cast<const " + std::string(cType(v)) + " *>(" + in + ".data), ";
     vec.addInput(v, in, "x" + std::to_string(k), shape, n);
@@ -377,7 +385,7 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
   std::string outParams, outHost;
   for (auto [k, v] : llvm::enumerate(group.outputs)) {
     std::string out = "out" + std::to_string(k);
-    params += std::string(cType(v)) + " *__restrict__ " + out + ", ";
+    params += std::string(cType(v)) + pointer + out + ", ";
     outHost +=
         "static_cast<" + std::string(cType(v)) + " *>(" + out + ".data), ";
     std::string value =

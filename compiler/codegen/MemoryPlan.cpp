@@ -116,27 +116,28 @@ Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
   return root;
 }
 
-/// The operand whose storage `op`'s result may take (dsc-in-place-
-/// temporaries' dsc.overwrites), when the plan agrees: it is an arena value
-/// (or a view of one) of the result's bytes, read by nothing after the op,
-/// and the result is not returned. Else none.
+/// The operand whose storage `r` (the first result of `op`) may take
+/// (dsc-in-place-temporaries' dsc.overwrites), when the plan agrees: it is
+/// an arena value (or a view of one) of the result's bytes, read by nothing
+/// after the op. A returned result takes it too: the operand is then
+/// computed straight into the result's storage (the gradients a step
+/// scales as they leave it). Else none.
 std::optional<unsigned>
-overwrittenOperand(Operation *op, size_t at, const FramePlan &plan,
+overwrittenOperand(Operation *op, Value r, size_t at, const FramePlan &plan,
                    const llvm::DenseMap<Value, size_t> &lastUse,
                    const llvm::DenseMap<Value, unsigned> &returnSlot,
                    const PlanOptions &options) {
   auto attr = op->getAttrOfType<IntegerAttr>("dsc.overwrites");
-  if (!attr || op->getNumResults() != 1 || attr.getInt() < 0 ||
+  if (!attr || r != op->getResult(0) || attr.getInt() < 0 ||
       attr.getInt() >= op->getNumOperands())
     return std::nullopt;
   unsigned k = static_cast<unsigned>(attr.getInt());
-  Value in = op->getOperand(k), r = op->getResult(0);
+  Value in = op->getOperand(k);
   const Storage &src = plan.storage.lookup(in);
   Value root = src.kind == Storage::Kind::Alias ? src.source : in;
   const Storage &rootStorage = plan.storage.lookup(root);
-  if (rootStorage.kind != Storage::Kind::Arena || returnSlot.count(r) ||
-      lastUse.lookup(root) > at || lastUse.lookup(in) > at ||
-      options.bytes(root) != options.bytes(r))
+  if (rootStorage.kind != Storage::Kind::Arena || lastUse.lookup(root) > at ||
+      lastUse.lookup(in) > at || options.bytes(root) != options.bytes(r))
     return std::nullopt;
   return k;
 }
@@ -365,7 +366,7 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
           root.index = slot->second;
         }
       } else if (std::optional<unsigned> k =
-                     overwrite ? overwrittenOperand(op, i, plan, lastUse,
+                     overwrite ? overwrittenOperand(op, r, i, plan, lastUse,
                                                     returnSlot, options)
                                : std::nullopt) {
         // Written over its operand, which dies here: that storage, kept
@@ -377,6 +378,13 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
         s.operand = *k;
         size_t &sourceEnd = lastUse[s.source];
         sourceEnd = std::max(sourceEnd, lastUse.lookup(r));
+        // Returned: the operand is computed into the result's storage (at
+        // its first return position; others are copied).
+        if (auto slot = returnSlot.find(r); slot != returnSlot.end()) {
+          Storage &root = plan.storage[s.source];
+          root.kind = Storage::Kind::Result;
+          root.index = slot->second;
+        }
       } else if (auto slot = returnSlot.find(r); slot != returnSlot.end()) {
         s.kind = Storage::Kind::Result;
         s.index = slot->second;

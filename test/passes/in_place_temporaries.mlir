@@ -28,3 +28,37 @@ func.func @logits_live(%x: tensor<8x6xbf16>, %labels: tensor<8xi64>, %d: tensor<
   %n = dsc.class_loss_backward %d, %m, %labels {kind = "nll", reduction = "mean"} : tensor<f32>, tensor<8x6xbf16>, tensor<8xi64> -> tensor<8x6xbf16>
   return %g, %v, %h, %n : tensor<8x6xbf16>, tensor<48xbf16>, tensor<8x6xbf16>, tensor<8x6xbf16>
 }
+
+// -----
+
+// A fused elementwise chain writes its first result over an input of the
+// same type that dies there (the gradient a step scales as it returns it),
+// not over a broadcast input, nor over one read later.
+// CHECK-LABEL: func.func @fused_scale
+// CHECK: dsc.fused "elementwise"(%[[G:.*]], %arg1) {dsc.overwrites = 0 : i64}
+// CHECK: dsc.fused "elementwise"(%arg1, %[[H:.*]]) {dsc.overwrites = 1 : i64}
+// CHECK: dsc.fused "elementwise"(%[[K:.*]], %arg1) :
+func.func @fused_scale(%x: tensor<4x8xf32>, %s: tensor<f32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %g = dsc.exp %x : tensor<4x8xf32>
+  %0:2 = dsc.fused "elementwise"(%g, %s) : (tensor<4x8xf32>, tensor<f32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<f32>):
+    %m = dsc.mul %a, %b : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+    %q = dsc.mul %m, %m : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+    dsc.yield %m, %q : tensor<4x8xf32>, tensor<4x8xf32>
+  }
+  %h = dsc.exp %0#1 : tensor<4x8xf32>
+  %1 = dsc.fused "elementwise"(%s, %h) : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%b: tensor<f32>, %a: tensor<4x8xf32>):
+    %m = dsc.mul %a, %b : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+    %n = dsc.neg %m : tensor<4x8xf32>
+    dsc.yield %n : tensor<4x8xf32>
+  }
+  %k = dsc.exp %x : tensor<4x8xf32>
+  %2 = dsc.fused "elementwise"(%k, %s) : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<f32>):
+    %m = dsc.mul %a, %b : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+    %n = dsc.neg %m : tensor<4x8xf32>
+    dsc.yield %n : tensor<4x8xf32>
+  }
+  return %0#0, %1, %2, %k : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
