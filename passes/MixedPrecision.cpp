@@ -383,8 +383,8 @@ bool isSplat(Value v) {
 /// keeps it: the forward reads the fp32 value, the backward a widening of
 /// its 16-bit copy (marked `dsc.recompute`, so CSE does not merge it with
 /// another). Half the bytes live from forward to backward; the fp32 value
-/// dies in the forward pass. A value with an fp32 source of its own (the
-/// residual stream, a norm's statistics) stays fp32.
+/// dies in the forward pass. A value with an fp32 source of its own (an
+/// fp32 input, a norm's statistics) stays fp32.
 void MixedPrecisionPass::keepLowForBackward(func::FuncOp fb) {
   Operation *backwardBegin = backwardBeginOf(fb);
   if (!backwardBegin)
