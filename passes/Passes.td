@@ -449,7 +449,11 @@ def DscFuseElementwise : Pass<"dsc-fuse-elementwise", "mlir::ModuleOp"> {
     outside the chain has used a value of it yet, so the fused op can stand
     where the chain's last op stood; operands of another shape broadcast to
     the chain's shape and are read from memory, splat constants are copied
-    into the body. Chains of one op stay as they are.
+    into the body. Chains of one op stay as they are. First, casts beside
+    layer norms are folded into them (an exact rewrite the target's norm
+    kernels support): a norm whose only reader casts its f32 result to 16
+    bits writes 16 bits, and a norm backward reads a 16-bit input instead
+    of its f32 widening.
 
     ```mlir
     %0 = dsc.cast %x {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>

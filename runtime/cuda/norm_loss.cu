@@ -138,6 +138,8 @@ struct F16S {
   uint16_t bits;
 };
 
+inline bool is16BitFloat(DType t) { return t == DType::BF16 || t == DType::F16; }
+
 /// The math type of a storage type: f32 for the 16-bit ones.
 template <typename S> struct ComputeOf { using type = S; };
 template <> struct ComputeOf<Bf16S> { using type = float; };
@@ -783,47 +785,53 @@ Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
 namespace {
 
 /// A row's mean and 1 / sqrt(var + eps), rounded to T as the CPU has them.
-template <typename T, int kMode>
-__device__ inline void rowStats(const T *__restrict__ x, int64_t cols, int lane,
-                                int size, T eps, T &mean, T &inv) {
+/// A 16-bit input XS is widened exactly on load: the bits of the same
+/// statistics of cast(x -> f32).
+template <typename T, int kMode, typename XS>
+__device__ inline void rowStats(const XS *__restrict__ x, int64_t cols,
+                                int lane, int size, T eps, T &mean, T &inv) {
   double a = 0;
   for (int64_t j = lane; j < cols; j += size)
-    a += double(x[j]);
+    a += double(widen(x[j]));
   mean = T(groupSum<kMode>(a) / double(cols));
   double q = 0;
   for (int64_t j = lane; j < cols; j += size) {
-    T d = x[j] - mean;
+    T d = T(widen(x[j])) - mean;
     q += double(d) * double(d);
   }
   inv = T(1) / dSqrt(T(groupSum<kMode>(q) / double(cols)) + eps);
 }
 
-template <typename T, int kMode>
+/// y = layer_norm(x) in T, stored as YS: a 16-bit YS is the rounding
+/// cast(y -> YS) would give, so a norm whose only reader was that cast
+/// writes the 16-bit value itself.
+template <typename T, int kMode, typename YS = T>
 __global__ void __launch_bounds__(512)
     layerNormKernel(const T *__restrict__ x, const T *__restrict__ w,
-                    const T *__restrict__ b, T *__restrict__ y, int64_t rows,
+                    const T *__restrict__ b, YS *__restrict__ y, int64_t rows,
                     int64_t cols, T eps) {
   LineGroup<kMode> grp;
   for (int64_t r = grp.first; r < rows; r += grp.step) {
     const T *xr = x + r * cols;
-    T *yr = y + r * cols;
+    YS *yr = y + r * cols;
     T mean, inv;
     rowStats<T, kMode>(xr, cols, grp.lane, grp.size, eps, mean, inv);
     for (int64_t j = grp.lane; j < cols; j += grp.size)
-      yr[j] = (xr[j] - mean) * inv * w[j] + (b ? b[j] : T(0));
+      yr[j] = narrow<YS>((xr[j] - mean) * inv * w[j] + (b ? b[j] : T(0)));
   }
 }
 
 /// gradIn (if any) per row, and each row's statistics for the column sums.
-template <typename T, int kMode>
+template <typename T, int kMode, typename XS = T>
 __global__ void __launch_bounds__(512)
-    layerNormBackwardKernel(const T *__restrict__ x, const T *__restrict__ w,
+    layerNormBackwardKernel(const XS *__restrict__ x, const T *__restrict__ w,
                             const T *__restrict__ g, T *__restrict__ gx,
                             int64_t rows, int64_t cols, T eps,
                             T *__restrict__ rowMean, T *__restrict__ rowInv) {
   LineGroup<kMode> grp;
   for (int64_t r = grp.first; r < rows; r += grp.step) {
-    const T *xr = x + r * cols, *gr = g + r * cols;
+    const XS *xr = x + r * cols;
+    const T *gr = g + r * cols;
     T mean, inv;
     rowStats<T, kMode>(xr, cols, grp.lane, grp.size, eps, mean, inv);
     if (rowMean && grp.lane == 0)
@@ -834,22 +842,22 @@ __global__ void __launch_bounds__(512)
     for (int64_t j = grp.lane; j < cols; j += grp.size) {
       T gw = gr[j] * w[j];
       sw += double(gw);
-      swx += double(gw * ((xr[j] - mean) * inv));
+      swx += double(gw * ((T(widen(xr[j])) - mean) * inv));
     }
     T sumGW = T(groupSum<kMode>(sw)), sumGWX = T(groupSum<kMode>(swx));
     T d = static_cast<T>(cols);
     T *gxr = gx + r * cols;
     for (int64_t j = grp.lane; j < cols; j += grp.size) {
-      T xhat = (xr[j] - mean) * inv;
+      T xhat = (T(widen(xr[j])) - mean) * inv;
       gxr[j] = inv / d * (d * gr[j] * w[j] - sumGW - xhat * sumGWX);
     }
   }
 }
 
 /// partials[{0, 1}][chunk][j] = sum over the chunk's rows of g * xhat, g.
-template <typename T>
+template <typename T, typename XS = T>
 __global__ void __launch_bounds__(256)
-    layerNormColumnKernel(const T *__restrict__ x, const T *__restrict__ g,
+    layerNormColumnKernel(const XS *__restrict__ x, const T *__restrict__ g,
                           const T *__restrict__ rowMean,
                           const T *__restrict__ rowInv, int64_t rows,
                           int64_t cols, int64_t rowsPerChunk, int64_t chunks,
@@ -862,7 +870,7 @@ __global__ void __launch_bounds__(256)
   double s = 0, b = 0;
   for (int64_t r = r0; r < r1; ++r) {
     int64_t e = r * cols + j;
-    T xhat = (x[e] - rowMean[r]) * rowInv[r];
+    T xhat = (T(widen(x[e])) - rowMean[r]) * rowInv[r];
     s += double(g[e] * xhat);
     b += double(g[e]);
   }
@@ -891,25 +899,26 @@ __global__ void layerNormColumnSumKernel(const double *__restrict__ partials,
   }
 }
 
-template <typename T>
+template <typename T, typename YS = T>
 Status layerNormImpl(const Tensor &input, const Tensor &scale,
                      const Tensor &bias, double epsilon, const Tensor &out,
                      int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0)
     return Status();
+  YS *y = static_cast<YS *>(out.data);
   if (cols <= 1024)
     layerNormKernel<T, kWarpLine><<<blocksFor(rows, 8), 256, 0, stream()>>>(
-        input.as<T>(), scale.as<T>(), bias.as<T>(), out.as<T>(), rows, cols,
+        input.as<T>(), scale.as<T>(), bias.as<T>(), y, rows, cols,
         T(epsilon));
   else
     layerNormKernel<T, kBlockLine><<<gridFor(rows), 512, 0, stream()>>>(
-        input.as<T>(), scale.as<T>(), bias.as<T>(), out.as<T>(), rows, cols,
+        input.as<T>(), scale.as<T>(), bias.as<T>(), y, rows, cols,
         T(epsilon));
   DSC_CUDA_LAUNCHED("layer_norm");
   return Status();
 }
 
-template <typename T>
+template <typename T, typename XS = T>
 Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
                              double epsilon, const Tensor &gradOut,
                              const Tensor &gradIn, const Tensor &gradScale,
@@ -934,25 +943,26 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
     rowMean = carve<T>(base, pMean), rowInv = carve<T>(base, pInv);
     partials = carve<double>(base, pPartials);
   }
+  const XS *x = static_cast<const XS *>(input.data);
   if (rows > 0) {
     if (cols <= 1024)
       layerNormBackwardKernel<T, kWarpLine>
           <<<blocksFor(rows, 8), 256, 0, stream()>>>(
-              input.as<T>(), scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(),
-              rows, cols, T(epsilon), rowMean, rowInv);
+              x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
+              T(epsilon), rowMean, rowInv);
     else
       layerNormBackwardKernel<T, kBlockLine>
           <<<gridFor(rows), 512, 0, stream()>>>(
-              input.as<T>(), scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(),
-              rows, cols, T(epsilon), rowMean, rowInv);
+              x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
+              T(epsilon), rowMean, rowInv);
     DSC_CUDA_LAUNCHED("layer_norm_backward");
   }
   if (!columns)
     return Status();
   layerNormColumnKernel<T>
       <<<dim3(unsigned((cols + 255) / 256), unsigned(chunks)), 256, 0,
-         stream()>>>(input.as<T>(), gradOut.as<T>(), rowMean, rowInv, rows,
-                     cols, rowsPerChunk, chunks, partials);
+         stream()>>>(x, gradOut.as<T>(), rowMean, rowInv, rows, cols,
+                     rowsPerChunk, chunks, partials);
   DSC_CUDA_LAUNCHED("layer_norm_backward_columns");
   layerNormColumnSumKernel<T><<<blocksFor(cols, 8), 256, 0, stream()>>>(
       partials, cols, chunks, gradScale.as<T>(), gradBias.as<T>());
@@ -966,10 +976,22 @@ Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
                  int64_t axis, double epsilon, const Tensor &out) {
   Call call("layer_norm");
   int64_t rows, cols;
+  // An f32 norm may write its result in 16 bits (dsc-fuse-elementwise
+  // folds the cast that was its only reader): checked as the f32 result.
+  bool narrowOut = input.dtype == DType::F32 && is16BitFloat(out.dtype);
+  Tensor checked = out;
+  if (narrowOut)
+    checked.dtype = DType::F32;
   if (Status st =
-          checkLayerNorm(call, input, scale, bias, axis, out, rows, cols);
+          checkLayerNorm(call, input, scale, bias, axis, checked, rows, cols);
       !st.ok())
     return st;
+  if (narrowOut && out.dtype == DType::BF16)
+    return layerNormImpl<float, Bf16S>(input, scale, bias, epsilon, out, rows,
+                                       cols);
+  if (narrowOut)
+    return layerNormImpl<float, F16S>(input, scale, bias, epsilon, out, rows,
+                                      cols);
   if (input.dtype == DType::F32)
     return layerNormImpl<float>(input, scale, bias, epsilon, out, rows, cols);
   return layerNormImpl<double>(input, scale, bias, epsilon, out, rows, cols);
@@ -981,11 +1003,25 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                          const Tensor &gradBias) {
   Call call("layer_norm_backward");
   int64_t rows, cols;
+  // A 16-bit input to an f32 backward (the widening cast folded in):
+  // checked as its f32 widening.
+  bool wideIn = gradOut.dtype == DType::F32 && is16BitFloat(input.dtype);
+  Tensor checked = input;
+  if (wideIn)
+    checked.dtype = DType::F32;
   if (Status st =
-          checkLayerNormBackward(call, input, scale, axis, gradOut, gradIn,
+          checkLayerNormBackward(call, checked, scale, axis, gradOut, gradIn,
                                  gradScale, gradBias, rows, cols);
       !st.ok())
     return st;
+  if (wideIn && input.dtype == DType::BF16)
+    return layerNormBackwardImpl<float, Bf16S>(input, scale, epsilon, gradOut,
+                                               gradIn, gradScale, gradBias,
+                                               rows, cols);
+  if (wideIn)
+    return layerNormBackwardImpl<float, F16S>(input, scale, epsilon, gradOut,
+                                              gradIn, gradScale, gradBias,
+                                              rows, cols);
   if (input.dtype == DType::F32)
     return layerNormBackwardImpl<float>(input, scale, epsilon, gradOut, gradIn,
                                         gradScale, gradBias, rows, cols);

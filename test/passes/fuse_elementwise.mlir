@@ -143,3 +143,41 @@ func.func @reads_fused(%h: tensor<4x8xf32>, %d: tensor<4x8xbf16>, %w: tensor<8xf
   return %o : tensor<4x8xbf16>
 }
 }
+
+// -----
+
+// Casts beside layer norms are folded into them: the norm whose only reader
+// casts it to bf16 writes bf16; the backward reads the bf16 input, not its
+// f32 widening. A norm read in f32 elsewhere keeps its f32 result.
+// CHECK-LABEL: func.func @norm_casts
+// CHECK: %[[Y:.*]] = dsc.layer_norm %arg0, %arg1, %arg2 {{.*}} -> tensor<4x8xbf16>
+// CHECK-NOT: dsc.cast %[[Y]]
+// CHECK: %[[Z:.*]] = dsc.layer_norm %arg0, %arg1 {{.*}} -> tensor<4x8xf32>
+// CHECK: dsc.cast %[[Z]] {to = bf16}
+// CHECK: dsc.layer_norm_backward %arg4, %arg3, %arg1 {{.*}} : tensor<4x8xf32>, tensor<4x8xbf16>, tensor<8xf32>
+// CHECK-NOT: dsc.cast %arg3
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @norm_casts(%x: tensor<4x8xf32>, %s: tensor<8xf32>, %b: tensor<8xf32>, %h: tensor<4x8xbf16>, %g: tensor<4x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %y = dsc.layer_norm %x, %s, %b {axis = 1 : i64, epsilon = 1.0e-5 : f64} : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %yc = dsc.cast %y {to = bf16} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %z = dsc.layer_norm %x, %s {axis = 1 : i64, epsilon = 1.0e-5 : f64} : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %zc = dsc.cast %z {to = bf16} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %hw = dsc.cast %h {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %gi, %gs, %gb = dsc.layer_norm_backward %g, %hw, %s {axis = 1 : i64, epsilon = 1.0e-5 : f64} : tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>
+  return %yc, %zc, %z, %gi, %gs, %gb : tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>
+}
+}
+
+// -----
+
+// Not for a target without generated kernels.
+// CHECK-LABEL: func.func @norm_casts_cpu
+// CHECK: dsc.layer_norm {{.*}} -> tensor<4x8xf32>
+// CHECK: dsc.cast
+module attributes {dsc.target = {name = "cpu"}} {
+func.func @norm_casts_cpu(%x: tensor<4x8xf32>, %s: tensor<8xf32>) -> tensor<4x8xbf16> {
+  %y = dsc.layer_norm %x, %s {axis = 1 : i64, epsilon = 1.0e-5 : f64} : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %yc = dsc.cast %y {to = bf16} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  return %yc : tensor<4x8xbf16>
+}
+}

@@ -356,6 +356,15 @@ def Dsc_LayerNormOp : Dsc_DiffOp<"layer_norm"> {
     $input `,` $scale (`,` $bias^)? attr-dict `:` type(operands)
     `->` type($result)
   }];
+  let description = [{
+    The result has the input's type, or, for an f32 input, a 16-bit float
+    type of its shape: the norm computed in f32 and rounded as a cast of its
+    f32 result would be (dsc-fuse-elementwise folds such a cast into it).
+  }];
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
 }
 
 def Dsc_SoftmaxOp : Dsc_DiffOp<"softmax"> {
@@ -651,6 +660,12 @@ def Dsc_AttentionBackwardOp : Dsc_Op<"attention_backward"> {
 
 def Dsc_LayerNormBackwardOp : Dsc_Op<"layer_norm_backward"> {
   let summary = "gradients of dsc.layer_norm: input, scale, bias";
+  let description = [{
+    `input` has the gradient's type, or, for an f32 gradient, a 16-bit
+    float type of its shape, read as its exact f32 widening (the cast
+    dsc-fuse-elementwise folds in); the input's gradient has the gradient's
+    type.
+  }];
   let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$input,
                    Dsc_FloatTensor:$scale, I64Attr:$axis, F64Attr:$epsilon);
   let results = (outs Dsc_FloatTensor:$grad_input, Dsc_FloatTensor:$grad_scale,

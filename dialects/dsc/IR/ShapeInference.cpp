@@ -1081,14 +1081,36 @@ LogicalResult BatchNormTrainBackwardOp::inferReturnTypes(
                            results);
 }
 
+/// Whether `narrow` is `wide` (f32) with a 16-bit float element type.
+static bool isNarrowedF32(Type wide, Type narrow) {
+  auto w = dyn_cast<RankedTensorType>(wide);
+  auto n = dyn_cast<RankedTensorType>(narrow);
+  return w && n && w.getShape() == n.getShape() && w.getElementType().isF32() &&
+         (n.getElementType().isBF16() || n.getElementType().isF16());
+}
+
+bool LayerNormOp::isCompatibleReturnTypes(TypeRange inferred,
+                                          TypeRange actual) {
+  return inferred.size() == actual.size() &&
+         llvm::all_of(llvm::zip(inferred, actual), [](auto p) {
+           auto [i, a] = p;
+           return i == a || isNarrowedF32(i, a);
+         });
+}
+
 LogicalResult
 LayerNormBackwardOp::inferReturnTypes(MLIRContext *ctx,
                                       std::optional<Location> loc, Adaptor a,
                                       SmallVectorImpl<Type> &results) {
   if (failed(completeAttrs<LayerNormBackwardOp>(ctx, loc, a)))
     return failure();
-  return inferNormBackward(loc, a.getGrad(), a.getInput(), a.getScale(),
-                           results);
+  Value grad = a.getGrad(), input = a.getInput();
+  if (isNarrowedF32(grad.getType(), input.getType())) {
+    results.append(
+        {grad.getType(), a.getScale().getType(), a.getScale().getType()});
+    return success();
+  }
+  return inferNormBackward(loc, grad, input, a.getScale(), results);
 }
 
 LogicalResult
