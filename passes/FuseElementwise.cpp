@@ -250,10 +250,6 @@ LogicalResult fuse(const Chain &c) {
 /// writes the 16-bit value, and a norm backward reads a 16-bit input
 /// rather than its f32 widening. Two launches and an f32 copy less each.
 void foldNormCasts(Block &block) {
-  auto is16Bit = [](Type t) {
-    Type e = cast<RankedTensorType>(t).getElementType();
-    return e.isBF16() || e.isF16();
-  };
   SmallVector<Operation *> dead;
   for (Operation &op : block) {
     if (auto ln = dyn_cast<dsc::LayerNormOp>(&op)) {
@@ -261,14 +257,14 @@ void foldNormCasts(Block &block) {
       if (!isF32(y) || !y.hasOneUse())
         continue;
       auto c = dyn_cast<dsc::CastOp>(*y.user_begin());
-      if (!c || !is16Bit(c.getType()) || c->getBlock() != &block)
+      if (!c || !isHalf(c.getResult()) || c->getBlock() != &block)
         continue;
       y.setType(c.getType());
       c.getResult().replaceAllUsesWith(y);
       dead.push_back(c);
     } else if (auto back = dyn_cast<dsc::LayerNormBackwardOp>(&op)) {
       auto c = back.getInput().getDefiningOp<dsc::CastOp>();
-      if (!c || !isF32(back.getGrad()) || !is16Bit(c.getInput().getType()) ||
+      if (!c || !isF32(back.getGrad()) || !isHalf(c.getInput()) ||
           !isF32(c.getResult()))
         continue;
       back.getInputMutable().assign(c.getInput());

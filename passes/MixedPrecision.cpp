@@ -192,6 +192,15 @@ Operation *backwardBeginOf(func::FuncOp fb) {
   return nullptr;
 }
 
+/// The op of `uses` that comes first in their (shared) block.
+Operation *earliestOwner(ArrayRef<OpOperand *> uses) {
+  Operation *first = uses.front()->getOwner();
+  for (OpOperand *u : uses)
+    if (u->getOwner()->isBeforeInBlock(first))
+      first = u->getOwner();
+  return first;
+}
+
 /// Erases `op` when nothing reads it any more, then its operands' producers
 /// likewise (the fp32 moves lowOperand replaced by 16-bit ones).
 void eraseIfDead(Operation *op) {
@@ -347,11 +356,7 @@ void MixedPrecisionPass::recomputeCastsForBackward(func::FuncOp fb) {
     });
     if (!sourceLivesOn && bytesOf(source) >= bytesOf(result))
       continue;
-    Operation *first = backwardUses.front()->getOwner();
-    for (OpOperand *u : backwardUses)
-      if (u->getOwner()->isBeforeInBlock(first))
-        first = u->getOwner();
-    OpBuilder b(first);
+    OpBuilder b(earliestOwner(backwardUses));
     Operation *copy = b.clone(*c.getOperation());
     copy->setAttr("dsc.recompute", b.getUnitAttr());
     for (OpOperand *u : backwardUses)
@@ -435,11 +440,7 @@ void MixedPrecisionPass::keepLowForBackward(func::FuncOp fb) {
     b.setInsertionPointAfter(op);
     Value narrow = dsc::CastOp::create(b, op->getLoc(), v, TypeAttr::get(low));
     lowered.insert(narrow);
-    Operation *first = backwardUses.front()->getOwner();
-    for (OpOperand *u : backwardUses)
-      if (u->getOwner()->isBeforeInBlock(first))
-        first = u->getOwner();
-    b.setInsertionPoint(first);
+    b.setInsertionPoint(earliestOwner(backwardUses));
     auto wide =
         dsc::CastOp::create(b, op->getLoc(), narrow, TypeAttr::get(f32));
     wide->setAttr("dsc.recompute", b.getUnitAttr());

@@ -40,13 +40,6 @@ public:
   void release(Value v) {
     llvm::erase_if(live_, [&](const Range &r) { return r.value == v; });
   }
-  /// The end of the highest live range.
-  uint64_t top() const {
-    uint64_t end = 0;
-    for (const Range &r : live_)
-      end = std::max(end, r.offset + r.bytes);
-    return end;
-  }
 
 private:
   struct Range {
@@ -163,15 +156,14 @@ llvm::DenseSet<Operation *> findDeadOps(func::FuncOp func) {
 
 namespace {
 
-/// The end of the highest arena value live at op `i` (at `offsets`, or at
-/// the plan's own when empty).
+/// The end of the highest arena value live at op `i`, placed at `offsets`.
 uint64_t liveTopAt(ArrayRef<Value> arena, const FramePlan &plan, size_t i,
-                   ArrayRef<uint64_t> offsets = {}) {
+                   ArrayRef<uint64_t> offsets) {
   uint64_t top = 0;
   for (auto [k, v] : llvm::enumerate(arena)) {
     const Storage &s = plan.storage.find(v)->second;
     if (s.firstOp <= i && i <= s.lastOp)
-      top = std::max(top, (offsets.empty() ? s.offset : offsets[k]) + s.bytes);
+      top = std::max(top, offsets[k] + s.bytes);
   }
   return top;
 }
@@ -218,22 +210,19 @@ std::vector<uint64_t> placeBySize(ArrayRef<Value> arena,
     return x.firstOp < y.firstOp;
   });
   std::vector<uint64_t> offsets(arena.size());
-  // Placed values by offset.
-  std::vector<size_t> placed;
-  SmallVector<size_t> overlapping;
+  std::vector<size_t> placed; // by offset
   for (size_t k : order) {
     const Storage &s = storageOf(k);
-    overlapping.clear();
+    // The first gap, in offset order, between the placed values live at
+    // the same time.
+    uint64_t at = 0;
     for (size_t q : placed) {
       const Storage &t = storageOf(q);
-      if (t.firstOp <= s.lastOp && s.firstOp <= t.lastOp)
-        overlapping.push_back(q);
-    }
-    uint64_t at = 0;
-    for (size_t q : overlapping) {
+      if (t.firstOp > s.lastOp || s.firstOp > t.lastOp)
+        continue;
       if (offsets[q] >= at + s.bytes)
         break;
-      at = std::max(at, offsets[q] + storageOf(q).bytes);
+      at = std::max(at, offsets[q] + t.bytes);
     }
     offsets[k] = at;
     auto pos = llvm::lower_bound(
@@ -485,7 +474,7 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
   // 6. A callee's frame goes above what is live across its call.
   for (size_t i : calls) {
     auto call = cast<func::CallOp>(ops[i]);
-    uint64_t base = liveTopAt(arena, plan, i);
+    uint64_t base = liveTopAt(arena, plan, i, offsets);
     plan.calleeOffset[call] = base;
     plan.totalBytes =
         std::max(plan.totalBytes, base + options.calleeBytes(call));

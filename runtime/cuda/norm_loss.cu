@@ -51,6 +51,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/checks_math.h"
+#include "cpu/half_emulation.h"
 #include "cuda/common.cuh"
 #include "cuda/graph.h"
 #include "cuda/kernels.h"
@@ -137,8 +138,6 @@ struct Bf16S {
 struct F16S {
   uint16_t bits;
 };
-
-inline bool is16BitFloat(DType t) { return t == DType::BF16 || t == DType::F16; }
 
 /// The math type of a storage type: f32 for the 16-bit ones.
 template <typename S> struct ComputeOf { using type = S; };
@@ -978,7 +977,7 @@ Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
   int64_t rows, cols;
   // An f32 norm may write its result in 16 bits (dsc-fuse-elementwise
   // folds the cast that was its only reader): checked as the f32 result.
-  bool narrowOut = input.dtype == DType::F32 && is16BitFloat(out.dtype);
+  bool narrowOut = input.dtype == DType::F32 && cpu::isHalf(out.dtype);
   Tensor checked = out;
   if (narrowOut)
     checked.dtype = DType::F32;
@@ -1005,7 +1004,7 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
   int64_t rows, cols;
   // A 16-bit input to an f32 backward (the widening cast folded in):
   // checked as its f32 widening.
-  bool wideIn = gradOut.dtype == DType::F32 && is16BitFloat(input.dtype);
+  bool wideIn = gradOut.dtype == DType::F32 && cpu::isHalf(input.dtype);
   Tensor checked = input;
   if (wideIn)
     checked.dtype = DType::F32;

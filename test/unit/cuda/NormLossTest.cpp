@@ -283,8 +283,8 @@ TEST(CudaNormLoss, LayerNormIn16Bits) {
     checkLayerNorm16(half, {3, 2000}, 1);   // a block per row
     checkLayerNorm16(half, {4, 3, 700}, 1); // rank - 2
   }
-  // A 16-bit result of a 16-bit (not f32) input, or a 16-bit input to a
-  // 16-bit gradient's backward, is not one of them: refused as before.
+  // Other mixes are not: a 16-bit input with an f32 result is refused as
+  // before.
   DevTensor xh(DType::BF16, {4, 6}), s(DType::F32, {6}),
       out(DType::F32, {4, 6});
   EXPECT_FALSE(
