@@ -176,6 +176,15 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                              ignoreIndex(o.getIgnoreIndex()),
                              ctx.view(o.getGrad()), ctx.view(o.getResult())});
       })
+      .Case([&](LinearCrossEntropyOp o) {
+        return call("rt::linearCrossEntropy",
+                    {ctx.view(o.getInput()), ctx.view(o.getWeight()),
+                     cppBool(o.getTransposeWeight()), ctx.view(o.getLabels()),
+                     ignoreIndex(o.getIgnoreIndex()), ctx.view(o.getSeed()),
+                     ctx.view(o.getLogits()), ctx.view(o.getChunkLoss()),
+                     ctx.view(o.getLoss()), ctx.view(o.getGradInput()),
+                     ctx.view(o.getGradWeight())});
+      })
       .Case([&](AttentionOp o) {
         return call("rt::attention",
                     {ctx.view(o.getQuery()), ctx.view(o.getKey()),

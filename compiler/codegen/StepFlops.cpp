@@ -72,7 +72,15 @@ private:
           return callee ? of(callee) : 0.0;
         })
         .Case([&](MatMulOp m) {
-          return 2 * numel(m.getResult().getType()) * dim(m.getLhs(), -1);
+          // K: op(lhs)'s last dim, the stored second-to-last when transposed.
+          int64_t k = dim(m.getLhs(), m.getTransposeLhs() ? -2 : -1);
+          return 2 * numel(m.getResult().getType()) * double(k);
+        })
+        .Case([&](LinearCrossEntropyOp l) {
+          // The logits, grad_input and grad_weight products: 3 x 2 N V C.
+          return 6 * numel(l.getInput().getType()) *
+                 numel(l.getGradWeight().getType()) /
+                 std::max(1.0, double(dim(l.getInput(), -1)));
         })
         .Case([&](GemmOp g) {
           int64_t k = g.getTransA() ? dim(g.getA(), 0) : dim(g.getA(), 1);

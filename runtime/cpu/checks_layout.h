@@ -124,6 +124,27 @@ Status matmulTransposedLayout(const Call &call, const Tensor &lhs, bool tl,
                               FloatTypes types, Tensor &opLhs, Tensor &opRhs,
                               MatmulLayout &layout);
 
+/// matmulAccumulate's operands: lhs and rhs rank 2 of one dtype in `types`,
+/// out [m, n] of that dtype or f32.
+inline Status checkMatmulAccumulate(const Call &call, const Tensor &lhs,
+                                    bool tl, const Tensor &rhs, bool tr,
+                                    const Tensor &out, FloatTypes types) {
+  if (!validRank(lhs) || !validRank(rhs) || !validRank(out) ||
+      lhs.rank != 2 || rhs.rank != 2 || out.rank != 2)
+    return call.fail("lhs, rhs and out must be of rank 2");
+  if (lhs.dtype != rhs.dtype || !takesFloat(types, lhs.dtype) ||
+      (out.dtype != lhs.dtype && out.dtype != DType::F32))
+    return call.fail(std::string("lhs and rhs must be one dtype (") +
+                     floatNames(types) + "), out that dtype or f32");
+  int64_t m = tl ? lhs.shape[1] : lhs.shape[0];
+  int64_t k = tl ? lhs.shape[0] : lhs.shape[1];
+  int64_t k2 = tr ? rhs.shape[1] : rhs.shape[0];
+  int64_t n = tr ? rhs.shape[0] : rhs.shape[1];
+  if (k != k2 || out.shape[0] != m || out.shape[1] != n)
+    return call.fail("op(lhs) [m, k] @ op(rhs) [k, n] must be out [m, n]");
+  return Status();
+}
+
 /// out [m, n] = op(a) [m, k] @ op(b) [k, n]; cStrides: c's broadcast
 /// strides over out's dims when c is present.
 struct GemmLayout {

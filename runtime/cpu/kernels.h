@@ -125,6 +125,22 @@ Status matmulBackward(const Tensor &lhs, const Tensor &rhs,
                       const Tensor &gradOut, const Tensor &gradLhs,
                       const Tensor &gradRhs, int threads = 0);
 
+/// out (rank 2) = op(lhs) @ op(rhs), plus out's contents when `accumulate`;
+/// lhs and rhs rank 2 of one dtype, out that dtype or f32 (a 16-bit product
+/// accumulated in f32).
+Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,
+                        bool transRhs, bool accumulate, const Tensor &out,
+                        int threads = 0);
+/// dsc.linear_cross_entropy (see linear_cross_entropy.h): the summed softmax
+/// cross-entropy of input @ op(weight) against labels into `loss`, and the
+/// gradients of seed * loss, a [chunk, V] block of logits at a time.
+Status linearCrossEntropy(const Tensor &input, const Tensor &weight,
+                          bool transWeight, const Tensor &labels,
+                          std::optional<int64_t> ignoreIndex,
+                          const Tensor &seed, const Tensor &logits,
+                          const Tensor &chunkLoss, const Tensor &loss,
+                          const Tensor &gradInput, const Tensor &gradWeight);
+
 struct GemmAttrs {
   double alpha = 1.0, beta = 1.0;
   bool transA = false, transB = false;

@@ -10,6 +10,7 @@
 #include "cpu/half_emulation.h"
 #include "cpu/kernel_util.h"
 #include "cpu/kernels.h"
+#include "cpu/linear_cross_entropy.h"
 
 namespace dsc::cpu {
 
@@ -225,6 +226,76 @@ Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
       !st.ok())
     return st;
   return matmulChecked(opLhs, transLhs, opRhs, transRhs, out, l, threads);
+}
+
+Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,
+                        bool transRhs, bool accumulate, const Tensor &out,
+                        int threads) {
+  Call call("matmul_accumulate");
+  call.arg("lhs", lhs)
+      .raw("trans_lhs", transLhs ? "true" : "false")
+      .arg("rhs", rhs)
+      .raw("trans_rhs", transRhs ? "true" : "false")
+      .raw("accumulate", accumulate ? "true" : "false")
+      .arg("out", out);
+  if (Status st = checkMatmulAccumulate(call, lhs, transLhs, rhs, transRhs, out,
+                                        FloatTypes::F32F64F16BF16);
+      !st.ok())
+    return st;
+  // The product in f32 (or f64), added to out's values widened, rounded once
+  // into out's dtype.
+  HalfAsF32 h;
+  Tensor a = h.in(lhs), b = h.in(rhs);
+  Tensor acc = accumulate ? h.in(out) : h.out(out);
+  if (!accumulate) {
+    if (Status st = matmulTransposed(a, transLhs, b, transRhs, acc, threads);
+        !st.ok())
+      return st;
+    return h.finish();
+  }
+  std::vector<double> storage(size_t(acc.numel()));
+  Tensor prod = acc;
+  prod.data = storage.data();
+  if (Status st = matmulTransposed(a, transLhs, b, transRhs, prod, threads);
+      !st.ok())
+    return st;
+  if (Status st = binary(BinaryOp::Add, acc, prod, acc); !st.ok())
+    return st;
+  return acc.data == out.data ? Status() : cast(acc, out);
+}
+
+namespace {
+/// The kernels linearCrossEntropyChunks runs, on the host.
+struct CpuKernels {
+  static Status matmulTransposed(const Tensor &l, bool tl, const Tensor &r,
+                                 bool tr, const Tensor &o) {
+    return cpu::matmulTransposed(l, tl, r, tr, o);
+  }
+  static Status matmulAccumulate(const Tensor &l, bool tl, const Tensor &r,
+                                 bool tr, bool acc, const Tensor &o) {
+    return cpu::matmulAccumulate(l, tl, r, tr, acc, o);
+  }
+  template <typename... A> static Status softmaxCrossEntropy(A &&...a) {
+    return cpu::softmaxCrossEntropy(a...);
+  }
+  template <typename... A> static Status softmaxCrossEntropyBackward(A &&...a) {
+    return cpu::softmaxCrossEntropyBackward(a...);
+  }
+  template <typename... A> static Status reduce(A &&...a) {
+    return cpu::reduce(a...);
+  }
+};
+} // namespace
+
+Status linearCrossEntropy(const Tensor &input, const Tensor &weight,
+                          bool transWeight, const Tensor &labels,
+                          std::optional<int64_t> ignoreIndex,
+                          const Tensor &seed, const Tensor &logits,
+                          const Tensor &chunkLoss, const Tensor &loss,
+                          const Tensor &gradInput, const Tensor &gradWeight) {
+  return detail::linearCrossEntropyChunks<CpuKernels>(
+      "linear_cross_entropy", input, weight, transWeight, labels, ignoreIndex,
+      seed, logits, chunkLoss, loss, gradInput, gradWeight);
 }
 
 Status matmulBackward(const Tensor &lhs, const Tensor &rhs,

@@ -94,6 +94,17 @@ Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
                         bool transRhs, const Tensor &out);
 Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
             const GemmAttrs &attrs, const Tensor &out);
+/// As cpu::matmulAccumulate: a 16-bit product into f32 is one cuBLASLt call
+/// with f32 C and D (beta 1 when accumulating).
+Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,
+                        bool transRhs, bool accumulate, const Tensor &out);
+/// As cpu::linearCrossEntropy, on the device (no host synchronization).
+Status linearCrossEntropy(const Tensor &input, const Tensor &weight,
+                          bool transWeight, const Tensor &labels,
+                          std::optional<int64_t> ignoreIndex,
+                          const Tensor &seed, const Tensor &logits,
+                          const Tensor &chunkLoss, const Tensor &loss,
+                          const Tensor &gradInput, const Tensor &gradWeight);
 
 //===- Convolution through cuDNN, pooling (conv_pool.cu) ------------------===//
 

@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/checks_layout.h"
+#include "cpu/linear_cross_entropy.h"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -82,6 +83,7 @@ struct Problem {
   int64_t batch = 1;
   int64_t strideA = 0, strideB = 0; // elements between batch matrices
   bool bias = false;                // epilogue adds bias[N] to every row
+  bool wideOut = false;             // C and D f32 (A and B 16-bit)
 };
 
 int64_t rowsA(const Problem &p) { return p.transA ? p.k : p.m; }
@@ -169,6 +171,7 @@ Status buildPlan(const Problem &p, const Alignments &al, const void *bias,
   } else if (p.dtype == DType::F32 && allowTf32()) {
     compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
+  cudaDataType_t outType = p.wideOut ? CUDA_R_32F : type;
   DSC_CUDA_CHECK(cublasLtMatmulDescCreate(&plan.op, compute, scale));
   // cuBLASLt's A is our B: column-major N x K (or K x N, transposed).
   int32_t opA = p.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -194,7 +197,8 @@ Status buildPlan(const Problem &p, const Alignments &al, const void *bias,
                              p.batch, p.strideA);
       !st.ok())
     return st;
-  if (Status st = makeLayout(&plan.d, type, p.n, p.m, p.n, p.batch, p.m * p.n);
+  if (Status st =
+          makeLayout(&plan.d, outType, p.n, p.m, p.n, p.batch, p.m * p.n);
       !st.ok())
     return st;
 
@@ -251,7 +255,8 @@ Staging stagingFor(const Problem &p, size_t launches) {
   s.m = p.m, s.n = p.n, s.k = p.k;
   bool tensorCores = p.dtype == DType::F16 || p.dtype == DType::BF16 ||
                      (p.dtype == DType::F32 && allowTf32());
-  if (!tensorCores || launches != 1 || p.batch != 1 ||
+  // A wide (f32) D is not staged: its copies would need D's element size.
+  if (!tensorCores || p.wideOut || launches != 1 || p.batch != 1 ||
       p.m * p.n * p.k < kStageMinWork)
     return s;
   int64_t q = int64_t(16 / dtypeSize(p.dtype));
@@ -337,6 +342,7 @@ Status runProduct(const Problem &problem, std::vector<Launch> launches,
                               p.strideA,
                               p.strideB,
                               p.bias,
+                              p.wideOut,
                               al.a,
                               al.b,
                               al.c,
@@ -660,6 +666,71 @@ Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
       !st.ok())
     return st;
   return ran ? Status() : noAlgorithm(call, p);
+}
+
+Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,
+                        bool transRhs, bool accumulate, const Tensor &out) {
+  Call call("matmul_accumulate");
+  call.arg("lhs", lhs)
+      .raw("trans_lhs", transLhs ? "true" : "false")
+      .arg("rhs", rhs)
+      .raw("trans_rhs", transRhs ? "true" : "false")
+      .raw("accumulate", accumulate ? "true" : "false")
+      .arg("out", out);
+  if (Status st = cpu::detail::checkMatmulAccumulate(call, lhs, transLhs, rhs,
+                                                     transRhs, out, kGemmTypes);
+      !st.ok())
+    return st;
+  Problem p;
+  p.dtype = lhs.dtype;
+  p.m = out.shape[0], p.n = out.shape[1];
+  p.k = transLhs ? lhs.shape[0] : lhs.shape[1];
+  p.transA = transLhs, p.transB = transRhs;
+  p.wideOut = out.dtype != lhs.dtype;
+  if (p.m == 0 || p.n == 0)
+    return Status();
+  if (p.k == 0 && !accumulate)
+    DSC_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.nbytes(), stream()));
+  if (p.k == 0)
+    return Status();
+  bool ran = false;
+  if (Status st = runProduct(p, {{lhs.data, rhs.data, out.data, out.data}}, 1.0,
+                             accumulate ? 1.0 : 0.0, nullptr, &ran);
+      !st.ok())
+    return st;
+  return ran ? Status() : noAlgorithm(call, p);
+}
+
+namespace {
+/// The kernels linearCrossEntropyChunks runs, on the device.
+struct CudaKernels {
+  template <typename... A> static Status matmulTransposed(A &&...a) {
+    return cuda::matmulTransposed(a...);
+  }
+  template <typename... A> static Status matmulAccumulate(A &&...a) {
+    return cuda::matmulAccumulate(a...);
+  }
+  template <typename... A> static Status softmaxCrossEntropy(A &&...a) {
+    return cuda::softmaxCrossEntropy(a...);
+  }
+  template <typename... A> static Status softmaxCrossEntropyBackward(A &&...a) {
+    return cuda::softmaxCrossEntropyBackward(a...);
+  }
+  template <typename... A> static Status reduce(A &&...a) {
+    return cuda::reduce(a...);
+  }
+};
+} // namespace
+
+Status linearCrossEntropy(const Tensor &input, const Tensor &weight,
+                          bool transWeight, const Tensor &labels,
+                          std::optional<int64_t> ignoreIndex,
+                          const Tensor &seed, const Tensor &logits,
+                          const Tensor &chunkLoss, const Tensor &loss,
+                          const Tensor &gradInput, const Tensor &gradWeight) {
+  return cpu::detail::linearCrossEntropyChunks<CudaKernels>(
+      "linear_cross_entropy", input, weight, transWeight, labels, ignoreIndex,
+      seed, logits, chunkLoss, loss, gradInput, gradWeight);
 }
 
 } // namespace dsc::cuda

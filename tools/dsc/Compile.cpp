@@ -87,6 +87,11 @@ target and output:
   --no-fuse-attention        keep attention as the exporter wrote it
                              (matmul, mask, softmax, matmul) instead of one
                              dsc.attention per layer (dsc-fuse-attention)
+  --classifier-chunk SIZE    logits one chunk of the fused classifier holds
+                             (dsc-fuse-classifier: the classifier matmul,
+                             its summed cross-entropy and their gradients
+                             in one op, the [tokens, vocab] logits never
+                             whole; default 256MiB, 0: not fused)
   --no-raise-gelu            keep a GELU the exporter wrote as a formula
                              (0.5 x (1 + tanh(...)) or erf) as it is
                              instead of one dsc.gelu (dsc-raise-gelu)
@@ -226,6 +231,7 @@ struct CompileOptions {
   std::string offloadChunk = "33554432"; // dsc-offload's chunk-elements=
   std::string offloadParam = "none";     // dsc-offload's params=
   std::optional<uint64_t> memoryBudget; // --memory-budget
+  uint64_t classifierChunk = uint64_t(256) << 20; // --classifier-chunk
   std::string precisionPipeline;  // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
   std::string arenaSvg;   // --arena-svg
@@ -458,6 +464,17 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
         return usageError("--offload-chunk-elements needs a positive count",
                           kCompileUsage);
       o.offloadChunk = *v;
+      continue;
+    }
+    if (auto v = c.take("--classifier-chunk")) {
+      std::optional<uint64_t> size =
+          *v == "0" ? std::optional<uint64_t>(0) : parseSize(*v);
+      if (!size || *size > uint64_t(INT64_MAX))
+        return usageError("--classifier-chunk needs a size such as 256MiB or "
+                          "0, not '" +
+                              *v + "'",
+                          kCompileUsage);
+      o.classifierChunk = *size;
       continue;
     }
     if (auto v = c.take("--memory-budget")) {
@@ -876,6 +893,13 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   canonicalize.enableConstantCSE(false);
   pm.addPass(createCanonicalizerPass(canonicalize));
   pm.addPass(createCSEPass());
+  // On the canonical step (the precision pass's casts of the logits folded
+  // into the loss ops).
+  if (o.classifierChunk > 0 &&
+      !add("dsc-fuse-classifier{chunk-bytes=" +
+               std::to_string(o.classifierChunk) + "}",
+           "classifier options"))
+    return failure();
   // Offloaded, a lone adamw is grouped too (dsc-offload's compute copies).
   dsc::DscMultiTensorAdamWOptions multi;
   multi.minGroup = o.offloadOptimizer != "none" ? 1 : 2;

@@ -693,6 +693,36 @@ def Dsc_ClassLossBackwardOp : Dsc_Op<"class_loss_backward"> {
   }];
 }
 
+def Dsc_LinearCrossEntropyOp : Dsc_Op<"linear_cross_entropy"> {
+  let summary = "a classifier's logits, their summed softmax cross-entropy "
+                "and its gradients, a chunk of rows at a time";
+  let description = [{
+    What dsc-fuse-classifier makes of `logits = matmul(input, op(weight))`,
+    `loss = softmax_cross_entropy(logits, labels) {reduction = "sum"}` and
+    the backward's `class_loss_backward(seed, ...)` with the two matmuls
+    that take the logits' gradient back to `input` and `weight`, when
+    nothing else reads the logits: the [N, V] logits never exist. Rows of
+    `input` ([..., C], N rows) are taken `chunk_rows` at a time; each
+    chunk's logits live in the `logits` result ([chunk_rows, V], scratch
+    nothing reads), its loss in `chunk_loss` (one f32 per chunk, summed in
+    order into `loss`), its logits' gradient (times `seed`, a scalar)
+    overwrites its logits and gives `grad_input`'s rows and a term of
+    `grad_weight`, accumulated in f32 when `f32_weight_grad` is set
+    (otherwise in weight's type). `weight` is [V, C] with
+    `transpose_weight` (logits = input @ weight^T), else [C, V].
+  }];
+  let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$weight,
+                   Dsc_IndexTensor:$labels, Dsc_FloatTensor:$seed,
+                   BoolAttr:$transpose_weight, BoolAttr:$f32_weight_grad,
+                   I64Attr:$chunk_rows, OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Dsc_FloatTensor:$loss, Dsc_FloatTensor:$grad_input,
+                      Dsc_FloatTensor:$grad_weight, Dsc_FloatTensor:$logits,
+                      Dsc_FloatTensor:$chunk_loss);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $labels `,` $seed attr-dict `:` type(operands)
+  }];
+}
+
 def Dsc_ScatterAddOp : Dsc_Op<"scatter_add"> {
   let summary = "gradient of dsc.gather: add slices of grad into zeros of "
                 "`shape` at indices along axis, in index order";

@@ -1124,6 +1124,44 @@ ClassLossBackwardOp::inferReturnTypes(MLIRContext *ctx,
   return inferSameAsInput(a.getInput(), results);
 }
 
+LogicalResult LinearCrossEntropyOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<LinearCrossEntropyOp>(ctx, loc, a)))
+    return failure();
+  auto input = rankedType(a.getInput()), weight = rankedType(a.getWeight());
+  auto labels = rankedType(a.getLabels()), seed = rankedType(a.getSeed());
+  if (!input || !weight || !labels || !seed || !input.hasStaticShape() ||
+      !weight.hasStaticShape() || !labels.hasStaticShape() ||
+      input.getRank() < 1 || weight.getRank() != 2 ||
+      seed.getNumElements() != 1)
+    return fail(loc, "input must be static [..., C], weight [V, C] or [C, V], "
+                     "seed a single value");
+  bool tw = a.getTransposeWeight();
+  int64_t c = input.getShape().back();
+  int64_t v = weight.getDimSize(tw ? 0 : 1);
+  if (weight.getDimSize(tw ? 1 : 0) != c)
+    return fail(loc, "weight " + shapeStr(weight.getShape()) +
+                         " does not match input " +
+                         shapeStr(input.getShape()));
+  if (input.getElementType() != weight.getElementType())
+    return fail(loc, "input and weight must have one element type");
+  int64_t n = c == 0 ? 0 : input.getNumElements() / c;
+  int64_t rows = a.getChunkRows();
+  if (labels.getNumElements() != n || rows < 1)
+    return fail(loc, "labels must have one entry per row of input and "
+                     "chunk_rows must be positive");
+  Type f32 = Float32Type::get(ctx);
+  Type gradWeight = a.getF32WeightGrad() ? f32 : weight.getElementType();
+  results.append(
+      {RankedTensorType::get({}, f32), input,
+       RankedTensorType::get(weight.getShape(), gradWeight),
+       RankedTensorType::get({std::min(rows, std::max<int64_t>(n, 1)), v},
+                             input.getElementType()),
+       RankedTensorType::get({(n + rows - 1) / rows}, f32)});
+  return success();
+}
+
 LogicalResult ScatterAddOp::inferReturnTypes(MLIRContext *ctx,
                                              std::optional<Location> loc,
                                              Adaptor a,

@@ -291,6 +291,85 @@ TEST(CudaNormLoss, LayerNormIn16Bits) {
       cuda::layerNorm(xh.dev(), s.dev(), Tensor(), -1, 1e-5, out.dev()).ok());
 }
 
+/// dsc.linear_cross_entropy on the GPU against the CPU, in `rows`-row
+/// chunks (the last one partial), 16-bit operands with an f32 weight
+/// gradient or all f32, w [V, C] read transposed or [C, V].
+void checkLinearCrossEntropy(DType dt, bool transWeight, int64_t rows) {
+  const int64_t n = 150, c = 24, v = 37;
+  SCOPED_TRACE(std::string(dtypeName(dt)) + (transWeight ? " w[V,C]" : " w[C,V]") +
+               " chunk " + std::to_string(rows));
+  DevTensor x = randomTensor(dt, {3, 50, c}, -1, 1, 71);
+  DevTensor w = randomTensor(dt, transWeight ? Shape{v, c} : Shape{c, v}, -1,
+                             1, 72);
+  DevTensor labels(DType::I64, {n});
+  labels.random(0, double(v), 73);
+  for (int64_t i = 0; i < n; i += 7)
+    labels.set(i, -100.0);
+  labels.upload();
+  DevTensor seed(DType::F32, {});
+  seed.values({0.5});
+  int64_t chunks = (n + rows - 1) / rows;
+  Out logits(dt, {std::min(rows, n), v}), chunkLoss(DType::F32, {chunks}),
+      loss(DType::F32, {}), gx(dt, {3, 50, c}),
+      gw(DType::F32, transWeight ? Shape{v, c} : Shape{c, v});
+  DSC_ASSERT_OK(cpu::linearCrossEntropy(
+      x.host(), w.host(), transWeight, labels.host(), int64_t(-100),
+      seed.host(), logits.cpu.host(), chunkLoss.cpu.host(), loss.cpu.host(),
+      gx.cpu.host(), gw.cpu.host()));
+  DSC_ASSERT_OK(cuda::linearCrossEntropy(
+      x.dev(), w.dev(), transWeight, labels.dev(), int64_t(-100), seed.dev(),
+      logits.gpu.dev(), chunkLoss.gpu.dev(), loss.gpu.dev(), gx.gpu.dev(),
+      gw.gpu.dev()));
+  bool half = dt != DType::F32;
+  expectClose(loss.cpu, loss.gpu, half ? 1e-4 : 1e-5, 1e-5, "loss");
+  expectClose(chunkLoss.cpu, chunkLoss.gpu, half ? 1e-4 : 1e-5, 1e-5,
+              "chunk loss");
+  expectClose(gx.cpu, gx.gpu, half ? 2e-2 : 1e-4, half ? 2e-3 : 1e-6,
+              "grad input");
+  expectClose(gw.cpu, gw.gpu, half ? 1e-2 : 1e-4, half ? 1e-3 : 1e-6,
+              "grad weight");
+}
+
+TEST(CudaNormLoss, LinearCrossEntropyChunks) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (bool tw : {true, false})
+      for (int64_t rows : {int64_t(64), int64_t(150)})
+        checkLinearCrossEntropy(dt, tw, rows);
+}
+
+TEST(CudaNormLoss, MatmulAccumulateIntoF32) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+    DevTensor a = randomTensor(dt, {40, 24}, -1, 1, 81);
+    DevTensor b = randomTensor(dt, {40, 16}, -1, 1, 82);
+    Out out(DType::F32, {24, 16});
+    DevTensor start = randomTensor(DType::F32, {24, 16}, -1, 1, 83);
+    std::memcpy(out.cpu.host().data, start.host().data, start.host().nbytes());
+    ASSERT_EQ(cudaMemcpy(out.gpu.dev().data, start.dev().data,
+                         start.host().nbytes(), cudaMemcpyDeviceToDevice),
+              cudaSuccess);
+    // out += a^T b, twice, then once more without accumulating.
+    for (bool acc : {true, true}) {
+      DSC_ASSERT_OK(cpu::matmulAccumulate(a.host(), true, b.host(), false,
+                                          acc, out.cpu.host()));
+      DSC_ASSERT_OK(cuda::matmulAccumulate(a.dev(), true, b.dev(), false, acc,
+                                           out.gpu.dev()));
+    }
+    expectClose(out.cpu, out.gpu, 1e-4, 1e-4, "accumulated");
+    DSC_ASSERT_OK(cpu::matmulAccumulate(a.host(), true, b.host(), false, false,
+                                        out.cpu.host()));
+    DSC_ASSERT_OK(cuda::matmulAccumulate(a.dev(), true, b.dev(), false, false,
+                                         out.gpu.dev()));
+    expectClose(out.cpu, out.gpu, 1e-4, 1e-4, "overwritten");
+  }
+  // A 16-bit product into another 16-bit type is refused, on both.
+  DevTensor a(DType::BF16, {4, 4}), o(DType::F16, {4, 4});
+  expectSameError(
+      cpu::matmulAccumulate(a.host(), false, a.host(), false, false, o.host()),
+      cuda::matmulAccumulate(a.dev(), false, a.dev(), false, false, o.dev()));
+}
+
 TEST(CudaNormLoss, LayerNormErrors) {
   DSC_REQUIRE_GPU();
   DevTensor x(DType::F32, {4, 6}), scale(DType::F32, {6}), bad(DType::F32, {5});
