@@ -34,6 +34,15 @@ struct Classifier {
   dsc::ClassLossBackwardOp grad;
   dsc::MatMulOp gradInput, gradWeight;
   bool transposeWeight = false;
+  // Rows of the logits the loss reads (HF's logits[:, :-1]) and the
+  // gradient's padding back to all rows, or null.
+  dsc::SliceOp rows;
+  dsc::InsertSliceOp padRows;
+
+  /// The gradient of the matmul's logits: the loss's, padded when sliced.
+  Value gradLogits() {
+    return padRows ? padRows.getResult() : grad.getResult();
+  }
 };
 
 /// `v` with the reshapes that view it removed.
@@ -123,6 +132,19 @@ bool sameLoss(dsc::SoftmaxCrossEntropyOp loss, dsc::ClassLossBackwardOp g) {
 LogicalResult matchGradients(Classifier &c) {
   SmallVector<Operation *> readers;
   readersThroughReshapes(c.grad.getResult(), readers);
+  if (c.rows) {
+    // The sliced rows' gradient, padded back with zeros as the slice's
+    // backward does.
+    auto pad = readers.size() == 1 ? dyn_cast<dsc::InsertSliceOp>(readers[0])
+                                   : dsc::InsertSliceOp();
+    if (!pad || pad.getOffsets() != c.rows.getOffsets() ||
+        pad.getStrides() != c.rows.getStrides() ||
+        pad.getType() != c.logits.getType())
+      return failure();
+    c.padRows = pad;
+    readers.clear();
+    readersThroughReshapes(pad.getResult(), readers);
+  }
   if (readers.size() != 2)
     return failure();
   Value x = c.logits.getLhs(), w = c.logits.getRhs();
@@ -133,7 +155,7 @@ LogicalResult matchGradients(Classifier &c) {
       return failure();
     bool tl = mm.getTransposeLhs(), tr = mm.getTransposeRhs();
     Value lhs = storageRoot(mm.getLhs()), rhs = storageRoot(mm.getRhs());
-    Value g = storageRoot(c.grad.getResult());
+    Value g = storageRoot(c.gradLogits());
     if (lhs == g && mm.getRhs() == w && !tl && tr == !c.transposeWeight &&
         mm.getType() == x.getType()) {
       c.gradInput = mm;
@@ -155,6 +177,19 @@ LogicalResult matchGradients(Classifier &c) {
   return success(c.gradInput && c.gradWeight);
 }
 
+/// Whether `slice` takes whole rows of logits (the last dim whole, unit
+/// strides): those of the classifier's input rows it slices alike.
+bool rowsOnly(dsc::SliceOp slice) {
+  auto in = dyn_cast<RankedTensorType>(slice.getInput().getType());
+  ArrayRef<int64_t> offsets = slice.getOffsets(), sizes = slice.getSizes();
+  if (!in || in.getRank() < 2 || int64_t(offsets.size()) != in.getRank() ||
+      int64_t(sizes.size()) != in.getRank() ||
+      int64_t(slice.getStrides().size()) != in.getRank())
+    return false;
+  return llvm::all_of(slice.getStrides(), [](int64_t s) { return s == 1; }) &&
+         offsets.back() == 0 && sizes.back() == in.getShape().back();
+}
+
 /// The classifier whose loss is `loss`, when the pass can fuse it.
 std::optional<Classifier> matchClassifier(dsc::SoftmaxCrossEntropyOp loss) {
   if (loss.getReduction() != "sum" || loss.getWeights())
@@ -162,7 +197,14 @@ std::optional<Classifier> matchClassifier(dsc::SoftmaxCrossEntropyOp loss) {
   auto scores = dyn_cast<RankedTensorType>(loss.getScores().getType());
   Classifier c;
   c.loss = loss;
-  c.logits = storageRoot(loss.getScores()).getDefiningOp<dsc::MatMulOp>();
+  Value scored = storageRoot(loss.getScores());
+  if (auto slice = scored.getDefiningOp<dsc::SliceOp>()) {
+    if (!rowsOnly(slice))
+      return std::nullopt;
+    c.rows = slice;
+    scored = storageRoot(slice.getInput());
+  }
+  c.logits = scored.getDefiningOp<dsc::MatMulOp>();
   if (!scores || scores.getRank() != 2 || !c.logits ||
       c.logits.getTransposeLhs() || c.logits->getBlock() != loss->getBlock())
     return std::nullopt;
@@ -172,9 +214,16 @@ std::optional<Classifier> matchClassifier(dsc::SoftmaxCrossEntropyOp loss) {
       !x.hasStaticShape() || !w.hasStaticShape())
     return std::nullopt;
   c.transposeWeight = c.logits.getTransposeRhs();
-  // The logits' readers: this loss and one gradient of it.
+  // The logits' readers (the slice's, when sliced): this loss and one
+  // gradient of it.
   SmallVector<Operation *> readers;
   readersThroughReshapes(c.logits.getResult(), readers);
+  if (c.rows) {
+    if (readers.size() != 1 || readers[0] != c.rows.getOperation())
+      return std::nullopt;
+    readers.clear();
+    readersThroughReshapes(c.rows.getResult(), readers);
+  }
   for (Operation *r : readers) {
     if (r == loss.getOperation())
       continue;
@@ -222,14 +271,32 @@ void fuse(Classifier &c, int64_t chunkBytes) {
                                 c.gradWeight.getLoc()};
   OpBuilder b(c.grad);
   MLIRContext *ctx = b.getContext();
+  Value rowsIn = x;
+  if (c.rows) {
+    // The input rows whose logits the loss reads.
+    SmallVector<int64_t> sizes(c.rows.getSizes());
+    sizes.back() = cast<RankedTensorType>(x.getType()).getShape().back();
+    rowsIn = dsc::SliceOp::create(b, c.rows.getLoc(), x, c.rows.getOffsetsAttr(),
+                                  b.getDenseI64ArrayAttr(sizes),
+                                  c.rows.getStridesAttr())
+                 .getResult();
+  }
   auto fused = dsc::LinearCrossEntropyOp::create(
-      b, FusedLoc::get(ctx, locs), x, w, c.loss.getLabels(),
+      b, FusedLoc::get(ctx, locs), rowsIn, w, c.loss.getLabels(),
       c.grad.getGrad(), b.getBoolAttr(c.transposeWeight),
       b.getBoolAttr(f32Grad),
       b.getI64IntegerAttr(chunkRows(rows, rowBytes, chunkBytes)),
       c.loss.getIgnoreIndexAttr());
   c.loss.getResult().replaceAllUsesWith(fused.getLoss());
-  c.gradInput.getResult().replaceAllUsesWith(fused.getGradInput());
+  Value gradInput = fused.getGradInput();
+  if (c.padRows)
+    gradInput = dsc::InsertSliceOp::create(
+                    b, c.padRows.getLoc(), gradInput,
+                    b.getDenseI64ArrayAttr(
+                        cast<RankedTensorType>(x.getType()).getShape()),
+                    c.padRows.getOffsetsAttr(), c.padRows.getStridesAttr())
+                    .getResult();
+  c.gradInput.getResult().replaceAllUsesWith(gradInput);
   Value dw = c.gradWeight.getResult();
   if (f32Grad) {
     // Widening casts read the f32 gradient; anything else its 16-bit copy.
@@ -256,6 +323,10 @@ void fuse(Classifier &c, int64_t chunkBytes) {
   SetVector<Operation *> views;
   collectViews(c.logits.getResult(), views);
   collectViews(c.grad.getResult(), views);
+  if (c.rows)
+    collectViews(c.rows.getResult(), views);
+  if (c.padRows)
+    collectViews(c.padRows.getResult(), views);
   collectViews(x, views);
   for (Value v = xRead; v.getDefiningOp<dsc::ReshapeOp>();) {
     Operation *def = v.getDefiningOp();
@@ -267,6 +338,8 @@ void fuse(Classifier &c, int64_t chunkBytes) {
   // Erased as they become unread: each view before what it views.
   SmallVector<Operation *> pending(views.begin(), views.end());
   pending.append({c.gradWeight, c.gradInput, c.grad, c.loss, c.logits});
+  if (c.rows)
+    pending.append({c.padRows, c.rows});
   for (bool erased = true; erased;) {
     erased = false;
     for (Operation *&op : pending)

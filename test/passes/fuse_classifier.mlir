@@ -79,3 +79,29 @@ func.func @mean_and_early_reader(%x: tensor<16x4xf32>, %w: tensor<4x6xf32>, %lab
   %dws = dsc.add %dw, %dw2 : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
   return %loss, %dxs, %dws, %sum : tensor<f32>, tensor<16x4xf32>, tensor<4x6xf32>, tensor<f32>
 }
+
+// -----
+
+// HF's causal-LM loss reads the logits of all but the last position
+// (logits[:, :-1]) and pads the gradient back: the fused op takes those
+// input rows, and its input gradient is padded back the same way.
+// CHECK-LABEL: func.func @sliced_rows
+// CHECK: %[[X:.*]] = dsc.slice %arg0 {offsets = array<i64: 0, 0, 0>, sizes = array<i64: 2, 7, 4>, strides = array<i64: 1, 1, 1>}
+// CHECK: %[[L:.*]], %[[DX:.*]], %[[DW:.*]], %{{.*}}, %{{.*}} = dsc.linear_cross_entropy %[[X]], %arg1, %arg2, %arg3
+// CHECK: %[[PAD:.*]] = dsc.insert_slice %[[DX]] {offsets = array<i64: 0, 0, 0>, shape = array<i64: 2, 8, 4>, strides = array<i64: 1, 1, 1>}
+// CHECK-NOT: dsc.matmul
+// CHECK: return %[[L]], %[[PAD]], %[[DW]]
+func.func @sliced_rows(%x: tensor<2x8x4xf32>, %w: tensor<6x4xf32>, %labels: tensor<14xi64>, %seed: tensor<f32>) -> (tensor<f32>, tensor<2x8x4xf32>, tensor<6x4xf32>) {
+  %mm = dsc.matmul %x, %w {transpose_rhs = true} : tensor<2x8x4xf32>, tensor<6x4xf32> -> tensor<2x8x6xf32>
+  %sl = dsc.slice %mm {offsets = array<i64: 0, 0, 0>, sizes = array<i64: 2, 7, 6>, strides = array<i64: 1, 1, 1>} : tensor<2x8x6xf32> -> tensor<2x7x6xf32>
+  %s = dsc.reshape %sl {shape = array<i64: 14, 6>} : tensor<2x7x6xf32> -> tensor<14x6xf32>
+  %loss = dsc.softmax_cross_entropy %s, %labels {reduction = "sum"} : tensor<14x6xf32>, tensor<14xi64> -> tensor<f32>
+  %g = dsc.class_loss_backward %seed, %s, %labels {kind = "softmax_cross_entropy", reduction = "sum"} : tensor<f32>, tensor<14x6xf32>, tensor<14xi64> -> tensor<14x6xf32>
+  %g3 = dsc.reshape %g {shape = array<i64: 2, 7, 6>} : tensor<14x6xf32> -> tensor<2x7x6xf32>
+  %gp = dsc.insert_slice %g3 {offsets = array<i64: 0, 0, 0>, shape = array<i64: 2, 8, 6>, strides = array<i64: 1, 1, 1>} : tensor<2x7x6xf32> -> tensor<2x8x6xf32>
+  %dx = dsc.matmul %gp, %w : tensor<2x8x6xf32>, tensor<6x4xf32> -> tensor<2x8x4xf32>
+  %x2 = dsc.reshape %x {shape = array<i64: 16, 4>} : tensor<2x8x4xf32> -> tensor<16x4xf32>
+  %g2 = dsc.reshape %gp {shape = array<i64: 16, 6>} : tensor<2x8x6xf32> -> tensor<16x6xf32>
+  %dw = dsc.matmul %g2, %x2 {transpose_lhs = true} : tensor<16x6xf32>, tensor<16x4xf32> -> tensor<6x4xf32>
+  return %loss, %dx, %dw : tensor<f32>, tensor<2x8x4xf32>, tensor<6x4xf32>
+}
