@@ -80,9 +80,9 @@ bool sameOrRecomputed(Value v, Value copy, unsigned depth = 0) {
     return true;
   Operation *a = v.getDefiningOp(), *b = copy.getDefiningOp();
   if (!a || !b || depth > 64 || !b->hasAttr("dsc.recomputed") ||
-      a->getName() != b->getName() || a->getNumOperands() != b->getNumOperands() ||
-      a->getNumRegions() != 0 || b->getNumRegions() != 0 ||
-      a->getResultTypes() != b->getResultTypes() ||
+      a->getName() != b->getName() ||
+      a->getNumOperands() != b->getNumOperands() || a->getNumRegions() != 0 ||
+      b->getNumRegions() != 0 || a->getResultTypes() != b->getResultTypes() ||
       cast<OpResult>(v).getResultNumber() !=
           cast<OpResult>(copy).getResultNumber())
     return false;
@@ -163,8 +163,7 @@ LogicalResult matchGradients(Classifier &c) {
     }
     auto t = cast<RankedTensorType>(mm.getType());
     bool weightLike = t.getShape() == wType.getShape() &&
-                      t.getElementType() == wType.getElementType() && tl &&
-                      !tr;
+                      t.getElementType() == wType.getElementType() && tl && !tr;
     if (weightLike && c.transposeWeight && lhs == g &&
         sameOrRecomputed(x, mm.getRhs()))
       c.gradWeight = mm;
@@ -210,8 +209,8 @@ std::optional<Classifier> matchClassifier(dsc::SoftmaxCrossEntropyOp loss) {
     return std::nullopt;
   auto x = dyn_cast<RankedTensorType>(c.logits.getLhs().getType());
   auto w = dyn_cast<RankedTensorType>(c.logits.getRhs().getType());
-  if (!x || !w || x.getRank() < 2 || w.getRank() != 2 ||
-      !x.hasStaticShape() || !w.hasStaticShape())
+  if (!x || !w || x.getRank() < 2 || w.getRank() != 2 || !x.hasStaticShape() ||
+      !w.hasStaticShape())
     return std::nullopt;
   c.transposeWeight = c.logits.getTransposeRhs();
   // The logits' readers (the slice's, when sliced): this loss and one
@@ -248,7 +247,8 @@ std::optional<Classifier> matchClassifier(dsc::SoftmaxCrossEntropyOp loss) {
 /// Rows per chunk: as many as `chunkBytes` of logits hold, spread evenly
 /// over the chunks that takes and rounded up to 64 (whole GEMM tiles).
 int64_t chunkRows(int64_t rows, int64_t rowBytes, int64_t chunkBytes) {
-  int64_t fit = std::max<int64_t>(1, chunkBytes / std::max<int64_t>(1, rowBytes));
+  int64_t fit =
+      std::max<int64_t>(1, chunkBytes / std::max<int64_t>(1, rowBytes));
   if (fit >= rows)
     return std::max<int64_t>(rows, 1);
   int64_t chunks = (rows + fit - 1) / fit;
@@ -276,9 +276,9 @@ void fuse(Classifier &c, int64_t chunkBytes) {
     // The input rows whose logits the loss reads.
     SmallVector<int64_t> sizes(c.rows.getSizes());
     sizes.back() = cast<RankedTensorType>(x.getType()).getShape().back();
-    rowsIn = dsc::SliceOp::create(b, c.rows.getLoc(), x, c.rows.getOffsetsAttr(),
-                                  b.getDenseI64ArrayAttr(sizes),
-                                  c.rows.getStridesAttr())
+    rowsIn = dsc::SliceOp::create(
+                 b, c.rows.getLoc(), x, c.rows.getOffsetsAttr(),
+                 b.getDenseI64ArrayAttr(sizes), c.rows.getStridesAttr())
                  .getResult();
   }
   auto fused = dsc::LinearCrossEntropyOp::create(
@@ -309,9 +309,9 @@ void fuse(Classifier &c, int64_t chunkBytes) {
     }
     if (!dw.use_empty()) {
       b.setInsertionPointAfter(fused);
-      auto narrow = dsc::CastOp::create(b, c.gradWeight.getLoc(),
-                                        fused.getGradWeight(),
-                                        TypeAttr::get(wElem));
+      auto narrow =
+          dsc::CastOp::create(b, c.gradWeight.getLoc(), fused.getGradWeight(),
+                              TypeAttr::get(wElem));
       dw.replaceAllUsesWith(narrow.getResult());
     }
   } else {
@@ -333,8 +333,8 @@ void fuse(Classifier &c, int64_t chunkBytes) {
     views.insert(def);
     v = def->getOperand(0);
   }
-  Value xClone = storageRoot(xRead) != storageRoot(x) ? storageRoot(xRead)
-                                                      : Value();
+  Value xClone =
+      storageRoot(xRead) != storageRoot(x) ? storageRoot(xRead) : Value();
   // Erased as they become unread: each view before what it views.
   SmallVector<Operation *> pending(views.begin(), views.end());
   pending.append({c.gradWeight, c.gradInput, c.grad, c.loss, c.logits});

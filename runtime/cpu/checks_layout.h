@@ -129,8 +129,8 @@ Status matmulTransposedLayout(const Call &call, const Tensor &lhs, bool tl,
 inline Status checkMatmulAccumulate(const Call &call, const Tensor &lhs,
                                     bool tl, const Tensor &rhs, bool tr,
                                     const Tensor &out, FloatTypes types) {
-  if (!validRank(lhs) || !validRank(rhs) || !validRank(out) ||
-      lhs.rank != 2 || rhs.rank != 2 || out.rank != 2)
+  if (!validRank(lhs) || !validRank(rhs) || !validRank(out) || lhs.rank != 2 ||
+      rhs.rank != 2 || out.rank != 2)
     return call.fail("lhs, rhs and out must be of rank 2");
   if (lhs.dtype != rhs.dtype || !takesFloat(types, lhs.dtype) ||
       (out.dtype != lhs.dtype && out.dtype != DType::F32))

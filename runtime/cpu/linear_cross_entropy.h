@@ -27,8 +27,7 @@
 namespace dsc::cpu::detail {
 
 /// Rows [r0, r0 + rows) of `t` seen as [numel / width, width].
-inline Tensor rowsOf(const Tensor &t, int64_t width, int64_t r0,
-                     int64_t rows) {
+inline Tensor rowsOf(const Tensor &t, int64_t width, int64_t r0, int64_t rows) {
   char *base = static_cast<char *>(t.data);
   return Tensor::of(base + size_t(r0 * width) * dtypeSize(t.dtype), t.dtype,
                     {rows, width});
@@ -41,8 +40,8 @@ inline Status checkLinearCrossEntropy(
     const Tensor &logits, const Tensor &chunkLoss, const Tensor &loss,
     const Tensor &gradInput, const Tensor &gradWeight, int64_t &n, int64_t &c,
     int64_t &v) {
-  for (const Tensor *t : {&input, &weight, &labels, &seed, &logits,
-                          &chunkLoss, &loss, &gradInput, &gradWeight})
+  for (const Tensor *t : {&input, &weight, &labels, &seed, &logits, &chunkLoss,
+                          &loss, &gradInput, &gradWeight})
     if (!validRank(*t) || !t->present())
       return call.fail("every tensor must be present, of rank <= " +
                        std::to_string(kMaxRank));
@@ -58,12 +57,13 @@ inline Status checkLinearCrossEntropy(
     return call.fail("logits must be [chunk >= 1, classes] of input's dtype");
   int64_t chunks = n == 0 ? 0 : (n + rows - 1) / rows;
   if (labels.numel() != n || chunkLoss.numel() != chunks ||
-      chunkLoss.dtype != loss.dtype || loss.numel() != 1 ||
-      seed.numel() != 1 || gradInput.numel() != input.numel() ||
+      chunkLoss.dtype != loss.dtype || loss.numel() != 1 || seed.numel() != 1 ||
+      gradInput.numel() != input.numel() ||
       gradInput.shape[gradInput.rank - 1] != c ||
       gradWeight.numel() != weight.numel())
     return call.fail("labels must have one entry per row, chunk_loss one "
-                     "value of loss's dtype per chunk, loss and seed one value, the gradients "
+                     "value of loss's dtype per chunk, loss and seed one "
+                     "value, the gradients "
                      "their operands' sizes");
   if (gradWeight.dtype != weight.dtype && gradWeight.dtype != DType::F32)
     return call.fail("grad_weight must be weight's dtype or f32");
@@ -91,8 +91,8 @@ Status linearCrossEntropyChunks(
       .arg("grad_weight", gradWeight);
   int64_t n = 0, c = 0, v = 0;
   if (Status st = checkLinearCrossEntropy(call, input, weight, transWeight,
-                                          labels, seed, logits, chunkLoss,
-                                          loss, gradInput, gradWeight, n, c, v);
+                                          labels, seed, logits, chunkLoss, loss,
+                                          gradInput, gradWeight, n, c, v);
       !st.ok())
     return st;
   Tensor scalar = Tensor::of(loss.data, loss.dtype, {});
@@ -125,9 +125,10 @@ Status linearCrossEntropyChunks(
                                         rowsOf(gradInput, c, r0, m));
         !st.ok())
       return st;
-    Status st = transWeight
-                    ? K::matmulAccumulate(l, true, x, false, ch > 0, gradWeight)
-                    : K::matmulAccumulate(x, true, l, false, ch > 0, gradWeight);
+    Status st =
+        transWeight
+            ? K::matmulAccumulate(l, true, x, false, ch > 0, gradWeight)
+            : K::matmulAccumulate(x, true, l, false, ch > 0, gradWeight);
     if (!st.ok())
       return st;
   }

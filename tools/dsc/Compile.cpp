@@ -895,10 +895,9 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   pm.addPass(createCSEPass());
   // On the canonical step (the precision pass's casts of the logits folded
   // into the loss ops).
-  if (o.classifierChunk > 0 &&
-      !add("dsc-fuse-classifier{chunk-bytes=" +
-               std::to_string(o.classifierChunk) + "}",
-           "classifier options"))
+  if (o.classifierChunk > 0 && !add("dsc-fuse-classifier{chunk-bytes=" +
+                                        std::to_string(o.classifierChunk) + "}",
+                                    "classifier options"))
     return failure();
   // Offloaded, a lone adamw is grouped too (dsc-offload's compute copies).
   dsc::DscMultiTensorAdamWOptions multi;

@@ -1124,9 +1124,10 @@ ClassLossBackwardOp::inferReturnTypes(MLIRContext *ctx,
   return inferSameAsInput(a.getInput(), results);
 }
 
-LogicalResult LinearCrossEntropyOp::inferReturnTypes(
-    MLIRContext *ctx, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+LinearCrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
+                                       std::optional<Location> loc, Adaptor a,
+                                       SmallVectorImpl<Type> &results) {
   if (failed(completeAttrs<LinearCrossEntropyOp>(ctx, loc, a)))
     return failure();
   auto input = rankedType(a.getInput()), weight = rankedType(a.getWeight());
@@ -1142,8 +1143,7 @@ LogicalResult LinearCrossEntropyOp::inferReturnTypes(
   int64_t v = weight.getDimSize(tw ? 0 : 1);
   if (weight.getDimSize(tw ? 1 : 0) != c)
     return fail(loc, "weight " + shapeStr(weight.getShape()) +
-                         " does not match input " +
-                         shapeStr(input.getShape()));
+                         " does not match input " + shapeStr(input.getShape()));
   if (input.getElementType() != weight.getElementType())
     return fail(loc, "input and weight must have one element type");
   int64_t n = c == 0 ? 0 : input.getNumElements() / c;

@@ -296,11 +296,12 @@ TEST(CudaNormLoss, LayerNormIn16Bits) {
 /// gradient or all f32, w [V, C] read transposed or [C, V].
 void checkLinearCrossEntropy(DType dt, bool transWeight, int64_t rows) {
   const int64_t n = 150, c = 24, v = 37;
-  SCOPED_TRACE(std::string(dtypeName(dt)) + (transWeight ? " w[V,C]" : " w[C,V]") +
-               " chunk " + std::to_string(rows));
+  SCOPED_TRACE(std::string(dtypeName(dt)) +
+               (transWeight ? " w[V,C]" : " w[C,V]") + " chunk " +
+               std::to_string(rows));
   DevTensor x = randomTensor(dt, {3, 50, c}, -1, 1, 71);
-  DevTensor w = randomTensor(dt, transWeight ? Shape{v, c} : Shape{c, v}, -1,
-                             1, 72);
+  DevTensor w =
+      randomTensor(dt, transWeight ? Shape{v, c} : Shape{c, v}, -1, 1, 72);
   DevTensor labels(DType::I64, {n});
   labels.random(0, double(v), 73);
   for (int64_t i = 0; i < n; i += 7)
@@ -351,8 +352,8 @@ TEST(CudaNormLoss, MatmulAccumulateIntoF32) {
               cudaSuccess);
     // out += a^T b, twice, then once more without accumulating.
     for (bool acc : {true, true}) {
-      DSC_ASSERT_OK(cpu::matmulAccumulate(a.host(), true, b.host(), false,
-                                          acc, out.cpu.host()));
+      DSC_ASSERT_OK(cpu::matmulAccumulate(a.host(), true, b.host(), false, acc,
+                                          out.cpu.host()));
       DSC_ASSERT_OK(cuda::matmulAccumulate(a.dev(), true, b.dev(), false, acc,
                                            out.gpu.dev()));
     }
