@@ -23,13 +23,15 @@
 #                without its CUDA graph, 12 steps each, and the breakdown
 #   llama-peers  PyTorch eager and torch.compile on the same module
 #                (bench/llama_1b.py torch)
-#   gpt2-rsel, gpt2-rfull
-#                the same GPT-2 program compiled with --recompute selective
-#                or full (gpu-bundle-extra/gpt2_124m_bf16_rsel, _rfull):
+#   gpt2-rsel, gpt2-rfull, gpt2-rew
+#                the same GPT-2 program compiled with --recompute selective,
+#                full or elementwise (gpu-bundle-extra/gpt2_124m_bf16_rsel,
+#                _rfull, _rew):
 #                ms/step, peak, and its losses against the gpt2 part's
 #                (bitwise expected)
-#   llama-rsel, llama-rfull
-#                likewise for the Llama shape (llama_1b_bf16_rsel, _rfull)
+#   llama-rsel, llama-rfull, llama-rew
+#                likewise for the Llama shape (llama_1b_bf16_rsel, _rfull,
+#                _rew)
 #   offload-checks
 #                scripts/gpu-check.sh's offload checks alone (host AdamW
 #                against the GPU's; graph and resume bitwise)
@@ -142,11 +144,11 @@ for part in "$@"; do
       "$B/llama_1b_bf16" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
       >"$W/llama_kernels.txt" 2>&1
     head -24 "$W/llama_kernels.txt" ;;
-  gpt2-rsel | gpt2-rfull)
+  gpt2-rsel | gpt2-rfull | gpt2-rew)
     [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
     v=${part#gpt2-}
     dsc_variant gpt2_$v "$B/gpt2_124m_bf16_$v" 20 gpt2 --init random --data "$W/tok.bin" ;;
-  llama-rsel | llama-rfull)
+  llama-rsel | llama-rfull | llama-rew)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     v=${part#llama-}
     dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32 ;;

@@ -196,6 +196,91 @@ std::vector<Chain> findChains(Block &block) {
   return chains;
 }
 
+/// The bytes of the tensor values `vs`.
+int64_t bytesOf(ArrayRef<Value> vs) {
+  int64_t n = 0;
+  for (Value v : vs)
+    if (auto t = typeOf(v))
+      n += t.getNumElements() *
+           std::max<int64_t>(1, t.getElementTypeBitWidth() / 8);
+  return n;
+}
+
+/// A chain `b` that reads outputs of an earlier chain `a` of its shape,
+/// where `a` was closed before `b` by another reader `closer` (a GEMM
+/// between a gradient's two elementwise halves, as autodiff orders a
+/// SwiGLU's backward: the up projection's matmuls between its two
+/// products): `b` moves right before `closer` when everything else it
+/// reads is ready there, so that it joins `a` and what it read of `a` is
+/// never written. Only when that saves bytes: `b`'s outputs then live
+/// from `closer` on, where the values it spares lived from `a` to `b`.
+struct Pull {
+  unsigned chain;     // b, by index
+  Operation *closer;  // where it goes
+};
+
+std::optional<Pull> findPull(ArrayRef<Chain> chains) {
+  llvm::DenseMap<Operation *, unsigned> chainOf;
+  for (auto [i, c] : llvm::enumerate(chains))
+    for (Operation *op : c.ops)
+      chainOf[op] = i;
+  auto shapeOf = [](const Chain &c) {
+    return typeOf(c.ops.back()->getResult(0)).getShape();
+  };
+  for (auto [bi, b] : llvm::enumerate(chains)) {
+    llvm::SetVector<Value> inputs = inputsOf(b.ops);
+    for (Value v : inputs) {
+      auto it = chainOf.find(v.getDefiningOp());
+      if (it == chainOf.end() || it->second == bi)
+        continue;
+      const Chain &a = chains[it->second];
+      if (shapeOf(a) != shapeOf(b))
+        continue;
+      // The first reader of `a` outside it and `b`.
+      llvm::DenseSet<Operation *> inA(a.ops.begin(), a.ops.end()),
+          inB(b.ops.begin(), b.ops.end());
+      Operation *closer = nullptr;
+      for (Value out : a.outputs)
+        for (Operation *user : out.getUsers())
+          if (!inA.contains(user) && !inB.contains(user) &&
+              user->getBlock() == b.ops.front()->getBlock() &&
+              (!closer || user->isBeforeInBlock(closer)))
+            closer = user;
+      if (!closer || !closer->isBeforeInBlock(b.ops.front()) ||
+          isa<dsc::ReleaseOp>(closer))
+        continue;
+      // Everything else `b` reads is ready at `closer`.
+      bool ready = llvm::all_of(inputs, [&](Value in) {
+        Operation *def = in.getDefiningOp();
+        return !def || inA.contains(def) || def->isBeforeInBlock(closer);
+      });
+      // `a`'s values that only `b` reads are spared.
+      SmallVector<Value> spared;
+      for (Value out : a.outputs)
+        if (llvm::all_of(out.getUsers(), [&](Operation *user) {
+              return inA.contains(user) || inB.contains(user);
+            }))
+          spared.push_back(out);
+      if (ready && !spared.empty() && bytesOf(spared) >= bytesOf(b.outputs))
+        return Pull{unsigned(bi), closer};
+    }
+  }
+  return std::nullopt;
+}
+
+/// Step 1b: pull chains up into the chains they read (findPull), one at
+/// a time, until none moves.
+void pullChainsUp(Block &block) {
+  for (unsigned round = 0; round < 4096; ++round) {
+    std::vector<Chain> chains = findChains(block);
+    std::optional<Pull> pull = findPull(chains);
+    if (!pull)
+      return;
+    for (Operation *op : chains[pull->chain].ops)
+      op->moveBefore(pull->closer);
+  }
+}
+
 /// Step 2: the chain as one dsc.fused op where its last op stood. Its
 /// inputs are read off the ops now, not at step 1: a chain fused before may
 /// have replaced a value this one reads (its ops read the fused op's result
@@ -290,6 +375,7 @@ struct FuseElementwise
       if (fn.isExternal())
         continue;
       foldNormCasts(fn.getBody().front());
+      pullChainsUp(fn.getBody().front());
       for (const Chain &c : findChains(fn.getBody().front()))
         if (failed(fuse(c)))
           return signalPassFailure();

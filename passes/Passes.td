@@ -334,11 +334,28 @@ def DscRecompute : Pass<"dsc-recompute", "mlir::ModuleOp"> {
     position) and ops with effects are never redone. The same rule places
     the clones.
 
+    `mode=elementwise` takes only the elementwise candidates (no norm, no
+    softmax) and clones per reader: each elementwise backward op that reads
+    a recomputed value gets its own clones right before it, so that
+    dsc-fuse-elementwise puts them inside that op's kernel (SwiGLU's
+    `silu(g) * u` is neither written nor kept, only g and u are); the
+    other readers (matmuls) of the same values share one set of clones
+    before the first of them. Each set is marked `dsc.recomputed = N`.
+
+    ```mlir
+    // after, for %s = sigmoid(%g), %a = %g * %s read by two backward muls
+    %s0 = dsc.sigmoid %g {dsc.recomputed = 0 : i64} ...
+    %du = dsc.mul %dy, %s0 ...
+    %s1 = dsc.sigmoid %g {dsc.recomputed = 1 : i64} ...
+    %a1 = dsc.mul %g, %s1 {dsc.recomputed = 1 : i64} ...
+    %dv = dsc.mul %dy, %a1 ...
+    ```
+
     `mode=none` (the default) leaves the IR as it is.
   }];
   let options = [
     Option<"mode", "mode", "std::string", /*default=*/"\"none\"",
-           "none, selective or full">,
+           "none, elementwise, selective or full">,
   ];
 }
 
@@ -453,7 +470,11 @@ def DscFuseElementwise : Pass<"dsc-fuse-elementwise", "mlir::ModuleOp"> {
     layer norms are folded into them (an exact rewrite the target's norm
     kernels support): a norm whose only reader casts its f32 result to 16
     bits writes 16 bits, and a norm backward reads a 16-bit input instead
-    of its f32 widening.
+    of its f32 widening. Then a chain that reads a value of an earlier
+    chain which another op (a GEMM) closed before it moves right before
+    that op, when everything else it reads is ready there and the values
+    it spares are at least as many bytes as it writes, and joins the
+    earlier chain (SwiGLU's backward: `dP * u` is never written).
 
     ```mlir
     %0 = dsc.cast %x {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>

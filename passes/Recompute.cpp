@@ -19,6 +19,9 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+
+#include <map>
 
 namespace dsc {
 #define GEN_PASS_DEF_DSCRECOMPUTE
@@ -40,6 +43,14 @@ bool isCheap(Operation *op) {
              dsc::PowOp, dsc::MaxOp, dsc::MinOp, dsc::CastOp, dsc::WhereOp,
              dsc::LayerNormOp, dsc::SoftmaxOp, dsc::LogSoftmaxOp>(op) &&
          op->getNumRegions() == 0 && isPure(op);
+}
+
+/// What `mode=elementwise` redoes: the cheap ops but the norms and
+/// softmaxes, whose recomputation is a kernel of its own. An elementwise
+/// clone lands in the generated kernel of the backward op that reads it.
+bool isElementwise(Operation *op) {
+  return isCheap(op) &&
+         !isa<dsc::LayerNormOp, dsc::SoftmaxOp, dsc::LogSoftmaxOp>(op);
 }
 
 /// The repeated block an op belongs to, from its ONNX node name: the path
@@ -91,9 +102,27 @@ struct Plan {
   llvm::DenseMap<Operation *, Operation *> before;
 };
 
+enum class Mode { Selective, Elementwise, Full };
+
+/// Values ordered by identity (their implementation pointer), to group
+/// readers by what they read.
+struct ValueLess {
+  bool operator()(Value a, Value b) const {
+    return a.getAsOpaquePointer() < b.getAsOpaquePointer();
+  }
+};
+struct ValueListLess {
+  bool operator()(ArrayRef<Value> a, ArrayRef<Value> b) const {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(),
+                                        b.end(), ValueLess());
+  }
+};
+
 class Recompute {
 public:
-  Recompute(func::FuncOp fn, bool full) : fn_(fn), full_(full) {}
+  Recompute(func::FuncOp fn, Mode mode)
+      : fn_(fn), full_(mode == Mode::Full),
+        perUse_(mode == Mode::Elementwise) {}
 
   /// 0 when there is nothing to do (no backward marker).
   int64_t run() {
@@ -109,7 +138,10 @@ public:
     if (!begin_)
       return 0;
     Plan plan = analyse(body);
-    rewrite(plan);
+    if (perUse_)
+      rewritePerUse(plan);
+    else
+      rewrite(plan);
     return int64_t(plan.ops.size());
   }
 
@@ -155,7 +187,8 @@ private:
       bool candidate =
           full_ ? (isCheap(&op) || isRecomputableInBlock(&op, block_[&op])) &&
                       !isCheckpoint(&op)
-                : isCheap(&op);
+          : perUse_ ? isElementwise(&op)
+                    : isCheap(&op);
       if (!candidate)
         continue;
       bool fromKept = llvm::all_of(op.getOperands(), [&](Value v) {
@@ -232,8 +265,86 @@ private:
         op->erase();
   }
 
+  /// Elementwise mode: every elementwise backward op that reads a
+  /// recomputed value gets its own clones of what it needs, right before
+  /// it, so that dsc-fuse-elementwise computes them inside that op's
+  /// kernel instead of writing them to memory once for all the readers.
+  /// The other readers (matmuls: a norm's output read by three weight
+  /// gradients) share one set of clones before the first of them, a
+  /// kernel that writes just what they read. Each set carries its own
+  /// `dsc.recomputed` number: CSE leaves them apart.
+  void rewritePerUse(const Plan &plan) {
+    llvm::DenseSet<Operation *> chosen(plan.ops.begin(), plan.ops.end());
+    llvm::SetVector<Operation *> readers;
+    for (Operation *op : plan.ops)
+      for (Operation *user : op->getUsers())
+        if (position_.count(user) && isBackward(user))
+          readers.insert(user);
+    SmallVector<Operation *> order(readers.begin(), readers.end());
+    llvm::sort(order, [&](Operation *x, Operation *y) {
+      return position_.lookup(x) < position_.lookup(y);
+    });
+    // Each elementwise reader alone; the others grouped by the recomputed
+    // values they read, each group cloned at its first reader.
+    SmallVector<SmallVector<Operation *>> groups;
+    std::map<SmallVector<Value>, size_t, ValueListLess> groupOf;
+    for (Operation *reader : order) {
+      if (isElementwise(reader)) {
+        groups.push_back({reader});
+        continue;
+      }
+      SmallVector<Value> reads;
+      for (Value v : reader->getOperands())
+        if (chosen.contains(v.getDefiningOp()))
+          reads.push_back(v);
+      llvm::sort(reads, ValueLess());
+      auto [it, added] = groupOf.try_emplace(reads, groups.size());
+      if (added)
+        groups.emplace_back();
+      groups[it->second].push_back(reader);
+    }
+    int64_t number = 0;
+    for (ArrayRef<Operation *> group : groups)
+      cloneBefore(group, chosen, number++);
+    for (Operation *op : llvm::reverse(plan.ops))
+      if (op->use_empty())
+        op->erase();
+  }
+
+  /// Clones of the recomputed ops that `readers` need (through other
+  /// recomputed ops), in block order, right before the first reader,
+  /// marked `dsc.recomputed = number`; the readers read the clones.
+  void cloneBefore(ArrayRef<Operation *> readers,
+                   const llvm::DenseSet<Operation *> &chosen, int64_t number) {
+    llvm::SetVector<Operation *> needed;
+    SmallVector<Operation *> work;
+    auto need = [&](Value v) {
+      if (Operation *def = v.getDefiningOp();
+          def && chosen.contains(def) && needed.insert(def))
+        work.push_back(def);
+    };
+    for (Operation *reader : readers)
+      llvm::for_each(reader->getOperands(), need);
+    while (!work.empty())
+      llvm::for_each(work.pop_back_val()->getOperands(), need);
+    SmallVector<Operation *> clones(needed.begin(), needed.end());
+    llvm::sort(clones, [&](Operation *x, Operation *y) {
+      return position_.lookup(x) < position_.lookup(y);
+    });
+    IRMapping map;
+    OpBuilder b(readers.front());
+    auto mark = b.getI64IntegerAttr(number);
+    for (Operation *op : clones)
+      b.clone(*op, map)->setAttr("dsc.recomputed", mark);
+    for (Operation *reader : readers)
+      for (OpOperand &use : reader->getOpOperands())
+        if (Value now = map.lookupOrNull(use.get()))
+          use.set(now);
+  }
+
   func::FuncOp fn_;
   bool full_;
+  bool perUse_;
   Operation *begin_ = nullptr;
   llvm::DenseMap<Operation *, int64_t> position_;
   llvm::DenseMap<Operation *, std::string> block_; // full mode: blockOf
@@ -246,16 +357,21 @@ struct RecomputePass : public dsc::impl::DscRecomputeBase<RecomputePass> {
   void runOnOperation() override {
     if (mode == "none")
       return;
-    if (mode != "selective" && mode != "full") {
+    std::optional<Mode> m = llvm::StringSwitch<std::optional<Mode>>(mode)
+                                .Case("selective", Mode::Selective)
+                                .Case("elementwise", Mode::Elementwise)
+                                .Case("full", Mode::Full)
+                                .Default(std::nullopt);
+    if (!m) {
       getOperation().emitError("dsc-recompute: mode must be none, "
-                               "selective or full, not '")
+                               "elementwise, selective or full, not '")
           << mode << "'";
       return signalPassFailure();
     }
     auto fb = getOperation().lookupSymbol<func::FuncOp>("forward_backward");
     if (!fb || fb.isExternal())
       return;
-    Recompute(fb, mode == "full").run();
+    Recompute(fb, *m).run();
   }
 };
 

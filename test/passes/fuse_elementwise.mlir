@@ -181,3 +181,60 @@ func.func @norm_casts_cpu(%x: tensor<4x8xf32>, %s: tensor<8xf32>) -> tensor<4x8x
   return %yc : tensor<4x8xbf16>
 }
 }
+
+// -----
+
+// A chain read after a GEMM that closed the chain it reads (SwiGLU's
+// backward: dU = dP * a goes to up_proj's matmul; dG = (dP * u) * s'
+// comes after it): the later chain moves before that matmul, everything
+// it reads being ready there, and joins the first; dP * u (f32) is never
+// written, the two gradients (bf16) come out of one kernel.
+// CHECK-LABEL: func.func @pull_up
+// CHECK: %[[F:.*]]:2 = dsc.fused "elementwise"(%arg0, %arg1, %arg2, %arg3)
+// CHECK: dsc.sigmoid
+// CHECK: dsc.yield %{{.*}}, %{{.*}} : tensor<4x8xbf16>, tensor<4x8xbf16>
+// CHECK-NEXT: }
+// CHECK-NEXT: dsc.matmul %[[F]]#0, %arg4
+// CHECK-NOT: dsc.fused
+// CHECK: return
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @pull_up(%dp: tensor<4x8xbf16>, %a: tensor<4x8xbf16>, %u: tensor<4x8xbf16>, %g: tensor<4x8xbf16>, %w: tensor<8x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>) {
+  %dpf = dsc.cast %dp {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %af = dsc.cast %a {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %du = dsc.mul %dpf, %af : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %duh = dsc.cast %du {to = bf16} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %uf = dsc.cast %u {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %da = dsc.mul %dpf, %uf : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %dx = dsc.matmul %duh, %w : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  %gf = dsc.cast %g {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %s = dsc.sigmoid %gf : tensor<4x8xf32>
+  %dg = dsc.mul %da, %s : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %dgh = dsc.cast %dg {to = bf16} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  return %dx, %dgh : tensor<4x8xbf16>, tensor<4x8xbf16>
+}
+}
+
+// -----
+
+// Not when the later chain reads something made after the GEMM (here the
+// GEMM's own result): both chains stay, the first writes dP * u.
+// CHECK-LABEL: func.func @no_pull_up
+// CHECK: dsc.fused "elementwise"
+// CHECK: dsc.yield %{{.*}}, %{{.*}} : tensor<4x8xbf16>, tensor<4x8xf32>
+// CHECK: dsc.matmul
+// CHECK: dsc.fused "elementwise"
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @no_pull_up(%dp: tensor<4x8xbf16>, %a: tensor<4x8xbf16>, %u: tensor<4x8xbf16>, %w: tensor<8x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>) {
+  %dpf = dsc.cast %dp {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %af = dsc.cast %a {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %du = dsc.mul %dpf, %af : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %duh = dsc.cast %du {to = bf16} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %uf = dsc.cast %u {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %da = dsc.mul %dpf, %uf : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %dx = dsc.matmul %duh, %w : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  %dxf = dsc.cast %dx {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %dg = dsc.mul %da, %dxf : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  %dgh = dsc.cast %dg {to = bf16} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  return %dx, %dgh : tensor<4x8xbf16>, tensor<4x8xbf16>
+}
+}

@@ -102,9 +102,12 @@ target and output:
                              their arguments (dsc-in-place-updates), and
                              give the loss's gradient its own buffer rather
                              than the logits' (dsc-in-place-temporaries)
-  --recompute none|selective|full|auto
+  --recompute none|elementwise|selective|full|auto
                              activation recomputation (dsc-recompute):
-                             selective computes elementwise values, norms
+                             elementwise computes elementwise values again
+                             inside the backward kernels that read them
+                             (SwiGLU's and GELU's terms, a norm's scaled
+                             input); selective also norms
                              and softmax again in backward instead of
                              keeping them; full also the matmuls and
                              attention of each repeated block (ONNX names
@@ -437,8 +440,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     }
     if (auto v = c.take("--recompute")) {
       if (!llvm::is_contained(kRecomputeModes, *v) && *v != "auto")
-        return usageError("--recompute must be none, selective, full or auto, "
-                          "not '" +
+        return usageError("--recompute must be none, elementwise, "
+                          "selective, full or auto, not '" +
                               *v + "'",
                           kCompileUsage);
       o.recompute = *v;

@@ -349,7 +349,7 @@ void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
                       "compiled step per configuration (its arguments, "
                       "results and arena)\n",
                       humanBytes(double(budget)), worldSize);
-  os << llvm::formatv("{0,-6} {1,-10} {2,-9} {3,14}  {4}\n", "stage",
+  os << llvm::formatv("{0,-6} {1,-11} {2,-9} {3,14}  {4}\n", "stage",
                       "recompute", "offload", "per rank", "fits");
   const FitRow *fastest = nullptr;
   for (const FitRow &r : rows) {
@@ -357,14 +357,14 @@ void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
                           : r.offload    ? "cpu"
                                          : "-";
     if (!r.available) {
-      os << llvm::formatv("{0,-6} {1,-10} {2,-9} {3,14}  -\n", r.stage,
+      os << llvm::formatv("{0,-6} {1,-11} {2,-9} {3,14}  -\n", r.stage,
                           r.recompute, offload, "not available");
       continue;
     }
     bool fits = r.bytes <= double(budget);
     if (fits && !fastest)
       fastest = &r;
-    os << llvm::formatv("{0,-6} {1,-10} {2,-9} {3,14}  {4}{5}\n", r.stage,
+    os << llvm::formatv("{0,-6} {1,-11} {2,-9} {3,14}  {4}{5}\n", r.stage,
                         r.recompute, offload, humanBytes(r.bytes),
                         fits ? "yes" : "no",
                         r.compiled ? ""
