@@ -47,7 +47,8 @@
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
-# BREAKDOWN=0 leaves the per-kernel breakdowns out. Programs in
+# BREAKDOWN=0 leaves the per-kernel breakdowns out; VARIANT_BREAKDOWN=1
+# adds one for each llama-r* variant. Programs in
 # gpu-bundle-extra/ (carried, ignored by git) replace the bundle's of the
 # same name. Everything lands in $OUT/results.tgz (the device tool returns few files).
 set -uo pipefail
@@ -151,7 +152,12 @@ for part in "$@"; do
   llama-rsel | llama-rfull | llama-rew)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     v=${part#llama-}
-    dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32 ;;
+    dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32
+    [ "${BREAKDOWN:-1}" = 0 ] || [ "${VARIANT_BREAKDOWN:-0}" = 0 ] && continue
+    timeout 150 python3 bench/kernel_breakdown.py --out "$W/llama_${v}_kernels.json" -- \
+      "$B/llama_1b_bf16_$v" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
+      >"$W/llama_${v}_kernels.txt" 2>&1
+    head -14 "$W/llama_${v}_kernels.txt" ;;
   offload-checks)
     # gpu-check.sh's offload checks, on their own (fewer programs carried).
     fx=test/fixtures/models ref=test/fixtures/ref
