@@ -215,8 +215,8 @@ int64_t bytesOf(ArrayRef<Value> vs) {
 /// never written. Only when that saves bytes: `b`'s outputs then live
 /// from `closer` on, where the values it spares lived from `a` to `b`.
 struct Pull {
-  unsigned chain;     // b, by index
-  Operation *closer;  // where it goes
+  unsigned chain;    // b, by index
+  Operation *closer; // where it goes
 };
 
 std::optional<Pull> findPull(ArrayRef<Chain> chains) {

@@ -506,6 +506,28 @@ def DscRaiseGelu : Pass<"dsc-raise-gelu", "mlir::ModuleOp"> {
 }
 
 
+def DscRaiseRmsNorm : Pass<"dsc-raise-rms-norm", "mlir::ModuleOp"> {
+  let summary = "Recognize RMSNorm written out as a formula and make it "
+                "dsc.layer_norm {rms}";
+  let description = [{
+    HF's LlamaRMSNorm (and Mistral's, Qwen2's, ...) exports as
+
+        w * (x * 1 / sqrt(mean(x^2, last axis) + eps))
+
+    with the reciprocal as `1 / s`, `reciprocal(s)` or a division `x / s`,
+    the square as `pow(x, 2)` or `x * x`, in either operand order, every
+    intermediate read once, w 1-D of x's last dim. Each becomes
+
+        dsc.layer_norm %x, %w {axis = -1, epsilon = eps, rms}
+
+    one kernel forward and one backward (with the scale's gradient), where
+    the formula was seven elementwise ops and a reduction each way whose
+    intermediates the step kept. Results differ from the formula's only in
+    rounding. Runs before dsc-autodiff.
+  }];
+}
+
+
 def DscFuseClassifier : Pass<"dsc-fuse-classifier", "mlir::ModuleOp"> {
   let summary = "Make a classifier, its cross-entropy and their gradients one "
                 "chunked dsc.linear_cross_entropy";

@@ -10,6 +10,7 @@
 
 #include "dialects/dsc/IR/DscOps.h"
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -26,14 +27,7 @@ using namespace mlir;
 
 namespace {
 
-/// The value of a splat float constant (of any shape), if `v` is one.
-std::optional<double> splat(Value v) {
-  auto c = v.getDefiningOp<dsc::ConstantOp>();
-  auto attr = c ? dyn_cast<DenseFPElementsAttr>(c.getValue()) : nullptr;
-  if (!attr || !attr.isSplat())
-    return std::nullopt;
-  return attr.getSplatValue<APFloat>().convertToDouble();
-}
+std::optional<double> splat(Value v) { return dsc::splatFloat(v); }
 
 /// Whether `a` is `b` to float32 precision.
 bool near(double a, double b) {
@@ -184,16 +178,8 @@ struct RaiseGelu : dsc::impl::DscRaiseGeluBase<RaiseGelu> {
                                       b.getBoolAttr(input.second));
       product->getResult(0).replaceAllUsesWith(gelu.getResult());
     }
-    // The formulas' ops are dead now: a reverse walk sees users first.
-    for (auto fn : getOperation().getOps<func::FuncOp>()) {
-      if (fn.isExternal())
-        continue;
-      for (Operation &op :
-           llvm::make_early_inc_range(llvm::reverse(fn.getBody().front())))
-        if (isa<dsc::DscDialect>(op.getDialect()) && isPure(&op) &&
-            op.getNumResults() > 0 && op.use_empty())
-          op.erase();
-    }
+    // The formulas' ops are dead now.
+    dsc::eraseDeadOps(getOperation());
   }
 };
 

@@ -113,16 +113,16 @@ struct ValueLess {
 };
 struct ValueListLess {
   bool operator()(ArrayRef<Value> a, ArrayRef<Value> b) const {
-    return std::lexicographical_compare(a.begin(), a.end(), b.begin(),
-                                        b.end(), ValueLess());
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                        ValueLess());
   }
 };
 
 class Recompute {
 public:
   Recompute(func::FuncOp fn, Mode mode)
-      : fn_(fn), full_(mode == Mode::Full),
-        perUse_(mode == Mode::Elementwise) {}
+      : fn_(fn), full_(mode == Mode::Full), perUse_(mode == Mode::Elementwise) {
+  }
 
   /// 0 when there is nothing to do (no backward marker).
   int64_t run() {

@@ -2,6 +2,8 @@
 #include "passes/StepMath.h"
 #include "dialects/dsc/IR/DscOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
 using namespace mlir;
 
 namespace dsc {
@@ -34,6 +36,26 @@ Value clipCoefficient(OpBuilder &b, Location loc, Value norm, Value clip) {
                     AddOp::create(b, loc, norm, scalarF32(b, loc, 1e-6))));
   Value on = GreaterOp::create(b, loc, clip, scalarF32(b, loc, 0.0));
   return WhereOp::create(b, loc, on, coef, one);
+}
+
+std::optional<double> splatFloat(Value v) {
+  auto c = v.getDefiningOp<ConstantOp>();
+  auto attr = c ? dyn_cast<DenseFPElementsAttr>(c.getValue()) : nullptr;
+  if (!attr || !attr.isSplat())
+    return std::nullopt;
+  return attr.getSplatValue<APFloat>().convertToDouble();
+}
+
+void eraseDeadOps(ModuleOp module) {
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (fn.isExternal())
+      continue;
+    for (Operation &op :
+         llvm::make_early_inc_range(llvm::reverse(fn.getBody().front())))
+      if (isa<DscDialect>(op.getDialect()) && isPure(&op) &&
+          op.getNumResults() > 0 && op.use_empty())
+        op.erase();
+  }
 }
 
 } // namespace dsc

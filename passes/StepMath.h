@@ -2,13 +2,18 @@
 //
 // dsc-optimizer builds the gradient norm and clipping of one rank;
 // dsc-zero-partition rebuilds them on the shards each rank holds. Both build
-// them with these helpers, so the two stay the same arithmetic.
+// them with these helpers, so the two stay the same arithmetic. The raise
+// passes (dsc-raise-gelu, dsc-raise-rms-norm) read splat constants and
+// clear the formulas they replaced with the last two.
 //
 //===----------------------------------------------------------------------===//
 #ifndef DSC_PASSES_STEPMATH_H
 #define DSC_PASSES_STEPMATH_H
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <optional>
 
 namespace dsc {
 
@@ -21,6 +26,11 @@ mlir::Value sumOfSquaresF32(mlir::OpBuilder &b, mlir::Location loc,
 /// min(1, clip / (norm + 1e-6)) when clip > 0, else 1 (tensor<f32>).
 mlir::Value clipCoefficient(mlir::OpBuilder &b, mlir::Location loc,
                             mlir::Value norm, mlir::Value clip);
+/// The value of a splat float dsc.constant (of any shape), if `v` is one.
+std::optional<double> splatFloat(mlir::Value v);
+/// Erases the dsc ops without effects whose results nothing reads, in
+/// every function of `module` (users first).
+void eraseDeadOps(mlir::ModuleOp module);
 
 } // namespace dsc
 

@@ -107,6 +107,12 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getGradBias())});
       })
       .Case([&](LayerNormOp o) {
+        if (o.getRms())
+          return call("rt::rmsNorm",
+                      {ctx.view(o.getInput()), ctx.view(o.getScale()),
+                       cppInt(static_cast<int64_t>(o.getAxis())),
+                       cppDouble(toDouble(o.getEpsilon())),
+                       ctx.view(o.getResult())});
         return call("rt::layerNorm",
                     {ctx.view(o.getInput()), ctx.view(o.getScale()),
                      optionalView(ctx, o.getBias()),
@@ -115,6 +121,13 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getResult())});
       })
       .Case([&](LayerNormBackwardOp o) {
+        if (o.getRms())
+          return call("rt::rmsNormBackward",
+                      {ctx.view(o.getInput()), ctx.view(o.getScale()),
+                       cppInt(static_cast<int64_t>(o.getAxis())),
+                       cppDouble(toDouble(o.getEpsilon())),
+                       ctx.view(o.getGrad()), ctx.view(o.getGradInput()),
+                       ctx.view(o.getGradScale())});
         return call("rt::layerNormBackward",
                     {ctx.view(o.getInput()), ctx.view(o.getScale()),
                      cppInt(static_cast<int64_t>(o.getAxis())),

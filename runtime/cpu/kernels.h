@@ -231,6 +231,12 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                          double epsilon, const Tensor &gradOut,
                          const Tensor &gradIn, const Tensor &gradScale,
                          const Tensor &gradBias);
+/// RMSNorm: x / sqrt(mean(x^2) + epsilon) * scale over dims [axis, rank).
+Status rmsNorm(const Tensor &input, const Tensor &scale, int64_t axis,
+               double epsilon, const Tensor &out);
+Status rmsNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                       double epsilon, const Tensor &gradOut,
+                       const Tensor &gradIn, const Tensor &gradScale);
 
 Status softmax(const Tensor &input, int64_t axis, const Tensor &out);
 Status logSoftmax(const Tensor &input, int64_t axis, const Tensor &out);

@@ -330,9 +330,29 @@ Status detail::checkLayerNorm(Call &call, const Tensor &input,
   return layerNormLayout(call, input, scale, bias, axis, rows, cols);
 }
 
-Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
-                 int64_t axis, double epsilon, const Tensor &out) {
-  Call call("layer_norm");
+namespace {
+
+/// A row's mean (zero for an RMS norm) and 1 / sqrt(var + eps), where var
+/// is the mean square about it.
+template <typename T>
+void rowStats(const T *x, int64_t cols, double epsilon, bool rms, T &mean,
+              T &inv) {
+  mean = T(0);
+  T var = T(0);
+  if (!rms) {
+    for (int64_t j = 0; j < cols; ++j)
+      mean += x[j];
+    mean /= static_cast<T>(cols);
+  }
+  for (int64_t j = 0; j < cols; ++j)
+    var += (x[j] - mean) * (x[j] - mean);
+  inv = T(1) / std::sqrt(var / static_cast<T>(cols) + T(epsilon));
+}
+
+Status normForward(const char *name, const Tensor &input, const Tensor &scale,
+                   const Tensor &bias, int64_t axis, double epsilon, bool rms,
+                   const Tensor &out) {
+  Call call(name);
   int64_t rows, cols;
   if (Status st =
           checkLayerNorm(call, input, scale, bias, axis, out, rows, cols);
@@ -343,19 +363,28 @@ Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
     for (int64_t r = 0; r < rows; ++r) {
       const T *x = input.as<T>() + r * cols;
       T *y = out.as<T>() + r * cols;
-      T mean = T(0), var = T(0);
-      for (int64_t j = 0; j < cols; ++j)
-        mean += x[j];
-      mean /= static_cast<T>(cols);
-      for (int64_t j = 0; j < cols; ++j)
-        var += (x[j] - mean) * (x[j] - mean);
-      T inv = T(1) / std::sqrt(var / static_cast<T>(cols) + T(epsilon));
+      T mean, inv;
+      rowStats(x, cols, epsilon, rms, mean, inv);
       for (int64_t j = 0; j < cols; ++j)
         y[j] = (x[j] - mean) * inv * scale.as<T>()[j] +
                (bias.present() ? bias.as<T>()[j] : T(0));
     }
   });
   return Status();
+}
+
+} // namespace
+
+Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 int64_t axis, double epsilon, const Tensor &out) {
+  return normForward("layer_norm", input, scale, bias, axis, epsilon,
+                     /*rms=*/false, out);
+}
+
+Status rmsNorm(const Tensor &input, const Tensor &scale, int64_t axis,
+               double epsilon, const Tensor &out) {
+  return normForward("rms_norm", input, scale, Tensor(), axis, epsilon,
+                     /*rms=*/true, out);
 }
 
 Status detail::checkLayerNormBackward(
@@ -383,11 +412,13 @@ Status detail::checkLayerNormBackward(
   return Status();
 }
 
-Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
-                         double epsilon, const Tensor &gradOut,
-                         const Tensor &gradIn, const Tensor &gradScale,
-                         const Tensor &gradBias) {
-  Call call("layer_norm_backward");
+namespace {
+
+Status normBackward(const char *name, const Tensor &input, const Tensor &scale,
+                    int64_t axis, double epsilon, bool rms,
+                    const Tensor &gradOut, const Tensor &gradIn,
+                    const Tensor &gradScale, const Tensor &gradBias) {
+  Call call(name);
   int64_t rows, cols;
   if (Status st =
           checkLayerNormBackward(call, input, scale, axis, gradOut, gradIn,
@@ -400,13 +431,8 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
     std::vector<T> gs(cols, T(0)), gb(cols, T(0)), xhat(cols);
     for (int64_t r = 0; r < rows; ++r) {
       const T *x = input.as<T>() + r * cols, *g = gradOut.as<T>() + r * cols;
-      T mean = T(0), var = T(0);
-      for (int64_t j = 0; j < cols; ++j)
-        mean += x[j];
-      mean /= static_cast<T>(cols);
-      for (int64_t j = 0; j < cols; ++j)
-        var += (x[j] - mean) * (x[j] - mean);
-      T inv = T(1) / std::sqrt(var / static_cast<T>(cols) + T(epsilon));
+      T mean, inv;
+      rowStats(x, cols, epsilon, rms, mean, inv);
       T sumGW = T(0), sumGWX = T(0);
       for (int64_t j = 0; j < cols; ++j) {
         xhat[j] = (x[j] - mean) * inv;
@@ -417,7 +443,10 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
       }
       if (!gradIn.present())
         continue;
+      // An RMS norm takes no mean out: no sum(g * w) term.
       T *gx = gradIn.as<T>() + r * cols, d = static_cast<T>(cols);
+      if (rms)
+        sumGW = T(0);
       for (int64_t j = 0; j < cols; ++j)
         gx[j] = inv / d * (d * g[j] * w[j] - sumGW - xhat[j] * sumGWX);
     }
@@ -427,6 +456,23 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
       std::copy(gb.begin(), gb.end(), gradBias.as<T>());
   });
   return Status();
+}
+
+} // namespace
+
+Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                         double epsilon, const Tensor &gradOut,
+                         const Tensor &gradIn, const Tensor &gradScale,
+                         const Tensor &gradBias) {
+  return normBackward("layer_norm_backward", input, scale, axis, epsilon,
+                      /*rms=*/false, gradOut, gradIn, gradScale, gradBias);
+}
+
+Status rmsNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                       double epsilon, const Tensor &gradOut,
+                       const Tensor &gradIn, const Tensor &gradScale) {
+  return normBackward("rms_norm_backward", input, scale, axis, epsilon,
+                      /*rms=*/true, gradOut, gradIn, gradScale, Tensor());
 }
 
 //===----------------------------------------------------------------------===//

@@ -783,16 +783,20 @@ Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
 
 namespace {
 
-/// A row's mean and 1 / sqrt(var + eps), rounded to T as the CPU has them.
-/// A 16-bit input XS is widened exactly on load: the bits of the same
-/// statistics of cast(x -> f32).
+/// A row's mean (zero for an RMS norm) and 1 / sqrt(var + eps), rounded to
+/// T as the CPU has them. A 16-bit input XS is widened exactly on load: the
+/// bits of the same statistics of cast(x -> f32).
 template <typename T, int kMode, typename XS>
 __device__ inline void rowStats(const XS *__restrict__ x, int64_t cols,
-                                int lane, int size, T eps, T &mean, T &inv) {
-  double a = 0;
-  for (int64_t j = lane; j < cols; j += size)
-    a += double(widen(x[j]));
-  mean = T(groupSum<kMode>(a) / double(cols));
+                                int lane, int size, T eps, bool rms, T &mean,
+                                T &inv) {
+  mean = T(0);
+  if (!rms) {
+    double a = 0;
+    for (int64_t j = lane; j < cols; j += size)
+      a += double(widen(x[j]));
+    mean = T(groupSum<kMode>(a) / double(cols));
+  }
   double q = 0;
   for (int64_t j = lane; j < cols; j += size) {
     T d = T(widen(x[j])) - mean;
@@ -808,13 +812,13 @@ template <typename T, int kMode, typename YS = T>
 __global__ void __launch_bounds__(512)
     layerNormKernel(const T *__restrict__ x, const T *__restrict__ w,
                     const T *__restrict__ b, YS *__restrict__ y, int64_t rows,
-                    int64_t cols, T eps) {
+                    int64_t cols, T eps, bool rms) {
   LineGroup<kMode> grp;
   for (int64_t r = grp.first; r < rows; r += grp.step) {
     const T *xr = x + r * cols;
     YS *yr = y + r * cols;
     T mean, inv;
-    rowStats<T, kMode>(xr, cols, grp.lane, grp.size, eps, mean, inv);
+    rowStats<T, kMode>(xr, cols, grp.lane, grp.size, eps, rms, mean, inv);
     for (int64_t j = grp.lane; j < cols; j += grp.size)
       yr[j] = narrow<YS>((xr[j] - mean) * inv * w[j] + (b ? b[j] : T(0)));
   }
@@ -825,14 +829,14 @@ template <typename T, int kMode, typename XS = T>
 __global__ void __launch_bounds__(512)
     layerNormBackwardKernel(const XS *__restrict__ x, const T *__restrict__ w,
                             const T *__restrict__ g, T *__restrict__ gx,
-                            int64_t rows, int64_t cols, T eps,
+                            int64_t rows, int64_t cols, T eps, bool rms,
                             T *__restrict__ rowMean, T *__restrict__ rowInv) {
   LineGroup<kMode> grp;
   for (int64_t r = grp.first; r < rows; r += grp.step) {
     const XS *xr = x + r * cols;
     const T *gr = g + r * cols;
     T mean, inv;
-    rowStats<T, kMode>(xr, cols, grp.lane, grp.size, eps, mean, inv);
+    rowStats<T, kMode>(xr, cols, grp.lane, grp.size, eps, rms, mean, inv);
     if (rowMean && grp.lane == 0)
       rowMean[r] = mean, rowInv[r] = inv;
     if (!gx)
@@ -843,7 +847,9 @@ __global__ void __launch_bounds__(512)
       sw += double(gw);
       swx += double(gw * ((T(widen(xr[j])) - mean) * inv));
     }
-    T sumGW = T(groupSum<kMode>(sw)), sumGWX = T(groupSum<kMode>(swx));
+    // An RMS norm takes no mean out: no sum(g * w) term.
+    T sumGW = rms ? T(0) : T(groupSum<kMode>(sw)),
+      sumGWX = T(groupSum<kMode>(swx));
     T d = static_cast<T>(cols);
     T *gxr = gx + r * cols;
     for (int64_t j = grp.lane; j < cols; j += grp.size) {
@@ -900,26 +906,26 @@ __global__ void layerNormColumnSumKernel(const double *__restrict__ partials,
 
 template <typename T, typename YS = T>
 Status layerNormImpl(const Tensor &input, const Tensor &scale,
-                     const Tensor &bias, double epsilon, const Tensor &out,
-                     int64_t rows, int64_t cols) {
+                     const Tensor &bias, double epsilon, bool rms,
+                     const Tensor &out, int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0)
     return Status();
   YS *y = static_cast<YS *>(out.data);
   if (cols <= 1024)
     layerNormKernel<T, kWarpLine><<<blocksFor(rows, 8), 256, 0, stream()>>>(
-        input.as<T>(), scale.as<T>(), bias.as<T>(), y, rows, cols,
-        T(epsilon));
+        input.as<T>(), scale.as<T>(), bias.as<T>(), y, rows, cols, T(epsilon),
+        rms);
   else
     layerNormKernel<T, kBlockLine><<<gridFor(rows), 512, 0, stream()>>>(
-        input.as<T>(), scale.as<T>(), bias.as<T>(), y, rows, cols,
-        T(epsilon));
+        input.as<T>(), scale.as<T>(), bias.as<T>(), y, rows, cols, T(epsilon),
+        rms);
   DSC_CUDA_LAUNCHED("layer_norm");
   return Status();
 }
 
 template <typename T, typename XS = T>
 Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
-                             double epsilon, const Tensor &gradOut,
+                             double epsilon, bool rms, const Tensor &gradOut,
                              const Tensor &gradIn, const Tensor &gradScale,
                              const Tensor &gradBias, int64_t rows,
                              int64_t cols) {
@@ -948,12 +954,12 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
       layerNormBackwardKernel<T, kWarpLine>
           <<<blocksFor(rows, 8), 256, 0, stream()>>>(
               x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
-              T(epsilon), rowMean, rowInv);
+              T(epsilon), rms, rowMean, rowInv);
     else
       layerNormBackwardKernel<T, kBlockLine>
           <<<gridFor(rows), 512, 0, stream()>>>(
               x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
-              T(epsilon), rowMean, rowInv);
+              T(epsilon), rms, rowMean, rowInv);
     DSC_CUDA_LAUNCHED("layer_norm_backward");
   }
   if (!columns)
@@ -971,9 +977,12 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
 
 } // namespace
 
-Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
-                 int64_t axis, double epsilon, const Tensor &out) {
-  Call call("layer_norm");
+namespace {
+
+Status normForward(const char *name, const Tensor &input, const Tensor &scale,
+                   const Tensor &bias, int64_t axis, double epsilon, bool rms,
+                   const Tensor &out) {
+  Call call(name);
   int64_t rows, cols;
   // An f32 norm may write its result in 16 bits (dsc-fuse-elementwise
   // folds the cast that was its only reader): checked as the f32 result.
@@ -986,21 +995,23 @@ Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
       !st.ok())
     return st;
   if (narrowOut && out.dtype == DType::BF16)
-    return layerNormImpl<float, Bf16S>(input, scale, bias, epsilon, out, rows,
-                                       cols);
+    return layerNormImpl<float, Bf16S>(input, scale, bias, epsilon, rms, out,
+                                       rows, cols);
   if (narrowOut)
-    return layerNormImpl<float, F16S>(input, scale, bias, epsilon, out, rows,
-                                      cols);
+    return layerNormImpl<float, F16S>(input, scale, bias, epsilon, rms, out,
+                                      rows, cols);
   if (input.dtype == DType::F32)
-    return layerNormImpl<float>(input, scale, bias, epsilon, out, rows, cols);
-  return layerNormImpl<double>(input, scale, bias, epsilon, out, rows, cols);
+    return layerNormImpl<float>(input, scale, bias, epsilon, rms, out, rows,
+                                cols);
+  return layerNormImpl<double>(input, scale, bias, epsilon, rms, out, rows,
+                               cols);
 }
 
-Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
-                         double epsilon, const Tensor &gradOut,
-                         const Tensor &gradIn, const Tensor &gradScale,
-                         const Tensor &gradBias) {
-  Call call("layer_norm_backward");
+Status normBackward(const char *name, const Tensor &input, const Tensor &scale,
+                    int64_t axis, double epsilon, bool rms,
+                    const Tensor &gradOut, const Tensor &gradIn,
+                    const Tensor &gradScale, const Tensor &gradBias) {
+  Call call(name);
   int64_t rows, cols;
   // A 16-bit input to an f32 backward (the widening cast folded in):
   // checked as its f32 widening.
@@ -1014,18 +1025,48 @@ Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
       !st.ok())
     return st;
   if (wideIn && input.dtype == DType::BF16)
-    return layerNormBackwardImpl<float, Bf16S>(input, scale, epsilon, gradOut,
-                                               gradIn, gradScale, gradBias,
-                                               rows, cols);
+    return layerNormBackwardImpl<float, Bf16S>(input, scale, epsilon, rms,
+                                               gradOut, gradIn, gradScale,
+                                               gradBias, rows, cols);
   if (wideIn)
-    return layerNormBackwardImpl<float, F16S>(input, scale, epsilon, gradOut,
-                                              gradIn, gradScale, gradBias,
-                                              rows, cols);
+    return layerNormBackwardImpl<float, F16S>(input, scale, epsilon, rms,
+                                              gradOut, gradIn, gradScale,
+                                              gradBias, rows, cols);
   if (input.dtype == DType::F32)
-    return layerNormBackwardImpl<float>(input, scale, epsilon, gradOut, gradIn,
-                                        gradScale, gradBias, rows, cols);
-  return layerNormBackwardImpl<double>(input, scale, epsilon, gradOut, gradIn,
-                                       gradScale, gradBias, rows, cols);
+    return layerNormBackwardImpl<float>(input, scale, epsilon, rms, gradOut,
+                                        gradIn, gradScale, gradBias, rows,
+                                        cols);
+  return layerNormBackwardImpl<double>(input, scale, epsilon, rms, gradOut,
+                                       gradIn, gradScale, gradBias, rows, cols);
+}
+
+} // namespace
+
+Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                 int64_t axis, double epsilon, const Tensor &out) {
+  return normForward("layer_norm", input, scale, bias, axis, epsilon,
+                     /*rms=*/false, out);
+}
+
+Status rmsNorm(const Tensor &input, const Tensor &scale, int64_t axis,
+               double epsilon, const Tensor &out) {
+  return normForward("rms_norm", input, scale, Tensor(), axis, epsilon,
+                     /*rms=*/true, out);
+}
+
+Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                         double epsilon, const Tensor &gradOut,
+                         const Tensor &gradIn, const Tensor &gradScale,
+                         const Tensor &gradBias) {
+  return normBackward("layer_norm_backward", input, scale, axis, epsilon,
+                      /*rms=*/false, gradOut, gradIn, gradScale, gradBias);
+}
+
+Status rmsNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
+                       double epsilon, const Tensor &gradOut,
+                       const Tensor &gradIn, const Tensor &gradScale) {
+  return normBackward("rms_norm_backward", input, scale, axis, epsilon,
+                      /*rms=*/true, gradOut, gradIn, gradScale, Tensor());
 }
 
 //===----------------------------------------------------------------------===//

@@ -95,6 +95,10 @@ target and output:
   --no-raise-gelu            keep a GELU the exporter wrote as a formula
                              (0.5 x (1 + tanh(...)) or erf) as it is
                              instead of one dsc.gelu (dsc-raise-gelu)
+  --no-raise-rms-norm        keep an RMSNorm the exporter wrote as a formula
+                             (w * x / sqrt(mean(x^2) + eps)) as it is
+                             instead of one dsc.layer_norm {rms}
+                             (dsc-raise-rms-norm)
   --no-in-place-updates      double-buffer every updated parameter and
                              optimizer state (argument and result swapped
                              after each step) instead of writing those the
@@ -224,7 +228,8 @@ struct CompileOptions {
   std::string model, output, emit = "exe", target, cxx, nvcc,
                              cudaArch = "sm_90a", hostOpt = "0";
   bool printIRAfterAll = false, report = false, f64 = false, fuse = true;
-  bool fuseAttention = true, raiseGelu = true, inPlaceUpdates = true;
+  bool fuseAttention = true, raiseGelu = true, raiseRmsNorm = true,
+       inPlaceUpdates = true;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
@@ -591,6 +596,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.fuseAttention = false;
     else if (a == "--no-raise-gelu")
       o.raiseGelu = false;
+    else if (a == "--no-raise-rms-norm")
+      o.raiseRmsNorm = false;
     else if (a == "--no-in-place-updates")
       o.inPlaceUpdates = false;
     else if (a == "--sync-batchnorm") {
@@ -866,6 +873,8 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
     pm.addPass(createDscFuseAttention());
   if (o.raiseGelu)
     pm.addPass(createDscRaiseGelu());
+  if (o.raiseRmsNorm)
+    pm.addPass(createDscRaiseRmsNorm());
   pm.addPass(createDscGlobalMeanLoss());
   pm.addPass(createDscAutodiff());
   if (!add("dsc-optimizer{" + o.optimizerPipeline + "}", "optimizer options"))

@@ -14,7 +14,7 @@ int runCompile(std::vector<std::string> args);
 
 /// The --recompute choices, least recomputation first.
 inline constexpr const char *kRecomputeModes[] = {"none", "elementwise",
-                                                 "selective", "full"};
+                                                  "selective", "full"};
 
 /// What one rank holds in the step `dsc compile MODEL FLAGS...` compiles:
 /// its arguments and results plus the code generator's arena (the static

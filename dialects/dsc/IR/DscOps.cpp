@@ -32,6 +32,12 @@ LogicalResult CollectiveInputOp::verify() {
   return success();
 }
 
+LogicalResult LayerNormOp::verify() {
+  if (getRms() && getBias())
+    return emitOpError("an RMS norm (rms) has no bias");
+  return success();
+}
+
 LogicalResult WaitOp::verify() {
   if (!isCommunicatingCollective(getInput().getDefiningOp()))
     return emitOpError("input must be the result of shard.all_gather, "

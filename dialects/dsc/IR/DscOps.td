@@ -350,7 +350,7 @@ def Dsc_LayerNormOp : Dsc_DiffOp<"layer_norm"> {
   let summary = "layer normalization over dims [axis, rank)";
   let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$scale,
                    Optional<Dsc_FloatTensor>:$bias, I64Attr:$axis,
-                   F64Attr:$epsilon);
+                   F64Attr:$epsilon, UnitAttr:$rms);
   let results = (outs Dsc_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $scale (`,` $bias^)? attr-dict `:` type(operands)
@@ -360,7 +360,10 @@ def Dsc_LayerNormOp : Dsc_DiffOp<"layer_norm"> {
     The result has the input's type, or, for an f32 input, a 16-bit float
     type of its shape: the norm computed in f32 and rounded as a cast of its
     f32 result would be (dsc-fuse-elementwise folds such a cast into it).
+    With `rms` it is RMSNorm (dsc-raise-rms-norm): x / sqrt(mean(x^2) +
+    epsilon) * scale, no mean taken out and no bias.
   }];
+  let hasVerifier = 1;
   let extraClassDeclaration = [{
     static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
                                         ::mlir::TypeRange actual);
@@ -664,10 +667,11 @@ def Dsc_LayerNormBackwardOp : Dsc_Op<"layer_norm_backward"> {
     `input` has the gradient's type, or, for an f32 gradient, a 16-bit
     float type of its shape, read as its exact f32 widening (the cast
     dsc-fuse-elementwise folds in); the input's gradient has the gradient's
-    type.
+    type. With `rms`, of the RMSNorm (grad_bias is then zero).
   }];
   let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$input,
-                   Dsc_FloatTensor:$scale, I64Attr:$axis, F64Attr:$epsilon);
+                   Dsc_FloatTensor:$scale, I64Attr:$axis, F64Attr:$epsilon,
+                   UnitAttr:$rms);
   let results = (outs Dsc_FloatTensor:$grad_input, Dsc_FloatTensor:$grad_scale,
                       Dsc_FloatTensor:$grad_bias);
   let assemblyFormat = [{

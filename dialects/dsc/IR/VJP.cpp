@@ -520,7 +520,7 @@ DSC_VJP(LayerNormOp) {
     return emitOpError("gradient needs a scale of the normalized shape");
   auto op = LayerNormBackwardOp::create(
       builder, getLoc(), resultGrads[0], getInput(), getScale(),
-      builder.getI64IntegerAttr(axis), getEpsilonAttr());
+      builder.getI64IntegerAttr(axis), getEpsilonAttr(), getRmsAttr());
   operandGrads.assign({op.getGradInput(), op.getGradScale()});
   if (getBias())
     operandGrads.push_back(op.getGradBias());

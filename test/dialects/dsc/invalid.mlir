@@ -669,3 +669,11 @@ func.func @adamw_multi_copies_count(%p: tensor<4xf32>, %s: tensor<f32>, %t: tens
   %r:5 = dsc.adamw_multi %s, %s, %s, %s, %s, %t, scale %s, (%p, %p, %p, %p) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>, tensor<4xbf16>
   return
 }
+
+// -----
+
+func.func @rms_norm_with_bias(%x: tensor<4x8xf32>, %w: tensor<8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{an RMS norm (rms) has no bias}}
+  %y = dsc.layer_norm %x, %w, %w {axis = 1 : i64, epsilon = 1.0e-5 : f64, rms} : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}

@@ -443,6 +443,44 @@ TEST(CudaNormLoss, LayerNormBackward) {
   }
 }
 
+/// RMSNorm (dsc.layer_norm {rms}) on the GPU against the CPU: the result,
+/// the input's and the scale's gradients, and the 16-bit result as the
+/// f32 one cast, bit for bit.
+void checkRmsNorm(DType dt, const Shape &shape, int64_t axis) {
+  SCOPED_TRACE(shapeName(dt, shape) + " axis " + std::to_string(axis));
+  Shape params = tail(shape, axis);
+  DevTensor x = randomTensor(dt, shape, -2, 3, 61);
+  DevTensor scale = randomTensor(dt, params, 0.5, 1.5, 62);
+  DevTensor g = randomTensor(dt, shape, -1, 1, 63);
+  Out out(dt, shape), gx(dt, shape), gs(dt, params);
+  DSC_ASSERT_OK(
+      cpu::rmsNorm(x.host(), scale.host(), axis, 1e-6, out.cpu.host()));
+  DSC_ASSERT_OK(cuda::rmsNorm(x.dev(), scale.dev(), axis, 1e-6, out.gpu.dev()));
+  close(out, dt, "rms_norm", 1e-5);
+  DSC_ASSERT_OK(cpu::rmsNormBackward(x.host(), scale.host(), axis, 1e-6,
+                                     g.host(), gx.cpu.host(), gs.cpu.host()));
+  DSC_ASSERT_OK(cuda::rmsNormBackward(x.dev(), scale.dev(), axis, 1e-6, g.dev(),
+                                      gx.gpu.dev(), gs.gpu.dev()));
+  close(gx, dt, "grad_in", 1e-5);
+  close(gs, dt, "grad_scale", sumTol(x.host().numel() / gs.cpu.host().numel()));
+  if (dt != DType::F32)
+    return;
+  DevTensor viaCast(DType::BF16, shape), direct(DType::BF16, shape);
+  DSC_ASSERT_OK(cuda::cast(out.gpu.dev(), viaCast.dev()));
+  DSC_ASSERT_OK(cuda::rmsNorm(x.dev(), scale.dev(), axis, 1e-6, direct.dev()));
+  EXPECT_EQ(viaCast.download(), direct.download()) << "rms_norm -> bf16";
+}
+
+TEST(CudaNormLoss, RmsNorm) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : kFloats) {
+    checkRmsNorm(dt, {6, 5, 40}, -1);
+    checkRmsNorm(dt, {300, 40}, -1);  // 10 chunks of column sums
+    checkRmsNorm(dt, {64, 2048}, -1); // Llama's rows: a block per row
+    checkRmsNorm(dt, {4, 3, 700}, 1); // rank - 2
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Softmax
 //===----------------------------------------------------------------------===//

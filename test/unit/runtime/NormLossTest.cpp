@@ -94,6 +94,37 @@ TEST(LayerNorm, BackwardFiniteDifferences) {
   }
 }
 
+TEST(RmsNorm, ForwardValues) {
+  // Rows {3, 4} and {1, 1}: root mean squares sqrt(12.5) and 1.
+  D x(std::vector<int64_t>{2, 2}, DType::F64, {3, 4, 1, 1});
+  D s(std::vector<int64_t>{2}, DType::F64, {1, 2});
+  D y = zerosD({2, 2});
+  DSC_ASSERT_OK(rmsNorm(x.t(), s.t(), -1, 0.0, y.t()));
+  double r = std::sqrt(12.5);
+  EXPECT_DOUBLE_EQ(y.v[0], 3 / r);
+  EXPECT_DOUBLE_EQ(y.v[1], 8 / r);
+  EXPECT_DOUBLE_EQ(y.v[2], 1);
+  EXPECT_DOUBLE_EQ(y.v[3], 2);
+}
+
+TEST(RmsNorm, BackwardFiniteDifferences) {
+  for (int64_t axis : {1, 2, -1}) {
+    std::mt19937_64 rng(axis + 9);
+    std::vector<int64_t> inner =
+        axis == 1 ? std::vector<int64_t>{3, 4} : std::vector<int64_t>{4};
+    std::vector<D> in = {randD({2, 3, 4}, rng), randD(inner, rng)};
+    gradCheck(
+        in, {2, 3, 4},
+        [&](auto &x, const Tensor &o) {
+          return rmsNorm(x[0], x[1], axis, 1e-5, o);
+        },
+        [&](auto &x, const Tensor &g, auto &gr) {
+          return rmsNormBackward(x[0], x[1], axis, 1e-5, g, gr[0], gr[1]);
+        },
+        {0, 1});
+  }
+}
+
 TEST(Softmax, ForwardAndBackward) {
   D x(std::vector<int64_t>{1, 3}, DType::F64, {1000, 1001, 1002});
   D y = zerosD({1, 3});
