@@ -229,16 +229,18 @@ std::optional<Pull> findPull(ArrayRef<Chain> chains) {
   };
   for (auto [bi, b] : llvm::enumerate(chains)) {
     llvm::SetVector<Value> inputs = inputsOf(b.ops);
-    for (Value v : inputs) {
-      auto it = chainOf.find(v.getDefiningOp());
-      if (it == chainOf.end() || it->second == bi)
-        continue;
-      const Chain &a = chains[it->second];
+    llvm::SetVector<unsigned> sources; // the other chains `b` reads
+    for (Value v : inputs)
+      if (auto it = chainOf.find(v.getDefiningOp());
+          it != chainOf.end() && it->second != bi)
+        sources.insert(it->second);
+    llvm::DenseSet<Operation *> inB(b.ops.begin(), b.ops.end());
+    for (unsigned ai : sources) {
+      const Chain &a = chains[ai];
       if (shapeOf(a) != shapeOf(b))
         continue;
       // The first reader of `a` outside it and `b`.
-      llvm::DenseSet<Operation *> inA(a.ops.begin(), a.ops.end()),
-          inB(b.ops.begin(), b.ops.end());
+      llvm::DenseSet<Operation *> inA(a.ops.begin(), a.ops.end());
       Operation *closer = nullptr;
       for (Value out : a.outputs)
         for (Operation *user : out.getUsers())

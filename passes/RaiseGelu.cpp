@@ -27,8 +27,6 @@ using namespace mlir;
 
 namespace {
 
-std::optional<double> splat(Value v) { return dsc::splatFloat(v); }
-
 /// Whether `a` is `b` to float32 precision.
 bool near(double a, double b) {
   return std::fabs(a - b) <= 1e-6 * std::fabs(b);
@@ -38,7 +36,7 @@ bool near(double a, double b) {
 /// value folded into `scale`): mul(mul(a, b), c) -> {a, b, c}.
 void factors(Value v, SmallVectorImpl<Value> &out, double &scale,
              bool root = true) {
-  if (std::optional<double> s = splat(v)) {
+  if (std::optional<double> s = dsc::splatFloat(v)) {
     scale *= *s;
     return;
   }
@@ -50,7 +48,7 @@ void factors(Value v, SmallVectorImpl<Value> &out, double &scale,
   }
   auto div = v.getDefiningOp<dsc::DivOp>();
   if (div && (root || v.hasOneUse()))
-    if (std::optional<double> d = splat(div.getRhs()); d && *d != 0) {
+    if (std::optional<double> d = dsc::splatFloat(div.getRhs()); d && *d != 0) {
       factors(div.getLhs(), out, scale, false);
       scale /= *d;
       return;
@@ -61,7 +59,7 @@ void factors(Value v, SmallVectorImpl<Value> &out, double &scale,
 /// The terms of `v` as a sum of values used once (splats into `constant`).
 void terms(Value v, SmallVectorImpl<Value> &out, double &constant,
            bool root = true) {
-  if (std::optional<double> s = splat(v)) {
+  if (std::optional<double> s = dsc::splatFloat(v)) {
     constant += *s;
     return;
   }
@@ -77,7 +75,7 @@ void terms(Value v, SmallVectorImpl<Value> &out, double &constant,
 /// Whether `v` is x^3 (x*x*x in any association, or pow(x, 3)).
 bool isCube(Value v, Value x) {
   if (auto pow = v.getDefiningOp<dsc::PowOp>()) {
-    std::optional<double> e = splat(pow.getRhs());
+    std::optional<double> e = dsc::splatFloat(pow.getRhs());
     return pow.getLhs() == x && e && *e == 3.0;
   }
   SmallVector<Value> f;

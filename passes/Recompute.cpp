@@ -104,25 +104,9 @@ struct Plan {
 
 enum class Mode { Selective, Elementwise, Full };
 
-/// Values ordered by identity (their implementation pointer), to group
-/// readers by what they read.
-struct ValueLess {
-  bool operator()(Value a, Value b) const {
-    return a.getAsOpaquePointer() < b.getAsOpaquePointer();
-  }
-};
-struct ValueListLess {
-  bool operator()(ArrayRef<Value> a, ArrayRef<Value> b) const {
-    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
-                                        ValueLess());
-  }
-};
-
 class Recompute {
 public:
-  Recompute(func::FuncOp fn, Mode mode)
-      : fn_(fn), full_(mode == Mode::Full), perUse_(mode == Mode::Elementwise) {
-  }
+  Recompute(func::FuncOp fn, Mode mode) : fn_(fn), mode_(mode) {}
 
   /// 0 when there is nothing to do (no backward marker).
   int64_t run() {
@@ -132,13 +116,13 @@ public:
       position_[&op] = index++;
       if (op.hasAttr("dsc.backward_begin") && !begin_)
         begin_ = &op;
-      if (full_ && !begin_)
+      if (mode_ == Mode::Full && !begin_)
         block_[&op] = blockOf(&op);
     }
     if (!begin_)
       return 0;
     Plan plan = analyse(body);
-    if (perUse_)
+    if (mode_ == Mode::Elementwise)
       rewritePerUse(plan);
     else
       rewrite(plan);
@@ -163,6 +147,20 @@ private:
     return false;
   }
 
+  /// Whether this mode may recompute `op` (its operands aside).
+  bool isCandidate(Operation *op) {
+    switch (mode_) {
+    case Mode::Selective:
+      return isCheap(op);
+    case Mode::Elementwise:
+      return isElementwise(op);
+    case Mode::Full:
+      return (isCheap(op) || isRecomputableInBlock(op, block_[op])) &&
+             !isCheckpoint(op);
+    }
+    llvm_unreachable("unknown recompute mode");
+  }
+
   /// The first backward op that uses `v` (null: none).
   Operation *firstBackwardUse(Value v) const {
     Operation *first = nullptr;
@@ -184,12 +182,7 @@ private:
     for (Operation &op : body) {
       if (&op == begin_)
         break;
-      bool candidate =
-          full_ ? (isCheap(&op) || isRecomputableInBlock(&op, block_[&op])) &&
-                      !isCheckpoint(&op)
-          : perUse_ ? isElementwise(&op)
-                    : isCheap(&op);
-      if (!candidate)
+      if (!isCandidate(&op))
         continue;
       bool fromKept = llvm::all_of(op.getOperands(), [&](Value v) {
         Operation *def = v.getDefiningOp();
@@ -269,10 +262,10 @@ private:
   /// recomputed value gets its own clones of what it needs, right before
   /// it, so that dsc-fuse-elementwise computes them inside that op's
   /// kernel instead of writing them to memory once for all the readers.
-  /// The other readers (matmuls: a norm's output read by three weight
-  /// gradients) share one set of clones before the first of them, a
-  /// kernel that writes just what they read. Each set carries its own
-  /// `dsc.recomputed` number: CSE leaves them apart.
+  /// The other readers of the same values (matmuls: SwiGLU's product read
+  /// by the down projection's weight gradient) share one set of clones
+  /// before the first of them, a kernel that writes just what they read. Each
+  /// set carries its own `dsc.recomputed` number: CSE leaves them apart.
   void rewritePerUse(const Plan &plan) {
     llvm::DenseSet<Operation *> chosen(plan.ops.begin(), plan.ops.end());
     llvm::SetVector<Operation *> readers;
@@ -287,17 +280,17 @@ private:
     // Each elementwise reader alone; the others grouped by the recomputed
     // values they read, each group cloned at its first reader.
     SmallVector<SmallVector<Operation *>> groups;
-    std::map<SmallVector<Value>, size_t, ValueListLess> groupOf;
+    std::map<SmallVector<const void *>, size_t> groupOf; // by what they read
     for (Operation *reader : order) {
       if (isElementwise(reader)) {
         groups.push_back({reader});
         continue;
       }
-      SmallVector<Value> reads;
+      SmallVector<const void *> reads;
       for (Value v : reader->getOperands())
         if (chosen.contains(v.getDefiningOp()))
-          reads.push_back(v);
-      llvm::sort(reads, ValueLess());
+          reads.push_back(v.getAsOpaquePointer());
+      llvm::sort(reads);
       auto [it, added] = groupOf.try_emplace(reads, groups.size());
       if (added)
         groups.emplace_back();
@@ -343,8 +336,7 @@ private:
   }
 
   func::FuncOp fn_;
-  bool full_;
-  bool perUse_;
+  Mode mode_;
   Operation *begin_ = nullptr;
   llvm::DenseMap<Operation *, int64_t> position_;
   llvm::DenseMap<Operation *, std::string> block_; // full mode: blockOf

@@ -110,8 +110,8 @@ target and output:
                              activation recomputation (dsc-recompute):
                              elementwise computes elementwise values again
                              inside the backward kernels that read them
-                             (SwiGLU's and GELU's terms, a norm's scaled
-                             input); selective also norms
+                             (SwiGLU's sigmoid, silu and product, GELU's
+                             output); selective also norms
                              and softmax again in backward instead of
                              keeping them; full also the matmuls and
                              attention of each repeated block (ONNX names
