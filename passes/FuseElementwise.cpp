@@ -69,7 +69,7 @@ bool isFusible(Operation *op) {
           dsc::SoftplusOp, dsc::GeluOp, dsc::LeakyReluOp>(op))
     return isF32(r) && isF32(op->getOperand(0));
   if (isa<dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp, dsc::PowOp,
-          dsc::MaxOp, dsc::MinOp>(op))
+          dsc::MaxOp, dsc::MinOp, dsc::SwigluOp>(op))
     return llvm::all_of(op->getOperands(), isF32) && isF32(r);
   if (isa<dsc::EqualOp, dsc::LessOp, dsc::LessEqualOp, dsc::GreaterOp,
           dsc::GreaterEqualOp>(op))

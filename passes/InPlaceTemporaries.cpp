@@ -11,6 +11,7 @@
 
 #include "dialects/dsc/IR/DscOps.h"
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -26,23 +27,24 @@ using namespace mlir;
 
 namespace {
 
-/// The operand `op`'s kernels may write its result (its first, for a
+/// The operands `op`'s kernels may write its result (its first, for a
 /// fused chain) over, element for element (every element of it read before
-/// it is written, on the CPU and on the GPU), or none. A fused elementwise
-/// kernel reads each lane's inputs before it writes the lane: any input of
-/// the result's type (not broadcast) will do; the first that dies there is
-/// taken.
-std::optional<unsigned> overwritableOperand(Operation *op) {
-  if (auto back = dyn_cast<dsc::ClassLossBackwardOp>(op))
-    if (back.getKind() == "softmax_cross_entropy")
-      return back.getInputMutable().getOperandNumber();
-  return std::nullopt;
-}
-
-/// The inputs of a fused elementwise chain its first result may take.
-SmallVector<unsigned> fusedCandidates(dsc::FusedOp op) {
+/// it is written, on the CPU and on the GPU). A fused elementwise kernel,
+/// like an elementwise op's (dsc::writesLaneByLane: the tied classifier's
+/// weight gradient added to the embedding's), reads each lane's inputs
+/// before it writes the lane: any input of the result's type (not
+/// broadcast) will do; the first that dies there is taken.
+SmallVector<unsigned> overwritableOperands(Operation *op) {
   SmallVector<unsigned> ks;
-  if (op.getKind() != "elementwise" || op->getNumResults() == 0)
+  if (auto back = dyn_cast<dsc::ClassLossBackwardOp>(op)) {
+    if (back.getKind() == "softmax_cross_entropy" && op->getNumResults() == 1)
+      ks.push_back(back.getInputMutable().getOperandNumber());
+    return ks;
+  }
+  auto fused = dyn_cast<dsc::FusedOp>(op);
+  bool lanes = fused ? fused.getKind() == "elementwise"
+                     : dsc::writesLaneByLane(op) && op->getNumResults() == 1;
+  if (!lanes || op->getNumResults() == 0)
     return ks;
   for (OpOperand &u : op->getOpOperands())
     if (u.get().getType() == op->getResult(0).getType())
@@ -89,13 +91,7 @@ struct InPlaceTemporaries
       if (fn.isExternal() || !fn.getBody().hasOneBlock())
         continue;
       for (Operation &op : fn.getBody().front()) {
-        SmallVector<unsigned> ks;
-        if (auto fused = dyn_cast<dsc::FusedOp>(&op))
-          ks = fusedCandidates(fused);
-        else if (std::optional<unsigned> k = overwritableOperand(&op);
-                 k && op.getNumResults() == 1)
-          ks.push_back(*k);
-        for (unsigned k : ks) {
+        for (unsigned k : overwritableOperands(&op)) {
           if (op.getOperand(k).getType() != op.getResult(0).getType())
             continue;
           Value root = storageRoot(op.getOperand(k));

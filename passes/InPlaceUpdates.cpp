@@ -11,6 +11,7 @@
 
 #include "dialects/dsc/IR/DscOps.h"
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -53,20 +54,6 @@ std::optional<unsigned> updatedArgument(func::FuncOp fn, unsigned k) {
   return std::nullopt;
 }
 
-/// Ops whose every result element i is computed from element i of each
-/// operand of the result's shape (other operands broadcast), every operand of
-/// an element read before the element is written, on the CPU and the CUDA
-/// kernels alike: the result may be that operand's storage.
-bool isElementwise(Operation *op) {
-  return isa<dsc::NegOp, dsc::AbsOp, dsc::ExpOp, dsc::LogOp, dsc::SqrtOp,
-             dsc::ReciprocalOp, dsc::TanhOp, dsc::ErfOp, dsc::SigmoidOp,
-             dsc::ReluOp, dsc::FloorOp, dsc::CeilOp, dsc::SinOp, dsc::CosOp,
-             dsc::SoftplusOp, dsc::NotOp, dsc::LeakyReluOp, dsc::GeluOp,
-             dsc::ClipOp, dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp,
-             dsc::PowOp, dsc::MaxOp, dsc::MinOp, dsc::AndOp, dsc::OrOp,
-             dsc::XorOp, dsc::WhereOp>(op);
-}
-
 /// Whether result `r` of `op` may be written over its operand `o`. The
 /// optimizer ops update each state in place element by element (each
 /// result over its own state operand only); elementwise ops over any operand
@@ -90,7 +77,7 @@ bool mayOverwrite(Operation *op, unsigned r, unsigned o) {
       return false;
     return o == first + (slot == 0 ? k : (slot + 1) * n + k);
   }
-  return isElementwise(op);
+  return dsc::writesLaneByLane(op);
 }
 
 /// The ops that still read the storage of `arg` (the body's ancestor of

@@ -374,7 +374,7 @@ bool isElementwiseMath(Operation *op) {
          isa<dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp, dsc::MaxOp,
              dsc::MinOp, dsc::NegOp, dsc::AbsOp, dsc::SqrtOp, dsc::TanhOp,
              dsc::ErfOp, dsc::SigmoidOp, dsc::ReluOp, dsc::GeluOp,
-             dsc::LeakyReluOp>(op);
+             dsc::LeakyReluOp, dsc::SwigluOp>(op);
 }
 
 bool isSplat(Value v) {

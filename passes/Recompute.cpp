@@ -38,10 +38,11 @@ namespace {
 bool isCheap(Operation *op) {
   return isa<dsc::NegOp, dsc::AbsOp, dsc::ExpOp, dsc::LogOp, dsc::SqrtOp,
              dsc::ReciprocalOp, dsc::TanhOp, dsc::ErfOp, dsc::SigmoidOp,
-             dsc::ReluOp, dsc::LeakyReluOp, dsc::GeluOp, dsc::ClipOp,
-             dsc::SoftplusOp, dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp,
-             dsc::PowOp, dsc::MaxOp, dsc::MinOp, dsc::CastOp, dsc::WhereOp,
-             dsc::LayerNormOp, dsc::SoftmaxOp, dsc::LogSoftmaxOp>(op) &&
+             dsc::ReluOp, dsc::LeakyReluOp, dsc::GeluOp, dsc::SwigluOp,
+             dsc::ClipOp, dsc::SoftplusOp, dsc::AddOp, dsc::SubOp, dsc::MulOp,
+             dsc::DivOp, dsc::PowOp, dsc::MaxOp, dsc::MinOp, dsc::CastOp,
+             dsc::WhereOp, dsc::LayerNormOp, dsc::SoftmaxOp, dsc::LogSoftmaxOp>(
+             op) &&
          op->getNumRegions() == 0 && isPure(op);
 }
 

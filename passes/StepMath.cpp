@@ -46,6 +46,13 @@ std::optional<double> splatFloat(Value v) {
   return attr.getSplatValue<APFloat>().convertToDouble();
 }
 
+bool writesLaneByLane(Operation *op) {
+  return isa<NegOp, AbsOp, ExpOp, LogOp, SqrtOp, ReciprocalOp, TanhOp, ErfOp,
+             SigmoidOp, ReluOp, FloorOp, CeilOp, SinOp, CosOp, SoftplusOp,
+             NotOp, LeakyReluOp, GeluOp, SwigluOp, ClipOp, AddOp, SubOp, MulOp,
+             DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp, XorOp, WhereOp>(op);
+}
+
 void eraseDeadOps(ModuleOp module) {
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isExternal())

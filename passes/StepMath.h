@@ -3,8 +3,9 @@
 // dsc-optimizer builds the gradient norm and clipping of one rank;
 // dsc-zero-partition rebuilds them on the shards each rank holds. Both build
 // them with these helpers, so the two stay the same arithmetic. The raise
-// passes (dsc-raise-gelu, dsc-raise-rms-norm) read splat constants and
-// clear the formulas they replaced with the last two.
+// passes (dsc-raise-gelu, dsc-raise-rms-norm, dsc-raise-swiglu) read splat
+// constants and clear the formulas they replaced; the two in-place passes
+// share which ops may write a result over an operand.
 //
 //===----------------------------------------------------------------------===//
 #ifndef DSC_PASSES_STEPMATH_H
@@ -28,6 +29,12 @@ mlir::Value clipCoefficient(mlir::OpBuilder &b, mlir::Location loc,
                             mlir::Value norm, mlir::Value clip);
 /// The value of a splat float dsc.constant (of any shape), if `v` is one.
 std::optional<double> splatFloat(mlir::Value v);
+/// Ops whose every result element i is computed from element i of each
+/// operand of the result's shape (other operands broadcast), every operand of
+/// an element read before the element is written, on the CPU and the CUDA
+/// kernels alike: the result may be that operand's storage
+/// (dsc-in-place-updates, dsc-in-place-temporaries).
+bool writesLaneByLane(mlir::Operation *op);
 /// Erases the dsc ops without effects whose results nothing reads, in
 /// every function of `module` (users first).
 void eraseDeadOps(mlir::ModuleOp module);

@@ -126,6 +126,10 @@ std::optional<std::string> expression(Operation *op,
       return in[0];
     return std::nullopt;
   }
+  if (isa<SwigluOp>(op))
+    return isF32(r) ? std::optional<std::string>("ops::swigluOf<float>(" +
+                                                 in[0] + ", " + in[1] + ")")
+                    : std::nullopt;
   if (auto g = dyn_cast<GeluOp>(op)) {
     if (!isF32(r))
       return std::nullopt;

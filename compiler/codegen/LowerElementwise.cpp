@@ -1,7 +1,7 @@
 //===- LowerElementwise.cpp - Elementwise dsc ops to CPU kernel calls -----===//
 //
 // Unary ops, binary ops and comparisons (numpy broadcasting), where, cast,
-// clip, gelu and leaky_relu: one rt:: kernel call each.
+// clip, gelu, swiglu and leaky_relu: one rt:: kernel call each.
 //
 //===----------------------------------------------------------------------===//
 
@@ -109,6 +109,12 @@ LowerResult lowerElementwise(Operation *op, const LowerContext &ctx) {
             "", cppCall("rt::gelu", {ctx.view(o.getInput()),
                                      cppBool(o.getTanhApproximation()),
                                      ctx.view(o.getResult())})};
+      })
+      .Case([&](SwigluOp o) -> R {
+        return LoweredCall{
+            "",
+            cppCall("rt::swiglu", {ctx.view(o.getGate()), ctx.view(o.getUp()),
+                                   ctx.view(o.getResult())})};
       })
       .Case([&](LeakyReluOp o) -> R {
         return LoweredCall{

@@ -109,12 +109,21 @@ Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
   return root;
 }
 
+/// Whether result `slot` of the function of `op` is written into an
+/// argument's storage (dsc-in-place-updates' dsc.in_place): that argument
+/// may still be read after a value computed early into the slot is made.
+bool slotIsInPlace(Operation *op, unsigned slot) {
+  auto func = op->getParentOfType<func::FuncOp>();
+  return func && func.getResultAttr(slot, "dsc.in_place");
+}
+
 /// The operand whose storage `r` (the first result of `op`) may take
 /// (dsc-in-place-temporaries' dsc.overwrites), when the plan agrees: it is
 /// an arena value (or a view of one) of the result's bytes, read by nothing
 /// after the op. A returned result takes it too: the operand is then
 /// computed straight into the result's storage (the gradients a step
-/// scales as they leave it). Else none.
+/// scales as they leave it), unless that storage is an argument's (an
+/// in-place update, which may still read the argument). Else none.
 std::optional<unsigned>
 overwrittenOperand(Operation *op, Value r, size_t at, const FramePlan &plan,
                    const llvm::DenseMap<Value, size_t> &lastUse,
@@ -131,6 +140,9 @@ overwrittenOperand(Operation *op, Value r, size_t at, const FramePlan &plan,
   const Storage &rootStorage = plan.storage.lookup(root);
   if (rootStorage.kind != Storage::Kind::Arena || lastUse.lookup(root) > at ||
       lastUse.lookup(in) > at || options.bytes(root) != options.bytes(r))
+    return std::nullopt;
+  if (auto slot = returnSlot.find(r);
+      slot != returnSlot.end() && slotIsInPlace(op, slot->second))
     return std::nullopt;
   return k;
 }
@@ -349,8 +361,9 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
         // A returned reshape of a frame value: compute that value straight
         // into the result's storage (same bytes), so nothing is copied.
         Storage &root = plan.storage[s.source];
-        if (auto slot = returnSlot.find(r);
-            slot != returnSlot.end() && root.kind == Storage::Kind::Arena) {
+        if (auto slot = returnSlot.find(r); slot != returnSlot.end() &&
+                                            root.kind == Storage::Kind::Arena &&
+                                            !slotIsInPlace(op, slot->second)) {
           root.kind = Storage::Kind::Result;
           root.index = slot->second;
         }

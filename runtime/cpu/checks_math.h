@@ -49,6 +49,8 @@ Status checkUnary(Call &call, UnaryOp op, const Tensor &input,
 Status checkLeakyRelu(Call &call, const Tensor &input, double alpha,
                       const Tensor &out);
 Status checkGelu(Call &call, const Tensor &input, const Tensor &out);
+Status checkSwiglu(Call &call, const Tensor &gate, const Tensor &up,
+                   const Tensor &out);
 /// clip takes the arithmetic dtypes: f32, f64, i64, i32, i8, u8; [lo, hi]
 /// are its bounds, infinite where absent.
 Status checkClip(Call &call, const Tensor &input, std::optional<double> min,

@@ -442,6 +442,29 @@ Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out) {
   return Status();
 }
 
+Status detail::checkSwiglu(Call &call, const Tensor &gate, const Tensor &up,
+                           const Tensor &out) {
+  call.arg("gate", gate).arg("up", up).arg("out", out);
+  if (Status st = checkSameFloat(call, gate, out); !st.ok())
+    return st;
+  if (up.dtype != gate.dtype || !sameShape(gate, up))
+    return call.fail("up must have gate's dtype and shape");
+  if (!up.present())
+    return call.fail("missing data");
+  return Status();
+}
+
+Status swiglu(const Tensor &gate, const Tensor &up, const Tensor &out) {
+  Call call("swiglu");
+  if (Status st = checkSwiglu(call, gate, up, out); !st.ok())
+    return st;
+  dispatchFloat(gate.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    zipInto<T>(gate, up, out, [](T x, T u) { return x * sigmoidOf(x) * u; });
+  });
+  return Status();
+}
+
 Status geluBackward(const Tensor &input, bool tanhApproximation,
                     const Tensor &gradOut, const Tensor &gradIn) {
   Call call("gelu_backward");

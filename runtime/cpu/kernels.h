@@ -69,6 +69,9 @@ enum class BinaryOp {
 Status unary(UnaryOp op, const Tensor &input, const Tensor &out);
 Status leakyRelu(const Tensor &input, double alpha, const Tensor &out);
 Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out);
+/// silu(gate) * up = gate * sigmoid(gate) * up; gate, up and out of one
+/// dtype (f32, f64) and shape.
+Status swiglu(const Tensor &gate, const Tensor &up, const Tensor &out);
 Status clip(const Tensor &input, std::optional<double> min,
             std::optional<double> max, const Tensor &out);
 /// Numpy broadcasting. Arithmetic on f32/f64/i64/i32/i8/u8 (integer Div

@@ -138,7 +138,9 @@ Status ownForward(const Call &call, AttnParams<typename E::T> p) {
 template <typename T> Status rowScratch(AttnParams<T> &p) {
   int64_t rows = p.batch * p.heads * p.tq;
   void *buf = nullptr;
-  if (Status st = scratch(size_t(3 * rows + 1) * sizeof(T), &buf); !st.ok())
+  if (Status st = scratch(size_t(3 * rows + 1) * sizeof(T), &buf,
+                          "attention backward rows");
+      !st.ok())
     return st;
   p.delta = static_cast<T *>(buf);
   p.shift = p.delta + rows, p.inv = p.shift + rows;

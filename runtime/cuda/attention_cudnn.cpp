@@ -285,15 +285,15 @@ GraphPtr cachedGraph(int64_t direction, const Request &r) {
 
 /// Workspace (and `extraBytes` more, 256-byte aligned after it) from the
 /// rank's scratch.
-Status workspace(const GraphPtr &g, size_t extraBytes, void **ws,
-                 void **extra) {
+Status workspace(const GraphPtr &g, size_t extraBytes, void **ws, void **extra,
+                 const char *what) {
   int64_t bytes = 0;
   if (!g->get_workspace_size(bytes).is_good())
     return callFailed("cudnn_frontend::Graph::get_workspace_size",
                       "no workspace size");
   size_t wsBytes = (size_t(bytes) + 255) & ~size_t(255);
   void *buf = nullptr;
-  if (Status st = scratch(wsBytes + extraBytes + 1, &buf); !st.ok())
+  if (Status st = scratch(wsBytes + extraBytes + 1, &buf, what); !st.ok())
     return st;
   *ws = buf;
   *extra = static_cast<char *>(buf) + wsBytes;
@@ -339,7 +339,9 @@ std::optional<Status> cudnnAttentionForward(const AttentionShape &s,
   int64_t rows = s.batch * s.heads * s.queries;
   void *ws = nullptr, *statsBuf = nullptr;
   size_t statsBytes = lse.present() ? 0 : size_t(rows) * sizeof(float);
-  if (Status st = workspace(g, statsBytes, &ws, &statsBuf); !st.ok())
+  if (Status st = workspace(g, statsBytes, &ws, &statsBuf,
+                            "cuDNN attention forward workspace");
+      !st.ok())
     return st;
   float *stats =
       lse.present() ? lse.as<float>() : static_cast<float *>(statsBuf);
@@ -379,7 +381,8 @@ std::optional<Status> cudnnAttentionBackward(
     return std::nullopt;
   int64_t rows = s.batch * s.heads * s.queries;
   void *ws = nullptr, *statsBuf = nullptr;
-  if (Status st = workspace(g, size_t(rows) * sizeof(float), &ws, &statsBuf);
+  if (Status st = workspace(g, size_t(rows) * sizeof(float), &ws, &statsBuf,
+                            "cuDNN attention backward workspace");
       !st.ok())
     return st;
   float *stats = static_cast<float *>(statsBuf);

@@ -90,7 +90,7 @@ bool allowTf32() {
   return on;
 }
 
-Status scratch(size_t bytes, void **out) {
+Status scratch(size_t bytes, void **out, const char *what) {
   RankDevice &rd = current();
   if (bytes > rd.scratchBytes) {
     if (rd.scratch) {
@@ -104,6 +104,7 @@ Status scratch(size_t bytes, void **out) {
     want = (want + 0xFFFF) & ~size_t(0xFFFF);
     DSC_CUDA_CHECK(cudaMalloc(&rd.scratch, want));
     rd.scratchBytes = want;
+    rd.scratchFor = what;
     ++rd.scratchGeneration;
   }
   *out = rd.scratch;

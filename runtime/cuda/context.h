@@ -97,6 +97,8 @@ struct RankDevice {
   cudnnHandle_t cudnn = nullptr;
   void *scratch = nullptr; // see scratch()
   size_t scratchBytes = 0;
+  /// The call that asked for the current size (see scratch()).
+  const char *scratchFor = "";
   /// Bumped each time the scratch buffer moves: a captured step that used
   /// the old one is captured again.
   uint64_t scratchGeneration = 0;
@@ -122,7 +124,8 @@ bool allowTf32();
 /// A device buffer of at least `bytes` for the current call only (a GEMM's
 /// or convolution's workspace, partial sums): valid until the next scratch()
 /// call on the same rank. Growing it waits for the rank's stream first.
-Status scratch(size_t bytes, void **out);
+/// `what` names the call (the program's memory line names the largest).
+Status scratch(size_t bytes, void **out, const char *what);
 
 /// The bound rank's offload state, its streams and fork/join events made on
 /// first use. Made while the compute stream is capturing: an error (a

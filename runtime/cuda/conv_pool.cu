@@ -472,7 +472,8 @@ Status convScratch(size_t paddedBytes, size_t workspace, void **padded,
   if (total == 0)
     return Status();
   void *base = nullptr;
-  if (Status st = scratch(total, &base); !st.ok())
+  if (Status st = scratch(total, &base, "convolution padding and workspace");
+      !st.ok())
     return st;
   *padded = paddedBytes ? base : nullptr;
   *ws = workspace ? static_cast<char *>(base) + alignUp(paddedBytes) : nullptr;
@@ -926,7 +927,9 @@ Status maxPoolBackward(const Tensor &input, const PoolAttrs &attrs,
   if (g.inSize <= INT32_MAX) {
     // Each window's argmax once (into scratch), then routed per input.
     void *arg = nullptr;
-    if (Status st = scratch(size_t(outs) * sizeof(int32_t), &arg); !st.ok())
+    if (Status st =
+            scratch(size_t(outs) * sizeof(int32_t), &arg, "max pool argmax");
+        !st.ok())
       return st;
     int32_t *best = static_cast<int32_t *>(arg);
     if (outs > 0) {

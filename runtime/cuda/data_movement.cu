@@ -879,7 +879,8 @@ Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
   int64_t m = indices.numel();
   if (m > 0) {
     void *flag = nullptr;
-    if (Status st = scratch(sizeof(unsigned long long), &flag); !st.ok())
+    if (Status st = scratch(sizeof(unsigned long long), &flag, "index check");
+        !st.ok())
       return st;
     if (Status st = checkIndices(call, indices, dim,
                                  static_cast<unsigned long long *>(flag),
@@ -942,7 +943,7 @@ Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
   char *base = nullptr;
   if (m > 0) {
     void *p = nullptr;
-    if (Status st = scratch(total, &p); !st.ok())
+    if (Status st = scratch(total, &p, "gather backward sort"); !st.ok())
       return st;
     base = static_cast<char *>(p);
   }

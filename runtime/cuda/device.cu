@@ -171,6 +171,14 @@ public:
     return Status();
   }
 
+  void workspaces(size_t &fixedBytes, size_t &scratchBytes,
+                  std::string &scratchFor) override {
+    RankDevice &rd = current();
+    fixedBytes = kLtWorkspaceBytes;
+    scratchBytes = rd.scratchBytes;
+    scratchFor = rd.scratchFor;
+  }
+
   Status memoryInfo(int &gpu, size_t &free, size_t &total) override {
     gpu = current().device;
     return check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");

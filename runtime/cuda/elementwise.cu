@@ -53,6 +53,7 @@ using cpu::detail::checkDropout;
 using cpu::detail::checkFill;
 using cpu::detail::checkGelu;
 using cpu::detail::checkLeakyRelu;
+using cpu::detail::checkSwiglu;
 using cpu::detail::checkUnary;
 using cpu::detail::checkWhere;
 using cpu::detail::unaryName;
@@ -206,6 +207,11 @@ __global__ void geluKernel(const T *x, T *y, int64_t n, bool tanhApprox) {
 }
 
 template <typename T>
+__global__ void swigluKernel(const T *x, const T *u, T *y, int64_t n) {
+  DSC_GRID_STRIDE(i, n) { y[i] = swigluOf(x[i], u[i]); }
+}
+
+template <typename T>
 __global__ void clipKernel(const T *x, T *y, int64_t n, double lo, double hi) {
   DSC_GRID_STRIDE(i, n) {
     T xi = x[i];
@@ -293,7 +299,8 @@ Status checkNoZeroDivisor(const Call &call, const char *name,
     if (Status st = deferredWords(1, &word); !st.ok())
       return st;
     buf = word;
-  } else if (Status st = scratch(sizeof(unsigned long long), &buf);
+  } else if (Status st =
+                 scratch(sizeof(unsigned long long), &buf, "division check");
              !st.ok()) {
     return st;
   }
@@ -609,6 +616,23 @@ Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out) {
     geluKernel<double><<<grid(n), kThreads, 0, stream()>>>(
         ptr<const double>(input), ptr<double>(out), n, tanhApproximation);
   DSC_CUDA_LAUNCHED("gelu");
+  return Status();
+}
+
+Status swiglu(const Tensor &gate, const Tensor &up, const Tensor &out) {
+  Call call("swiglu");
+  if (Status st = checkSwiglu(call, gate, up, out); !st.ok())
+    return st;
+  int64_t n = gate.numel();
+  if (n == 0)
+    return Status();
+  if (gate.dtype == DType::F32)
+    swigluKernel<float><<<grid(n), kThreads, 0, stream()>>>(
+        ptr<const float>(gate), ptr<const float>(up), ptr<float>(out), n);
+  else
+    swigluKernel<double><<<grid(n), kThreads, 0, stream()>>>(
+        ptr<const double>(gate), ptr<const double>(up), ptr<double>(out), n);
+  DSC_CUDA_LAUNCHED("swiglu");
   return Status();
 }
 

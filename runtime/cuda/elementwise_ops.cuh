@@ -83,6 +83,11 @@ template <typename T> __device__ inline T sigmoidOf(T x) {
   return e / (T(1) + e);
 }
 
+/// SwiGLU's gate: silu(x) * u.
+template <typename T> __device__ inline T swigluOf(T x, T u) {
+  return x * sigmoidOf(x) * u;
+}
+
 template <typename T> __device__ inline T softplusOf(T x) {
   return x > 0 ? x + mLog1p(mExp(-x)) : mLog1p(mExp(x));
 }

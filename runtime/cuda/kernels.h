@@ -53,6 +53,7 @@ using cpu::poolOutputShape;
 Status unary(UnaryOp op, const Tensor &input, const Tensor &out);
 Status leakyRelu(const Tensor &input, double alpha, const Tensor &out);
 Status gelu(const Tensor &input, bool tanhApproximation, const Tensor &out);
+Status swiglu(const Tensor &gate, const Tensor &up, const Tensor &out);
 Status clip(const Tensor &input, std::optional<double> min,
             std::optional<double> max, const Tensor &out);
 Status binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs,

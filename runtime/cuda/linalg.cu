@@ -370,7 +370,8 @@ Status runProduct(const Problem &problem, std::vector<Launch> launches,
     size_t bytesD = stage.d ? alignUp256(size_t(p.m * p.n) * es) : 0;
     size_t bytesBias = stageBias ? alignUp256(size_t(p.n) * es) : 0;
     void *base = nullptr;
-    if (Status st = scratch(bytesA + bytesB + bytesD + bytesBias, &base);
+    if (Status st = scratch(bytesA + bytesB + bytesD + bytesBias, &base,
+                            "GEMM staging copies");
         !st.ok())
       return st;
     char *at = static_cast<char *>(base);

@@ -629,7 +629,7 @@ batchNormTrainImpl(const Tensor &input, const Tensor &scale, const Tensor &bias,
   size_t pMean = plan.add(sizeof(T) * c), pInv = plan.add(sizeof(T) * c);
   size_t pA = plan.add(sizeof(T) * c), pB = plan.add(sizeof(T) * c);
   void *base = nullptr;
-  if (Status st = scratch(plan.bytes, &base); !st.ok())
+  if (Status st = scratch(plan.bytes, &base, "batch norm partials"); !st.ok())
     return st;
   BnChannelOut<T> o;
   o.mean = carve<T>(base, pMean), o.inv = carve<T>(base, pInv);
@@ -666,7 +666,8 @@ Status batchNormTrainBackwardImpl(const Tensor &input, const Tensor &scale,
   size_t pSumG = plan.add(sizeof(T) * c), pSumGX = plan.add(sizeof(T) * c);
   size_t pK = plan.add(sizeof(T) * c);
   void *base = nullptr;
-  if (Status st = scratch(plan.bytes, &base); !st.ok())
+  if (Status st = scratch(plan.bytes, &base, "batch norm backward partials");
+      !st.ok())
     return st;
   BnChannelOut<T> o;
   o.mean = carve<T>(base, pMean), o.inv = carve<T>(base, pInv);
@@ -707,7 +708,7 @@ Status batchNormImpl(const Tensor &input, const Tensor &scale,
   ScratchPlan plan;
   size_t pA = plan.add(sizeof(T) * c), pB = plan.add(sizeof(T) * c);
   void *base = nullptr;
-  if (Status st = scratch(plan.bytes, &base); !st.ok())
+  if (Status st = scratch(plan.bytes, &base, "batch norm partials"); !st.ok())
     return st;
   T *a = carve<T>(base, pA), *b = carve<T>(base, pB);
   bnInferenceChannelKernel<T><<<blocksFor(c), kThreads, 0, stream()>>>(
@@ -943,7 +944,8 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
            pInv = plan.add(sizeof(T) * rows);
     size_t pPartials = plan.add(sizeof(double) * 2 * chunks * cols);
     void *base = nullptr;
-    if (Status st = scratch(plan.bytes, &base); !st.ok())
+    if (Status st = scratch(plan.bytes, &base, "layer norm backward partials");
+        !st.ok())
       return st;
     rowMean = carve<T>(base, pMean), rowInv = carve<T>(base, pInv);
     partials = carve<double>(base, pPartials);
@@ -1642,7 +1644,7 @@ Status lossScratch(int64_t positions, bool perPosition, LossScratch &s) {
     pWeight = plan.add(sizeof(double) * positions);
   }
   void *base = nullptr;
-  if (Status st = scratch(plan.bytes, &base); !st.ok())
+  if (Status st = scratch(plan.bytes, &base, "loss partials"); !st.ok())
     return st;
   s.flag = carve<unsigned long long>(base, pFlag);
   s.weightSum = carve<double>(base, pSum);

@@ -280,7 +280,8 @@ Status launchReduce(const In *in, void *out, const Dims &kept, const Dims &red,
     void *partial = out;
     Finish<A> first = f;
     if (s > 1) {
-      if (Status st = scratch(sizeof(A) * static_cast<size_t>(m * s), &partial);
+      if (Status st = scratch(sizeof(A) * static_cast<size_t>(m * s), &partial,
+                              "reduction partials");
           !st.ok())
         return st;
       first.final = false;
@@ -308,7 +309,8 @@ Status launchReduce(const In *in, void *out, const Dims &kept, const Dims &red,
   void *partial = out;
   Finish<A> first = f;
   if (s > 1) {
-    if (Status st = scratch(sizeof(A) * static_cast<size_t>(m * s), &partial);
+    if (Status st = scratch(sizeof(A) * static_cast<size_t>(m * s), &partial,
+                            "reduction partials");
         !st.ok())
       return st;
     first.final = false;

@@ -894,6 +894,15 @@ void Ranks::deviceMemory(size_t &peak, size_t &tensorBytes) const {
   tensorBytes = deviceTensorBytes();
 }
 
+void Ranks::deviceWorkspaces(size_t &fixedBytes, size_t &scratchBytes,
+                             std::string &scratchFor) const {
+  fixedBytes = scratchBytes = 0;
+  scratchFor.clear();
+  const RankState &first = *ranks_[0];
+  if (job_.device && job_.device->bindRank(first.id, first.gpu).ok())
+    job_.device->workspaces(fixedBytes, scratchBytes, scratchFor);
+}
+
 size_t Ranks::deviceTensorBytes() const {
   const RankState &first = *ranks_[0];
   size_t bytes = 0;

@@ -153,6 +153,9 @@ public:
   /// Device peak bytes over the ranks, and the bytes of one rank's tensors
   /// in device memory.
   void deviceMemory(size_t &peak, size_t &tensorBytes) const;
+  /// Rank 0's library workspaces (Device::workspaces).
+  void deviceWorkspaces(size_t &fixedBytes, size_t &scratchBytes,
+                        std::string &scratchFor) const;
   /// A device program's pinned host bytes of one rank: its host tensors
   /// and host arena (0 for a CPU program).
   void pinnedMemory(size_t &tensorBytes, size_t &arenaBytes) const;

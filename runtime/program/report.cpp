@@ -374,6 +374,15 @@ void Reporter::summary(int64_t steps, double trainSeconds, double lastLoss,
         humanBytes(double(spec.arenaBytes)).c_str(),
         humanBytes(double(peak) - double(tensorBytes) - double(spec.arenaBytes))
             .c_str());
+    size_t fixedBytes = 0, scratchBytes = 0;
+    std::string scratchFor;
+    ranks_.deviceWorkspaces(fixedBytes, scratchBytes, scratchFor);
+    if (fixedBytes + scratchBytes)
+      std::fprintf(out,
+                   "library workspaces: %s fixed (cuBLASLt) + scratch %s%s%s\n",
+                   humanBytes(double(fixedBytes)).c_str(),
+                   humanBytes(double(scratchBytes)).c_str(),
+                   scratchFor.empty() ? "" : ", sized by ", scratchFor.c_str());
     size_t hostTensors = 0, hostArena = 0;
     ranks_.pinnedMemory(hostTensors, hostArena);
     if (hostTensors + hostArena)

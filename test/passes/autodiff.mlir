@@ -131,3 +131,25 @@ func.func @forward(%w: tensor<5x3xf32> {dsc.param = "w"},
       : tensor<4x5xf32> -> tensor<f32>
   return %1 : tensor<f32>
 }
+
+// -----
+
+// dsc.swiglu's backward reads the gate and up alone: sigmoid(g) is part of
+// the derivative, so the forward keeps no sigmoid or silu.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK-SAME: (%[[G:[^:]*]]: tensor<4x8xf32> {dsc.param = "g"}, %[[U:[^:]*]]: tensor<4x8xf32> {dsc.param = "u"})
+// CHECK: dsc.swiglu %[[G]], %[[U]] : tensor<4x8xf32>
+// CHECK: dsc.backward_begin
+// CHECK-NOT: dsc.swiglu
+// CHECK: %[[S:.*]] = dsc.sigmoid %[[G]] : tensor<4x8xf32>
+// CHECK-DAG: dsc.mul %[[G]], %[[S]]
+// CHECK-DAG: dsc.mul %{{.*}}, %[[U]]
+// CHECK: return
+func.func @forward(%g: tensor<4x8xf32> {dsc.param = "g"},
+                   %u: tensor<4x8xf32> {dsc.param = "u"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %y = dsc.swiglu %g, %u : tensor<4x8xf32>
+  %l = dsc.reduce_sum %y {axes = array<i64: 0, 1>, keepdims = false}
+      : tensor<4x8xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

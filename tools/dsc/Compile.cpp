@@ -99,6 +99,9 @@ target and output:
                              (w * x / sqrt(mean(x^2) + eps)) as it is
                              instead of one dsc.layer_norm {rms}
                              (dsc-raise-rms-norm)
+  --no-raise-swiglu          keep SwiGLU's gate the exporter wrote as a
+                             formula ((g * sigmoid(g)) * u) as it is instead
+                             of one dsc.swiglu (dsc-raise-swiglu)
   --no-in-place-updates      double-buffer every updated parameter and
                              optimizer state (argument and result swapped
                              after each step) instead of writing those the
@@ -110,8 +113,8 @@ target and output:
                              activation recomputation (dsc-recompute):
                              elementwise computes elementwise values again
                              inside the backward kernels that read them
-                             (SwiGLU's sigmoid, silu and product, GELU's
-                             output); selective also norms
+                             (SwiGLU's product, GELU's output, casts);
+                             selective also norms
                              and softmax again in backward instead of
                              keeping them; full also the matmuls and
                              attention of each repeated block (ONNX names
@@ -229,7 +232,7 @@ struct CompileOptions {
                              cudaArch = "sm_90a", hostOpt = "0";
   bool printIRAfterAll = false, report = false, f64 = false, fuse = true;
   bool fuseAttention = true, raiseGelu = true, raiseRmsNorm = true,
-       inPlaceUpdates = true;
+       raiseSwiglu = true, inPlaceUpdates = true;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
@@ -598,6 +601,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.raiseGelu = false;
     else if (a == "--no-raise-rms-norm")
       o.raiseRmsNorm = false;
+    else if (a == "--no-raise-swiglu")
+      o.raiseSwiglu = false;
     else if (a == "--no-in-place-updates")
       o.inPlaceUpdates = false;
     else if (a == "--sync-batchnorm") {
@@ -875,6 +880,8 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
     pm.addPass(createDscRaiseGelu());
   if (o.raiseRmsNorm)
     pm.addPass(createDscRaiseRmsNorm());
+  if (o.raiseSwiglu)
+    pm.addPass(createDscRaiseSwiglu());
   pm.addPass(createDscGlobalMeanLoss());
   pm.addPass(createDscAutodiff());
   if (!add("dsc-optimizer{" + o.optimizerPipeline + "}", "optimizer options"))

@@ -176,6 +176,20 @@ def Dsc_GeluOp : Dsc_DiffOp<"gelu"> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+def Dsc_SwigluOp : Dsc_DiffOp<"swiglu", [AllTypesMatch<["gate", "up"]>]> {
+  let summary = "SwiGLU's gate: silu(gate) * up = gate * sigmoid(gate) * up";
+  let description = [{
+    The gated activation of Llama-style MLPs, raised from its formula by
+    dsc-raise-swiglu. As one op its backward reads `gate` and `up` alone
+    (sigmoid(gate) is part of the derivative), where the formula's
+    backward would read the sigmoid and the silu as well. `gate`, `up` and
+    the result have one type.
+  }];
+  let arguments = (ins Dsc_FloatTensor:$gate, Dsc_FloatTensor:$up);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($gate)";
+}
+
 def Dsc_ClipOp : Dsc_DiffOp<"clip"> {
   let summary = "clamp to [min, max]; a missing bound is unbounded";
   let arguments = (ins Dsc_Tensor:$input, OptionalAttr<F64Attr>:$min,

@@ -260,6 +260,16 @@ DSC_SAME_AS_INPUT(GeluOp)
 DSC_SAME_AS_INPUT(ClipOp)
 #undef DSC_SAME_AS_INPUT
 
+LogicalResult SwigluOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc, Adaptor a,
+                                         SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<SwigluOp>(ctx, loc, a)))
+    return failure();
+  if (a.getGate().getType() != a.getUp().getType())
+    return fail(loc, "gate and up must have one type");
+  return inferSameAsInput(a.getGate(), results);
+}
+
 #define DSC_BINARY(OP, RESULT_ELEMENT)                                         \
   LogicalResult OP::inferReturnTypes(MLIRContext *ctx,                         \
                                      std::optional<Location> loc, Adaptor a,   \

@@ -252,6 +252,19 @@ DSC_VJP(GeluOp) {
   return success();
 }
 
+// y = x * s(x) * u: dx = dy * u * s * (1 + x * (1 - s)), du = dy * x * s,
+// with s = sigmoid(x) computed here from x.
+DSC_VJP(SwigluOp) {
+  GradBuilder g{builder, getLoc()};
+  Value x = getGate(), u = getUp(), gy = resultGrads[0];
+  Value s = SigmoidOp::create(builder, getLoc(), x);
+  Value one = g.scalar(x, 1.0);
+  Value silu = g.mul(x, s);
+  Value dSilu = g.mul(s, g.add(one, g.mul(x, g.sub(one, s))));
+  operandGrads.assign({g.mul(g.mul(gy, u), dSilu), g.mul(gy, silu)});
+  return success();
+}
+
 DSC_VJP(ClipOp) {
   GradBuilder g{builder, getLoc()};
   Value x = getInput(), gy = resultGrads[0];

@@ -108,6 +108,14 @@ public:
   /// what it held before the first rank was bound (tensors, arena, library
   /// workspaces, NCCL buffers), now and at its high-water mark.
   virtual Status memoryInUse(size_t &now, size_t &peak) = 0;
+  /// The bound rank's library workspaces, part of memoryInUse: a GEMM
+  /// library's fixed workspace, the scratch buffer the kernels share, and
+  /// the call that asked for the scratch buffer's size.
+  virtual void workspaces(size_t &fixedBytes, size_t &scratchBytes,
+                          std::string &scratchFor) {
+    fixedBytes = scratchBytes = 0;
+    scratchFor.clear();
+  }
   /// The bound rank's GPU: its index, and its free and total memory now.
   virtual Status memoryInfo(int &gpu, size_t &free, size_t &total) = 0;
   /// A communicator for an in-process rank whose tensors are on this

@@ -222,6 +222,21 @@ TEST(CudaElementwise, LeakyReluAndGelu) {
   }
 }
 
+TEST(CudaElementwise, Swiglu) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::F64}) {
+    bool f64 = dt == DType::F64;
+    DevTensor x(dt, {7, 129}), u(dt, {7, 129}), y(dt, {7, 129});
+    x.random(-8, 8, 17);
+    u.random(-3, 3, 19);
+    DSC_ASSERT_OK(cpu::swiglu(x.host(), u.host(), y.host()));
+    settle();
+    DSC_ASSERT_OK(cuda::swiglu(x.dev(), u.dev(), y.dev()));
+    expectClose(y, y, f64 ? 1e-13 : 4e-6, f64 ? 1e-15 : 1e-6,
+                std::string(dtypeName(dt)) + " swiglu");
+  }
+}
+
 TEST(CudaElementwise, ClipEveryArithmeticDtype) {
   DSC_REQUIRE_GPU();
   using Bound = std::optional<double>;

@@ -84,6 +84,22 @@ TEST(Activations, GeluForwardValues) {
   EXPECT_NEAR(y[2], 1.954597694087775, 1e-15);
 }
 
+TEST(Activations, SwigluForwardValues) {
+  D x(std::vector<int64_t>{3}, DType::F64, {-1.0, 0.5, 2.0}),
+      u(std::vector<int64_t>{3}, DType::F64, {2.0, -1.0, 0.5}), y = zerosD({3});
+  DSC_ASSERT_OK(swiglu(x.t(), u.t(), y.t()));
+  // torch.nn.functional.silu(x) * u in float64
+  EXPECT_NEAR(y[0], -0.5378828427399902, 1e-15);
+  EXPECT_NEAR(y[1], -0.3112296656009273, 1e-15);
+  EXPECT_NEAR(y[2], 0.8807970779778823, 1e-15);
+  D shorter = zerosD({2});
+  Status st = swiglu(x.t(), shorter.t(), y.t());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("up must have gate's dtype and shape"),
+            std::string::npos)
+      << st.message();
+}
+
 TEST(Activations, BackwardFiniteDifferences) {
   std::mt19937_64 rng(11);
   for (bool approx : {false, true}) {
