@@ -49,7 +49,8 @@ namespace {
 //===----------------------------------------------------------------------===//
 
 std::atomic<int> enabledFlag{-1}; // -1: not read from the environment yet
-std::atomic<int64_t> forwardRuns{0}, backwardRuns{0};
+std::atomic<int64_t> forwardRuns{0}, backwardRuns{0}, backwardCalls{0};
+std::atomic<int64_t> backwardCap{kAttentionBackwardWorkspaceCap};
 
 std::string versionText(size_t v) {
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
@@ -300,6 +301,16 @@ Status workspace(const GraphPtr &g, size_t extraBytes, void **ws, void **extra,
   return Status();
 }
 
+/// Batch elements per backward call (dsc/workspaces.h): slices of the
+/// batch share one smaller workspace. Each (batch, head) pair is computed
+/// alone either way: the slices only change which call computes it.
+int64_t backwardSlice(const GraphPtr &whole, int64_t batch) {
+  int64_t bytes = 0;
+  if (!whole->get_workspace_size(bytes).is_good())
+    return batch;
+  return attentionBackwardSlice(batch, bytes, backwardCap.load());
+}
+
 Status execute(const GraphPtr &g, std::unordered_map<int64_t, void *> &pack,
                void *ws, const char *what) {
   fe::error_t err = g->execute(current().cudnn, pack, ws);
@@ -323,6 +334,10 @@ bool attentionCudnnEnabled() {
 void setAttentionCudnnEnabled(bool enabled) { enabledFlag.store(enabled); }
 int64_t attentionCudnnForwardRuns() { return forwardRuns.load(); }
 int64_t attentionCudnnBackwardRuns() { return backwardRuns.load(); }
+int64_t attentionCudnnBackwardCalls() { return backwardCalls.load(); }
+void setAttentionBackwardWorkspaceCap(int64_t bytes) {
+  backwardCap.store(bytes > 0 ? bytes : kAttentionBackwardWorkspaceCap);
+}
 
 std::optional<Status> cudnnAttentionForward(const AttentionShape &s,
                                             const Tensor &q, const Tensor &k,
@@ -375,9 +390,19 @@ std::optional<Status> cudnnAttentionBackward(
   if (s.hasMask && mask.dims().size() == 4 && mask.dims()[2] == 1 &&
       s.queries > 1)
     return std::nullopt;
-  Request r{s, q.dtype, mask.dtype, mask, attrs};
-  GraphPtr g = cachedGraph(1, r);
+  Request whole{s, q.dtype, mask.dtype, mask, attrs};
+  GraphPtr g = cachedGraph(1, whole);
   if (!g)
+    return std::nullopt;
+  int64_t slice = backwardSlice(g, s.batch);
+  AttentionShape part = s;
+  part.batch = slice;
+  Tensor partMask = mask;
+  bool maskPerBatch = s.hasMask && mask.rank == 4 && mask.shape[0] == s.batch;
+  if (maskPerBatch)
+    partMask.shape[0] = slice;
+  Request r{part, q.dtype, mask.dtype, partMask, attrs};
+  if (slice != s.batch && !(g = cachedGraph(1, r)))
     return std::nullopt;
   int64_t rows = s.batch * s.heads * s.queries;
   void *ws = nullptr, *statsBuf = nullptr;
@@ -389,15 +414,30 @@ std::optional<Status> cudnnAttentionBackward(
   if (Status st = attentionStatsForCudnn(lse.as<float>(), stats, rows);
       !st.ok())
     return st;
-  std::unordered_map<int64_t, void *> pack = {
-      {kQ, q.data},      {kK, k.data},        {kV, v.data},
-      {kO, out.data},    {kDO, gradOut.data}, {kStats, stats},
-      {kDQ, gradQ.data}, {kDK, gradK.data},   {kDV, gradV.data}};
-  if (s.hasMask)
-    pack[kBias] = mask.data;
-  if (Status st = execute(g, pack, ws, "cudnn sdpa backward (attention)");
-      !st.ok())
-    return st;
+  // Each slice's tensors start `first` batch elements in (contiguous
+  // [B, ...] layouts; a mask broadcast over the batch is shared).
+  auto at = [&](const Tensor &t, int64_t first) -> void * {
+    size_t perElement = t.nbytes() / size_t(s.batch);
+    return static_cast<char *>(t.data) + size_t(first) * perElement;
+  };
+  for (int64_t first = 0; first < s.batch; first += slice) {
+    std::unordered_map<int64_t, void *> pack = {
+        {kQ, at(q, first)},
+        {kK, at(k, first)},
+        {kV, at(v, first)},
+        {kO, at(out, first)},
+        {kDO, at(gradOut, first)},
+        {kStats, stats + first * s.heads * s.queries},
+        {kDQ, at(gradQ, first)},
+        {kDK, at(gradK, first)},
+        {kDV, at(gradV, first)}};
+    if (s.hasMask)
+      pack[kBias] = maskPerBatch ? at(mask, first) : mask.data;
+    if (Status st = execute(g, pack, ws, "cudnn sdpa backward (attention)");
+        !st.ok())
+      return st;
+    ++backwardCalls;
+  }
   ++backwardRuns;
   return Status();
 }

@@ -19,6 +19,7 @@
 #define DSC_RUNTIME_CUDA_CONTEXT_H
 
 #include "dsc/runtime.h"
+#include "dsc/workspaces.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -106,7 +107,7 @@ struct RankDevice {
   std::shared_ptr<Offload> offload;   // null until the first offload call
 };
 
-constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kLtWorkspaceBytes = kGemmWorkspaceBytes;
 
 /// Creates (once) the state of `rank` on GPU `rank % visible GPUs` (or
 /// `device` when >= 0) and binds the calling thread to it.

@@ -15,6 +15,7 @@
 #include <map>
 
 #include "compiler/codegen/EmitCpp.h"
+#include "compiler/codegen/Workspaces.h"
 #include "compiler/import/OnnxImporter.h"
 #include "dialects/dsc/IR/DscOps.h"
 #include "dialects/dsc/IR/Target.h"
@@ -966,17 +967,17 @@ OwningOpRef<ModuleOp> compileOnnx(MLIRContext &ctx, const CompileOptions &o) {
 
 namespace {
 
-/// What one rank holds in the step `o` compiles (arguments, results and the
-/// arena); none when it does not compile (the errors are printed).
-/// The per-rank bytes of the compiled step (its tensors and the arena
-/// the code generator plans for it).
+/// The per-rank bytes of the compiled step: its tensors, the arena the code
+/// generator plans for it and the library workspaces the runtime will take
+/// (estimated); none when it does not compile (the errors are printed).
 std::optional<uint64_t> planPeakBytes(ModuleOp module) {
   std::string source;
   llvm::raw_string_ostream discard(source);
   EmitCppStats stats;
   if (failed(emitCpp(module, discard, {}, &stats)))
     return std::nullopt;
-  return uint64_t(stepTensorBytes(module)) + stats.arenaBytes;
+  return uint64_t(stepTensorBytes(module)) + stats.arenaBytes +
+         codegen::estimateWorkspaces(module).total();
 }
 
 /// The step compiled for `o` in `ctx`, quietly (no IR printing, no report).

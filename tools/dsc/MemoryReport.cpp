@@ -18,6 +18,8 @@
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/MemoryReport.h"
 
+#include "compiler/codegen/Workspaces.h"
+
 #include <map>
 #include <vector>
 #include "tools/dsc/Summary.h"
@@ -254,13 +256,23 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
                         p.getValue(), (int64_t)c);
   os << "\n";
   printTable(os, psi, padded, n, g, s, k, c, largest, stage, &measured);
+  codegen::WorkspaceEstimate ws = codegen::estimateWorkspaces(module);
+  std::string workspaces;
+  if (ws.total())
+    workspaces = llvm::formatv(" + library workspaces {0} (estimated: "
+                               "cuBLASLt {1}, scratch {2} for the {3})",
+                               humanBytes(double(ws.total())),
+                               humanBytes(double(ws.fixed)),
+                               humanBytes(double(ws.scratch)), ws.scratchFor)
+                     .str();
   os << llvm::formatv(
       "the compiled step, per rank: arguments and results {0} (parameters "
       "and optimizer state: {3} updated in place, {4} double-buffered; "
       "gradients, the batch) + arena {1} (activations and temporaries, "
-      "static plan) = {2}\n",
+      "static plan){5} = {2}\n",
       humanBytes(held.bytes), humanBytes(double(arenaBytes)),
-      humanBytes(held.bytes + double(arenaBytes)), held.inPlace, held.doubled);
+      humanBytes(held.bytes + double(arenaBytes) + double(ws.total())),
+      held.inPlace, held.doubled, workspaces);
   printOffload(step, held, hostArenaBytes, os);
   // What the stage-3 release and the prefetch window buy: gathered buckets
   // alive at once (all of them with --keep-gathered).

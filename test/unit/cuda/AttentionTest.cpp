@@ -210,6 +210,41 @@ TEST(CudaAttention, GroupedQuery) {
   checkAll(c, "gqa 4/1");
 }
 
+// A backward whose workspace exceeds the cap runs over slices of the batch
+// (one element each here, the cap lowered to a byte), with a mask of its
+// own per element: the same bits as the one call over the whole batch.
+TEST(CudaAttention, BatchSlicedBackward) {
+  DSC_REQUIRE_GPU();
+  AttnCase c = basic(96, 64);
+  c.b = 3, c.hq = 4, c.hkv = 2;
+  c.mask = MaskKind::Float;
+  c.maskShape = {3, 1, 96, 96};
+  c.maskNegative = -3.4e38;
+  c.attrs.causal = true;
+  AttnData x = makeData(c, 11);
+  AttnRun whole(c, x, DType::BF16), sliced(c, x, DType::BF16);
+  int64_t before = detail::attentionCudnnBackwardRuns();
+  runGpu(whole, c);
+  int64_t calls = detail::attentionCudnnBackwardCalls();
+  detail::setAttentionBackwardWorkspaceCap(1);
+  runGpu(sliced, c);
+  detail::setAttentionBackwardWorkspaceCap(0);
+  if (detail::attentionCudnnBackwardRuns() < before + 2) {
+    std::printf("[ note ] sliced backward: cuDNN declined\n");
+    return;
+  }
+  EXPECT_EQ(detail::attentionCudnnBackwardCalls() - calls, c.b)
+      << "one cuDNN call per batch element";
+  EXPECT_TRUE(whole.gq[1].download() == sliced.gq[1].download()) << "grad_q";
+  EXPECT_TRUE(whole.gk[1].download() == sliced.gk[1].download()) << "grad_k";
+  EXPECT_TRUE(whole.gv[1].download() == sliced.gv[1].download()) << "grad_v";
+  runCpu(sliced, c);
+  Tol t = tolOf(DType::BF16, Path::Cudnn);
+  expectClose(sliced.gq[0], sliced.gq[1], t.rtol, t.atol, "sliced vs cpu gq");
+  expectClose(sliced.gk[0], sliced.gk[1], t.rtol, t.atol, "sliced vs cpu gk");
+  expectClose(sliced.gv[0], sliced.gv[1], t.rtol, t.atol, "sliced vs cpu gv");
+}
+
 TEST(CudaAttention, SlidingWindow) {
   DSC_REQUIRE_GPU();
   AttnCase c = basic(150, 64);

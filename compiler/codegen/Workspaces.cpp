@@ -1,0 +1,113 @@
+//===- Workspaces.cpp - Library workspaces a compiled step will take -----===//
+//
+// The scratch requests of the CUDA kernels that need the most, from the
+// shapes of their ops:
+//   - attention backward through cuDNN (16-bit, no dropout, no bool mask):
+//     its deterministic algorithm's workspace, measured with cuDNN 9.14 on
+//     an H200 (GPT-2 124M at 16 x 1024 and the Llama-3.2-1B shape at
+//     4 x 2048, 2026-12-03): fp32 partial dQ sums, one set per 128 keys,
+//     a row sum per query, and with grouped heads the key and value
+//     gradients of every query head before they are summed; the batch
+//     sliced as the runtime slices it; then the lse of every row;
+//   - attention backward through the runtime's own kernel: three floats
+//     per row;
+//   - layer norm backward: per-row statistics and fp64 column partials.
+// Smaller requests (reductions, loss flags) are not counted.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/codegen/Workspaces.h"
+
+#include "dialects/dsc/IR/DscOps.h"
+#include "dialects/dsc/IR/Target.h"
+#include "runtime/include/dsc/workspaces.h"
+
+#include <algorithm>
+
+using namespace mlir;
+
+namespace dsc::codegen {
+
+namespace {
+
+int64_t elementBytes(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  return std::max<int64_t>(1, t.getElementTypeBitWidth() / 8);
+}
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+uint64_t align256(uint64_t v) { return (v + 255) & ~uint64_t(255); }
+
+/// Scratch bytes of one attention backward call.
+uint64_t attentionBackwardScratch(AttentionBackwardOp op, bool &cudnn) {
+  ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey()),
+                    v = shapeOf(op.getValue());
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4)
+    return 0;
+  int64_t b = q[0], hq = q[1], tq = q[2], d = q[3], hkv = k[1], tk = k[2],
+          dv = v[3];
+  int64_t rows = b * hq * tq;
+  int64_t es = elementBytes(op.getQuery());
+  bool boolMask = op.getMask() && cast<RankedTensorType>(op.getMask().getType())
+                                      .getElementType()
+                                      .isInteger(1);
+  cudnn =
+      es == 2 && op.getDropout().convertToDouble() == 0 && !boolMask && tk > 0;
+  if (!cudnn) // the own kernel: delta, shift and inv per row, in T
+    return uint64_t(3 * rows + 1) * uint64_t(es == 8 ? 8 : 4);
+  int64_t perElement = hq * tq * d * 4 * ((tk + 127) / 128) + hq * tq * 4;
+  if (hq != hkv)
+    perElement += hq * tk * (d + dv) * es;
+  int64_t slice = attentionBackwardSlice(b, b * perElement);
+  return align256(uint64_t(slice * perElement)) + uint64_t(rows) * 4 + 1;
+}
+
+/// Scratch bytes of one layer norm backward call with scale or bias
+/// gradients (rows of the last axis).
+uint64_t layerNormBackwardScratch(LayerNormBackwardOp op) {
+  ArrayRef<int64_t> x = shapeOf(op.getInput());
+  if (x.empty())
+    return 0;
+  int64_t cols = x.back(), rows = 1;
+  for (int64_t e : x.drop_back())
+    rows *= e;
+  int64_t chunks = std::clamp<int64_t>((rows + 31) / 32, 1, 1024);
+  // The statistics' type: f64 for f64 inputs, else f32.
+  uint64_t t = elementBytes(op.getInput()) == 8 ? 8 : 4;
+  return align256(uint64_t(rows) * t) * 2 +
+         align256(uint64_t(2 * chunks * cols) * 8);
+}
+
+} // namespace
+
+WorkspaceEstimate estimateWorkspaces(ModuleOp module) {
+  WorkspaceEstimate est;
+  FailureOr<TargetDescription> target = TargetDescription::of(module);
+  if (failed(target) || !target->deviceMemory)
+    return est;
+  est.fixed = kGemmWorkspaceBytes;
+  auto need = [&](uint64_t bytes, const char *what) {
+    if (bytes > est.scratch)
+      est.scratch = bytes, est.scratchFor = what;
+  };
+  module.walk([&](Operation *op) {
+    if (auto a = dyn_cast<AttentionBackwardOp>(op)) {
+      bool cudnn = false;
+      uint64_t bytes = attentionBackwardScratch(a, cudnn);
+      need(bytes, cudnn ? "cuDNN attention backward workspace"
+                        : "attention backward rows");
+    } else if (auto n = dyn_cast<LayerNormBackwardOp>(op)) {
+      need(layerNormBackwardScratch(n), "layer norm backward partials");
+    }
+  });
+  // The runtime's scratch buffer: at least 1 MiB, in 64 KiB steps.
+  if (est.scratch) {
+    est.scratch = std::max<uint64_t>(est.scratch, uint64_t(1) << 20);
+    est.scratch = (est.scratch + 0xFFFF) & ~uint64_t(0xFFFF);
+  }
+  return est;
+}
+
+} // namespace dsc::codegen

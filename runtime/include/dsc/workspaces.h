@@ -1,0 +1,45 @@
+//===- workspaces.h - Library workspaces beside the planned arena --------===//
+//
+// Device memory the CUDA runtime holds besides a program's planned tensors:
+// cuBLASLt's fixed workspace and the scratch buffer its kernels share
+// (sized by the largest call that needs one). Plain C++: the compiler's
+// memory report estimates the same bytes from the step's ops with these
+// rules (compiler/codegen/Workspaces.cpp).
+//
+//===----------------------------------------------------------------------===//
+#ifndef DSC_RUNTIME_WORKSPACES_H
+#define DSC_RUNTIME_WORKSPACES_H
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dsc {
+
+/// cuBLASLt's workspace, one per rank.
+constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
+
+/// The workspace one cuDNN attention backward call may take before its
+/// batch is sliced (attentionBackwardSlice).
+constexpr int64_t kAttentionBackwardWorkspaceCap = int64_t(256) << 20;
+
+/// Batch elements per cuDNN attention backward call, given the workspace
+/// `wholeBytes` of one call over all `batch` elements. cuDNN's deterministic
+/// backward keeps fp32 partial dQ sums, one set per 128 keys (1.1 GiB for
+/// the Llama-3.2-1B shape at 4 x 2048 tokens): calls over equal slices of
+/// the batch, the largest divisor whose share fits the cap (one element at
+/// least), share one smaller workspace.
+inline int64_t
+attentionBackwardSlice(int64_t batch, int64_t wholeBytes,
+                       int64_t cap = kAttentionBackwardWorkspaceCap) {
+  if (batch <= 1 || wholeBytes <= cap)
+    return batch;
+  int64_t best = 1;
+  for (int64_t d = 1; d < batch; ++d)
+    if (batch % d == 0 && wholeBytes / batch * d <= cap)
+      best = d;
+  return best;
+}
+
+} // namespace dsc
+
+#endif // DSC_RUNTIME_WORKSPACES_H
