@@ -22,6 +22,9 @@ import sys
 import tempfile
 
 FAMILIES = [
+    # cuDNN's SDPA kernels (and the dQ reduction of its deterministic
+    # backward) before the cuDNN catch-all below.
+    ("attention", ("sdpa", "flash", "attention", "matmul_dq")),
     ("gemm (cuBLASLt)", ("gemm", "gemv", "cutlass", "sm90_xmma", "nvjet", "cublas")),
     ("fused elementwise (generated)", ("fused",)),
     ("softmax", ("softmax",)),

@@ -365,6 +365,11 @@ struct RecomputePass : public dsc::impl::DscRecomputeBase<RecomputePass> {
     if (!fb || fb.isExternal())
       return;
     Recompute(fb, *m).run();
+    // Memory over speed: the attention backward's workspace too.
+    if (attentionWorkspace > 0)
+      fb.walk([&](dsc::AttentionBackwardOp op) {
+        op.setWorkspaceLimit(uint64_t(attentionWorkspace));
+      });
   }
 };
 

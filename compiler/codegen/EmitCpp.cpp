@@ -14,6 +14,7 @@
 
 #include "compiler/codegen/EmitCpp.h"
 #include "compiler/codegen/FuseElementwise.h"
+#include "compiler/codegen/Workspaces.h"
 
 #include "compiler/codegen/Lowering.h"
 #include "compiler/codegen/MemoryPlan.h"
@@ -1964,7 +1965,9 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << "    /*flopsPerStep=*/"
      << llvm::formatv("{0:e}", codegen::stepFlops(module_, entry)).str()
      << ",\n"
-     << "    /*hostArenaBytes=*/" << hostBytes_ << ",\n};\n";
+     << "    /*hostArenaBytes=*/" << hostBytes_ << ",\n"
+     << "    /*workspaceBytes=*/"
+     << codegen::estimateWorkspaces(module_).total() << ",\n};\n";
   return success();
 }
 

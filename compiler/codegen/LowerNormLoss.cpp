@@ -59,11 +59,12 @@ unsigned dropoutOrdinal(DropoutOp o) {
   return n;
 }
 
-/// "rt::AttentionAttrs{scale, causal, window, dropout, seed}". The dropout
-/// seed is drawn like a dropout's, from a position no op has (-1 - seed_id),
-/// so a forward, its backward and any recomputation draw one mask.
+/// "rt::AttentionAttrs{scale, causal, window, dropout, seed[, limit]}".
+/// The dropout seed is drawn like a dropout's, from a position no op has
+/// (-1 - seed_id), so a forward, its backward and any recomputation draw
+/// one mask. The backward's workspace limit, when it has one.
 template <typename AttentionLike>
-std::string attentionAttrs(AttentionLike o) {
+std::string attentionAttrs(AttentionLike o, int64_t workspaceLimit = 0) {
   double dropout = toDouble(o.getDropout());
   std::string seed =
       dropout > 0 ? "rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +
@@ -72,7 +73,9 @@ std::string attentionAttrs(AttentionLike o) {
   return "rt::AttentionAttrs{" + cppDouble(toDouble(o.getScale())) + ", " +
          cppBool(o.getCausal()) + ", " +
          cppInt(static_cast<int64_t>(o.getWindow())) + ", " +
-         cppDouble(dropout) + ", " + seed + "}";
+         cppDouble(dropout) + ", " + seed +
+         (workspaceLimit > 0 ? ", " + cppInt(workspaceLimit) : std::string()) +
+         "}";
 }
 
 } // namespace
@@ -210,7 +213,8 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                     {ctx.view(o.getQuery()), ctx.view(o.getKey()),
                      ctx.view(o.getValue()), optionalView(ctx, o.getMask()),
                      ctx.view(o.getOutput()), ctx.view(o.getLse()),
-                     ctx.view(o.getGrad()), attentionAttrs(o),
+                     ctx.view(o.getGrad()),
+                     attentionAttrs(o, int64_t(o.getWorkspaceLimit())),
                      ctx.view(o.getGradQuery()), ctx.view(o.getGradKey()),
                      ctx.view(o.getGradValue())});
       })

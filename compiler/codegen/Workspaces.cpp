@@ -8,7 +8,8 @@
 //     4 x 2048, 2026-12-03): fp32 partial dQ sums, one set per 128 keys,
 //     a row sum per query, and with grouped heads the key and value
 //     gradients of every query head before they are summed; the batch
-//     sliced as the runtime slices it; then the lse of every row;
+//     sliced as the runtime slices it under the op's workspace_limit;
+//     then the lse of every row;
 //   - attention backward through the runtime's own kernel: three floats
 //     per row;
 //   - layer norm backward: per-row statistics and fp64 column partials.
@@ -60,7 +61,9 @@ uint64_t attentionBackwardScratch(AttentionBackwardOp op, bool &cudnn) {
   int64_t perElement = hq * tq * d * 4 * ((tk + 127) / 128) + hq * tq * 4;
   if (hq != hkv)
     perElement += hq * tk * (d + dv) * es;
-  int64_t slice = attentionBackwardSlice(b, b * perElement);
+  int64_t limit = int64_t(op.getWorkspaceLimit());
+  int64_t slice =
+      limit > 0 ? attentionBackwardSlice(b, b * perElement, limit) : b;
   return align256(uint64_t(slice * perElement)) + uint64_t(rows) * 4 + 1;
 }
 

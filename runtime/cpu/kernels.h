@@ -299,6 +299,9 @@ struct AttentionAttrs {
   int64_t window = 0;  // > 0: query i sees keys j > i - window only
   double dropout = 0.0; // probability of zeroing a probability (training)
   uint64_t seed = 0;    // dropout's seed (attentionDropoutKeep)
+  /// > 0: the most library workspace one backward call may take; a larger
+  /// one runs over slices of the batch (CUDA: dsc/workspaces.h).
+  int64_t workspaceLimit = 0;
 };
 
 /// out = softmax(scale * q k^T + mask) v per (batch, head), with the

@@ -50,7 +50,6 @@ namespace {
 
 std::atomic<int> enabledFlag{-1}; // -1: not read from the environment yet
 std::atomic<int64_t> forwardRuns{0}, backwardRuns{0}, backwardCalls{0};
-std::atomic<int64_t> backwardCap{kAttentionBackwardWorkspaceCap};
 
 std::string versionText(size_t v) {
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
@@ -304,11 +303,11 @@ Status workspace(const GraphPtr &g, size_t extraBytes, void **ws, void **extra,
 /// Batch elements per backward call (dsc/workspaces.h): slices of the
 /// batch share one smaller workspace. Each (batch, head) pair is computed
 /// alone either way: the slices only change which call computes it.
-int64_t backwardSlice(const GraphPtr &whole, int64_t batch) {
+int64_t backwardSlice(const GraphPtr &whole, int64_t batch, int64_t limit) {
   int64_t bytes = 0;
-  if (!whole->get_workspace_size(bytes).is_good())
+  if (limit <= 0 || !whole->get_workspace_size(bytes).is_good())
     return batch;
-  return attentionBackwardSlice(batch, bytes, backwardCap.load());
+  return attentionBackwardSlice(batch, bytes, limit);
 }
 
 Status execute(const GraphPtr &g, std::unordered_map<int64_t, void *> &pack,
@@ -335,9 +334,6 @@ void setAttentionCudnnEnabled(bool enabled) { enabledFlag.store(enabled); }
 int64_t attentionCudnnForwardRuns() { return forwardRuns.load(); }
 int64_t attentionCudnnBackwardRuns() { return backwardRuns.load(); }
 int64_t attentionCudnnBackwardCalls() { return backwardCalls.load(); }
-void setAttentionBackwardWorkspaceCap(int64_t bytes) {
-  backwardCap.store(bytes > 0 ? bytes : kAttentionBackwardWorkspaceCap);
-}
 
 std::optional<Status> cudnnAttentionForward(const AttentionShape &s,
                                             const Tensor &q, const Tensor &k,
@@ -394,7 +390,7 @@ std::optional<Status> cudnnAttentionBackward(
   GraphPtr g = cachedGraph(1, whole);
   if (!g)
     return std::nullopt;
-  int64_t slice = backwardSlice(g, s.batch);
+  int64_t slice = backwardSlice(g, s.batch, attrs.workspaceLimit);
   AttentionShape part = s;
   part.batch = slice;
   Tensor partMask = mask;

@@ -43,10 +43,6 @@ int64_t attentionCudnnBackwardRuns();
 /// The cuDNN backward calls those made (more than one where the batch was
 /// sliced).
 int64_t attentionCudnnBackwardCalls();
-/// The workspace a backward call may take before its batch is sliced
-/// (dsc/workspaces.h); tests lower it to slice small problems. 0 restores
-/// the default.
-void setAttentionBackwardWorkspaceCap(int64_t bytes);
 
 /// After cuDNN's forward: rows whose stats are -inf or NaN (no key left)
 /// get out 0 and lse -inf, as the CPU defines them. lse is f32 [rows].

@@ -5,6 +5,8 @@
 #include "cpu/kernels.h"
 #include "program/convert.h"
 
+#include "dsc/workspaces.h"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -381,8 +383,8 @@ void Ranks::setScalars(bool scaler) {
 //===----------------------------------------------------------------------===//
 
 /// Will it fit? What every rank needs (its tensors, the planned arena and
-/// the GEMM workspace), summed per GPU, against that GPU's memory, before
-/// anything is allocated.
+/// the library workspaces the compiler estimated), summed per GPU, against
+/// that GPU's memory, before anything is allocated.
 Status Ranks::checkFit(size_t rankBytes) {
   Device *device = job_.device;
   std::map<int, std::pair<size_t, int>> perGpu;       // bytes, ranks
@@ -401,8 +403,8 @@ Status Ranks::checkFit(size_t rankBytes) {
   for (const auto &[gpu, need] : perGpu) {
     auto [free, total] = gpuMemory[gpu];
     std::string what = format(
-        "this step needs %s on GPU %d (%d rank%s x (tensors and arena "
-        "of the compiled plan, %s))",
+        "this step needs %s on GPU %d (%d rank%s x (tensors, arena and "
+        "library workspaces of the compiled plan, %s))",
         humanBytes(double(need.first)).c_str(), gpu, need.second,
         need.second == 1 ? "" : "s", humanBytes(double(rankBytes)).c_str());
     if (need.first > total)
@@ -445,7 +447,9 @@ Status Ranks::placeOnDevice(std::string &deviceWhat) {
   if (!device)
     return Status();
   size_t rankBytes =
-      spec_.arenaBytes + (size_t(32) << 20) + deviceTensorBytes();
+      spec_.arenaBytes +
+      (spec_.workspaceBytes ? spec_.workspaceBytes : kGemmWorkspaceBytes) +
+      deviceTensorBytes();
   if (Status s = checkFit(rankBytes); !s.ok())
     return s;
   for (auto &rs : ranks_) {

@@ -2,6 +2,7 @@
 // RUN: dsc-opt %s --split-input-file --dsc-recompute=mode=selective --cse | FileCheck %s --check-prefix=CSE
 // RUN: dsc-opt %s --split-input-file --dsc-recompute | FileCheck %s --check-prefix=NONE
 // RUN: dsc-opt %s --split-input-file --dsc-recompute=mode=full | FileCheck %s --check-prefix=FULL
+// RUN: dsc-opt %s --split-input-file --dsc-recompute="mode=selective attention-workspace=0" | FileCheck %s --check-prefix=NOLIMIT
 
 // GPT-2's tanh GELU: tanh(k * h^3) is read by the backward; h (a matmul
 // output the backward reads anyway) is kept, and the chain from it is
@@ -106,4 +107,27 @@ func.func @forward_backward(%x: tensor<2x4xf32>, %w: tensor<4x4xf32>, %w2: tenso
   %b2 = dsc.mul %b1, %h : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
   %b3 = dsc.mul %b2, %o : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<2x4xf32>
   return %o, %b3 : tensor<2x4xf32>, tensor<2x4xf32>
+}
+
+// -----
+
+// Recomputing trades time for memory; so does bounding the attention
+// backward's library workspace (the runtime slices the batch under it):
+// every mode but none sets workspace_limit, 256 MiB unless told.
+// CHECK-LABEL: func.func @attention_workspace
+// CHECK: dsc.attention_backward {{.*}}workspace_limit = 268435456 : i64
+// FULL-LABEL: func.func @attention_workspace
+// FULL: dsc.attention_backward {{.*}}workspace_limit = 268435456 : i64
+// NONE-LABEL: func.func @attention_workspace
+// NONE-NOT: workspace_limit
+// NOLIMIT-LABEL: func.func @attention_workspace
+// NOLIMIT-NOT: workspace_limit
+module {
+func.func @attention_workspace() { return }
+func.func @forward_backward(%q: tensor<2x4x8x16xbf16>, %k: tensor<2x2x8x16xbf16>, %v: tensor<2x2x8x16xbf16>) -> (tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>) {
+  %o, %lse = dsc.attention %q, %k, %v {causal = true, scale = 2.500000e-01 : f64} : tensor<2x4x8x16xbf16>, tensor<2x2x8x16xbf16>, tensor<2x2x8x16xbf16> -> tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>
+  %seed = dsc.constant {dsc.backward_begin} dense<1.0> : tensor<2x4x8x16xbf16>
+  %gq, %gk, %gv = dsc.attention_backward %seed, %q, %k, %v, %o, %lse {causal = true, scale = 2.500000e-01 : f64} : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x2x8x16xbf16>, tensor<2x2x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8xf32> -> tensor<2x4x8x16xbf16>, tensor<2x2x8x16xbf16>, tensor<2x2x8x16xbf16>
+  return %o, %gq : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>
+}
 }

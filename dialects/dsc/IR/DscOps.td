@@ -658,6 +658,10 @@ def Dsc_AttentionBackwardOp : Dsc_Op<"attention_backward"> {
     its `lse` (flash attention's backward: the probabilities are recomputed
     tile by tile, never stored). Attributes as the forward's; key and value
     gradients are summed over the query heads that share them.
+    `workspace_limit` > 0 bounds the library workspace one backward call
+    may take (cuDNN's deterministic backward grows with the batch): the
+    runtime then runs it over slices of the batch, same bits, somewhat
+    slower (dsc/workspaces.h). 0: one call over the whole batch.
   }];
   let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$query,
                    Dsc_FloatTensor:$key, Dsc_FloatTensor:$value,
@@ -666,7 +670,8 @@ def Dsc_AttentionBackwardOp : Dsc_Op<"attention_backward"> {
                    DefaultValuedAttr<BoolAttr, "false">:$causal,
                    DefaultValuedAttr<I64Attr, "0">:$window,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
-                   DefaultValuedAttr<I64Attr, "0">:$seed_id);
+                   DefaultValuedAttr<I64Attr, "0">:$seed_id,
+                   DefaultValuedAttr<I64Attr, "0">:$workspace_limit);
   let results = (outs Dsc_FloatTensor:$grad_query, Dsc_FloatTensor:$grad_key,
                       Dsc_FloatTensor:$grad_value);
   let assemblyFormat = [{

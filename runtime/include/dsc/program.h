@@ -219,6 +219,11 @@ struct ProgramSpec {
   /// Host scratch the step uses beside its arena (RankContext::hostArena):
   /// pinned host memory in a device program, for offloaded optimizer work.
   size_t hostArenaBytes = 0;
+  /// The library workspaces the compiler estimates the step takes on its
+  /// device beside its tensors and arena (cuBLASLt's, the shared scratch:
+  /// compiler/codegen/Workspaces.h); 0: not estimated (the GEMM workspace
+  /// is then assumed).
+  size_t workspaceBytes = 0;
 };
 
 /// The whole program: parses argv, runs the steps, returns the exit code.

@@ -18,16 +18,18 @@ namespace dsc {
 /// cuBLASLt's workspace, one per rank.
 constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
 
-/// The workspace one cuDNN attention backward call may take before its
-/// batch is sliced (attentionBackwardSlice).
+/// The workspace one cuDNN attention backward call may take when the step
+/// recomputes activations to save memory (dsc-recompute sets it as the
+/// attention backward's workspace_limit); without one the call takes the
+/// whole batch, which is faster.
 constexpr int64_t kAttentionBackwardWorkspaceCap = int64_t(256) << 20;
 
 /// Batch elements per cuDNN attention backward call, given the workspace
 /// `wholeBytes` of one call over all `batch` elements. cuDNN's deterministic
 /// backward keeps fp32 partial dQ sums, one set per 128 keys (1.1 GiB for
 /// the Llama-3.2-1B shape at 4 x 2048 tokens): calls over equal slices of
-/// the batch, the largest divisor whose share fits the cap (one element at
-/// least), share one smaller workspace.
+/// the batch, the largest divisor whose share fits `cap` (one element at
+/// least), share one smaller workspace (1.2% slower on that shape).
 inline int64_t
 attentionBackwardSlice(int64_t batch, int64_t wholeBytes,
                        int64_t cap = kAttentionBackwardWorkspaceCap) {

@@ -1,10 +1,10 @@
 //===- WorkspacesTest.cpp - the library workspaces a step will take -------===//
 //
 // estimateWorkspaces against the figures the rules give for the two
-// benchmark shapes (their unsliced workspaces were measured on an H200:
-// GPT-2 124M's scratch 385.6 MiB, the Llama-3.2-1B shape's 1.1 GiB), the
-// batch slicing the runtime applies above 256 MiB, the own kernel's rows,
-// and no workspace for the CPU.
+// benchmark shapes, whole and sliced under a workspace_limit of 256 MiB
+// (measured on an H200, 2026-12-03: GPT-2 124M's scratch 385.6 MiB whole
+// and 193.2 MiB sliced, the Llama-3.2-1B shape's 1.1 GiB whole and 273.3
+// MiB sliced), the own kernel's rows, and no workspace for the CPU.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,10 +30,12 @@ protected:
   WorkspacesTest() { ctx.loadDialect<dsc::DscDialect, func::FuncDialect>(); }
 
   /// A step with one attention backward of query [b, hq, t, 64] and
-  /// key/value [b, hkv, t, 64] in `element`, for `target`.
+  /// key/value [b, hkv, t, 64] in `element`, for `target`, with
+  /// `workspace_limit` (0: none).
   dsc::codegen::WorkspaceEstimate estimate(int64_t b, int64_t hq, int64_t hkv,
                                            int64_t t, const char *element,
-                                           const char *target) {
+                                           const char *target,
+                                           int64_t limit = 0) {
     std::string q = "tensor<" + std::to_string(b) + "x" + std::to_string(hq) +
                     "x" + std::to_string(t) + "x64x" + element + ">";
     std::string k = "tensor<" + std::to_string(b) + "x" + std::to_string(hkv) +
@@ -45,10 +47,10 @@ protected:
         ", %v: " + k + ", %o: " + q + ", %l: " + lse + ") -> (" + q + ", " + k +
         ", " + k +
         ") {\n  %a, %b, %c = dsc.attention_backward %g, %q, %k, %v, %o, "
-        "%l {causal = true, scale = 1.250000e-01 : f64} : " +
-        q + ", " + q + ", " + k + ", " + k + ", " + q + ", " + lse + " -> " +
-        q + ", " + k + ", " + k + "\n  return %a, %b, %c : " + q + ", " + k +
-        ", " + k + "\n}\n";
+        "%l {causal = true, scale = 1.250000e-01 : f64, workspace_limit = " +
+        std::to_string(limit) + " : i64} : " + q + ", " + q + ", " + k + ", " +
+        k + ", " + q + ", " + lse + " -> " + q + ", " + k + ", " + k +
+        "\n  return %a, %b, %c : " + q + ", " + k + ", " + k + "\n}\n";
     module = parseSourceString<ModuleOp>(text, &ctx);
     EXPECT_TRUE(module);
     std::string error;
@@ -64,29 +66,31 @@ protected:
 };
 
 constexpr uint64_t kMiB = uint64_t(1) << 20;
+constexpr int64_t kLimit = int64_t(256) << 20;
 
-TEST_F(WorkspacesTest, LlamaShapeSlicesToOneElement) {
+TEST_F(WorkspacesTest, LlamaShape) {
   // Per element: 32 x 2048 x 64 x 4 B per 128 keys (16 sets) + a float per
-  // row + the 32 heads' key and value gradients in bf16 = 272.25 MiB, over
-  // the 256 MiB cap: one element per call, then the lse of all rows (1 MiB).
+  // row + the 32 heads' key and value gradients in bf16 = 272.25 MiB; then
+  // the lse of all rows (1 MiB). Whole: 4 elements, 1090 MiB.
   dsc::codegen::WorkspaceEstimate e = estimate(4, 32, 8, 2048, "bf16", "cuda");
   EXPECT_EQ(e.fixed, 32 * kMiB);
-  EXPECT_EQ(e.scratch, uint64_t(286588928));
+  EXPECT_EQ(e.scratch, uint64_t(1143013376));
   EXPECT_EQ(e.scratchFor, "cuDNN attention backward workspace");
+  // Over the limit: one element per call, 273.3 MiB.
+  e = estimate(4, 32, 8, 2048, "bf16", "cuda", kLimit);
+  EXPECT_EQ(e.scratch, uint64_t(286588928));
 }
 
-TEST_F(WorkspacesTest, Gpt2ShapeSlicesToEightElements) {
+TEST_F(WorkspacesTest, Gpt2Shape) {
   // 24.05 MiB per element (8 sets of 12 x 1024 x 64 x 4 B, no grouped
-  // heads): 385 MiB for 16 elements, 8 per call under the cap.
-  dsc::codegen::WorkspaceEstimate e =
-      estimate(16, 12, 12, 1024, "bf16", "cuda");
-  EXPECT_EQ(e.scratch, uint64_t(202571776));
-}
-
-TEST_F(WorkspacesTest, SmallBatchIsNotSliced) {
-  // 2 elements of 24.05 MiB: one call (48.1 MiB + 96 KiB of lse).
-  dsc::codegen::WorkspaceEstimate e = estimate(2, 12, 12, 1024, "bf16", "cuda");
-  EXPECT_EQ(e.scratch, uint64_t(50593792));
+  // heads): 385.6 MiB for 16 elements; 8 per call under the limit.
+  EXPECT_EQ(estimate(16, 12, 12, 1024, "bf16", "cuda").scratch,
+            uint64_t(404291584));
+  EXPECT_EQ(estimate(16, 12, 12, 1024, "bf16", "cuda", kLimit).scratch,
+            uint64_t(202571776));
+  // 2 elements fit the limit: one call (48.1 MiB + 96 KiB of lse).
+  EXPECT_EQ(estimate(2, 12, 12, 1024, "bf16", "cuda", kLimit).scratch,
+            uint64_t(50593792));
 }
 
 TEST_F(WorkspacesTest, OwnKernelAndCpu) {

@@ -210,9 +210,9 @@ TEST(CudaAttention, GroupedQuery) {
   checkAll(c, "gqa 4/1");
 }
 
-// A backward whose workspace exceeds the cap runs over slices of the batch
-// (one element each here, the cap lowered to a byte), with a mask of its
-// own per element: the same bits as the one call over the whole batch.
+// A backward whose workspace exceeds its limit runs over slices of the
+// batch (one element each here, the limit a byte), with a mask of its own
+// per element: the same bits as the one call over the whole batch.
 TEST(CudaAttention, BatchSlicedBackward) {
   DSC_REQUIRE_GPU();
   AttnCase c = basic(96, 64);
@@ -226,9 +226,9 @@ TEST(CudaAttention, BatchSlicedBackward) {
   int64_t before = detail::attentionCudnnBackwardRuns();
   runGpu(whole, c);
   int64_t calls = detail::attentionCudnnBackwardCalls();
-  detail::setAttentionBackwardWorkspaceCap(1);
-  runGpu(sliced, c);
-  detail::setAttentionBackwardWorkspaceCap(0);
+  AttnCase limited = c;
+  limited.attrs.workspaceLimit = 1;
+  runGpu(sliced, limited);
   if (detail::attentionCudnnBackwardRuns() < before + 2) {
     std::printf("[ note ] sliced backward: cuDNN declined\n");
     return;

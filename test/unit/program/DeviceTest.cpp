@@ -410,8 +410,8 @@ TEST_F(DeviceRun, AStepThatDoesNotFitIsAnErrorBeforeAnyAllocation) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(device.allocations, 0);
   EXPECT_TRUE(contains(r.err, "error: this step needs ")) << r.err;
-  EXPECT_TRUE(contains(r.err, "on GPU 0 (2 ranks x (tensors and arena of the "
-                              "compiled plan, "))
+  EXPECT_TRUE(contains(r.err, "on GPU 0 (2 ranks x (tensors, arena and "
+                              "library workspaces of the compiled plan, "))
       << r.err;
   EXPECT_TRUE(contains(r.err, "but it has 512 B in all; compile with a "
                               "smaller --micro-batch"))
