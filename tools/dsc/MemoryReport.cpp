@@ -359,7 +359,7 @@ void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
                     int64_t worldSize, llvm::raw_ostream &os) {
   os << llvm::formatv("will it fit in {0} per GPU ({1} rank(s)): the "
                       "compiled step per configuration (its arguments, "
-                      "results and arena)\n",
+                      "results, arena and library workspaces)\n",
                       humanBytes(double(budget)), worldSize);
   os << llvm::formatv("{0,-6} {1,-11} {2,-9} {3,14}  {4}\n", "stage",
                       "recompute", "offload", "per rank", "fits");

@@ -166,8 +166,9 @@ options:
   --micro-batch N, --input-shape NAME=AxB   as for `dsc import`
   --gpu-memory SIZE          will it fit: compile the step for every stage
                              and --recompute choice and print each one's
-                             per-rank peak (arguments, results and the
-                             static arena plan) against SIZE (80GiB, 80GB,
+                             per-rank peak (arguments, results, the static
+                             arena plan and the library workspaces) against
+                             SIZE (80GiB, 80GB,
                              512MiB or bytes), and the fastest that fits
 )";
 
