@@ -109,25 +109,18 @@ Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
   return root;
 }
 
-/// Whether result `slot` of the function of `op` is written into an
-/// argument's storage (dsc-in-place-updates' dsc.in_place): that argument
-/// may still be read after a value computed early into the slot is made.
-bool slotIsInPlace(Operation *op, unsigned slot) {
-  auto func = op->getParentOfType<func::FuncOp>();
-  return func && func.getResultAttr(slot, "dsc.in_place");
-}
-
 /// The operand whose storage `r` (the first result of `op`) may take
 /// (dsc-in-place-temporaries' dsc.overwrites), when the plan agrees: it is
 /// an arena value (or a view of one) of the result's bytes, read by nothing
 /// after the op. A returned result takes it too: the operand is then
 /// computed straight into the result's storage (the gradients a step
-/// scales as they leave it), unless that storage is an argument's (an
-/// in-place update, which may still read the argument). Else none.
+/// scales as they leave it), unless that storage is an argument's
+/// (`returnedInPlace`: an in-place update, which may still read the
+/// argument). Else none.
 std::optional<unsigned>
 overwrittenOperand(Operation *op, Value r, size_t at, const FramePlan &plan,
                    const llvm::DenseMap<Value, size_t> &lastUse,
-                   const llvm::DenseMap<Value, unsigned> &returnSlot,
+                   const llvm::DenseSet<Value> &returnedInPlace,
                    const PlanOptions &options) {
   auto attr = op->getAttrOfType<IntegerAttr>("dsc.overwrites");
   if (!attr || r != op->getResult(0) || attr.getInt() < 0 ||
@@ -139,10 +132,8 @@ overwrittenOperand(Operation *op, Value r, size_t at, const FramePlan &plan,
   Value root = src.kind == Storage::Kind::Alias ? src.source : in;
   const Storage &rootStorage = plan.storage.lookup(root);
   if (rootStorage.kind != Storage::Kind::Arena || lastUse.lookup(root) > at ||
-      lastUse.lookup(in) > at || options.bytes(root) != options.bytes(r))
-    return std::nullopt;
-  if (auto slot = returnSlot.find(r);
-      slot != returnSlot.end() && slotIsInPlace(op, slot->second))
+      lastUse.lookup(in) > at || options.bytes(root) != options.bytes(r) ||
+      returnedInPlace.contains(r))
     return std::nullopt;
   return k;
 }
@@ -340,6 +331,13 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
   llvm::DenseMap<Value, unsigned> returnSlot;
   for (auto [k, v] : llvm::enumerate(body.getTerminator()->getOperands()))
     returnSlot.try_emplace(v, static_cast<unsigned>(k));
+  // Returned into an argument's storage (dsc-in-place-updates): nothing
+  // made before such a value may be computed into its slot, the argument
+  // may still be read then.
+  llvm::DenseSet<Value> returnedInPlace;
+  for (auto [v, k] : returnSlot)
+    if (func.getResultAttr(k, "dsc.in_place"))
+      returnedInPlace.insert(v);
 
   llvm::DenseMap<size_t, std::vector<Value>> freeAt;
   for (auto [i, op] : llvm::enumerate(ops)) {
@@ -363,13 +361,13 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
         Storage &root = plan.storage[s.source];
         if (auto slot = returnSlot.find(r); slot != returnSlot.end() &&
                                             root.kind == Storage::Kind::Arena &&
-                                            !slotIsInPlace(op, slot->second)) {
+                                            !returnedInPlace.contains(r)) {
           root.kind = Storage::Kind::Result;
           root.index = slot->second;
         }
       } else if (std::optional<unsigned> k =
                      overwrite ? overwrittenOperand(op, r, i, plan, lastUse,
-                                                    returnSlot, options)
+                                                    returnedInPlace, options)
                                : std::nullopt) {
         // Written over its operand, which dies here: that storage, kept
         // for as long as the result is read.

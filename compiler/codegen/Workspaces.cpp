@@ -105,11 +105,8 @@ WorkspaceEstimate estimateWorkspaces(ModuleOp module) {
       need(layerNormBackwardScratch(n), "layer norm backward partials");
     }
   });
-  // The runtime's scratch buffer: at least 1 MiB, in 64 KiB steps.
-  if (est.scratch) {
-    est.scratch = std::max<uint64_t>(est.scratch, uint64_t(1) << 20);
-    est.scratch = (est.scratch + 0xFFFF) & ~uint64_t(0xFFFF);
-  }
+  if (est.scratch)
+    est.scratch = scratchBufferBytes(est.scratch);
   return est;
 }
 

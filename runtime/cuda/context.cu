@@ -28,7 +28,7 @@ Status create(RankDevice &rd) {
   DSC_CUDA_CHECK(cudaStreamCreateWithFlags(&rd.compute, cudaStreamNonBlocking));
   DSC_CUDA_CHECK(cudaStreamCreateWithFlags(&rd.comm, cudaStreamNonBlocking));
   DSC_CUDA_CHECK(cublasLtCreate(&rd.lt));
-  DSC_CUDA_CHECK(cudaMalloc(&rd.ltWorkspace, kLtWorkspaceBytes));
+  DSC_CUDA_CHECK(cudaMalloc(&rd.ltWorkspace, kGemmWorkspaceBytes));
   DSC_CUDA_CHECK(cudnnCreate(&rd.cudnn));
   DSC_CUDA_CHECK(cudnnSetStream(rd.cudnn, rd.compute));
   return Status();
@@ -100,8 +100,7 @@ Status scratch(size_t bytes, void **out, const char *what) {
       rd.scratch = nullptr;
       rd.scratchBytes = 0;
     }
-    size_t want = std::max<size_t>(bytes, size_t(1) << 20);
-    want = (want + 0xFFFF) & ~size_t(0xFFFF);
+    size_t want = scratchBufferBytes(bytes);
     DSC_CUDA_CHECK(cudaMalloc(&rd.scratch, want));
     rd.scratchBytes = want;
     rd.scratchFor = what;

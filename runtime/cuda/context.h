@@ -94,7 +94,7 @@ struct RankDevice {
   cudaStream_t compute = nullptr;
   cudaStream_t comm = nullptr;
   cublasLtHandle_t lt = nullptr;
-  void *ltWorkspace = nullptr; // kLtWorkspaceBytes of device memory
+  void *ltWorkspace = nullptr; // kGemmWorkspaceBytes of device memory
   cudnnHandle_t cudnn = nullptr;
   void *scratch = nullptr; // see scratch()
   size_t scratchBytes = 0;
@@ -106,8 +106,6 @@ struct RankDevice {
   std::shared_ptr<StepGraphs> graphs; // the captured steps (graph.h)
   std::shared_ptr<Offload> offload;   // null until the first offload call
 };
-
-constexpr size_t kLtWorkspaceBytes = kGemmWorkspaceBytes;
 
 /// Creates (once) the state of `rank` on GPU `rank % visible GPUs` (or
 /// `device` when >= 0) and binds the calling thread to it.

@@ -174,7 +174,7 @@ public:
   void workspaces(size_t &fixedBytes, size_t &scratchBytes,
                   std::string &scratchFor) override {
     RankDevice &rd = current();
-    fixedBytes = kLtWorkspaceBytes;
+    fixedBytes = kGemmWorkspaceBytes;
     scratchBytes = rd.scratchBytes;
     scratchFor = rd.scratchFor;
   }
@@ -255,7 +255,7 @@ private:
   /// The bound rank's library workspaces (cuBLASLt, scratch).
   static size_t workspaces() {
     RankDevice &rd = current();
-    return kLtWorkspaceBytes + rd.scratchBytes;
+    return kGemmWorkspaceBytes + rd.scratchBytes;
   }
 
   std::mutex mu_;

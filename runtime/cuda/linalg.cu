@@ -204,7 +204,7 @@ Status buildPlan(const Problem &p, const Alignments &al, const void *bias,
 
   Preference pref;
   DSC_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
-  uint64_t workspace = kLtWorkspaceBytes;
+  uint64_t workspace = kGemmWorkspaceBytes;
   DSC_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
       sizeof(workspace)));
@@ -227,7 +227,7 @@ Status buildPlan(const Problem &p, const Alignments &al, const void *bias,
   if (st != CUBLAS_STATUS_SUCCESS)
     return check(st, "cublasLtMatmulAlgoGetHeuristic");
   if (returned > 0 && result.state == CUBLAS_STATUS_SUCCESS &&
-      result.workspaceSize <= kLtWorkspaceBytes) {
+      result.workspaceSize <= kGemmWorkspaceBytes) {
     plan.algo = result.algo;
     plan.found = true;
   }
@@ -427,8 +427,8 @@ Status runProduct(const Problem &problem, std::vector<Launch> launches,
   for (const Launch &l : launches)
     DSC_CUDA_CHECK(cublasLtMatmul(rd.lt, plan.op, alphaP, l.b, plan.a, l.a,
                                   plan.b, betaP, l.c, plan.d, l.d, plan.d,
-                                  &plan.algo, rd.ltWorkspace, kLtWorkspaceBytes,
-                                  rd.compute));
+                                  &plan.algo, rd.ltWorkspace,
+                                  kGemmWorkspaceBytes, rd.compute));
   DSC_CUDA_LAUNCHED("cublasLtMatmul");
   if (stage.d)
     if (Status st = copyRows(orig.d, problem.n, launches[0].d, p.n, problem.m,

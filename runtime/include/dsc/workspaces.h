@@ -18,6 +18,13 @@ namespace dsc {
 /// cuBLASLt's workspace, one per rank.
 constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
 
+/// The size the shared scratch buffer takes for a request of `bytes`: at
+/// least 1 MiB, in 64 KiB steps.
+inline size_t scratchBufferBytes(size_t bytes) {
+  size_t want = bytes > (size_t(1) << 20) ? bytes : size_t(1) << 20;
+  return (want + 0xFFFF) & ~size_t(0xFFFF);
+}
+
 /// The workspace one cuDNN attention backward call may take when the step
 /// recomputes activations to save memory (dsc-recompute sets it as the
 /// attention backward's workspace_limit); without one the call takes the
