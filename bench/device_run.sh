@@ -45,6 +45,11 @@
 #                the host's AdamW may round differently)
 #   llama-off-rsel
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
+#   llama7b-off, llama7b
+#                the Llama-2-7B shape (bench/llama_1b.py export --shape 7b),
+#                1 x 2048 tokens: with the optimizer offloaded
+#                (gpu-bundle-extra/llama_7b_bf16_off) and without it
+#                (llama_7b_bf16): ms/step, tokens/s, GPU and host peaks
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
 # BREAKDOWN=0 leaves the per-kernel breakdowns out; VARIANT_BREAKDOWN=1
@@ -179,6 +184,9 @@ for part in "$@"; do
       cat $t/oa.jsonl $t/ob.jsonl > $t/oab.jsonl
       echo -n "offload_resume_gpt2_bf16: "
       python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/oab.jsonl $t/or.safetensors --tol 0
+      "$B/gpt2nodrop_bf16" $cd_ --seed 3 --steps 6 --log $t/og.jsonl --dump-params $t/og.safetensors
+      echo -n "offload_chunks_vs_gpu_gpt2_bf16: "
+      python3 test/e2e/compare_runs.py $t/og.jsonl $t/og.safetensors $t/on.jsonl $t/on.safetensors --tol 1e-5
     ) >"$W/offload_checks.txt" 2>&1
     echo "rc=$?" >>"$W/offload_checks.txt"
     grep -E "^offload_|rc=|rror" "$W/offload_checks.txt" | tail -12 ;;
@@ -204,6 +212,26 @@ for part in "$@"; do
   llama-off-rsel)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_rsel "$B/llama_1b_bf16_off_rsel" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32 ;;
+  llama7b-off | llama7b)
+    [ -f "$W/tok7.bin" ] || tokens "$W/tok7.bin" 32000 uint16
+    name=${part/-/_}
+    prog="$B/llama_7b_bf16${part#llama7b}"
+    prog=${prog/-off/_off}
+    [ -x "$prog" ] || { echo "device_run: no $prog (gpu-bundle-extra)"; continue; }
+    timeout 270 "$prog" --init random --data "$W/tok7.bin" --steps "${STEPS7B:-6}" \
+      --print-every 1 --log "$W/$name.jsonl" >"$W/$name.txt" 2>&1
+    echo "rc=$?" >>"$W/$name.txt"
+    grep -E "memory|workspaces|rc=|error" "$W/$name.txt" | tail -8
+    python3 - "$W/$name.jsonl" <<'PY'
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+t = [s["step_time_s"] for s in r[2:]]
+if t:
+    m = statistics.median(t)
+    print(sys.argv[1], "median ms/step over steps 3..%d:" % len(r), round(m * 1e3, 1),
+          "tokens/s:", round(2048 / m), "losses:", [round(s["loss"], 4) for s in r])
+PY
+    ;;
   llama-peers)
     timeout 90 python3 bench/llama_1b.py torch >"$W/llama_torch.jsonl" 2>"$W/llama_torch.err"
     timeout 180 python3 bench/llama_1b.py torch --compile >>"$W/llama_torch.jsonl" 2>>"$W/llama_torch.err"
@@ -216,7 +244,7 @@ for part in "$@"; do
   *) echo "device_run: unknown part '$part'" >&2 ;;
   esac
 done
-rm -f "$W/tok.bin" "$W/tokl.bin"
+rm -f "$W/tok.bin" "$W/tokl.bin" "$W/tok7.bin"
 mkdir -p "$O"
 tar -czf "$O/results.tgz" -C "$W" --exclude="gc/tmp" . 2>/dev/null
 ls -la "$O"

@@ -1,26 +1,48 @@
 #!/usr/bin/env python3
-"""The Llama-3.2-1B shape of issue 11 (HF LlamaForCausalLM in its default
-configuration but for the sizes: 16 layers, width 2048, 32 heads / 8 kv
-heads, MLP 8192, vocab 128256, tied embeddings), 4 x 2048 tokens.
+"""Llama shapes for the benchmarks: HF LlamaForCausalLM in its default
+configuration but for the sizes.
 
-  python3 bench/llama_1b.py export OUT.onnx   # on the GPU machine (torch):
+  --shape 1b (default): the Llama-3.2-1B shape of issue 11 (16 layers, width
+      2048, 32 heads / 8 kv heads, MLP 8192, vocab 128256, tied
+      embeddings), 4 x 2048 tokens
+  --shape 7b: the Llama-2-7B shape of issue 12 (32 layers, width 4096, 32
+      heads, MLP 11008, vocab 32000, untied), 1 x 2048 tokens
+
+  python3 bench/llama_1b.py export [--shape S] OUT.onnx
       the training graph (shifted mean cross-entropy) by the legacy exporter,
-      opset 17, weights left out (dsc compiles it from shapes, --init random)
-  python3 bench/llama_1b.py torch [--compile] # PyTorch on the same card:
-      bf16 autocast, fp32 masters, AdamW(fused=True); one JSON line
+      opset 17, weights left out (dsc compiles it from shapes, --init
+      random). The parameters are never initialized (meta device, then
+      untouched memory), so a 7B graph exports in a few GiB of memory; they
+      go in as graph inputs and come out as external initializers whose
+      file does not exist.
+  python3 bench/llama_1b.py torch [--shape S] [--compile]
+      PyTorch on the same card: bf16 autocast, fp32 masters,
+      AdamW(fused=True); one JSON line
 
-Both run on the GPU machine (torch is not on the compile machine)."""
+torch runs on the GPU machine, or here in a virtual environment for export."""
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
 
-SHAPE = dict(num_hidden_layers=16, hidden_size=2048, num_attention_heads=32,
-             num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
-             tie_word_embeddings=True, max_position_embeddings=2048)
-B, T = 4, 2048
+SHAPES = {
+    "1b": (dict(num_hidden_layers=16, hidden_size=2048, num_attention_heads=32,
+                num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
+                tie_word_embeddings=True, max_position_embeddings=2048), 4),
+    "7b": (dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+                num_key_value_heads=32, intermediate_size=11008, vocab_size=32000,
+                tie_word_embeddings=False, max_position_embeddings=4096), 1),
+}
+SHAPE, B = SHAPES["1b"]
+T = 2048
+
+
+def use_shape(name):
+    global SHAPE, B
+    SHAPE, B = SHAPES[name]
 
 
 def build(torch):
@@ -49,25 +71,90 @@ def build(torch):
 def export(args):
     import onnx
     import torch
-    model = build(torch)
+    with torch.device("meta"):
+        model = build(torch)
+    # Untouched memory (zero pages): the trace computes with it but nothing
+    # is written, so the parameters cost address space, not memory.
+    model = model.to_empty(device="cpu")
+    model.model.tie_weights()  # to_empty gave each name its own tensor
+    fix_buffers(torch, model)
+    names = [n for n, _ in model.named_parameters()]
     ids = torch.zeros(1, T, dtype=torch.long)
-    tmp = args.out + ".full.onnx"
-    torch.onnx.export(model, (ids, ids), tmp, dynamo=False, opset_version=17,
-                      training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False,
-                      input_names=["input_ids", "labels"], output_names=["loss"],
-                      export_params=True,
-                      dynamic_axes={"input_ids": {0: "batch"}, "labels": {0: "batch"}})
+    tmp = args.out + ".tmp.onnx"
+    # No autograd: a 7B trace would keep every activation for a backward.
+    with torch.no_grad():
+        torch.onnx.export(model, (ids, ids), tmp, dynamo=False, opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, export_params=False,
+                          input_names=["input_ids", "labels"] + names,
+                          output_names=["loss"],
+                          dynamic_axes={"input_ids": {0: "batch"},
+                                        "labels": {0: "batch"}})
     m = onnx.load(tmp)
     os.remove(tmp)
-    data = os.path.basename(args.out) + ".weights"
-    onnx.save_model(m, args.out, save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=data, size_threshold=4096)
-    weights = os.path.join(os.path.dirname(os.path.abspath(args.out)), data)
-    size = os.path.getsize(weights)
-    os.remove(weights)
-    print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes; "
-          f"{size / 2**20:.0f} MiB of weights left out)")
+    # A tied weight is one parameter under two names in the state dict, and
+    # the exporter makes an input of each: the alias reads the parameter.
+    first = {}
+    aliases = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        if isinstance(t, torch.nn.Parameter):
+            aliases[name] = first.setdefault(id(t), name)
+    params_as_external(onnx, m, os.path.basename(args.out) + ".weights", aliases)
+    onnx.save_model(m, args.out)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes; {n} parameters "
+          f"left out)")
+
+
+def fix_buffers(torch, model):
+    """Buffers the graph computes with (rotary frequencies) from a one-layer
+    model on the CPU: to_empty left them uninitialized."""
+    global SHAPE
+    full = SHAPE
+    SHAPE = dict(full, num_hidden_layers=1)
+    try:
+        small = dict(build(torch).named_buffers())
+    finally:
+        SHAPE = full
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            buf.copy_(small[re.sub(r"layers\.\d+\.", "layers.0.", name)])
+    for mod in model.modules():
+        if hasattr(mod, "original_inv_freq"):
+            mod.original_inv_freq = mod.inv_freq.clone()
+
+
+def params_as_external(onnx, m, location, aliases):
+    """The parameters the exporter made graph inputs become initializers
+    whose data lies in LOCATION, a file that is never written; an input that
+    ALIASES names as another's (a tied weight) is replaced by that one."""
+    g = m.graph
+    keep, offset = [], 0
+    for inp in g.input:
+        if inp.name in ("input_ids", "labels"):
+            keep.append(inp)
+            continue
+        canonical = aliases.get(inp.name, inp.name)
+        if canonical != inp.name:
+            for node in g.node:
+                for i, x in enumerate(node.input):
+                    if x == inp.name:
+                        node.input[i] = canonical
+            continue
+        tt = inp.type.tensor_type
+        dims = [d.dim_value for d in tt.shape.dim]
+        t = onnx.TensorProto(name=inp.name, data_type=tt.elem_type, dims=dims)
+        t.data_location = onnx.TensorProto.EXTERNAL
+        size = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
+        for d in dims:
+            size *= d
+        for k, v in (("location", location), ("offset", str(offset)), ("length", str(size))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        offset += (size + 4095) // 4096 * 4096
+        g.initializer.append(t)
+    del g.input[:]
+    g.input.extend(keep)
 
 
 def bench_torch(args):
@@ -100,7 +187,7 @@ def bench_torch(args):
             first = time.perf_counter() - t_first
     t = statistics.median(times[args.warmup:])
     flops = 6 * params * B * T + 12 * SHAPE["num_hidden_layers"] * T * T * SHAPE["hidden_size"] * B
-    print(json.dumps(dict(impl="torch.compile" if args.compile else "eager", model="llama3.2-1b shape",
+    print(json.dumps(dict(impl="torch.compile" if args.compile else "eager", model=f"llama {args.shape} shape",
                           params=params, median_step_ms=t * 1e3, tokens_per_s=B * T / t,
                           flops_per_step=flops, first_step_s=first,
                           peak_gib=torch.cuda.max_memory_allocated() / 2**30,
@@ -113,11 +200,14 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("export")
     e.add_argument("out")
+    e.add_argument("--shape", choices=sorted(SHAPES), default="1b")
     t = sub.add_parser("torch")
+    t.add_argument("--shape", choices=sorted(SHAPES), default="1b")
     t.add_argument("--compile", action="store_true")
     t.add_argument("--steps", type=int, default=20)
     t.add_argument("--warmup", type=int, default=8)
     args = p.parse_args()
+    use_shape(args.shape)
     return export(args) if args.cmd == "export" else bench_torch(args)
 
 

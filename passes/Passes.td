@@ -700,7 +700,11 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
     an argument `dsc.compute_copy` the forward reads instead of the cast,
     and a result `dsc.compute_copy_update` that a copy brings up right after
     the chunk that computed it. The copy stream and the host's work then
-    overlap chunk by chunk.
+    overlap chunk by chunk. A gradient's copy to the host is issued
+    `copy-ahead` host tasks before the chunk that reads it, so the host
+    holds a few chunks' gradients at a time (the memory plan reuses the
+    host frame; the runtime orders a copy into host memory after the host
+    tasks that last used those bytes).
 
     `optimizer=none` (the default) leaves the IR as it is. Stages 1-3
     (sharded state reached through slices and gathers) are refused with a
@@ -715,6 +719,11 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
            "about this many (whole parameters), so that each one's "
            "gradients come down, and its compute copies go up, while "
            "another computes">,
+    Option<"copyAhead", "copy-ahead", "unsigned", /*default=*/"2",
+           "A copy to the host of a value only host tasks read is issued "
+           "this many host tasks before the first of them (0: right after "
+           "the value is made), so the host frame holds a few chunks' "
+           "gradients at a time rather than all of them">,
     Option<"function", "function", "std::string", /*default=*/"\"train_step\"",
            "The step function">,
     Option<"params", "params", "std::string", /*default=*/"\"none\"",

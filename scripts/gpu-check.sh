@@ -73,6 +73,10 @@ build() {
     $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_acc4_off"
   $c --micro-batch 2 --precision bf16 --offload-optimizer cpu --offload-chunk-elements 100000 \
     $fixtures/models/gpt2_nodrop_opset17.onnx -o "$bundle/bin/gpt2nodrop_bf16_off"
+  # The same without offload: the chunks' gradients stream through a reused
+  # host frame (--offload-copy-ahead, default 2) and must give its numbers.
+  $c --micro-batch 2 --precision bf16 $fixtures/models/gpt2_nodrop_opset17.onnx \
+    -o "$bundle/bin/gpt2nodrop_bf16"
   # ZeRO-3 with the parameter shards on the host too (--offload-param).
   $c --micro-batch 1 --stage 3 --world-size 4 --precision bf16 --offload-optimizer cpu \
     --offload-param cpu $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_s3_n4_offp"
@@ -268,6 +272,10 @@ run() {
     '$b/gpt2nodrop_bf16_off' $cd --steps 6 --log $t/ob.jsonl --resume $t/ck3 --dump-params $t/or.safetensors && \
     cat $t/oa.jsonl $t/ob.jsonl > $t/oab.jsonl && \
     python3 test/e2e/compare_runs.py $t/of.jsonl $t/of.safetensors $t/oab.jsonl $t/or.safetensors --tol 0"
+  # Offload in chunks through the reused host frame against the GPU AdamW.
+  check offload_chunks_vs_gpu_gpt2_bf16 bash -c "'$b/gpt2nodrop_bf16' $cd --seed 3 --steps 6 \
+    --log $t/og.jsonl --dump-params $t/og.safetensors && python3 test/e2e/compare_runs.py \
+    $t/og.jsonl $t/og.safetensors $t/on.jsonl $t/on.safetensors --tol 1e-5"
   check checkpoint_reshard_nanogpt_f64_s3n4_to_1 bash -c "rm -rf $t/ck2 && \
     '$b/nanogpt64_s3_n4' $cd --seed 5 --steps 6 --log $t/nf.jsonl --dump-params $t/nf.safetensors && \
     '$b/nanogpt64_s3_n4' $cd --seed 5 --steps 3 --log $t/na.jsonl --save-dir $t/ck2 && \

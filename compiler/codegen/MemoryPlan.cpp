@@ -273,6 +273,48 @@ std::vector<uint64_t> placeArena(ArrayRef<Value> arena, const FramePlan &plan,
              : inOrder;
 }
 
+/// Host frame offsets (separateHost): first fit in op order over the
+/// values' live ranges. A range is reused once its value is dead: the
+/// runtime orders a write into host memory after the copies and host tasks
+/// that last read or wrote those bytes (cuda/offload.cu), so the frame holds
+/// what is live at once (a few chunks' gradients on their way to the host
+/// AdamW) rather than every value of the step. A range is free only once
+/// the next host task after its value's last use is issued: a copy up
+/// issued right after its chunk's AdamW would otherwise hold up the next
+/// chunk's AdamW writing over it (the copy runs only after the first
+/// AdamW, so the second would wait for both).
+uint64_t placeHostFrame(ArrayRef<Value> values, ArrayRef<Operation *> ops,
+                        FramePlan &plan) {
+  std::vector<size_t> nextTask(ops.size() + 1, ops.size());
+  for (size_t i = ops.size(); i-- > 0;)
+    nextTask[i] = i + 1 < ops.size() && ops[i + 1]->hasAttr("dsc.on_host")
+                      ? i + 1
+                      : nextTask[i + 1];
+  struct Placed {
+    uint64_t offset, end;
+    size_t freeAfter;
+  };
+  std::vector<Placed> live; // by offset
+  uint64_t top = 0;
+  for (Value v : values) {
+    Storage &s = plan.storage[v];
+    llvm::erase_if(live,
+                   [&](const Placed &p) { return p.freeAfter < s.firstOp; });
+    uint64_t at = 0;
+    for (const Placed &p : live) {
+      if (p.offset >= at + s.bytes)
+        break;
+      at = std::max(at, p.end);
+    }
+    s.offset = at;
+    auto pos = llvm::upper_bound(
+        live, at, [](uint64_t off, const Placed &p) { return off < p.offset; });
+    live.insert(pos, Placed{at, at + s.bytes, nextTask[s.lastOp]});
+    top = std::max(top, at + s.bytes);
+  }
+  return top;
+}
+
 /// The plan of `func`; results written over an operand (dsc.overwrites)
 /// only when `overwrite`.
 FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
@@ -441,6 +483,7 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
   // 4. The peak of live bytes (what any placement needs at least) and the
   //    host frame, in op order.
   std::vector<Value> arena; // arena values, in op order
+  std::vector<Value> host;  // host frame values, in op order
   llvm::SetVector<Value> live;
   uint64_t liveBytes = 0;
   std::vector<size_t> calls; // positions of calls
@@ -450,11 +493,7 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
     for (Value r : op->getResults()) {
       Storage &s = plan.storage[r];
       if (s.kind == Storage::Kind::HostArena) {
-        // Never reused within the step: copies and host tasks run on two
-        // streams, ordered only by the data each reads (a later value in a
-        // dead one's range could be written while a copy still reads it).
-        s.offset = plan.hostBytes;
-        plan.hostBytes += s.bytes;
+        host.push_back(r);
         continue;
       }
       if (s.kind != Storage::Kind::Arena)
@@ -474,6 +513,8 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
     if (isa<func::CallOp>(op))
       calls.push_back(i);
   }
+
+  plan.hostBytes = placeHostFrame(host, ops, plan);
 
   // 5. Offsets: two placements of the same live ranges, the smaller kept.
   std::vector<uint64_t> offsets = placeArena(arena, plan, options, ops, calls);

@@ -10,6 +10,7 @@
 #include "cpu/kernel_util.h"
 
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -78,8 +79,17 @@ public:
   }
 
 private:
+  /// DSC_HOST_THREADS threads in all (the caller among them), else one per
+  /// hardware thread: fewer leave cores to the process's other threads (the
+  /// CUDA driver's, the step's own) while an offloaded AdamW runs.
   Pool() {
     unsigned hw = std::thread::hardware_concurrency();
+    if (const char *env = std::getenv("DSC_HOST_THREADS")) {
+      char *end = nullptr;
+      long n = std::strtol(env, &end, 10);
+      if (end != env && !*end && n >= 1 && n <= 4096)
+        hw = unsigned(n);
+    }
     workers_ = hw > 1 ? int(hw) - 1 : 0;
     for (int i = 0; i < workers_; ++i)
       std::thread([this] { work(); }).detach();

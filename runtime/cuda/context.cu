@@ -111,7 +111,7 @@ Status scratch(size_t bytes, void **out, const char *what) {
 }
 
 Offload::~Offload() {
-  for (Marks *marks : {&copies, &copiesUp, &hostWrites})
+  for (Marks *marks : {&copies, &copiesUp, &hostWrites, &hostTasks})
     for (auto &entry : *marks)
       cudaEventDestroy(entry.second.done);
   for (cudaEvent_t e : {fork, copy.join, host.join})

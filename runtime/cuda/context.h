@@ -69,11 +69,24 @@ struct Offload {
     cudaStream_t stream = nullptr;
     cudaEvent_t join = nullptr; // recorded on it, waited for by compute
   };
+  /// The last access on one lane to each byte range of host memory:
+  /// begin -> [begin, end) and the event recorded after that access. The
+  /// memory plan reuses the host frame, so a write into a range waits for
+  /// what last read it on the other lane, whatever value lay there.
+  struct Span {
+    uintptr_t end = 0;
+    cudaEvent_t done = nullptr; // a Mark's event, owned by its map
+    unsigned long long captureId = 0;
+  };
+  using Spans = std::map<uintptr_t, Span>;
   Lane copy, host;
   cudaEvent_t fork = nullptr; // recorded on compute, waited for by a lane
   Marks copies;               // by the copy's destination
   Marks copiesUp;             // by a copy to the device's host source
   Marks hostWrites;           // by a tensor in a host task's `writes`
+  Marks hostTasks;            // by HostTaskSite: recorded after each launch
+  Spans hostTaskSpans;        // what host tasks read or wrote
+  Spans copyUpSpans;          // what copies to the device read
   std::map<int, std::unique_ptr<HostTaskSite>> sites;
   /// The rank's first failed host task, set on CUDA's host-function thread
   /// and taken by Device::synchronize; later host tasks are skipped while

@@ -6,7 +6,10 @@
 // stream (CUDA's host-function thread, one stable HostTaskSite per call
 // site), which waits for the copies into the tensors a task names and for
 // the copies up out of the tensors it writes. A copy to the device waits
-// for the host task that last wrote its source.
+// for the host task that last wrote its source. The memory plan reuses the
+// host frame, so writes are also ordered by byte range: a copy into host
+// memory waits for the host tasks that last read or wrote any of its
+// bytes, and a host task for the copies up that last read what it writes.
 // The compute stream waits on a copy's event (offloadWait) or on both
 // streams (offloadJoin). So, a step's optimizer split into chunks
 // pipelines: copies down of chunk i+1, the host update of chunk i and the
@@ -17,6 +20,8 @@
 #include "cuda/context.h"
 #include "cuda/kernels.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -68,6 +73,61 @@ Status recordMark(Offload::Mark &m, cudaStream_t lane,
   return Status();
 }
 
+/// The spans of `spans` that share a byte with [begin, end).
+template <typename Fn>
+void forOverlapping(Offload::Spans &spans, uintptr_t begin, uintptr_t end,
+                    Fn fn) {
+  auto it = spans.upper_bound(begin);
+  if (it != spans.begin() && std::prev(it)->second.end > begin)
+    --it;
+  for (; it != spans.end() && it->first < end; ++it)
+    fn(it);
+}
+
+/// `t`'s bytes were last accessed on a lane by the work before `m`'s event:
+/// it replaces what the spans said of those bytes (an earlier access on the
+/// same lane finished before it).
+void recordSpan(Offload::Spans &spans, const Tensor &t,
+                const Offload::Mark &m) {
+  auto begin = reinterpret_cast<uintptr_t>(t.data);
+  uintptr_t end = begin + t.nbytes();
+  if (begin == end)
+    return;
+  std::vector<std::pair<uintptr_t, Offload::Span>> kept; // the parts outside
+  std::vector<uintptr_t> covered;
+  forOverlapping(spans, begin, end, [&](Offload::Spans::iterator it) {
+    covered.push_back(it->first);
+    if (it->first < begin)
+      kept.push_back({it->first, Offload::Span{begin, it->second.done,
+                                               it->second.captureId}});
+    if (it->second.end > end)
+      kept.push_back({end, it->second});
+  });
+  for (uintptr_t key : covered)
+    spans.erase(key);
+  for (auto &[key, span] : kept)
+    spans[key] = span;
+  spans[begin] = Offload::Span{end, m.done, m.captureId};
+}
+
+/// `lane` waits for the accesses the spans record to `t`'s bytes in this
+/// capture (or outside any).
+Status waitForSpans(cudaStream_t lane, Offload::Spans &spans, const Tensor &t,
+                    unsigned long long capture) {
+  auto begin = reinterpret_cast<uintptr_t>(t.data);
+  std::vector<cudaEvent_t> events;
+  forOverlapping(spans, begin, begin + t.nbytes(),
+                 [&](Offload::Spans::iterator it) {
+                   if (it->second.captureId == capture &&
+                       std::find(events.begin(), events.end(),
+                                 it->second.done) == events.end())
+                     events.push_back(it->second.done);
+                 });
+  for (cudaEvent_t e : events)
+    DSC_CUDA_CHECK(cudaStreamWaitEvent(lane, e, 0));
+  return Status();
+}
+
 /// Whether `p` is pinned host memory (host) or device memory (!host);
 /// managed memory is both.
 Status isMemoryOf(const void *p, bool host, bool &ok) {
@@ -116,12 +176,19 @@ Status issueCopy(RankDevice &rd, const Tensor &src, const Tensor &dst,
     if (Status s = waitForMark(lane, markIn(o->hostWrites, src.data, capture));
         !s.ok())
       return s;
+  // Into host memory a host task may still read or write (a value that lay
+  // in this range of the frame before).
+  if (toHost)
+    if (Status s = waitForSpans(lane, o->hostTaskSpans, dst, capture); !s.ok())
+      return s;
   if (size_t bytes = dst.nbytes())
     DSC_CUDA_CHECK(
         cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDefault, lane));
-  if (read)
+  if (read) {
     if (Status s = recordMark(*read, lane, capture); !s.ok())
       return s;
+    recordSpan(o->copyUpSpans, src, *read);
+  }
   return recordMark(*done, lane, capture);
 }
 
@@ -238,14 +305,17 @@ Status launchTask(int site, std::function<Status()> fn, const char *what,
   std::vector<Offload::Mark *> written; // made before anything is issued
   if (Status s = writeMarksOf(*o, writes, written); !s.ok())
     return s;
+  Offload::Mark *ran = nullptr;
+  if (Status s = markOf(o->hostTasks, &hs, "a host task's event", ran); !s.ok())
+    return s;
   for (std::initializer_list<Tensor> tensors : {reads, writes})
     if (Status s = waitForCopies(*o, tensors, capture); !s.ok())
       return s;
-  // Nor may it overwrite a host tensor a copy up is still reading (a
-  // parameter shard that backward's re-gather copied up).
+  // Nor may it overwrite host memory a copy up is still reading (a
+  // parameter shard that backward's re-gather copied up, or a value that
+  // lay in this range of the frame before).
   for (const Tensor &t : writes)
-    if (Status s = waitForMark(o->host.stream,
-                               markIn(o->copiesUp, t.data, capture));
+    if (Status s = waitForSpans(o->host.stream, o->copyUpSpans, t, capture);
         !s.ok())
       return s;
   if (Status s = joinCapture(rd, *o, capture); !s.ok())
@@ -255,6 +325,11 @@ Status launchTask(int site, std::function<Status()> fn, const char *what,
   for (Offload::Mark *m : written)
     if (Status s = recordMark(*m, o->host.stream, capture); !s.ok())
       return s;
+  if (Status s = recordMark(*ran, o->host.stream, capture); !s.ok())
+    return s;
+  for (std::initializer_list<Tensor> tensors : {reads, writes})
+    for (const Tensor &t : tensors)
+      recordSpan(o->hostTaskSpans, t, *ran);
   return Status();
 }
 

@@ -392,6 +392,12 @@ void Reporter::summary(int64_t steps, double trainSeconds, double lastLoss,
                    humanBytes(double(hostTensors + hostArena)).c_str(),
                    humanBytes(double(hostTensors)).c_str(),
                    humanBytes(double(hostArena)).c_str());
+    // The whole process on the host: pinned memory, the host copies of
+    // what the program reads back, the CUDA libraries' own.
+    struct rusage ru {};
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+      std::fprintf(out, "host memory: peak resident %s (this process)\n",
+                   humanBytes(double(ru.ru_maxrss) * 1024).c_str());
   }
   std::fflush(out);
 }

@@ -60,8 +60,12 @@ bool parseU64(const std::string &text, uint64_t &out);
 /// Storage for one tensor: `alignment`-byte aligned (a power of two, at
 /// least 64) and a multiple of it in size, zero-filled, never empty (a
 /// zero-element tensor still gets a non-null pointer). kPageBytes for a
-/// host tensor (ArgSpec::host), pinned on pages of its own.
+/// host tensor (ArgSpec::host), pinned on pages of its own. From 1 MiB on
+/// it is mapped pages the kernel zeroes on first touch, so a host copy the
+/// run never writes (a device program's gradients, read back only for
+/// --dump-grads) costs address space, not memory.
 struct FreeDeleter {
+  size_t mappedBytes = 0; // mmap'ed (munmap), else malloc'ed (free)
   void operator()(void *p) const;
 };
 using Memory = std::unique_ptr<void, FreeDeleter>;

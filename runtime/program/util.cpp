@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+
 namespace dsc::program {
 
 Status fail(const std::string &message) {
@@ -139,20 +141,38 @@ bool sameType(const TensorSpec &a, const TensorSpec &b) {
   return true;
 }
 
-void FreeDeleter::operator()(void *p) const { std::free(p); }
+void FreeDeleter::operator()(void *p) const {
+  if (mappedBytes)
+    munmap(p, mappedBytes);
+  else
+    std::free(p);
+}
 
 Status allocateTensor(const TensorSpec &type, const std::string &what,
                       Memory &mem, Tensor &out, size_t alignment) {
   size_t bytes = static_cast<size_t>(numelOf(type)) * dtypeSize(type.dtype);
   size_t rounded =
       std::max(alignment, (bytes + alignment - 1) / alignment * alignment);
-  void *p = std::aligned_alloc(alignment, rounded);
+  constexpr size_t kMapFrom = size_t(1) << 20;
+  void *p = nullptr;
+  if (rounded >= kMapFrom && alignment <= kPageBytes) {
+    p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      p = nullptr;
+    else
+      mem = Memory(p, FreeDeleter{rounded});
+  } else {
+    p = std::aligned_alloc(alignment, rounded);
+    if (p) {
+      std::memset(p, 0, rounded);
+      mem = Memory(p);
+    }
+  }
   if (!p)
     return Status::error(StatusCode::OutOfMemory,
                          "cannot allocate " + humanBytes(double(rounded)) +
                              " for " + what + " " + describeSpec(type));
-  std::memset(p, 0, rounded);
-  mem.reset(p);
   out = Tensor::of(p, type.dtype, I64s(type.shape, size_t(type.rank)));
   return Status();
 }

@@ -4,6 +4,9 @@
 // RUN: dsc-opt %s --split-input-file --dsc-offload=optimizer=cpu --cse --canonicalize --verify-diagnostics | FileCheck %s --check-prefix=PIPE
 // Chunks of at most 8 elements: one grouped AdamW per parameter here.
 // RUN: dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu chunk-elements=8" --verify-diagnostics | FileCheck %s --check-prefix=CHUNK
+// Each chunk's gradients come down one host task ahead (default two).
+// RUN: dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu chunk-elements=8 copy-ahead=1" --verify-diagnostics | FileCheck %s --check-prefix=AHEAD
+// RUN: dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu chunk-elements=8 copy-ahead=0" --verify-diagnostics | FileCheck %s --check-prefix=AHEAD0
 
 // The masters and the optimizer state go to the host with the grouped
 // AdamW, which also writes the next step's compute copy there: the copy
@@ -109,7 +112,7 @@ func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"},
 // CHECK-NEXT: dsc.offload_copy {{.*}} {to = "device"} : tensor<8xbf16>
 // The gradients come down in the AdamW's order (w's, then u's), so the
 // first chunk can start before the second's arrive.
-// CHUNK-LABEL: func.func @train_step
+// CHUNK-LABEL: func.func @train_step({{.*}}dsc.param = "u"
 // CHUNK: dsc.offload_copy %arg7 {to = "host"} : tensor<4x2xf32>
 // CHUNK-NEXT: dsc.offload_copy %arg8 {to = "host"} : tensor<8xf32>
 // CHUNK: %[[A:.*]]:4 = dsc.adamw_multi {{.*}} (%arg0, %{{.*}}, %arg2, %arg4) {dsc.on_host} {{.*}} -> tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xbf16>
@@ -133,6 +136,69 @@ func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"}, %u: tensor<8xf32> {
   %y = dsc.matmul %x, %cw : tensor<3x4xbf16>, tensor<4x2xbf16> -> tensor<3x2xbf16>
   %r:6 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s, (%w, %u, %gw, %gu, %mw, %mu, %vw, %vu) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>) -> tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>
   return %y, %r#0, %r#1, %r#2, %r#3, %r#4, %r#5 : tensor<3x2xbf16>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>
+}
+}
+
+// -----
+
+// Four chunks: chunk k's gradient comes down `copy-ahead` host tasks
+// before chunk k's AdamW (two by default; one; zero: all at the start), so
+// the host frame holds a few gradients at a time. The scalars every chunk
+// reads stay first.
+// CHUNK-LABEL: func.func @train_step({{.*}}dsc.param = "w1"
+// CHUNK: dsc.offload_copy %arg16 {to = "host"} : tensor<i64>
+// CHUNK-NEXT: dsc.offload_copy %arg12 {to = "host"} : tensor<8xf32>
+// CHUNK-NEXT: dsc.offload_copy %arg13 {to = "host"} : tensor<8xf32>
+// CHUNK-NOT: dsc.adamw_multi
+// CHUNK: dsc.offload_copy %arg14 {to = "host"} : tensor<8xf32>
+// CHUNK-NEXT: %[[A:.*]]:4 = dsc.adamw_multi {{.*}} (%arg0,
+// CHUNK-NEXT: dsc.offload_copy %[[A]]#3 {to = "device"}
+// CHUNK-NEXT: dsc.offload_copy %arg15 {to = "host"} : tensor<8xf32>
+// CHUNK-NEXT: dsc.adamw_multi {{.*}} (%arg1,
+// CHUNK-NEXT: dsc.offload_copy
+// CHUNK-NEXT: dsc.adamw_multi {{.*}} (%arg2,
+// CHUNK-NEXT: dsc.offload_copy
+// CHUNK-NEXT: dsc.adamw_multi {{.*}} (%arg3,
+// AHEAD-LABEL: func.func @train_step({{.*}}dsc.param = "w1"
+// AHEAD: dsc.offload_copy %arg16 {to = "host"} : tensor<i64>
+// AHEAD-NEXT: dsc.offload_copy %arg12 {to = "host"} : tensor<8xf32>
+// AHEAD-NOT: dsc.adamw_multi
+// AHEAD: dsc.offload_copy %arg13 {to = "host"} : tensor<8xf32>
+// AHEAD-NEXT: %[[A:.*]]:4 = dsc.adamw_multi {{.*}} (%arg0,
+// AHEAD-NEXT: dsc.offload_copy %[[A]]#3 {to = "device"}
+// AHEAD-NEXT: dsc.offload_copy %arg14 {to = "host"} : tensor<8xf32>
+// AHEAD-NEXT: dsc.adamw_multi {{.*}} (%arg1,
+// AHEAD-NEXT: dsc.offload_copy
+// AHEAD-NEXT: dsc.offload_copy %arg15 {to = "host"} : tensor<8xf32>
+// AHEAD-NEXT: dsc.adamw_multi {{.*}} (%arg2,
+// AHEAD0-LABEL: func.func @train_step({{.*}}dsc.param = "w1"
+// AHEAD0: dsc.offload_copy %arg12 {to = "host"} : tensor<8xf32>
+// AHEAD0-NEXT: dsc.offload_copy %arg13 {to = "host"} : tensor<8xf32>
+// AHEAD0-NEXT: dsc.offload_copy %arg14 {to = "host"} : tensor<8xf32>
+// AHEAD0-NEXT: dsc.offload_copy %arg15 {to = "host"} : tensor<8xf32>
+// AHEAD0: dsc.adamw_multi {{.*}} (%arg0,
+module {
+func.func @train_step(%w1: tensor<8xf32> {dsc.param = "w1"}, %w2: tensor<8xf32> {dsc.param = "w2"},
+    %w3: tensor<8xf32> {dsc.param = "w3"}, %w4: tensor<8xf32> {dsc.param = "w4"},
+    %m1: tensor<8xf32> {dsc.opt_state = "w1/exp_avg"}, %m2: tensor<8xf32> {dsc.opt_state = "w2/exp_avg"},
+    %m3: tensor<8xf32> {dsc.opt_state = "w3/exp_avg"}, %m4: tensor<8xf32> {dsc.opt_state = "w4/exp_avg"},
+    %v1: tensor<8xf32> {dsc.opt_state = "w1/exp_avg_sq"}, %v2: tensor<8xf32> {dsc.opt_state = "w2/exp_avg_sq"},
+    %v3: tensor<8xf32> {dsc.opt_state = "w3/exp_avg_sq"}, %v4: tensor<8xf32> {dsc.opt_state = "w4/exp_avg_sq"},
+    %g1: tensor<8xf32> {dsc.input = "g1"}, %g2: tensor<8xf32> {dsc.input = "g2"},
+    %g3: tensor<8xf32> {dsc.input = "g3"}, %g4: tensor<8xf32> {dsc.input = "g4"},
+    %step: tensor<i64> {dsc.step}, %s: tensor<f32> {dsc.hyper = "lr"})
+    -> (tensor<8xbf16> {dsc.output = "y"},
+        tensor<8xf32> {dsc.param_update = "w1"}, tensor<8xf32> {dsc.param_update = "w2"},
+        tensor<8xf32> {dsc.param_update = "w3"}, tensor<8xf32> {dsc.param_update = "w4"}) {
+  %c1 = dsc.cast %w1 {dsc.compute_copy, to = bf16} : tensor<8xf32> -> tensor<8xbf16>
+  %c2 = dsc.cast %w2 {dsc.compute_copy, to = bf16} : tensor<8xf32> -> tensor<8xbf16>
+  %c3 = dsc.cast %w3 {dsc.compute_copy, to = bf16} : tensor<8xf32> -> tensor<8xbf16>
+  %c4 = dsc.cast %w4 {dsc.compute_copy, to = bf16} : tensor<8xf32> -> tensor<8xbf16>
+  %a = dsc.add %c1, %c2 : tensor<8xbf16>, tensor<8xbf16> -> tensor<8xbf16>
+  %b = dsc.add %c3, %c4 : tensor<8xbf16>, tensor<8xbf16> -> tensor<8xbf16>
+  %y = dsc.add %a, %b : tensor<8xbf16>, tensor<8xbf16> -> tensor<8xbf16>
+  %r:12 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s, (%w1, %w2, %w3, %w4, %g1, %g2, %g3, %g4, %m1, %m2, %m3, %m4, %v1, %v2, %v3, %v4) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+  return %y, %r#0, %r#1, %r#2, %r#3 : tensor<8xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }
 }
 

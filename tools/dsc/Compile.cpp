@@ -140,6 +140,10 @@ target and output:
   --offload-chunk-elements N the host AdamW runs in chunks of about N
                              elements (whole parameters), each one's copies
                              overlapping the next one's work (33554432)
+  --offload-copy-ahead N     a chunk's gradients come down while the chunk
+                             N before it computes, so pinned host memory
+                             holds about N + 1 chunks of them (0: each as
+                             soon as it is made, all at once; default 2)
   --memory-budget SIZE       bytes a rank may hold, for --recompute auto
                              (80GiB, 80GB, 512MiB or bytes; default for
                              --target cuda: the memory of the GPU this
@@ -241,6 +245,7 @@ struct CompileOptions {
   std::string recompute = "none"; // dsc-recompute mode, or "auto"
   std::string offloadOptimizer = "none"; // dsc-offload's optimizer=
   std::string offloadChunk = "33554432"; // dsc-offload's chunk-elements=
+  std::string offloadCopyAhead = "2";    // dsc-offload's copy-ahead=
   std::string offloadParam = "none";     // dsc-offload's params=
   std::optional<uint64_t> memoryBudget; // --memory-budget
   uint64_t classifierChunk = uint64_t(256) << 20; // --classifier-chunk
@@ -476,6 +481,14 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
         return usageError("--offload-chunk-elements needs a positive count",
                           kCompileUsage);
       o.offloadChunk = *v;
+      continue;
+    }
+    if (auto v = c.take("--offload-copy-ahead")) {
+      unsigned n = 0;
+      if (llvm::StringRef(*v).getAsInteger(10, n))
+        return usageError("--offload-copy-ahead needs a count (0 or more)",
+                          kCompileUsage);
+      o.offloadCopyAhead = *v;
       continue;
     }
     if (auto v = c.take("--classifier-chunk")) {
@@ -930,7 +943,8 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   }
   if (o.offloadOptimizer != "none" &&
       !add("dsc-offload{optimizer=" + o.offloadOptimizer + " chunk-elements=" +
-               o.offloadChunk + " params=" + o.offloadParam + "}",
+               o.offloadChunk + " copy-ahead=" + o.offloadCopyAhead +
+               " params=" + o.offloadParam + "}",
            "offload options"))
     return failure();
   // Kernels are generated for the IR's f32 (not under --f64).

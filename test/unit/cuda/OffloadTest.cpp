@@ -6,7 +6,9 @@
 // task that waits only for the copies it reads (the compute stream held
 // by a StreamGate until it runs), and a copy to the device that waits for
 // the host task that wrote its source in place, and a host task that
-// rewrites a copy up's source waiting for it; a host task's failure
+// rewrites a copy up's source waiting for it; the same two orders where
+// the later value lies over part of the earlier one at another address
+// (the memory plan reuses the host frame); a host task's failure
 // reported by Device::synchronize (and its later tasks skipped until
 // then); the same step captured by Device::replayStep and replayed, its
 // host task run again by every replay on the values in memory then; a call
@@ -259,29 +261,32 @@ TEST(CudaOffload, ACopyUpWaitsForTheHostTaskThatWroteItsSource) {
   }
 }
 
-TEST(CudaOffload, AHostTaskThatOverwritesASourceWaitsForItsCopyUp) {
+/// A host tensor x (values 0..n-1) is copied up behind a gate (the copy
+/// forks from the compute stream); a host task that reads nothing copied
+/// then writes n floats at x + `at`, so only the copy up out of x can hold
+/// it: x itself (at 0: a parameter shard that the host AdamW rewrites after
+/// backward's gather copied it up) or a later value over part of x at
+/// another address (the memory plan reuses the host frame).
+void expectHostWriteWaitsForCopyUp(int site, int64_t at) {
   DSC_REQUIRE_GPU();
   DSC_ASSERT_OK(device()->bindRank(0, 0));
   const int64_t n = 1 << 14;
   DevTensor up(DType::F32, {n});
-  Pinned hostX(n * sizeof(float));
-  float *px = hostX.f();
+  Pinned frame(size_t(n + at) * sizeof(float));
+  float *px = frame.f();
   for (int64_t i = 0; i < n; ++i)
     px[i] = float(i);
-  // The copy up of x waits behind the gate (it forks from the compute
-  // stream); the host task that rewrites x in place reads nothing copied,
-  // so only the copy up out of x can hold it (a parameter shard that the
-  // host AdamW rewrites after backward's gather copied it up).
   StreamGate gate;
   DSC_ASSERT_OK(gate.hold(stream(), 10));
-  DSC_ASSERT_OK(cuda::offloadCopy(hostX.t(n), up.dev(), false, "x up"));
-  DSC_ASSERT_OK(cuda::hostTask(14,
+  DSC_ASSERT_OK(cuda::offloadCopy(frame.t(n), up.dev(), false, "x up"));
+  Tensor y = Tensor::of(px + at, DType::F32, {n});
+  DSC_ASSERT_OK(cuda::hostTask(site,
                                [=] {
                                  for (int64_t i = 0; i < n; ++i)
-                                   px[i] = -1;
+                                   px[at + i] = -1;
                                  return Status();
                                },
-                               "rewrite x", {}, {hostX.t(n)}));
+                               "write over x", {}, {y}));
   std::thread opener([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     gate.open();
@@ -298,7 +303,50 @@ TEST(CudaOffload, AHostTaskThatOverwritesASourceWaitsForItsCopyUp) {
   std::vector<float> got = floatsOf(up);
   for (int64_t i = 0; i < n; ++i)
     ASSERT_EQ(got[size_t(i)], float(i)) << i;
-  EXPECT_EQ(px[0], -1.0f);
+  EXPECT_EQ(px[at], -1.0f);
+}
+
+TEST(CudaOffload, AHostTaskThatOverwritesASourceWaitsForItsCopyUp) {
+  expectHostWriteWaitsForCopyUp(14, 0);
+}
+
+TEST(CudaOffload, AHostTaskWritingAReusedRangeWaitsForTheCopyUpReadingIt) {
+  expectHostWriteWaitsForCopyUp(16, (1 << 14) / 2);
+}
+
+TEST(CudaOffload, ACopyIntoAReusedHostRangeWaitsForTheHostTaskReadingIt) {
+  DSC_REQUIRE_GPU();
+  DSC_ASSERT_OK(device()->bindRank(0, 0));
+  const int64_t n = 1 << 14;
+  DevTensor a(DType::F32, {n}), b(DType::F32, {n});
+  a.random(-3, 3, 43);
+  b.random(5, 9, 44);
+  // A frame of 1.5 n floats: a's gradient at 0, then b's at n / 2, over
+  // a's upper half once a's host task is done with it.
+  Pinned frame(size_t(n + n / 2) * sizeof(float));
+  Pinned result(size_t(n) * sizeof(float));
+  float *pa = frame.f(), *pr = result.f();
+  Tensor hostA = frame.t(n);
+  Tensor hostB = Tensor::of(frame.f() + n / 2, DType::F32, {n});
+  DSC_ASSERT_OK(cuda::offloadCopy(a.dev(), hostA, true, "a"));
+  DSC_ASSERT_OK(cuda::hostTask(15,
+                               [=] {
+                                 // Slow, so a copy that did not wait would
+                                 // have overwritten a's upper half.
+                                 std::this_thread::sleep_for(
+                                     std::chrono::milliseconds(50));
+                                 for (int64_t i = 0; i < n; ++i)
+                                   pr[i] = pa[i];
+                                 return Status();
+                               },
+                               "read a", {hostA}, {result.t(n)}));
+  DSC_ASSERT_OK(cuda::offloadCopy(b.dev(), hostB, true, "b"));
+  DSC_ASSERT_OK(cuda::offloadJoin());
+  DSC_ASSERT_OK(device()->synchronize());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(pr[i], a.host().as<float>()[i]) << i;
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(pa[n / 2 + i], b.host().as<float>()[i]) << i;
 }
 
 TEST(CudaOffload, AFailedHostTaskIsReportedBySynchronize) {
