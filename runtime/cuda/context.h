@@ -123,6 +123,9 @@ struct RankDevice {
 /// Creates (once) the state of `rank` on GPU `rank % visible GPUs` (or
 /// `device` when >= 0) and binds the calling thread to it.
 Status bindRank(int rank, int device = -1);
+/// Devices bound from now on wait by sleeping (cudaDeviceScheduleBlockingSync)
+/// rather than spinning; also DSC_CUDA_BLOCKING_SYNC=1.
+void preferSleepingWaits();
 /// The state the calling thread is bound to; a thread that never bound is
 /// bound to rank 0 on the first call.
 RankDevice &current();

@@ -34,6 +34,8 @@ public:
     return cuda::bindRank(rank, device);
   }
 
+  void preferSleepingWaits() override { cuda::preferSleepingWaits(); }
+
   std::string describe() override {
     RankDevice &rd = current();
     cudaDeviceProp prop{};

@@ -364,6 +364,10 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   job.W = job.layout.worldSize;
   job.G = job.layout.groupSize;
   job.device = spec.device ? spec.device() : nullptr;
+  // An offloaded optimizer's host AdamW wants every core while the GPU
+  // waits: the step's waits sleep.
+  if (job.device && spec.hostArenaBytes > 0)
+    job.device->preferSleepingWaits();
   if (Status s = findRanks(job); !s.ok())
     return error(job, s);
   removeStaleOutputs(job);

@@ -54,6 +54,11 @@ public:
   /// Binds the calling thread to rank `rank`, on GPU `device` (-1: rank %
   /// count()). Every call below acts for the bound rank.
   virtual Status bindRank(int rank, int device = -1) = 0;
+  /// Threads that wait for the device sleep instead of spinning on a core,
+  /// for the devices bound after the call: a program whose host does heavy
+  /// work beside the device's (an offloaded optimizer) leaves it the core.
+  /// The default: nothing to do.
+  virtual void preferSleepingWaits() {}
   /// "NVIDIA H200 (GPU 0, 139.8 GiB)", for the banner.
   virtual std::string describe() = 0;
   /// Zero-filled device memory aligned to 256 bytes (never null, even for 0
