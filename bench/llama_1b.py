@@ -77,6 +77,8 @@ def export(args):
     # is written, so the parameters cost address space, not memory.
     model = model.to_empty(device="cpu")
     model.model.tie_weights()  # to_empty gave each name its own tensor
+    if SHAPE["tie_word_embeddings"]:
+        assert model.model.lm_head.weight is model.model.model.embed_tokens.weight
     fix_buffers(torch, model)
     names = [n for n, _ in model.named_parameters()]
     ids = torch.zeros(1, T, dtype=torch.long)

@@ -304,46 +304,6 @@ void copyOperandsToHost(Placement &p, LastCopies &last) {
     }
 }
 
-/// Step 2b: a copy to the host whose value only host tasks read moves down
-/// to `ahead` host tasks before the first of them (chunks run in order, so
-/// chunk k's gradients come down while chunk k - ahead computes). Copies
-/// read by the first chunks, and scalars every chunk reads, stay where they
-/// are. Never moves a copy up.
-void streamCopiesToHost(Placement &p, unsigned ahead) {
-  if (!ahead)
-    return;
-  SmallVector<Operation *> tasks;
-  for (Operation *op : p.hostOps)
-    if (!isa<dsc::ConstantOp>(op))
-      tasks.push_back(op);
-  llvm::sort(tasks,
-             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-  llvm::DenseMap<Operation *, unsigned> order;
-  for (auto [i, op] : llvm::enumerate(tasks))
-    order[op] = static_cast<unsigned>(i);
-  SmallVector<dsc::OffloadCopyOp> copies;
-  tasks.front()->getBlock()->walk([&](dsc::OffloadCopyOp copy) {
-    if (copy.getTo() == "host")
-      copies.push_back(copy);
-  });
-  for (dsc::OffloadCopyOp copy : copies) {
-    std::optional<unsigned> first;
-    for (Operation *user : copy->getUsers()) {
-      auto it = order.find(user);
-      if (it == order.end()) {
-        first.reset();
-        break;
-      }
-      first = std::min(first.value_or(it->second), it->second);
-    }
-    if (!first || *first < ahead)
-      continue;
-    Operation *target = tasks[*first - ahead];
-    if (copy->isBeforeInBlock(target))
-      copy->moveBefore(target);
-  }
-}
-
 /// Whether `use` passes its value to a callee's host argument (params=cpu:
 /// the callee copies it up where it gathers it).
 bool passedToHostArg(OpOperand &use) {
@@ -386,6 +346,46 @@ void copyResultsToDevice(Placement &p, LastCopies &last) {
                                            copy.getResult());
     for (OpOperand *use : deviceUses)
       use->set(wait.getResult());
+  }
+}
+
+/// Step 3b: a copy to the host whose value only host tasks read moves down
+/// to `ahead` host tasks before the first of them (chunks run in order, so
+/// chunk k's gradients come down while chunk k - ahead computes). Copies
+/// read by the first chunks, and scalars every chunk reads, stay where they
+/// are. Never moves a copy up.
+void streamCopiesToHost(Placement &p, unsigned ahead) {
+  if (!ahead)
+    return;
+  SmallVector<Operation *> tasks;
+  for (Operation *op : p.hostOps)
+    if (!isa<dsc::ConstantOp>(op))
+      tasks.push_back(op);
+  llvm::sort(tasks,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  llvm::DenseMap<Operation *, unsigned> order;
+  for (auto [i, op] : llvm::enumerate(tasks))
+    order[op] = static_cast<unsigned>(i);
+  SmallVector<dsc::OffloadCopyOp> copies;
+  tasks.front()->getBlock()->walk([&](dsc::OffloadCopyOp copy) {
+    if (copy.getTo() == "host")
+      copies.push_back(copy);
+  });
+  for (dsc::OffloadCopyOp copy : copies) {
+    std::optional<unsigned> first;
+    for (Operation *user : copy->getUsers()) {
+      auto it = order.find(user);
+      if (it == order.end()) {
+        first.reset();
+        break;
+      }
+      first = std::min(first.value_or(it->second), it->second);
+    }
+    if (!first || *first < ahead)
+      continue;
+    Operation *target = tasks[*first - ahead];
+    if (copy->isBeforeInBlock(target))
+      copy->moveBefore(target);
   }
 }
 
@@ -569,8 +569,10 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
       return signalPassFailure();
     LastCopies last;
     copyOperandsToHost(*placement, last);
-    streamCopiesToHost(*placement, copyAhead);
     copyResultsToDevice(*placement, last);
+    // After the copies to the device: those go after the last copy made of
+    // the same producer, which must not be one this moves down.
+    streamCopiesToHost(*placement, copyAhead);
     if (failed(mark(fn, *placement)))
       return signalPassFailure();
   }

@@ -31,8 +31,11 @@ Status create(RankDevice &rd) {
   // an offloaded AdamW's threads need (Llama-3.2-1B offloaded on an H200:
   // 611 -> 561 ms a step with the graph, 579 -> 569 without,
   // bench/results/2026-12-03-h200-offload-7b.md).
-  if (sleepingWaits.load() || envFlag("DSC_CUDA_BLOCKING_SYNC"))
-    DSC_CUDA_CHECK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
+  // A driver that cannot change an active context's flags keeps spinning:
+  // a preference, not an error.
+  if ((sleepingWaits.load() || envFlag("DSC_CUDA_BLOCKING_SYNC")) &&
+      cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess)
+    (void)cudaGetLastError();
   DSC_CUDA_CHECK(cudaStreamCreateWithFlags(&rd.compute, cudaStreamNonBlocking));
   DSC_CUDA_CHECK(cudaStreamCreateWithFlags(&rd.comm, cudaStreamNonBlocking));
   DSC_CUDA_CHECK(cublasLtCreate(&rd.lt));

@@ -289,6 +289,40 @@ Status launchSite(Offload &o, HostTaskSite &hs, std::function<Status()> fn,
   return Status();
 }
 
+/// The host stream waits for the copies into what a task reads and writes,
+/// and for the copies up still reading what it writes (a parameter shard
+/// that backward's re-gather copied up, or a value that lay in this range
+/// of the host frame before).
+Status waitBeforeTask(Offload &o, std::initializer_list<Tensor> reads,
+                      std::initializer_list<Tensor> writes,
+                      unsigned long long capture) {
+  for (std::initializer_list<Tensor> tensors : {reads, writes})
+    if (Status s = waitForCopies(o, tensors, capture); !s.ok())
+      return s;
+  for (const Tensor &t : writes)
+    if (Status s = waitForSpans(o.host.stream, o.copyUpSpans, t, capture);
+        !s.ok())
+      return s;
+  return Status();
+}
+
+/// After a launched task: the marks of what it wrote, its own mark, and the
+/// byte ranges it touched.
+Status recordAfterTask(Offload &o, const std::vector<Offload::Mark *> &written,
+                       Offload::Mark &ran, std::initializer_list<Tensor> reads,
+                       std::initializer_list<Tensor> writes,
+                       unsigned long long capture) {
+  for (Offload::Mark *m : written)
+    if (Status s = recordMark(*m, o.host.stream, capture); !s.ok())
+      return s;
+  if (Status s = recordMark(ran, o.host.stream, capture); !s.ok())
+    return s;
+  for (std::initializer_list<Tensor> tensors : {reads, writes})
+    for (const Tensor &t : tensors)
+      recordSpan(o.hostTaskSpans, t, ran);
+  return Status();
+}
+
 Status launchTask(int site, std::function<Status()> fn, const char *what,
                   std::initializer_list<Tensor> reads,
                   std::initializer_list<Tensor> writes) {
@@ -308,29 +342,13 @@ Status launchTask(int site, std::function<Status()> fn, const char *what,
   Offload::Mark *ran = nullptr;
   if (Status s = markOf(o->hostTasks, &hs, "a host task's event", ran); !s.ok())
     return s;
-  for (std::initializer_list<Tensor> tensors : {reads, writes})
-    if (Status s = waitForCopies(*o, tensors, capture); !s.ok())
-      return s;
-  // Nor may it overwrite host memory a copy up is still reading (a
-  // parameter shard that backward's re-gather copied up, or a value that
-  // lay in this range of the frame before).
-  for (const Tensor &t : writes)
-    if (Status s = waitForSpans(o->host.stream, o->copyUpSpans, t, capture);
-        !s.ok())
-      return s;
+  if (Status s = waitBeforeTask(*o, reads, writes, capture); !s.ok())
+    return s;
   if (Status s = joinCapture(rd, *o, capture); !s.ok())
     return s;
   if (Status s = launchSite(*o, hs, std::move(fn), what, capture); !s.ok())
     return s;
-  for (Offload::Mark *m : written)
-    if (Status s = recordMark(*m, o->host.stream, capture); !s.ok())
-      return s;
-  if (Status s = recordMark(*ran, o->host.stream, capture); !s.ok())
-    return s;
-  for (std::initializer_list<Tensor> tensors : {reads, writes})
-    for (const Tensor &t : tensors)
-      recordSpan(o->hostTaskSpans, t, *ran);
-  return Status();
+  return recordAfterTask(*o, written, *ran, reads, writes, capture);
 }
 
 /// The compute stream waits for `lane`, unless capturing a step that put

@@ -204,6 +204,38 @@ func.func @train_step(%w1: tensor<8xf32> {dsc.param = "w1"}, %w2: tensor<8xf32> 
 
 // -----
 
+// fp32: the forward reads the masters themselves, copied up at the step's
+// start after the arguments' copies to the host; moving gradient copies
+// down must not take those copies up with them (each wait stays after its
+// copy).
+// AHEAD-LABEL: func.func @train_step({{.*}}dsc.param = "w1"}{{.*}}tensor<8xf32> {dsc.output = "y"}
+// AHEAD: %[[U1:.*]] = dsc.offload_copy %arg0 {to = "device"}
+// AHEAD: dsc.offload_wait %[[U1]]
+// AHEAD: dsc.offload_copy %arg14 {to = "host"} : tensor<8xf32>
+// AHEAD-NEXT: dsc.adamw_multi {{.*}} (%arg1,
+module {
+func.func @train_step(%w1: tensor<8xf32> {dsc.param = "w1"}, %w2: tensor<8xf32> {dsc.param = "w2"},
+    %w3: tensor<8xf32> {dsc.param = "w3"}, %w4: tensor<8xf32> {dsc.param = "w4"},
+    %m1: tensor<8xf32> {dsc.opt_state = "w1/exp_avg"}, %m2: tensor<8xf32> {dsc.opt_state = "w2/exp_avg"},
+    %m3: tensor<8xf32> {dsc.opt_state = "w3/exp_avg"}, %m4: tensor<8xf32> {dsc.opt_state = "w4/exp_avg"},
+    %v1: tensor<8xf32> {dsc.opt_state = "w1/exp_avg_sq"}, %v2: tensor<8xf32> {dsc.opt_state = "w2/exp_avg_sq"},
+    %v3: tensor<8xf32> {dsc.opt_state = "w3/exp_avg_sq"}, %v4: tensor<8xf32> {dsc.opt_state = "w4/exp_avg_sq"},
+    %g1: tensor<8xf32> {dsc.input = "g1"}, %g2: tensor<8xf32> {dsc.input = "g2"},
+    %g3: tensor<8xf32> {dsc.input = "g3"}, %g4: tensor<8xf32> {dsc.input = "g4"},
+    %step: tensor<i64> {dsc.step}, %s: tensor<f32> {dsc.hyper = "lr"})
+    -> (tensor<8xf32> {dsc.output = "y"},
+        tensor<8xf32> {dsc.param_update = "w1"}, tensor<8xf32> {dsc.param_update = "w2"},
+        tensor<8xf32> {dsc.param_update = "w3"}, tensor<8xf32> {dsc.param_update = "w4"}) {
+  %a = dsc.add %w1, %w2 : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
+  %b = dsc.add %w3, %w4 : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
+  %y = dsc.add %a, %b : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
+  %r:12 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s, (%w1, %w2, %w3, %w4, %g1, %g2, %g3, %g4, %m1, %m2, %m3, %m4, %v1, %v2, %v3, %v4) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+  return %y, %r#0, %r#1, %r#2, %r#3 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}
+}
+
+// -----
+
 // State reached through a slice (ZeRO stage 1-3) is refused.
 module {
 func.func @train_step(%w: tensor<4xf32> {dsc.param = "w"},

@@ -142,7 +142,7 @@ target and output:
                              overlapping the next one's work (33554432)
   --offload-copy-ahead N     a chunk's gradients come down while the chunk
                              N before it computes, so pinned host memory
-                             holds about N + 1 chunks of them (0: each as
+                             holds about N + 2 chunks of them (0: each as
                              soon as it is made, all at once; default 2)
   --memory-budget SIZE       bytes a rank may hold, for --recompute auto
                              (80GiB, 80GB, 512MiB or bytes; default for
