@@ -222,6 +222,84 @@ TEST_F(CodegenTest, PlanComputesReturnedReshapesInPlace) {
   EXPECT_EQ(root.index, 1u);
 }
 
+// An offloaded step's host values (dsc-offload's shape: each chunk's
+// gradient copied down, a host task, its result copied up): the host
+// frame is reused, values that live together never share bytes, and a
+// range is free only once the host task after its value's last use is
+// issued (a copy up issued right after a task must not hold up the next).
+TEST_F(CodegenTest, PlanReusesTheHostFrameForDeadChunks) {
+  auto module = parse(R"mlir(
+module {
+  func.func @train_step(%w1: tensor<256xf32> {dsc.memory = "host"}, %w2: tensor<256xf32> {dsc.memory = "host"},
+                        %w3: tensor<256xf32> {dsc.memory = "host"}, %w4: tensor<256xf32> {dsc.memory = "host"},
+                        %g1: tensor<256xf32>, %g2: tensor<256xf32>, %g3: tensor<256xf32>, %g4: tensor<256xf32>)
+      -> (tensor<256xf32>, tensor<256xf32>, tensor<256xf32>, tensor<256xf32>) {
+    %h1 = dsc.offload_copy %g1 {to = "host"} : tensor<256xf32>
+    %h2 = dsc.offload_copy %g2 {to = "host"} : tensor<256xf32>
+    %h3 = dsc.offload_copy %g3 {to = "host"} : tensor<256xf32>
+    %a1 = dsc.add %w1, %h1 {dsc.on_host} : tensor<256xf32>, tensor<256xf32> -> tensor<256xf32>
+    %u1 = dsc.offload_copy %a1 {to = "device"} : tensor<256xf32>
+    %h4 = dsc.offload_copy %g4 {to = "host"} : tensor<256xf32>
+    %a2 = dsc.add %w2, %h2 {dsc.on_host} : tensor<256xf32>, tensor<256xf32> -> tensor<256xf32>
+    %u2 = dsc.offload_copy %a2 {to = "device"} : tensor<256xf32>
+    %a3 = dsc.add %w3, %h3 {dsc.on_host} : tensor<256xf32>, tensor<256xf32> -> tensor<256xf32>
+    %u3 = dsc.offload_copy %a3 {to = "device"} : tensor<256xf32>
+    %a4 = dsc.add %w4, %h4 {dsc.on_host} : tensor<256xf32>, tensor<256xf32> -> tensor<256xf32>
+    %u4 = dsc.offload_copy %a4 {to = "device"} : tensor<256xf32>
+    return %u1, %u2, %u3, %u4 : tensor<256xf32>, tensor<256xf32>, tensor<256xf32>, tensor<256xf32>
+  }
+}
+)mlir");
+  auto step = module->lookupSymbol<func::FuncOp>("train_step");
+  auto options = planOptions();
+  options.separateHost = true;
+  auto plan = dsc::codegen::planFrame(step, options);
+  using Kind = dsc::codegen::Storage::Kind;
+  std::vector<Operation *> ops;
+  for (Operation &op : step.getBody().front())
+    ops.push_back(&op);
+  // Each host value's bytes are in use from its op up to the host task
+  // after its last use.
+  struct Range {
+    size_t def, freeAfter;
+    uint64_t offset, bytes;
+  };
+  std::vector<Range> ranges;
+  uint64_t sum = 0;
+  for (auto [i, op] : llvm::enumerate(ops))
+    for (Value r : op->getResults()) {
+      const auto &s = plan.storage.lookup(r);
+      if (s.kind != Kind::HostArena)
+        continue;
+      size_t last = i;
+      for (auto [j, user] : llvm::enumerate(ops))
+        if (llvm::is_contained(user->getOperands(), r))
+          last = std::max(last, j);
+      size_t next = ops.size();
+      for (size_t j = last + 1; j < ops.size(); ++j)
+        if (ops[j]->hasAttr("dsc.on_host")) {
+          next = j;
+          break;
+        }
+      EXPECT_LE(s.offset + s.bytes, plan.hostBytes);
+      ranges.push_back({i, next, s.offset, s.bytes});
+      sum += s.bytes;
+    }
+  ASSERT_EQ(ranges.size(), 8u); // four gradients down, four task results
+  for (size_t a = 0; a < ranges.size(); ++a)
+    for (size_t b = a + 1; b < ranges.size(); ++b) {
+      const Range &x = ranges[a], &y = ranges[b];
+      bool liveTogether = x.def <= y.freeAfter && y.def <= x.freeAfter;
+      bool overlap =
+          x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+      EXPECT_FALSE(liveTogether && overlap)
+          << "host values made at ops " << x.def << " and " << y.def
+          << " share bytes while both in use";
+    }
+  // Reused: less than every value a range of its own (8 KiB).
+  EXPECT_LT(plan.hostBytes, sum);
+}
+
 TEST_F(CodegenTest, EmitsCheckedCallsAndSpec) {
   auto module = parse(R"mlir(
 module attributes {dsc.optimizer = "sgd", dsc.micro_batch = 2 : i64,
