@@ -50,6 +50,8 @@
 #                1 x 2048 tokens: with the optimizer offloaded
 #                (gpu-bundle-extra/llama_7b_bf16_off) and without it
 #                (llama_7b_bf16): ms/step, tokens/s, GPU and host peaks
+#   llama-ds-off DeepSpeed ZeRO-2 with offload_optimizer: cpu on the Llama
+#                shape (bench/llama_1b.py deepspeed-offload; .whl carried)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
 # BREAKDOWN=0 leaves the per-kernel breakdowns out; VARIANT_BREAKDOWN=1
@@ -236,6 +238,12 @@ PY
     timeout 90 python3 bench/llama_1b.py torch >"$W/llama_torch.jsonl" 2>"$W/llama_torch.err"
     timeout 180 python3 bench/llama_1b.py torch --compile >>"$W/llama_torch.jsonl" 2>>"$W/llama_torch.err"
     cat "$W/llama_torch.jsonl" ;;
+  llama-ds-off)
+    # DeepSpeed ZeRO-2 offload_optimizer: cpu on the Llama shape (.whl carried).
+    eval "$(bash bench/install_deepspeed.sh 2>"$W/deepspeed_install.err")"
+    timeout 420 python3 bench/llama_1b.py deepspeed-offload >"$W/llama_ds_off.jsonl" \
+      2>"$W/llama_ds_off.err"
+    echo "rc=$?"; tail -3 "$W/llama_ds_off.err"; cat "$W/llama_ds_off.jsonl" ;;
   deepspeed)
     eval "$(bash bench/install_deepspeed.sh 2>"$W/deepspeed_install.err")"
     timeout 300 python3 bench/peers_bf16.py --only deepspeed --configs nanogpt \

@@ -18,6 +18,9 @@ configuration but for the sizes.
   python3 bench/llama_1b.py torch [--shape S] [--compile]
       PyTorch on the same card: bf16 autocast, fp32 masters,
       AdamW(fused=True); one JSON line
+  python3 bench/llama_1b.py deepspeed-offload [--shape S]
+      DeepSpeed ZeRO-2 with offload_optimizer: cpu (bench/install_deepspeed.sh
+      first); one JSON line
 
 torch runs on the GPU machine, or here in a virtual environment for export."""
 import argparse
@@ -196,6 +199,59 @@ def bench_torch(args):
                           loss=float(loss), steps=args.steps, warmup=args.warmup)))
 
 
+def bench_deepspeed_offload(args):
+    """DeepSpeed ZeRO-2 with offload_optimizer: cpu on the same module (the
+    issue's anchor): bf16, fp32 masters and AdamW state in pinned host
+    memory, DeepSpeedCPUAdam (JIT-built at first use). One process, one GPU;
+    one JSON line."""
+    import resource
+    import deepspeed
+    import torch
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29511")
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    deepspeed.init_distributed(dist_backend="nccl")
+    model = build(torch)
+    params = sum(p.numel() for p in model.parameters())
+    config = {
+        "train_micro_batch_size_per_gpu": B,
+        "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2,
+                              "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+        "optimizer": {"type": "AdamW", "params": {"lr": 6e-4}},
+        "steps_per_print": 10 ** 9,
+    }
+    t0 = time.perf_counter()
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                           config=config)
+    init_s = time.perf_counter() - t0
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, SHAPE["vocab_size"], (B, T + 1), generator=g)
+               for _ in range(4)]
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(args.steps):
+        b = batches[i % 4].cuda()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        loss = engine(b[:, :-1], b[:, 1:])
+        engine.backward(loss)
+        engine.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    t = statistics.median(times[args.warmup:])
+    print(json.dumps(dict(impl="deepspeed zero2 offload_optimizer cpu", model=f"llama {args.shape} shape",
+                          params=params, median_step_ms=t * 1e3, tokens_per_s=B * T / t,
+                          init_s=init_s, optimizer=type(engine.optimizer.optimizer).__name__,
+                          peak_gib=torch.cuda.max_memory_allocated() / 2**30,
+                          reserved_gib=torch.cuda.max_memory_reserved() / 2**30,
+                          host_peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                          loss=float(loss), steps=args.steps, warmup=args.warmup)))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -208,9 +264,14 @@ def main():
     t.add_argument("--compile", action="store_true")
     t.add_argument("--steps", type=int, default=20)
     t.add_argument("--warmup", type=int, default=8)
+    d = sub.add_parser("deepspeed-offload")
+    d.add_argument("--shape", choices=sorted(SHAPES), default="1b")
+    d.add_argument("--steps", type=int, default=10)
+    d.add_argument("--warmup", type=int, default=3)
     args = p.parse_args()
     use_shape(args.shape)
-    return export(args) if args.cmd == "export" else bench_torch(args)
+    run = {"export": export, "torch": bench_torch, "deepspeed-offload": bench_deepspeed_offload}
+    return run[args.cmd](args)
 
 
 if __name__ == "__main__":
