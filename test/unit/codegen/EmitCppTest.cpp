@@ -79,6 +79,26 @@ dsc::codegen::PlanOptions planOptions() {
   return planOptions(llvm::DenseMap<Operation *, uint64_t>());
 }
 
+/// A value's bytes in a frame and the ops over which they are in use.
+struct LiveRange {
+  size_t def, end;
+  uint64_t offset, bytes;
+};
+
+/// No two ranges in use at the same op share a byte.
+void expectApartWhileLive(const std::vector<LiveRange> &ranges) {
+  for (size_t a = 0; a < ranges.size(); ++a)
+    for (size_t b = a + 1; b < ranges.size(); ++b) {
+      const LiveRange &x = ranges[a], &y = ranges[b];
+      bool liveTogether = x.def <= y.end && y.def <= x.end;
+      bool overlap =
+          x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+      EXPECT_FALSE(liveTogether && overlap)
+          << "values defined at ops " << x.def << " and " << y.def
+          << " share bytes while both live";
+    }
+}
+
 /// Checks a plan against the liveness of the IR itself.
 void checkPlan(func::FuncOp func, const dsc::codegen::FramePlan &plan) {
   using Kind = dsc::codegen::Storage::Kind;
@@ -90,12 +110,7 @@ void checkPlan(func::FuncOp func, const dsc::codegen::FramePlan &plan) {
     index[op] = i;
   // Where each arena value's bytes are in use: from its op to the last use
   // of it or of any reshape aliasing it.
-  struct Range {
-    Value v;
-    size_t def, end;
-    uint64_t offset, bytes;
-  };
-  std::vector<Range> ranges;
+  std::vector<LiveRange> ranges;
   for (Operation *op : ops) {
     if (plan.dead.contains(op))
       continue;
@@ -111,22 +126,13 @@ void checkPlan(func::FuncOp func, const dsc::codegen::FramePlan &plan) {
               end = std::max(end, index[user]);
       EXPECT_EQ(s.offset % 64, 0u);
       EXPECT_LE(s.offset + s.bytes, plan.ownBytes);
-      ranges.push_back({r, index[op], end, s.offset, s.bytes});
+      ranges.push_back({index[op], end, s.offset, s.bytes});
     }
   }
-  for (size_t a = 0; a < ranges.size(); ++a)
-    for (size_t b = a + 1; b < ranges.size(); ++b) {
-      const Range &x = ranges[a], &y = ranges[b];
-      bool liveTogether = x.def <= y.end && y.def <= x.end;
-      bool overlap =
-          x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
-      EXPECT_FALSE(liveTogether && overlap)
-          << "values defined at ops " << x.def << " and " << y.def
-          << " share bytes while both live";
-    }
+  expectApartWhileLive(ranges);
   // A callee frame starts above every range live at the call.
   for (auto [op, offset] : plan.calleeOffset)
-    for (const Range &r : ranges)
+    for (const LiveRange &r : ranges)
       if (r.def <= index[op] && index[op] <= r.end) {
         EXPECT_GE(offset, r.offset + r.bytes);
       }
@@ -260,11 +266,7 @@ module {
     ops.push_back(&op);
   // Each host value's bytes are in use from its op up to the host task
   // after its last use.
-  struct Range {
-    size_t def, freeAfter;
-    uint64_t offset, bytes;
-  };
-  std::vector<Range> ranges;
+  std::vector<LiveRange> ranges;
   uint64_t sum = 0;
   for (auto [i, op] : llvm::enumerate(ops))
     for (Value r : op->getResults()) {
@@ -286,16 +288,7 @@ module {
       sum += s.bytes;
     }
   ASSERT_EQ(ranges.size(), 8u); // four gradients down, four task results
-  for (size_t a = 0; a < ranges.size(); ++a)
-    for (size_t b = a + 1; b < ranges.size(); ++b) {
-      const Range &x = ranges[a], &y = ranges[b];
-      bool liveTogether = x.def <= y.freeAfter && y.def <= x.freeAfter;
-      bool overlap =
-          x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
-      EXPECT_FALSE(liveTogether && overlap)
-          << "host values made at ops " << x.def << " and " << y.def
-          << " share bytes while both in use";
-    }
+  expectApartWhileLive(ranges);
   // Reused: less than every value a range of its own (8 KiB).
   EXPECT_LT(plan.hostBytes, sum);
 }
