@@ -4,9 +4,10 @@
 // matmul, in its own dialect of ops: nanoGPT's masked_fill, the legacy
 // exporter's SDPA (q and k each scaled by sqrt(scale), a folded causal mask
 // added), HF's sdpa path (the IsNaN/Where guard for fully masked rows),
-// GQA's repeat_kv (reshape/expand/reshape), Mistral's sliding window, BERT's
-// padding mask from its attention_mask input. This pass recognizes them on
-// the imported forward function and replaces each by one dsc.attention, so
+// GQA's repeat_kv (reshape/expand/reshape), multi-query keys and values of
+// one head that the matmuls broadcast (Falcon), Mistral's sliding window,
+// BERT's padding mask from its attention_mask input. This pass recognizes them
+// on the imported forward function and replaces each by one dsc.attention, so
 // no [B, H, T, T] score or probability tensor is computed or kept for
 // backward.
 //
@@ -118,6 +119,11 @@ Value peelNaNGuard(Value p) {
   return Value();
 }
 
+/// Keys and values with `kv` heads serve `heads` query heads: as many, or
+/// one broadcast by the matmul itself (multi-query attention written
+/// without repeat_kv, as Falcon does).
+bool sharesHeads(int64_t kv, int64_t heads) { return kv == heads || kv == 1; }
+
 /// The matmul that multiplies the probabilities (after an optional NaN
 /// guard and dropout) with the values; fills root, value, dropout.
 bool matchConsumer(dsc::SoftmaxOp softmax, AttentionMatch &m) {
@@ -140,8 +146,8 @@ bool matchConsumer(dsc::SoftmaxOp softmax, AttentionMatch &m) {
       return false;
     auto v = typeOf(mm.getRhs());
     auto pt = typeOf(p);
-    if (v.getRank() != 4 || v.getShape().take_front(2) !=
-                                pt.getShape().take_front(2) ||
+    if (v.getRank() != 4 || v.getDimSize(0) != pt.getDimSize(0) ||
+        !sharesHeads(v.getDimSize(1), pt.getDimSize(1)) ||
         v.getDimSize(2) != pt.getDimSize(3))
       return false;
     m.root = mm;
@@ -175,7 +181,8 @@ bool matchScores(Value scores, AttentionMatch &m) {
       auto q = typeOf(mm.getLhs()), kt = typeOf(mm.getRhs());
       if (q.getRank() != 4 || kt.getRank() != 4 ||
           q.getShape().take_front(2) != shape.take_front(2) ||
-          kt.getShape().take_front(2) != shape.take_front(2))
+          kt.getDimSize(0) != shape[0] ||
+          !sharesHeads(kt.getDimSize(1), shape[1]))
         return false;
       m.query = mm.getLhs();
       m.keyT = mm.getRhs();
@@ -651,6 +658,8 @@ struct FuseAttentionPass
             return dependsOnParameter(t.value);
           }))
         continue; // a learned bias needs its gradient: left unfused
+      if (typeOf(m.keyT).getDimSize(1) != typeOf(m.value).getDimSize(1))
+        continue; // one broadcast head for keys but not values (or back)
       rewrite(m, m.dropout > 0 ? seedId++ : 0);
       ++fused;
     }

@@ -135,6 +135,87 @@ def build_hf_models():
         return ImageClassifier(hf)
 
     gpt2_small = dict(n_positions=64, n_embd=32, n_layer=2, n_head=4)
+
+    def batch_lm_avoiding(pad):
+        """token ids as unpadded text gives them: never the config's pad id
+        (torch's Embedding gives that row no gradient, which the ONNX graph
+        cannot say; Gemma's default pad id is 0, OPT's and OLMo 2's 1)."""
+        def make():
+            ids = torch.randint(0, V - 1, (B, T), generator=gen())
+            if pad is not None and 0 <= pad < V:
+                ids[ids >= pad] += 1
+            return {"input_ids": ids}
+        return make
+
+    def custom(cls, cfg_cls, **kw):
+        """a causal LM whose config names its sizes its own way: kw gives
+        them all (SMALL's names would be ignored)."""
+        def make():
+            hf = cls(cfg_cls(vocab_size=V, **kw))
+            base.log(f"    {cls.__name__}: attn_implementation="
+                     f"{hf.config._attn_implementation} kw={kw}")
+            return CausalLM(hf)
+        pad = cfg_cls(vocab_size=V, **kw).pad_token_id
+        return dict(make=lambda: seeded(make), batch=batch_lm_avoiding(pad), ref=True)
+
+    # Families beyond the first eight, each as its default configuration
+    # has it (only sizes and dropouts set): partial rotary and parallel
+    # attention (Phi, GPT-NeoX, GPT-J, Falcon), fused qkv / gate-up (Phi-3),
+    # (1 + w) RMSNorm and scaled embeddings (Gemma), soft-capped
+    # logits and alternating sliding windows (Gemma 2), per-head q/k norms
+    # (Qwen 3, OLMo 2), learned positions from the attention mask (OPT),
+    # ALiBi (BLOOM), multi-query with fused kv (GPTBigCode), positions from
+    # the padding (RoBERTa), DistilBERT's own layer names.
+    more = {
+        "hf_phi": custom(tf.PhiForCausalLM, tf.PhiConfig, **SMALL),
+        # Phi-3's default pad id (32000) is past the small vocabulary
+        "hf_phi3": custom(tf.Phi3ForCausalLM, tf.Phi3Config, pad_token_id=None, **SMALL),
+        # head_dim 8, not the default 256: the fixture stays under 2 MB
+        "hf_gemma": custom(tf.GemmaForCausalLM, tf.GemmaConfig, num_key_value_heads=4, head_dim=8,
+                           **SMALL),
+        "hf_gemma2": custom(tf.Gemma2ForCausalLM, tf.Gemma2Config, num_key_value_heads=2,
+                            head_dim=8, sliding_window=8, **SMALL),
+        "hf_qwen3": custom(tf.Qwen3ForCausalLM, tf.Qwen3Config, num_key_value_heads=2,
+                           head_dim=8, **SMALL),
+        "hf_olmo2": custom(tf.Olmo2ForCausalLM, tf.Olmo2Config, **SMALL),
+        "hf_granite": custom(tf.GraniteForCausalLM, tf.GraniteConfig, **SMALL),
+        "hf_starcoder2": custom(tf.Starcoder2ForCausalLM, tf.Starcoder2Config,
+                                num_key_value_heads=2, **SMALL),
+        "hf_stablelm": custom(tf.StableLmForCausalLM, tf.StableLmConfig, num_key_value_heads=4,
+                              **SMALL),
+        "hf_gpt_neox": custom(tf.GPTNeoXForCausalLM, tf.GPTNeoXConfig, **SMALL),
+        "hf_falcon": custom(tf.FalconForCausalLM, tf.FalconConfig, hidden_size=32,
+                            num_hidden_layers=2, num_attention_heads=4),
+        "hf_gptj": custom(tf.GPTJForCausalLM, tf.GPTJConfig, n_positions=64, n_embd=32,
+                          n_layer=2, n_head=4, rotary_dim=4),
+        "hf_bloom": custom(tf.BloomForCausalLM, tf.BloomConfig, hidden_size=32, n_layer=2,
+                           n_head=4),
+        # OPT's and GPTBigCode's default dropouts are 0.1; off for the reference
+        "hf_opt": custom(tf.OPTForCausalLM, tf.OPTConfig, hidden_size=32, ffn_dim=64,
+                         num_hidden_layers=2, num_attention_heads=4, word_embed_proj_dim=32,
+                         max_position_embeddings=64, dropout=0.0),
+        "hf_gpt_bigcode": custom(tf.GPTBigCodeForCausalLM, tf.GPTBigCodeConfig,
+                                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                 **gpt2_small),
+    }
+
+    def roberta():
+        # pad id 0, as the batch pads (the default, 1, would be a real token here)
+        hf = tf.RobertaForMaskedLM(tf.RobertaConfig(**bert, pad_token_id=0))
+        base.log(f"    Roberta: attn_implementation={hf.config._attn_implementation}")
+        return Classifier(hf)
+
+    def distilbert():
+        hf = tf.DistilBertForSequenceClassification(tf.DistilBertConfig(
+            vocab_size=V, dim=32, hidden_dim=64, n_layers=2, n_heads=4,
+            max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+            seq_classif_dropout=0.0, num_labels=3))
+        base.log(f"    DistilBert: attn_implementation={hf.config._attn_implementation}")
+        return Classifier(hf)
+
+    more["hf_roberta_mlm"] = dict(make=lambda: seeded(roberta), batch=batch_text(True), ref=True)
+    more["hf_distilbert_cls"] = dict(make=lambda: seeded(distilbert), batch=batch_text(False),
+                                     ref=True)
     return {
         "hf_llama": dict(make=causal(tf.LlamaForCausalLM, tf.LlamaConfig, num_key_value_heads=2),
                          batch=batch_lm, ref=True),
@@ -153,6 +234,7 @@ def build_hf_models():
                             batch=batch_text(False), ref=True),
         "hf_bert_mlm": dict(make=encoder(tf.BertForMaskedLM, {}), batch=batch_text(True), ref=True),
         "hf_vit": dict(make=lambda: seeded(vit), batch=batch_image, ref=True),
+        **more,
     }
 
 

@@ -1,8 +1,8 @@
 //===- LowerDataMovement.cpp - Reductions, data movement to kernels -------===//
 //
 // reduce_*, reshape (when it is not an alias, see EmitCpp.cpp), transpose,
-// expand, slice, concat, split, gather, pad, trilu, and the gradient ops
-// scatter_add (rt::gatherBackward) and insert_slice (rt::sliceBackward).
+// expand, slice, concat, split, gather, pad, trilu, cumsum, and the gradient
+// ops scatter_add (rt::gatherBackward) and insert_slice (rt::sliceBackward).
 //
 //===----------------------------------------------------------------------===//
 
@@ -129,6 +129,13 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
         return call("rt::trilu", {ctx.view(o.getInput()), cppBool(o.getUpper()),
                                   cppInt(static_cast<int64_t>(o.getK())),
                                   ctx.view(o.getResult())});
+      })
+      .Case([&](CumSumOp o) {
+        return call("rt::cumsum",
+                    {ctx.view(o.getInput()),
+                     cppInt(static_cast<int64_t>(o.getAxis())),
+                     cppBool(o.getExclusive()), cppBool(o.getReverse()),
+                     ctx.view(o.getResult())});
       })
       .Default([](Operation *) { return R(); });
 }

@@ -716,6 +716,80 @@ FoldResult triluNode(NodeContext &c, std::vector<HostTensor> &out) {
   return FoldResult::Folded;
 }
 
+/// Sums in the order the run-time kernel does (one line at a time, from
+/// the end `reverse` names), rounding F32 sums to float at every step;
+/// integer sums that leave their kind's range are an error.
+FoldResult cumSumNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0);
+  auto p = cumSumParams(c, data.shape.size());
+  if (failed(p))
+    return FoldResult::Error;
+  if (data.kind != ElemKind::F32 && data.kind != ElemKind::F64 &&
+      data.kind != ElemKind::I32 && data.kind != ElemKind::I64) {
+    c.error() << "CumSum sums float, double, int32 or int64 elements, not "
+              << elemKindName(data.kind);
+    return FoldResult::Error;
+  }
+  int64_t len = data.shape[p->axis];
+  int64_t inner = stridesOf(data.shape)[p->axis];
+  int64_t lines = len ? data.numElements() / len : 0;
+  HostTensor r = data;
+  for (int64_t line = 0; line < lines; ++line) {
+    int64_t base = (line / inner) * len * inner + line % inner;
+    double facc = 0;
+    int64_t iacc = 0;
+    for (int64_t k = 0; k < len; ++k) {
+      int64_t e = base + (p->reverse ? len - 1 - k : k) * inner;
+      if (data.isFloat()) {
+        double next = facc + data.floats[e];
+        if (data.kind == ElemKind::F32)
+          next = (double)(float)next;
+        r.floats[e] = p->exclusive ? facc : next;
+        facc = next;
+        continue;
+      }
+      int64_t next;
+      bool overflow = llvm::AddOverflow(iacc, data.ints[e], next) ||
+                      (data.kind == ElemKind::I32 &&
+                       (next < INT32_MIN || next > INT32_MAX));
+      if (overflow) {
+        c.error() << "the running sum overflows " << elemKindName(data.kind);
+        return FoldResult::Error;
+      }
+      r.ints[e] = p->exclusive ? iacc : next;
+      iacc = next;
+    }
+  }
+  out.push_back(std::move(r));
+  return FoldResult::Folded;
+}
+
+FoldResult tileNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0);
+  auto p = tileParams(c, data.shape);
+  if (failed(p))
+    return FoldResult::Error;
+  if (FoldResult r = c.checkFoldSize(p->shape, data.kind);
+      r != FoldResult::Folded)
+    return r;
+  Shape inStrides = stridesOf(data.shape), outStrides = stridesOf(p->shape);
+  HostTensor probe;
+  probe.shape = p->shape;
+  std::vector<int64_t> src;
+  for (int64_t e = 0, n = probe.numElements(); e < n; ++e) {
+    int64_t s = 0;
+    for (size_t d = 0; d < p->shape.size(); ++d)
+      s += (e / outStrides[d] % p->shape[d] % data.shape[d]) * inStrides[d];
+    src.push_back(s);
+  }
+  out.push_back(take(data, p->shape, src));
+  return FoldResult::Folded;
+}
+
 FoldResult splitNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (!allConstant(c))
     return FoldResult::NotFoldable;
@@ -797,6 +871,8 @@ const llvm::StringMap<NodeFolder> &nodeFolders() {
          {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"})
       t[r] = reduceNode;
     t["Trilu"] = triluNode;
+    t["CumSum"] = cumSumNode;
+    t["Tile"] = tileNode;
     t["Split"] = splitNode;
     t["GatherND"] = gatherNDNode;
     t["GatherElements"] = gatherElementsNode;

@@ -389,6 +389,51 @@ FailureOr<SmallVector<int64_t>> expandTarget(NodeContext &c,
   return *target;
 }
 
+FailureOr<CumSumParams> cumSumParams(NodeContext &c, int64_t rank) {
+  auto axis = c.scalarConstant(1, "axis");
+  if (failed(axis))
+    return failure();
+  if (rank < 1)
+    return c.error() << "CumSum needs an input of rank >= 1";
+  auto n = normalizeAxis(axis->intAt(0), rank);
+  if (failed(n))
+    return c.error() << "axis " << axis->intAt(0)
+                     << " is out of range for rank " << rank;
+  CumSumParams p;
+  p.axis = *n;
+  p.exclusive = c.attrInt("exclusive", 0) != 0;
+  p.reverse = c.attrInt("reverse", 0) != 0;
+  return p;
+}
+
+FailureOr<TileParams> tileParams(NodeContext &c, ArrayRef<int64_t> shape) {
+  auto repeats = c.constant(1, "repeats");
+  if (failed(repeats))
+    return failure();
+  if (repeats->shape.size() != 1 ||
+      repeats->numElements() != (int64_t)shape.size())
+    return c.error() << "repeats must be 1-D with one count per input dim ("
+                     << shape.size() << "), got shape "
+                     << formatShape(repeats->shape);
+  TileParams p;
+  auto counts = repeats->asInts();
+  p.repeats.assign(counts.begin(), counts.end());
+  for (auto [d, r] : llvm::enumerate(p.repeats)) {
+    if (r < 0)
+      return c.error() << "repeats[" << d << "] is " << r
+                       << "; counts must be >= 0";
+    int64_t n;
+    if (llvm::MulOverflow(shape[d], r, n))
+      return c.error() << "tiled dim " << d << " (" << shape[d] << " x " << r
+                       << ") overflows int64";
+    p.shape.push_back(n);
+  }
+  if (!checkedNumElements(p.shape))
+    return c.error() << "tiled shape " << formatShape(p.shape)
+                     << " has more elements than int64 holds";
+  return p;
+}
+
 //===----------------------------------------------------------------------===//
 // Handlers
 //===----------------------------------------------------------------------===//
@@ -1214,6 +1259,57 @@ LogicalResult triluOp(NodeContext &c) {
   return success();
 }
 
+LogicalResult cumSumOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  auto p = cumSumParams(c, c.type(0).getRank());
+  if (failed(p))
+    return failure();
+  NamedAttribute attrs[] = {c.i64("axis", p->axis),
+                            c.boolean("exclusive", p->exclusive),
+                            c.boolean("reverse", p->reverse)};
+  auto r = c.create1("dsc.cumsum", {*x}, attrs);
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
+/// Tile as data movement dsc already has: each dim d of size n repeated r
+/// times is a new dim of size r in front of it (reshape to [.., 1, n, ..],
+/// expand to [.., r, n, ..]), then the pairs merge (reshape to r * n).
+/// Its gradient is then expand's (a sum over the copies).
+LogicalResult tileOp(NodeContext &c) {
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  ArrayRef<int64_t> shape = c.type(0).getShape();
+  auto p = tileParams(c, shape);
+  if (failed(p))
+    return failure();
+  if (p->shape == Shape(shape)) {
+    c.setOutput(0, *x);
+    return success();
+  }
+  Shape split, expanded;
+  for (auto [n, r] : llvm::zip(shape, p->repeats)) {
+    split.append({int64_t(1), n});
+    expanded.append({r, n});
+  }
+  auto s = reshapeTo(c, *x, split);
+  if (failed(s))
+    return failure();
+  auto e = c.create1("dsc.expand", {*s}, {c.array("shape", expanded)});
+  if (failed(e))
+    return failure();
+  auto r = reshapeTo(c, *e, p->shape);
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
 LogicalResult padOp(NodeContext &c) {
   std::string mode = c.attrString("mode", "constant");
   if (mode != "constant")
@@ -1585,6 +1681,8 @@ const llvm::StringMap<NodeHandler> &nodeHandlers() {
     t["SequenceAt"] = sequenceAtOp;
     t["Gather"] = gatherOp;
     t["Trilu"] = triluOp;
+    t["CumSum"] = cumSumOp;
+    t["Tile"] = tileOp;
     t["Pad"] = padOp;
     t["GatherND"] = gatherNDOp;
     t["GatherElements"] = gatherElementsOp;
@@ -1736,6 +1834,8 @@ const llvm::StringMap<OpSignature> &opSignatures() {
     t["IsInf"] = {1, 1, 1, 1, {attrInt("detect_negative"),
                                attrInt("detect_positive")}};
     t["Trilu"] = {1, 2, 1, 1, {attrInt("upper")}};
+    t["CumSum"] = {2, 2, 1, 1, {attrInt("exclusive"), attrInt("reverse")}};
+    t["Tile"] = {2, 2, 1, 1, {}};
     t["Pad"] = {2, 4, 1, 1, {attrString("mode")}};
     t["ConstantOfShape"] = {1, 1, 1, 1, {attrTensor("value")}};
     t["Shape"] = {1, 1, 1, 1, {attrInt("end"), attrInt("start")}};

@@ -42,6 +42,21 @@ mlir::FailureOr<int64_t> gatherAxis(NodeContext &c, int64_t rank);
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 expandTarget(NodeContext &c, llvm::ArrayRef<int64_t> shape);
 
+/// CumSum's canonical parameters: the axis (input 1, a scalar constant,
+/// normalized for `rank`) and the exclusive and reverse attributes.
+struct CumSumParams {
+  int64_t axis = 0;
+  bool exclusive = false, reverse = false;
+};
+mlir::FailureOr<CumSumParams> cumSumParams(NodeContext &c, int64_t rank);
+/// Tile's repeats (input 1: one non-negative count per dim of `shape`)
+/// and the tiled shape, sizes checked.
+struct TileParams {
+  llvm::SmallVector<int64_t> repeats, shape;
+};
+mlir::FailureOr<TileParams> tileParams(NodeContext &c,
+                                       llvm::ArrayRef<int64_t> shape);
+
 /// GatherElements: the flat (row-major) index into `data` of every output
 /// element, for constant `indices` of data's rank; negative indices wrap.
 /// An index out of range or a shape mismatch is an error on the node.

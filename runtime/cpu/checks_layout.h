@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace dsc::cpu::detail {
@@ -101,6 +102,22 @@ Status checkPad(Call &call, const Tensor &input, I64s pads, const Tensor &out);
 
 Status checkTrilu(Call &call, const Tensor &input, int64_t k,
                   const Tensor &out);
+
+/// A cumsum's lines: `len` elements `inner` apart, `lines` of them.
+struct CumSumLayout {
+  int64_t len = 0, inner = 1, lines = 0;
+};
+Status checkCumSum(Call &call, const Tensor &input, int64_t axis,
+                   const Tensor &out, CumSumLayout &layout);
+/// What both cumsum kernels add in: T, or for an integer T its unsigned
+/// twin (an overflowing sum wraps as two's complement, without undefined
+/// behaviour).
+template <typename T, bool = std::is_integral<T>::value> struct CumSumAcc {
+  using type = T;
+};
+template <typename T> struct CumSumAcc<T, true> {
+  using type = typename std::make_unsigned<T>::type;
+};
 
 //===----------------------------------------------------------------------===//
 // Matmul and gemm (linalg.cpp)

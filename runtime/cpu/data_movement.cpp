@@ -10,6 +10,7 @@
 #include "cpu/kernels.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace dsc::cpu {
 
@@ -495,7 +496,79 @@ Status checkTrilu(Call &call, const Tensor &input, int64_t k,
   return Status();
 }
 
+Status checkCumSum(Call &call, const Tensor &input, int64_t axis,
+                   const Tensor &out, CumSumLayout &layout) {
+  call.arg("input", input).arg("axis", axis).arg("out", out);
+  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+    return st;
+  if (input.rank < 1 || axis < 0 || axis >= input.rank)
+    return call.fail("needs rank >= 1 and an axis in [0, rank)");
+  if (!sameShape(input, out) || input.dtype != out.dtype)
+    return call.fail("the result must be like the input");
+  if (input.dtype != DType::F32 && input.dtype != DType::F64 &&
+      input.dtype != DType::I32 && input.dtype != DType::I64)
+    return call.fail("sums f32, f64, i32 or i64 elements");
+  layout.len = input.shape[axis];
+  layout.inner = 1;
+  for (int d = axis + 1; d < input.rank; ++d)
+    layout.inner *= input.shape[d];
+  layout.lines = layout.len ? input.numel() / layout.len : 0;
+  return Status();
+}
+
 } // namespace detail
+
+namespace {
+
+/// One line of a cumsum: `len` elements `inner` apart from `x` and `y`.
+/// The sum runs in CumSumAcc<T>.
+template <typename T>
+void cumSumLine(const T *x, T *y, int64_t len, int64_t inner, bool exclusive,
+                bool reverse) {
+  using Acc = typename detail::CumSumAcc<T>::type;
+  Acc acc = 0;
+  for (int64_t k = 0; k < len; ++k) {
+    int64_t e = (reverse ? len - 1 - k : k) * inner;
+    Acc next = acc + static_cast<Acc>(x[e]);
+    y[e] = static_cast<T>(exclusive ? acc : next);
+    acc = next;
+  }
+}
+
+template <typename T>
+void cumSumAll(const Tensor &input, const Tensor &out,
+               const detail::CumSumLayout &l, bool exclusive, bool reverse) {
+  for (int64_t line = 0; line < l.lines; ++line) {
+    int64_t base = (line / l.inner) * l.len * l.inner + line % l.inner;
+    cumSumLine(input.as<T>() + base, out.as<T>() + base, l.len, l.inner,
+               exclusive, reverse);
+  }
+}
+
+} // namespace
+
+Status cumsum(const Tensor &input, int64_t axis, bool exclusive, bool reverse,
+              const Tensor &out) {
+  Call call("cumsum");
+  detail::CumSumLayout l;
+  if (Status st = detail::checkCumSum(call, input, axis, out, l); !st.ok())
+    return st;
+  switch (input.dtype) {
+  case DType::F32:
+    cumSumAll<float>(input, out, l, exclusive, reverse);
+    break;
+  case DType::F64:
+    cumSumAll<double>(input, out, l, exclusive, reverse);
+    break;
+  case DType::I32:
+    cumSumAll<int32_t>(input, out, l, exclusive, reverse);
+    break;
+  default:
+    cumSumAll<int64_t>(input, out, l, exclusive, reverse);
+    break;
+  }
+  return Status();
+}
 
 Status pad(const Tensor &input, I64s pads, double value, const Tensor &out) {
   Call call("pad");

@@ -379,6 +379,10 @@ Status padBackward(const Tensor &gradOut, I64s pads, const Tensor &gradIn);
 /// Keeps j - i >= k (upper) or j - i <= k (lower) in the last two dims; its
 /// backward is trilu of the gradient.
 Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out);
+/// Running sum along `axis` (ONNX CumSum): f32, f64, i32, i64; one
+/// sequential sum per line, so results do not depend on threading.
+Status cumsum(const Tensor &input, int64_t axis, bool exclusive, bool reverse,
+              const Tensor &out);
 
 } // namespace dsc::cpu
 

@@ -524,6 +524,36 @@ Status launchTrilu(const Tensor &input, bool upper, int64_t k,
   return Status();
 }
 
+/// One thread per line: the same sequential sum as the CPU kernel, so both
+/// give the same bits. Lines are short in the models that use it (position
+/// ids from a [batch, tokens] mask).
+template <typename T>
+__global__ void cumSumKernel(const T *x, T *y, int64_t lines, int64_t len,
+                             int64_t inner, bool exclusive, bool reverse) {
+  using Acc = typename cpu::detail::CumSumAcc<T>::type;
+  DSC_GRID_STRIDE(line, lines) {
+    int64_t base = (line / inner) * len * inner + line % inner;
+    Acc acc = 0;
+    for (int64_t k = 0; k < len; ++k) {
+      int64_t e = base + (reverse ? len - 1 - k : k) * inner;
+      Acc next = acc + static_cast<Acc>(x[e]);
+      y[e] = static_cast<T>(exclusive ? acc : next);
+      acc = next;
+    }
+  }
+}
+
+template <typename T>
+Status launchCumSum(const Tensor &input, const Tensor &out,
+                    const cpu::detail::CumSumLayout &l, bool exclusive,
+                    bool reverse) {
+  cumSumKernel<T><<<grid(l.lines), kThreads, 0, stream()>>>(
+      ptr<const T>(input), ptr<T>(out), l.lines, l.len, l.inner, exclusive,
+      reverse);
+  DSC_CUDA_LAUNCHED("cumsum");
+  return Status();
+}
+
 /// Calls fn(T{}) with T an unsigned integer of `bytes` (1, 2, 4 or 8).
 template <typename Fn> Status dispatchBytes(size_t bytes, Fn &&fn) {
   switch (bytes) {
@@ -755,6 +785,26 @@ Status dropout(const Tensor &input, double ratio, uint64_t seed,
   if (input.dtype == DType::F32)
     return launchDropout<float>(input, ratio, seed, out, mask);
   return launchDropout<double>(input, ratio, seed, out, mask);
+}
+
+Status cumsum(const Tensor &input, int64_t axis, bool exclusive, bool reverse,
+              const Tensor &out) {
+  Call call("cumsum");
+  cpu::detail::CumSumLayout l;
+  if (Status st = cpu::detail::checkCumSum(call, input, axis, out, l); !st.ok())
+    return st;
+  if (l.lines == 0)
+    return Status();
+  switch (input.dtype) {
+  case DType::F32:
+    return launchCumSum<float>(input, out, l, exclusive, reverse);
+  case DType::F64:
+    return launchCumSum<double>(input, out, l, exclusive, reverse);
+  case DType::I32:
+    return launchCumSum<int32_t>(input, out, l, exclusive, reverse);
+  default:
+    return launchCumSum<int64_t>(input, out, l, exclusive, reverse);
+  }
 }
 
 Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out) {

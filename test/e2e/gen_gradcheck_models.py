@@ -204,6 +204,13 @@ def reductions_movement(outdir):
                  [2, 4, 5]))
     vals.append((g.op("Trilu", [x, g.const(np.array(1), np.int64)], upper=0),
                  [2, 3, 4]))
+    axis = lambda a: g.const(np.array(a), np.int64)
+    vals.append((g.op("CumSum", [x, axis(1)]), [2, 3, 4]))
+    vals.append((g.op("CumSum", [x, axis(-1)], exclusive=1, reverse=1),
+                 [2, 3, 4]))
+    vals.append((g.op("CumSum", [x, axis(0)], reverse=1), [2, 3, 4]))
+    vals.append((g.op("Tile", [x, g.const(np.array([2, 1, 3]), np.int64)]),
+                 [4, 3, 12]))
     vals.append((g.op("Dropout", [x, g.const(0.3),
                                   g.const(np.array(True), np.bool_)]),
                  [2, 3, 4]))

@@ -372,6 +372,44 @@ def ops_opset18():
     return _model(g, opset=18)
 
 
+def cumsum_tile(axis=-1, repeats=(2, 1)):
+    """CumSum and Tile on run-time data (a dsc.cumsum; Tile as reshape,
+    expand, reshape) and on constants (folded at import); x is a parameter,
+    so the step differentiates both."""
+    N = helper.make_node
+    nodes = [
+        _const("ax1", 1, np.int64),
+        N("CumSum", ["mask", "ax1"], ["pos"], name="pos/CumSum"),
+        N("Cast", ["pos"], ["pos.f"], name="pos/Cast", to=TensorProto.FLOAT),
+        N("ReduceSum", ["pos.f"], ["a"], name="a/ReduceSum", keepdims=0),
+        _const("axis", axis, np.int64),
+        N("CumSum", ["x", "axis"], ["xs"], name="xs/CumSum", exclusive=1,
+          reverse=1),
+        _const("c", [1.0, 2.0, 3.0], np.float32),
+        _const("ax0", 0, np.int64),
+        N("CumSum", ["c", "ax0"], ["cs"], name="cs/CumSum"),
+        N("Mul", ["xs", "cs"], ["b.el"], name="b/Mul"),
+        N("ReduceSum", ["b.el"], ["b"], name="b/ReduceSum", keepdims=0),
+        _const("reps", list(repeats), np.int64),
+        N("Tile", ["x", "reps"], ["xt"], name="xt/Tile"),
+        _const("axes1", [1], np.int64),
+        N("ReduceSum", ["xt", "axes1"], ["rows"], name="rows/ReduceSum",
+          keepdims=0),
+        _const("c2", [1.0, 2.0], np.float32),
+        _const("reps2", [2], np.int64),
+        N("Tile", ["c2", "reps2"], ["ct"], name="ct/Tile"),
+        N("Mul", ["rows", "ct"], ["d.el"], name="d/Mul"),
+        N("ReduceSum", ["d.el"], ["d"], name="d/ReduceSum", keepdims=0),
+        N("Sum", ["a", "b", "d"], ["loss"], name="loss/Sum"),
+    ]
+    x = np.random.RandomState(6).randn(2, 3).astype(np.float32)
+    g = helper.make_graph(
+        nodes, "cumsum_tile",
+        [helper.make_tensor_value_info("mask", TensorProto.INT64, [2, 4])],
+        [_loss_out()], initializer=[_init("x", x)])
+    return _model(g)
+
+
 # ---------------------------------------------------------------------------
 # error models
 
@@ -509,6 +547,7 @@ def generate(outdir, verbose=False):
         "shape_fold.onnx": shape_fold(),
         "ops_elementwise.onnx": ops_elementwise(),
         "ops_opset18.onnx": ops_opset18(),
+        "cumsum_tile.onnx": cumsum_tile(),
     }
     for name, m in valid.items():
         onnx.checker.check_model(m, full_check=True)
@@ -522,6 +561,14 @@ def generate(outdir, verbose=False):
         "err_no_scalar_loss.onnx": err_no_scalar_loss(),
     }.items():
         onnx.checker.check_model(m)
+        _save(out(name), m)
+
+    # Valid ONNX whose CumSum axis or Tile repeats do not fit the data.
+    for name, m in {
+        "err_cumsum_axis.onnx": cumsum_tile(axis=2),
+        "err_tile_negative.onnx": cumsum_tile(repeats=(2, -1)),
+        "err_tile_rank.onnx": cumsum_tile(repeats=(2, 1, 1)),
+    }.items():
         _save(out(name), m)
 
     # Invalid by design: no checker.

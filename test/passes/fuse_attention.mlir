@@ -206,3 +206,37 @@ func.func @forward(%q: tensor<1x1x4x4xf32> {dsc.input = "q"}, %kt: tensor<1x1x4x
   %o3 = dsc.matmul %v, %p3 : tensor<1x1x4x4xf32>, tensor<1x1x4x4xf32> -> tensor<1x1x4x4xf32>
   return %o0, %o1, %o2, %o3 : tensor<1x1x4x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x4x4xf32>
 }
+
+// -----
+
+// Falcon's multi-query attention: one key/value head that the matmuls
+// broadcast over the four query heads themselves (no repeat_kv); it fuses
+// with the single head kept.
+// CHECK-LABEL: func.func @forward
+// CHECK: %{{.*}}, %{{.*}} = dsc.attention %arg0, %arg1, %arg2 {causal = true, scale = 5.000000e-01 : f64} : tensor<1x4x4x2xf32>, tensor<1x1x4x2xf32>, tensor<1x1x4x2xf32> -> tensor<1x4x4x2xf32>, tensor<1x4x4xf32>
+// CHECK-NOT: dsc.softmax
+func.func @forward(%q: tensor<1x4x4x2xf32> {dsc.input = "q"}, %k: tensor<1x1x4x2xf32> {dsc.input = "k"}, %v: tensor<1x1x4x2xf32> {dsc.input = "v"}) -> tensor<1x4x4x2xf32> {
+  %mask = dsc.constant dense<[[[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %s = dsc.constant dense<5.000000e-01> : tensor<f32>
+  %kt = dsc.transpose %k {perm = array<i64: 0, 1, 3, 2>} : tensor<1x1x4x2xf32> -> tensor<1x1x2x4xf32>
+  %qk = dsc.matmul %q, %kt : tensor<1x4x4x2xf32>, tensor<1x1x2x4xf32> -> tensor<1x4x4x4xf32>
+  %sc = dsc.mul %qk, %s : tensor<1x4x4x4xf32>, tensor<f32> -> tensor<1x4x4x4xf32>
+  %m = dsc.add %sc, %mask : tensor<1x4x4x4xf32>, tensor<1x1x4x4xf32> -> tensor<1x4x4x4xf32>
+  %p = dsc.softmax %m {axis = 3 : i64} : tensor<1x4x4x4xf32>
+  %o = dsc.matmul %p, %v : tensor<1x4x4x4xf32>, tensor<1x1x4x2xf32> -> tensor<1x4x4x2xf32>
+  return %o : tensor<1x4x4x2xf32>
+}
+
+// -----
+
+// One key head but four value heads: not attention the op can say (its
+// keys and values share a head count); left as it is.
+// CHECK-LABEL: func.func @forward
+// CHECK-NOT: dsc.attention
+// CHECK: dsc.softmax
+func.func @forward(%q: tensor<1x4x4x2xf32> {dsc.input = "q"}, %kt: tensor<1x1x2x4xf32> {dsc.input = "kt"}, %v: tensor<1x4x4x2xf32> {dsc.input = "v"}) -> tensor<1x4x4x2xf32> {
+  %qk = dsc.matmul %q, %kt : tensor<1x4x4x2xf32>, tensor<1x1x2x4xf32> -> tensor<1x4x4x4xf32>
+  %p = dsc.softmax %qk {axis = 3 : i64} : tensor<1x4x4x4xf32>
+  %o = dsc.matmul %p, %v : tensor<1x4x4x4xf32>, tensor<1x4x4x2xf32> -> tensor<1x4x4x2xf32>
+  return %o : tensor<1x4x4x2xf32>
+}

@@ -572,6 +572,22 @@ def Dsc_TriluOp : Dsc_DiffOp<"trilu"> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+def Dsc_CumSumOp : Dsc_DiffOp<"cumsum"> {
+  let summary = "running sum along one axis (ONNX CumSum)";
+  let description = [{
+    `result[.., i, ..]` is the sum of `input[.., j, ..]` for j <= i along
+    `axis` (j < i when `exclusive`; j >= i, or j > i, when `reverse`), in
+    the order of j from the sum's start, so integer sums are exact and
+    floating ones are one sequential sum per line. Its gradient is the
+    cumsum of the result's gradient the other way round.
+  }];
+  let arguments = (ins Dsc_Tensor:$input, I64Attr:$axis,
+                   DefaultValuedAttr<BoolAttr, "false">:$exclusive,
+                   DefaultValuedAttr<BoolAttr, "false">:$reverse);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient ops: what autodiff emits where composing forward ops would be
 // slow or unclear. Each names the forward op it differentiates.

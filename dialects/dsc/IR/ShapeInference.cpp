@@ -1026,6 +1026,26 @@ LogicalResult TriluOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+LogicalResult CumSumOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc, Adaptor a,
+                                         SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<CumSumOp>(ctx, loc, a)))
+    return failure();
+  auto x = rankedType(a.getInput());
+  if (!x || x.getRank() < 1)
+    return fail(loc, "cumsum expects a tensor of rank >= 1");
+  int64_t axis = a.getAxis();
+  if (axis < 0 || axis >= x.getRank())
+    return fail(loc, "cumsum axis " + Twine(axis) +
+                         " is out of range for rank " + Twine(x.getRank()));
+  Type e = x.getElementType();
+  if (!e.isF32() && !e.isF64() && !e.isSignlessInteger(32) &&
+      !e.isSignlessInteger(64))
+    return fail(loc, "cumsum sums f32, f64, i32 or i64 elements");
+  results.push_back(x);
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient ops
 //===----------------------------------------------------------------------===//

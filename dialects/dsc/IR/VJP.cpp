@@ -754,6 +754,16 @@ DSC_VJP(PadOp) {
   return success();
 }
 
+DSC_VJP(CumSumOp) {
+  // d(result[i]) / d(input[j]) is 1 exactly where result[i] sums input[j]:
+  // the input's gradient sums the result's over the same pairs, the other
+  // way along the axis.
+  operandGrads.assign({CumSumOp::create(builder, getLoc(), resultGrads[0],
+                                        getAxisAttr(), getExclusiveAttr(),
+                                        builder.getBoolAttr(!getReverse()))});
+  return success();
+}
+
 DSC_VJP(TriluOp) {
   operandGrads.assign({TriluOp::create(builder, getLoc(), resultGrads[0],
                                        getUpperAttr(), getKAttr())});

@@ -3,8 +3,8 @@
 // Each test runs the CPU kernel on the host views and the CUDA kernel on the
 // device views of the same data and compares: exactly where the CUDA kernel
 // promises the CPU's bits (integer math, IEEE single ops, casts, fill,
-// where, trilu, dropout), within a few ulps where libdevice and libm may
-// differ (exp, tanh, pow, ...). Errors must be the CPU's, message and code.
+// where, trilu, cumsum, dropout), within a few ulps where libdevice and libm
+// may differ (exp, tanh, pow, ...). Errors must be the CPU's, message and code.
 //
 //===----------------------------------------------------------------------===//
 
@@ -730,6 +730,34 @@ TEST(CudaElementwise, TriluBothTriangles) {
   DevTensor m(DType::F32, {2, 2}), mi(DType::I32, {2, 2});
   expectSameError(cpu::trilu(m.host(), true, 0, mi.host()),
                   cuda::trilu(m.dev(), true, 0, mi.dev()), "trilu");
+}
+
+TEST(CudaElementwise, CumSumMatchesTheCpuBitForBit) {
+  DSC_REQUIRE_GPU();
+  const Shape shapes[] = {{2, 3, 4}, {4, 2048}, {1000}, {3, 1, 5}};
+  for (const Shape &s : shapes)
+    for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64})
+      for (int64_t axis = 0; axis < (int64_t)s.size(); ++axis)
+        for (bool exclusive : {false, true})
+          for (bool reverse : {false, true}) {
+            DevTensor x(dt, s), y(dt, s);
+            x.random(-3, 9, 73);
+            DSC_ASSERT_OK(
+                cpu::cumsum(x.host(), axis, exclusive, reverse, y.host()));
+            settle();
+            DSC_ASSERT_OK(
+                cuda::cumsum(x.dev(), axis, exclusive, reverse, y.dev()));
+            expectSameBits(y, std::string("cumsum ") + dtypeName(dt) + str(s) +
+                                  " axis " + std::to_string(axis) +
+                                  (exclusive ? " exclusive" : "") +
+                                  (reverse ? " reverse" : ""));
+          }
+  DevTensor h(DType::F16, {4}), h2(DType::F16, {4});
+  expectSameError(cpu::cumsum(h.host(), 0, false, false, h2.host()),
+                  cuda::cumsum(h.dev(), 0, false, false, h2.dev()), "cumsum");
+  DevTensor v(DType::F32, {4}), w(DType::F32, {4});
+  expectSameError(cpu::cumsum(v.host(), 1, false, false, w.host()),
+                  cuda::cumsum(v.dev(), 1, false, false, w.dev()), "cumsum");
 }
 
 //===----------------------------------------------------------------------===//

@@ -171,6 +171,54 @@ TEST(DataMovement, PadConstantAndCrop) {
   }
 }
 
+TEST(DataMovement, CumSumInEveryDirection) {
+  D x = iota({2, 3}), y = zerosD({2, 3});
+  // axis 1 of [[0, 1, 2], [3, 4, 5]]: plain, exclusive, reverse, both.
+  DSC_ASSERT_OK(cumsum(x.t(), 1, false, false, y.t()));
+  EXPECT_EQ(y.v, (std::vector<double>{0, 1, 3, 3, 7, 12}));
+  DSC_ASSERT_OK(cumsum(x.t(), 1, true, false, y.t()));
+  EXPECT_EQ(y.v, (std::vector<double>{0, 0, 1, 0, 3, 7}));
+  DSC_ASSERT_OK(cumsum(x.t(), 1, false, true, y.t()));
+  EXPECT_EQ(y.v, (std::vector<double>{3, 3, 2, 12, 9, 5}));
+  DSC_ASSERT_OK(cumsum(x.t(), 1, true, true, y.t()));
+  EXPECT_EQ(y.v, (std::vector<double>{3, 2, 0, 9, 5, 0}));
+  DSC_ASSERT_OK(cumsum(x.t(), 0, false, false, y.t()));
+  EXPECT_EQ(y.v, (std::vector<double>{0, 1, 2, 3, 5, 7}));
+  // Position ids from a padding mask, as RoBERTa makes them (int64, the
+  // middle axis of three).
+  Buf<int64_t> m({1, 4, 2}, DType::I64, {1, 1, 1, 0, 1, 1, 0, 1}),
+      p({1, 4, 2}, DType::I64);
+  DSC_ASSERT_OK(cumsum(m.t(), 1, false, false, p.t()));
+  EXPECT_EQ(p.v, (std::vector<int64_t>{1, 1, 2, 1, 3, 2, 3, 3}));
+  // An int32 sum past INT32_MAX wraps as two's complement, as ONNX
+  // runtimes do, instead of being undefined.
+  Buf<int32_t> big({2}, DType::I32, {INT32_MAX, 1}), wrapped({2}, DType::I32);
+  DSC_ASSERT_OK(cumsum(big.t(), 0, false, false, wrapped.t()));
+  EXPECT_EQ(wrapped.v, (std::vector<int32_t>{INT32_MAX, INT32_MIN}));
+  // Its gradient is the cumsum of the result's gradient the other way.
+  std::mt19937_64 rng(9);
+  for (bool exclusive : {false, true})
+    for (bool reverse : {false, true}) {
+      std::vector<D> in = {randD({2, 3, 4}, rng)};
+      gradCheck(
+          in, {2, 3, 4},
+          [&](auto &v, const Tensor &o) {
+            return cumsum(v[0], 2, exclusive, reverse, o);
+          },
+          [&](auto &, const Tensor &g, auto &gr) {
+            return cumsum(g, 2, exclusive, !reverse, gr[0]);
+          },
+          {0});
+    }
+  // Bad calls: an axis past the rank, a bool tensor, a result of another
+  // shape.
+  Buf<uint8_t> b({3}, DType::Bool), b2({3}, DType::Bool);
+  EXPECT_FALSE(cumsum(x.t(), 2, false, false, y.t()).ok());
+  EXPECT_FALSE(cumsum(b.t(), 0, false, false, b2.t()).ok());
+  D wrong = zerosD({3, 2});
+  EXPECT_FALSE(cumsum(x.t(), 1, false, false, wrong.t()).ok());
+}
+
 TEST(DataMovement, Trilu) {
   D x = iota({3, 3}), y = zerosD({3, 3});
   DSC_ASSERT_OK(trilu(x.t(), true, 0, y.t()));
