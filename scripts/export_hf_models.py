@@ -199,6 +199,45 @@ def build_hf_models():
                                  **gpt2_small),
     }
 
+    class Seq2Seq(nn.Module):
+        """an HF encoder-decoder: the labels shifted right are the decoder's
+        inputs (the model does it, with ScatterND); mean cross entropy."""
+
+        def __init__(self, hf):
+            super().__init__()
+            self.model = hf
+
+        def forward(self, input_ids, labels):
+            attention_mask = torch.ones_like(input_ids)
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                labels=labels, use_cache=False).logits
+            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+
+    def batch_seq2seq():
+        g = gen()
+        # pad (0) and the decoder start token (T5: the pad, BART: 2) never
+        # appear as real tokens
+        return {"input_ids": torch.randint(3, V, (B, T), generator=g),
+                "labels": torch.randint(3, V, (B, T // 2), generator=g)}
+
+    def seq2seq(cls, cfg):
+        def make():
+            hf = cls(cfg)
+            base.log(f"    {cls.__name__}: attn_implementation={hf.config._attn_implementation}")
+            return Seq2Seq(hf)
+        return dict(make=lambda: seeded(make), batch=batch_seq2seq, ref=True)
+
+    # T5's relative position bias is learned (its attention stays unfused);
+    # BART has learned positions with an offset of 2 and an embedding norm.
+    more["hf_t5"] = seq2seq(tf.T5ForConditionalGeneration, tf.T5Config(
+        vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0))
+    more["hf_bart"] = seq2seq(tf.BartForConditionalGeneration, tf.BartConfig(
+        vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0))
+
     def roberta():
         # pad id 0, as the batch pads (the default, 1, would be a real token here)
         hf = tf.RobertaForMaskedLM(tf.RobertaConfig(**bert, pad_token_id=0))

@@ -29,7 +29,12 @@ bundle=${2:-gpu-bundle}
 root=$(cd "$(dirname "$0")/.." && pwd)
 fixtures=test/fixtures
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on shared machines
-families="hf_llama hf_mistral hf_qwen2 hf_gpt2_sdpa hf_bert_cls hf_vit nanogpt_sdpa"
+# The families whose GPU paths differ: multi-query through the matmul's own
+# broadcast (Falcon), a run-time int cumsum (RoBERTa), Tile (GPT-J), unfused
+# soft-capped and ALiBi attention (Gemma 2, BLOOM), per-head q/k norms
+# (Qwen 3), partial rotary (Phi), folded learned positions (OPT).
+families="hf_llama hf_mistral hf_qwen2 hf_gpt2_sdpa hf_bert_cls hf_vit nanogpt_sdpa
+  hf_phi hf_gemma2 hf_qwen3 hf_falcon hf_gptj hf_bloom hf_opt hf_roberta_mlm"
 
 build() {
   local dsc=${DSC:-$root/build/bin/dsc}

@@ -790,6 +790,32 @@ FoldResult tileNode(NodeContext &c, std::vector<HostTensor> &out) {
   return FoldResult::Folded;
 }
 
+FoldResult scatterNode(NodeContext &c, std::vector<HostTensor> &out) {
+  if (!allConstant(c))
+    return FoldResult::NotFoldable;
+  const HostTensor &data = in(c, 0), &updates = in(c, 2);
+  if (data.kind != updates.kind) {
+    c.error() << "data and updates differ in element type";
+    return FoldResult::Error;
+  }
+  auto sources = scatterSources(c, data.shape, in(c, 1), updates.shape);
+  if (failed(sources))
+    return FoldResult::Error;
+  HostTensor r = data;
+  int64_t n = data.numElements();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t s = (*sources)[i];
+    if (s < n)
+      continue;
+    if (r.isFloat())
+      r.floats[i] = updates.floats[s - n];
+    else
+      r.ints[i] = updates.ints[s - n];
+  }
+  out.push_back(std::move(r));
+  return FoldResult::Folded;
+}
+
 FoldResult splitNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (!allConstant(c))
     return FoldResult::NotFoldable;
@@ -873,6 +899,8 @@ const llvm::StringMap<NodeFolder> &nodeFolders() {
     t["Trilu"] = triluNode;
     t["CumSum"] = cumSumNode;
     t["Tile"] = tileNode;
+    t["ScatterND"] = scatterNode;
+    t["ScatterElements"] = scatterNode;
     t["Split"] = splitNode;
     t["GatherND"] = gatherNDNode;
     t["GatherElements"] = gatherElementsNode;

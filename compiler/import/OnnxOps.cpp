@@ -376,6 +376,96 @@ gatherElementsSources(NodeContext &c, ArrayRef<int64_t> dataShape,
   return sources;
 }
 
+/// Wraps a negative index; fails (with the node's error) out of range.
+static FailureOr<int64_t> wrapIndex(NodeContext &c, int64_t i, int64_t dim,
+                                    int64_t d) {
+  if (i < -dim || i >= dim)
+    return c.error() << "index " << i << " out of range [-" << dim << ", "
+                     << dim << ") of data dim " << d;
+  return i < 0 ? i + dim : i;
+}
+
+/// ScatterND: indices [..., k] name slices of data's last rank - k dims.
+static LogicalResult scatterNDDestinations(NodeContext &c,
+                                           ArrayRef<int64_t> dataShape,
+                                           const HostTensor &indices,
+                                           ArrayRef<int64_t> updatesShape,
+                                           std::vector<int64_t> &dests) {
+  int64_t rank = dataShape.size(), q = indices.shape.size();
+  int64_t k = q ? indices.shape.back() : -1;
+  if (q < 1 || k < 0 || k > rank)
+    return c.error() << "indices " << formatShape(indices.shape)
+                     << " must have rank >= 1 and a last dim of at most the "
+                        "data's rank "
+                     << rank;
+  SmallVector<int64_t> expected(indices.shape.begin(), indices.shape.end() - 1);
+  expected.append(dataShape.begin() + k, dataShape.end());
+  if (ArrayRef<int64_t>(expected) != updatesShape)
+    return c.error() << "updates " << formatShape(updatesShape)
+                     << " must have shape " << formatShape(expected)
+                     << " (indices' leading dims, then data's past "
+                        "the indexed ones)";
+  int64_t slice = checkedNumElements(dataShape.drop_front(k)).value_or(0);
+  int64_t writes =
+      checkedNumElements(ArrayRef<int64_t>(indices.shape).drop_back())
+          .value_or(0);
+  for (int64_t w = 0; w < writes; ++w) {
+    int64_t base = 0;
+    for (int64_t d = 0; d < k; ++d) {
+      auto i = wrapIndex(c, indices.intAt(w * k + d), dataShape[d], d);
+      if (failed(i))
+        return failure();
+      base = base * dataShape[d] + *i;
+    }
+    for (int64_t e = 0; e < slice; ++e)
+      dests.push_back(base * slice + e);
+  }
+  return success();
+}
+
+/// ScatterElements: updates[p] goes where GatherElements with the same
+/// indices would read element p from.
+static LogicalResult scatterElementsDestinations(NodeContext &c,
+                                                 ArrayRef<int64_t> dataShape,
+                                                 const HostTensor &indices,
+                                                 ArrayRef<int64_t> updatesShape,
+                                                 std::vector<int64_t> &dests) {
+  if (ArrayRef<int64_t>(indices.shape) != updatesShape)
+    return c.error() << "indices " << formatShape(indices.shape)
+                     << " and updates " << formatShape(updatesShape)
+                     << " must have one shape";
+  auto flat = gatherElementsSources(c, dataShape, indices);
+  if (failed(flat))
+    return failure();
+  dests = std::move(*flat);
+  return success();
+}
+
+FailureOr<std::vector<int64_t>> scatterSources(NodeContext &c,
+                                               ArrayRef<int64_t> dataShape,
+                                               const HostTensor &indices,
+                                               ArrayRef<int64_t> updatesShape) {
+  std::string reduction = c.attrString("reduction", "none");
+  if (reduction != "none")
+    return c.error() << c.opType() << " reduction '" << reduction
+                     << "' is not supported (only 'none')";
+  std::vector<int64_t> dests;
+  LogicalResult ok =
+      c.opType() == "ScatterND"
+          ? scatterNDDestinations(c, dataShape, indices, updatesShape, dests)
+          : scatterElementsDestinations(c, dataShape, indices, updatesShape,
+                                        dests);
+  if (failed(ok))
+    return failure();
+  int64_t total = checkedNumElements(dataShape).value_or(0);
+  std::vector<int64_t> sources(total);
+  for (int64_t i = 0; i < total; ++i)
+    sources[i] = i;
+  for (auto [u, dest] : llvm::enumerate(dests))
+    sources[dest] = total + (int64_t)u;
+  return sources;
+}
+
 FailureOr<SmallVector<int64_t>> expandTarget(NodeContext &c,
                                              ArrayRef<int64_t> shape) {
   auto given = c.shapeConstant(1, "shape");
@@ -1310,6 +1400,46 @@ LogicalResult tileOp(NodeContext &c) {
   return success();
 }
 
+/// ScatterND and ScatterElements with constant indices as data movement
+/// dsc has: the result gathers each element from concat(flatten(data),
+/// flatten(updates)) (so the gradient of both is the gather's scatter-add).
+/// T5's and BART's shift of the labels into decoder inputs write it so.
+LogicalResult scatterOp(NodeContext &c) {
+  auto data = c.value(0), updates = c.value(2);
+  if (failed(data) || failed(updates))
+    return failure();
+  auto idx = c.constant(1, "indices");
+  if (failed(idx))
+    return failure();
+  auto dataType = c.type(0), updatesType = c.type(2);
+  if (dataType.getElementType() != updatesType.getElementType())
+    return c.error() << "data and updates differ in element type";
+  auto sources =
+      scatterSources(c, dataType.getShape(), *idx, updatesType.getShape());
+  if (failed(sources))
+    return failure();
+  int64_t n = dataType.getNumElements();
+  if (failed(c.checkConstantSize({n}, ElemKind::I64)))
+    return failure();
+  auto flatData = reshapeTo(c, *data, {n});
+  auto flatUpdates = reshapeTo(c, *updates, {updatesType.getNumElements()});
+  if (failed(flatData) || failed(flatUpdates))
+    return failure();
+  auto both =
+      c.create1("dsc.concat", {*flatData, *flatUpdates}, {c.i64("axis", 0)});
+  if (failed(both))
+    return failure();
+  Value indices = c.materialize(HostTensor::ofInts(*sources, {n}));
+  auto picked = c.create1("dsc.gather", {*both, indices}, {c.i64("axis", 0)});
+  if (failed(picked))
+    return failure();
+  auto r = reshapeTo(c, *picked, dataType.getShape());
+  if (failed(r))
+    return failure();
+  c.setOutput(0, *r);
+  return success();
+}
+
 LogicalResult padOp(NodeContext &c) {
   std::string mode = c.attrString("mode", "constant");
   if (mode != "constant")
@@ -1683,6 +1813,8 @@ const llvm::StringMap<NodeHandler> &nodeHandlers() {
     t["Trilu"] = triluOp;
     t["CumSum"] = cumSumOp;
     t["Tile"] = tileOp;
+    t["ScatterND"] = scatterOp;
+    t["ScatterElements"] = scatterOp;
     t["Pad"] = padOp;
     t["GatherND"] = gatherNDOp;
     t["GatherElements"] = gatherElementsOp;
@@ -1836,6 +1968,9 @@ const llvm::StringMap<OpSignature> &opSignatures() {
     t["Trilu"] = {1, 2, 1, 1, {attrInt("upper")}};
     t["CumSum"] = {2, 2, 1, 1, {attrInt("exclusive"), attrInt("reverse")}};
     t["Tile"] = {2, 2, 1, 1, {}};
+    t["ScatterND"] = {3, 3, 1, 1, {attrString("reduction")}};
+    t["ScatterElements"] = {
+        3, 3, 1, 1, {attrInt("axis"), attrString("reduction")}};
     t["Pad"] = {2, 4, 1, 1, {attrString("mode")}};
     t["ConstantOfShape"] = {1, 1, 1, 1, {attrTensor("value")}};
     t["Shape"] = {1, 1, 1, 1, {attrInt("end"), attrInt("start")}};

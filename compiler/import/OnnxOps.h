@@ -64,6 +64,17 @@ mlir::FailureOr<std::vector<int64_t>>
 gatherElementsSources(NodeContext &c, llvm::ArrayRef<int64_t> dataShape,
                       const HostTensor &indices);
 
+/// ScatterND or ScatterElements (the node's op) with constant `indices`
+/// and reduction "none": for every element of the result, where it comes
+/// from in concat(flatten(data), flatten(updates)): its own index below
+/// numElements(data), or that plus the update's flat index where an update
+/// writes it (the last write wins where indices repeat). Negative indices
+/// wrap; one out of range, or updates of the wrong shape, is an error on
+/// the node.
+mlir::FailureOr<std::vector<int64_t>>
+scatterSources(NodeContext &c, llvm::ArrayRef<int64_t> dataShape,
+               const HostTensor &indices, llvm::ArrayRef<int64_t> updatesShape);
+
 /// Ops that dsc evaluates at compile time only (no run-time dsc op).
 bool isFoldOnlyOp(llvm::StringRef op);
 

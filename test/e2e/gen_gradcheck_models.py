@@ -211,6 +211,15 @@ def reductions_movement(outdir):
     vals.append((g.op("CumSum", [x, axis(0)], reverse=1), [2, 3, 4]))
     vals.append((g.op("Tile", [x, g.const(np.array([2, 1, 3]), np.int64)]),
                  [4, 3, 12]))
+    # ScatterND writes rows 2 and 0 of x's first dim-1 slab (T5's label
+    # shift); ScatterElements writes along the last axis (BART's).
+    u = g.param("updates", [2, 4])
+    vals.append((g.op("ScatterND", [x, g.const(np.array([[0, 2], [1, 0]]),
+                                                np.int64), u]), [2, 3, 4]))
+    ue = g.param("updates_el", [2, 3, 1])
+    vals.append((g.op("ScatterElements",
+                      [x, g.const(np.array([[[3], [0], [-1]], [[1], [2], [0]]]),
+                                  np.int64), ue], axis=2), [2, 3, 4]))
     vals.append((g.op("Dropout", [x, g.const(0.3),
                                   g.const(np.array(True), np.bool_)]),
                  [2, 3, 4]))

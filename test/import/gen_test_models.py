@@ -410,6 +410,49 @@ def cumsum_tile(axis=-1, repeats=(2, 1)):
     return _model(g)
 
 
+def scatter(nd_index=1, reduction=None, el_updates=(2, 1)):
+    """T5's label shift: decoder ids = ScatterND(zeros, [[.., 1:]], labels[..,
+    :-1]) then the start token at [.., 0]; ScatterElements on a parameter;
+    a ScatterND of constants (folded)."""
+    N = helper.make_node
+    red = {} if reduction is None else {"reduction": reduction}
+    idx = np.array([[[b, t] for t in range(nd_index, 4)] for b in range(2)])
+    nodes = [
+        _const("zeros", np.zeros((2, 4), np.int64), np.int64),
+        _const("idx", idx, np.int64),
+        _const("s.starts", [0], np.int64),
+        _const("s.ends", [3], np.int64),
+        _const("s.axes", [1], np.int64),
+        N("Slice", ["labels", "s.starts", "s.ends", "s.axes"], ["shifted"],
+          name="shift/Slice"),
+        N("ScatterND", ["zeros", "idx", "shifted"], ["dec"], name="shift/ScatterND",
+          **red),
+        N("Cast", ["dec"], ["dec.f"], name="dec/Cast", to=TensorProto.FLOAT),
+        N("Mul", ["dec.f", "w"], ["a.el"], name="a/Mul"),
+        N("ReduceSum", ["a.el"], ["a"], name="a/ReduceSum", keepdims=0),
+        _const("el.idx", np.array([[3], [0]])[: el_updates[0], : el_updates[1]],
+               np.int64),
+        N("ScatterElements", ["w", "el.idx", "u"], ["we"],
+          name="w/ScatterElements", axis=1),
+        N("ReduceSum", ["we"], ["b"], name="b/ReduceSum", keepdims=0),
+        _const("c.data", [1.0, 2.0, 3.0, 4.0], np.float32),
+        _const("c.idx", [[3], [0]], np.int64),
+        _const("c.upd", [9.0, 8.0], np.float32),
+        N("ScatterND", ["c.data", "c.idx", "c.upd"], ["cs"], name="c/ScatterND"),
+        N("Mul", ["we", "cs"], ["d.el"], name="d/Mul"),
+        N("ReduceSum", ["d.el"], ["d"], name="d/ReduceSum", keepdims=0),
+        N("Sum", ["a", "b", "d"], ["loss"], name="loss/Sum"),
+    ]
+    rng = np.random.RandomState(7)
+    g = helper.make_graph(
+        nodes, "scatter",
+        [helper.make_tensor_value_info("labels", TensorProto.INT64, [2, 4])],
+        [_loss_out()],
+        initializer=[_init("w", rng.randn(2, 4).astype(np.float32)),
+                     _init("u", rng.randn(2, 1).astype(np.float32))])
+    return _model(g, opset=18)
+
+
 # ---------------------------------------------------------------------------
 # error models
 
@@ -548,6 +591,7 @@ def generate(outdir, verbose=False):
         "ops_elementwise.onnx": ops_elementwise(),
         "ops_opset18.onnx": ops_opset18(),
         "cumsum_tile.onnx": cumsum_tile(),
+        "scatter.onnx": scatter(),
     }
     for name, m in valid.items():
         onnx.checker.check_model(m, full_check=True)
@@ -568,6 +612,9 @@ def generate(outdir, verbose=False):
         "err_cumsum_axis.onnx": cumsum_tile(axis=2),
         "err_tile_negative.onnx": cumsum_tile(repeats=(2, -1)),
         "err_tile_rank.onnx": cumsum_tile(repeats=(2, 1, 1)),
+        "err_scatter_updates.onnx": scatter(nd_index=0),
+        "err_scatter_reduction.onnx": scatter(reduction="add"),
+        "err_scatter_elements.onnx": scatter(el_updates=(1, 1)),
     }.items():
         _save(out(name), m)
 
