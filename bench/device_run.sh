@@ -125,7 +125,7 @@ for part in "$@"; do
   echo "== $part ($(date -u +%T))"
   case $part in
   checks)
-    OUT=$W/gc timeout 280 bash scripts/gpu-check.sh run >"$W/checks.txt" 2>&1
+    OUT=$W/gc timeout ${CHECKS_TIMEOUT:-420} bash scripts/gpu-check.sh run >"$W/checks.txt" 2>&1
     echo "rc=$?" >>"$W/checks.txt"
     grep -E "FAIL|all passed|FAILED|rc=" "$W/checks.txt" | tail -20
     cp "$W/gc/summary.txt" "$W/checks_summary.txt" 2>/dev/null ;;

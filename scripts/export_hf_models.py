@@ -277,5 +277,29 @@ def build_hf_models():
     }
 
 
+def slim(outdir):
+    """Drops what the fixtures do not need: the dynamo exporter's per-node
+    metadata (stack traces, FX names: ~85% of an opset18 file's bytes; dsc
+    reads none of it, and export_torch_models.py's fixtures keep theirs) and
+    the float32 gradients (the tests read the float64 ones). The device
+    tool carries the whole checkout, so every MiB here is one less for the
+    programs a GPU run needs."""
+    import onnx
+    for fn in sorted(os.listdir(outdir)):
+        path = os.path.join(outdir, fn)
+        if fn.endswith("_opset18.onnx"):
+            m = onnx.load(path)
+            for n in m.graph.node:
+                del n.metadata_props[:]
+            onnx.save(m, path)
+    refs = os.path.join(outdir, "ref")
+    for name in os.listdir(refs) if os.path.isdir(refs) else []:
+        f32 = os.path.join(refs, name, "grads_f32.safetensors")
+        if os.path.exists(f32):
+            os.remove(f32)
+
+
 if __name__ == "__main__":
-    sys.exit(base.main(build=build_hf_models))
+    rc = base.main(build=build_hf_models)
+    slim(os.path.abspath(sys.argv[1]))
+    sys.exit(rc)

@@ -449,6 +449,12 @@ FailureOr<std::vector<int64_t>> scatterSources(NodeContext &c,
   if (reduction != "none")
     return c.error() << c.opType() << " reduction '" << reduction
                      << "' is not supported (only 'none')";
+  // The source map is a constant of data's size, built from one entry per
+  // update: both within --max-constant-bytes before anything is allocated
+  // (data and updates may be run-time values of any static size).
+  if (failed(c.checkConstantSize(dataShape, ElemKind::I64)) ||
+      failed(c.checkConstantSize(updatesShape, ElemKind::I64)))
+    return failure();
   std::vector<int64_t> dests;
   LogicalResult ok =
       c.opType() == "ScatterND"
@@ -1419,8 +1425,6 @@ LogicalResult scatterOp(NodeContext &c) {
   if (failed(sources))
     return failure();
   int64_t n = dataType.getNumElements();
-  if (failed(c.checkConstantSize({n}, ElemKind::I64)))
-    return failure();
   auto flatData = reshapeTo(c, *data, {n});
   auto flatUpdates = reshapeTo(c, *updates, {updatesType.getNumElements()});
   if (failed(flatData) || failed(flatUpdates))

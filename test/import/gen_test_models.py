@@ -453,6 +453,29 @@ def scatter(nd_index=1, reduction=None, el_updates=(2, 1)):
     return _model(g, opset=18)
 
 
+def scatter_huge():
+    """ScatterND into a [65536, 65536] run-time value: its source map would
+    be a 32 GiB constant; refused before anything is allocated."""
+    N = helper.make_node
+    nodes = [
+        _const("zero", 0, np.int64),
+        _const("big", [65536, 65536], np.int64),
+        N("Expand", ["zero", "big"], ["data"], name="big/Expand"),
+        _const("idx", [[0, 0]], np.int64),
+        _const("s.starts", [0], np.int64),
+        _const("s.ends", [1], np.int64),
+        N("Slice", ["labels", "s.starts", "s.ends"], ["upd"], name="upd/Slice"),
+        N("ScatterND", ["data", "idx", "upd"], ["out"], name="big/ScatterND"),
+        N("ReduceSum", ["out"], ["sum"], name="sum/ReduceSum", keepdims=0),
+        N("Cast", ["sum"], ["loss"], name="loss/Cast", to=TensorProto.FLOAT),
+    ]
+    g = helper.make_graph(
+        nodes, "scatter_huge",
+        [helper.make_tensor_value_info("labels", TensorProto.INT64, [4])],
+        [_loss_out()])
+    return _model(g, opset=18)
+
+
 # ---------------------------------------------------------------------------
 # error models
 
@@ -615,6 +638,7 @@ def generate(outdir, verbose=False):
         "err_scatter_updates.onnx": scatter(nd_index=0),
         "err_scatter_reduction.onnx": scatter(reduction="add"),
         "err_scatter_elements.onnx": scatter(el_updates=(1, 1)),
+        "err_scatter_huge.onnx": scatter_huge(),
     }.items():
         _save(out(name), m)
 
