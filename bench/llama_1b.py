@@ -7,6 +7,8 @@ configuration but for the sizes.
       embeddings), 4 x 2048 tokens
   --shape 7b: the Llama-2-7B shape of issue 12 (32 layers, width 4096, 32
       heads, MLP 11008, vocab 32000, untied), 1 x 2048 tokens
+  --shape qwen3-0.6b, gemma-2b: other families at a real model's size
+      (Qwen3ForCausalLM, GemmaForCausalLM), 4 x 2048 tokens
 
   python3 bench/llama_1b.py export [--shape S] OUT.onnx
       the training graph (shifted mean cross-entropy) by the legacy exporter,
@@ -39,13 +41,29 @@ SHAPES = {
                 num_key_value_heads=32, intermediate_size=11008, vocab_size=32000,
                 tie_word_embeddings=False, max_position_embeddings=4096), 1),
 }
+# Other families at a real model's size (their HF configuration classes,
+# defaults otherwise), for runs beside the Llama shapes: Qwen3-0.6B and
+# Gemma-2B (head_dim 256, one key/value head, a 256k vocabulary).
+SHAPES.update({
+    "qwen3-0.6b": (dict(num_hidden_layers=28, hidden_size=1024, num_attention_heads=16,
+                        num_key_value_heads=8, head_dim=128, intermediate_size=3072,
+                        vocab_size=151936, tie_word_embeddings=True,
+                        max_position_embeddings=4096), 4),
+    "gemma-2b": (dict(num_hidden_layers=18, hidden_size=2048, num_attention_heads=8,
+                      num_key_value_heads=1, head_dim=256, intermediate_size=16384,
+                      vocab_size=256000, tie_word_embeddings=True,
+                      max_position_embeddings=4096), 4),
+})
+FAMILY = {"qwen3-0.6b": "Qwen3", "gemma-2b": "Gemma"}  # else Llama
 SHAPE, B = SHAPES["1b"]
+NAME = "1b"
 T = 2048
 
 
 def use_shape(name):
-    global SHAPE, B
+    global SHAPE, B, NAME
     SHAPE, B = SHAPES[name]
+    NAME = name
 
 
 def build(torch):
@@ -56,7 +74,9 @@ def build(torch):
     class CausalLM(nn.Module):
         def __init__(self):
             super().__init__()
-            self.model = tf.LlamaForCausalLM(tf.LlamaConfig(**SHAPE))
+            family = FAMILY.get(NAME, "Llama")
+            config = getattr(tf, family + "Config")(**SHAPE)
+            self.model = getattr(tf, family + "ForCausalLM")(config)
 
         def forward(self, input_ids, labels):
             # all ones, as a tokenizer gives it for unpadded text (without
@@ -191,8 +211,10 @@ def bench_torch(args):
         if i == 0:
             first = time.perf_counter() - t_first
     t = statistics.median(times[args.warmup:])
-    flops = 6 * params * B * T + 12 * SHAPE["num_hidden_layers"] * T * T * SHAPE["hidden_size"] * B
-    print(json.dumps(dict(impl="torch.compile" if args.compile else "eager", model=f"llama {args.shape} shape",
+    heads = SHAPE["num_attention_heads"]
+    width = SHAPE.get("head_dim", SHAPE["hidden_size"] // heads) * heads
+    flops = 6 * params * B * T + 12 * SHAPE["num_hidden_layers"] * T * T * width * B
+    print(json.dumps(dict(impl="torch.compile" if args.compile else "eager", model=f"{FAMILY.get(NAME, 'llama')} {args.shape} shape",
                           params=params, median_step_ms=t * 1e3, tokens_per_s=B * T / t,
                           flops_per_step=flops, first_step_s=first,
                           peak_gib=torch.cuda.max_memory_allocated() / 2**30,
@@ -243,7 +265,7 @@ def bench_deepspeed_offload(args):
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     t = statistics.median(times[args.warmup:])
-    print(json.dumps(dict(impl="deepspeed zero2 offload_optimizer cpu", model=f"llama {args.shape} shape",
+    print(json.dumps(dict(impl="deepspeed zero2 offload_optimizer cpu", model=f"{FAMILY.get(NAME, 'llama')} {args.shape} shape",
                           params=params, median_step_ms=t * 1e3, tokens_per_s=B * T / t,
                           init_s=init_s, optimizer=type(engine.optimizer.optimizer).__name__,
                           peak_gib=torch.cuda.max_memory_allocated() / 2**30,
