@@ -549,9 +549,13 @@ LogicalResult ZeroPartitionPass::analyseStep(BucketPlan &plan) {
   loc = step.getLoc();
   auto ret = cast<func::ReturnOp>(step.front().getTerminator());
   for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    if (auto n = step.getArgAttrOfType<StringAttr>(i, "dsc.param"))
-      plan.params.push_back(
-          {i, n.str(), cast<RankedTensorType>(step.getArgument(i).getType())});
+    if (auto n = step.getArgAttrOfType<StringAttr>(i, "dsc.param")) {
+      ParamInfo info;
+      info.arg = i;
+      info.name = n.str();
+      info.type = cast<RankedTensorType>(step.getArgument(i).getType());
+      plan.params.push_back(std::move(info));
+    }
   for (unsigned i = 0; i < step.getNumResults(); ++i) {
     if (step.getResultAttr(i, "dsc.output") && plan.lossResult < 0)
       plan.lossResult = i;
@@ -930,7 +934,9 @@ ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
     if (auto n = fb.getArgAttrOfType<StringAttr>(i, "dsc.param"))
       fbParam[n] = i;
   SmallVector<unsigned> eraseArgs;
-  for (auto [bi, bk] : llvm::enumerate(plan.buckets)) {
+  for (auto indexed : llvm::enumerate(plan.buckets)) {
+    unsigned bi = indexed.index();
+    const auto &bk = indexed.value();
     if (!bk.sharded)
       continue;
     Type shardType = vec(bk.padded / groupSize, bk.element);

@@ -509,12 +509,14 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
       return nullptr;
     inputs.emplace_back(vi.name(), *ty);
   }
-  for (const auto &[name, _] : opts.inputShapes)
+  for (const auto &shape : opts.inputShapes) {
+    const auto &name = shape.first;
     if (!llvm::any_of(inputs, [&](auto &p) { return p.first == name; })) {
       fileError() << "--input-shape names '" << name
                   << "', which is not a graph input";
       return nullptr;
     }
+  }
 
   // 3. Parameters, buffers and constants.
   std::vector<std::string> roots = opts.requireLoss ? lossNames : otherOutputs;

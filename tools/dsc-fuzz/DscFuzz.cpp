@@ -54,11 +54,14 @@ void removeWorkDir() {
   llvm::sys::fs::remove(workDir);
 }
 
-/// weights.bin for external-data initializers: the fixture's, so the seed
-/// gpt2_nodrop_extdata/model.onnx imports as it is; else 1 MiB of zeros.
+/// weights.bin for external-data initializers: the fixture's (where the
+/// build put it, or $DSC_FUZZ_WEIGHTS for a copy of the fuzzer run on another
+/// machine), so the seed gpt2_nodrop_extdata/model.onnx imports as it is;
+/// else 1 MiB of zeros.
 void writeWeights() {
   std::string dst = workDir + "/weights.bin";
-  if (llvm::sys::fs::copy_file(DSC_FUZZ_WEIGHTS, dst)) {
+  const char *weights = std::getenv("DSC_FUZZ_WEIGHTS");
+  if (llvm::sys::fs::copy_file(weights ? weights : DSC_FUZZ_WEIGHTS, dst)) {
     std::ofstream out(dst, std::ios::binary);
     std::string zeros(1 << 20, '\0');
     out.write(zeros.data(), (std::streamsize)zeros.size());
