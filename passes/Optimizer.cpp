@@ -34,10 +34,11 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
         *b, loc,
         SplatElementsAttr::get(t, FloatAttr::get(t.getElementType(), v)));
   }
-  /// A scalar f32 tensor converted to `like`'s element type.
+  /// A scalar tensor converted to `like`'s element type (the count of a
+  /// global-mean loss may come in the loss's 16-bit type, the rest in f32).
   Value scalarAs(Value scalar, Value like) {
     Type e = cast<RankedTensorType>(like.getType()).getElementType();
-    if (e == b->getF32Type())
+    if (cast<RankedTensorType>(scalar.getType()).getElementType() == e)
       return scalar;
     return dsc::CastOp::create(*b, loc, scalar, TypeAttr::get(e));
   }
@@ -257,7 +258,7 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
       // total (dsc-zero-partition makes it the total over all ranks).
       auto inv = dsc::ReciprocalOp::create(builder, loc, countSum);
       inv->setAttr("dsc.loss_normalizer", builder.getUnitAttr());
-      loss = dsc::MulOp::create(builder, loc, loss, inv);
+      loss = dsc::MulOp::create(builder, loc, loss, scalarAs(inv, loss));
       for (Value &g : grads)
         g = dsc::MulOp::create(builder, loc, g, scalarAs(inv, g));
     } else if (accumSteps > 1) {

@@ -27,8 +27,10 @@ namespace dsc {
 FailureOr<int64_t> axisAttr(NodeContext &c, llvm::StringRef name, int64_t dflt,
                             int64_t rank) {
   int64_t axis = c.attrInt(name, dflt);
+  // ONNX's `axis` lies in [-r, r - 1]: a scalar has none (normalizeAxis
+  // would take axis 0 of it, and the handlers index the shape with it).
   auto n = normalizeAxis(axis, rank);
-  if (failed(n))
+  if (failed(n) || *n >= rank)
     return c.error() << name << " " << axis << " is out of range for rank "
                      << rank;
   return *n;
@@ -180,7 +182,7 @@ FailureOr<SmallVector<int64_t>> reshapeLikeTarget(NodeContext &c,
     } else {
       for (int64_t a : axes) {
         auto n = normalizeAxis(a, rank);
-        if (failed(n) || shape[*n] != 1)
+        if (failed(n) || *n >= rank || shape[*n] != 1)
           return c.error() << "cannot squeeze axis " << a << " of shape with "
                            << "rank " << rank;
         drop[*n] = true;
@@ -230,7 +232,7 @@ FailureOr<std::optional<SmallVector<int64_t>>> reduceAxes(NodeContext &c,
   SmallVector<int64_t> out;
   for (int64_t a : axes) {
     auto n = normalizeAxis(a, rank);
-    if (failed(n))
+    if (failed(n) || *n >= rank)
       return c.error() << "reduction axis " << a << " out of range for rank "
                        << rank;
     if (!llvm::is_contained(out, *n))
@@ -757,9 +759,15 @@ LogicalResult dropoutOp(NodeContext &c) {
   if (!training || ratio == 0.0) {
     // Inference mode or p = 0: the identity, and a mask of all true.
     c.setOutput(0, *x);
-    if (c.outputUsed(1))
-      c.setOutput(1, HostTensor::generate(ElemKind::Bool, c.type(0).getShape(),
+    if (c.outputUsed(1)) {
+      // The all-true mask is a constant of the input's shape: bounded like
+      // every constant the import materializes.
+      ArrayRef<int64_t> shape = c.type(0).getShape();
+      if (failed(c.checkConstantSize(shape, ElemKind::Bool)))
+        return failure();
+      c.setOutput(1, HostTensor::generate(ElemKind::Bool, shape,
                                           [](int64_t) { return 1.0; }));
+    }
     return success();
   }
   SmallVector<NamedAttribute> attrs{c.f64("ratio", ratio)};
@@ -1474,7 +1482,7 @@ LogicalResult padOp(NodeContext &c) {
   Shape pads(2 * rank, 0);
   for (size_t i = 0; i < axes.size(); ++i) {
     auto axis = normalizeAxis(axes[i], rank);
-    if (failed(axis))
+    if (failed(axis) || *axis >= rank)
       return c.error() << "pad axis " << axes[i] << " out of range";
     pads[*axis] = padsIn[i];
     pads[*axis + rank] = padsIn[i + axes.size()];

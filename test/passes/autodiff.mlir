@@ -46,6 +46,30 @@ func.func @forward(%b: tensor<3xf32> {dsc.param = "b"},
 
 // -----
 
+// Global average pooling scales by 1 / (spatial extent): 1/16 for an input
+// of batch 0 too, where N x C = 0 used to be a divisor (found by dsc-fuzz).
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[Z:.*]] = dsc.constant dense<6.250000e-02> : tensor<f32>
+// CHECK: %[[GQ:.*]] = dsc.mul %{{.*}}, %[[Z]] : tensor<0x3x1x1xf32>, tensor<f32>
+// CHECK: dsc.expand %[[GQ]] {shape = array<i64: 0, 3, 4, 4>} : tensor<0x3x1x1xf32> -> tensor<0x3x4x4xf32>
+// CHECK: %[[S:.*]] = dsc.constant dense<4.000000e-02> : tensor<f32>
+// CHECK: %[[GP:.*]] = dsc.mul %{{.*}}, %[[S]] : tensor<2x3x1x1xf32>, tensor<f32>
+// CHECK: dsc.expand %[[GP]] {shape = array<i64: 2, 3, 5, 5>} : tensor<2x3x1x1xf32> -> tensor<2x3x5x5xf32>
+func.func @forward(%p: tensor<2x3x5x5xf32> {dsc.param = "p"},
+                   %q: tensor<0x3x4x4xf32> {dsc.param = "q"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %0 = dsc.global_avg_pool %p : tensor<2x3x5x5xf32> -> tensor<2x3x1x1xf32>
+  %1 = dsc.reduce_sum %0 {axes = array<i64: 0, 1, 2, 3>, keepdims = false}
+      : tensor<2x3x1x1xf32> -> tensor<f32>
+  %2 = dsc.global_avg_pool %q : tensor<0x3x4x4xf32> -> tensor<0x3x1x1xf32>
+  %3 = dsc.reduce_sum %2 {axes = array<i64: 0, 1, 2, 3>, keepdims = false}
+      : tensor<0x3x1x1xf32> -> tensor<f32>
+  %4 = dsc.add %1, %3 : tensor<f32>, tensor<f32> -> tensor<f32>
+  return %4 : tensor<f32>
+}
+
+// -----
+
 // Losses, gathers and convolutions use the gradient ops.
 // CHECK-LABEL: func.func @forward_backward
 // CHECK: dsc.class_loss_backward %{{.*}} {ignore_index = -1 : i64, kind = "softmax_cross_entropy", reduction = "mean"}

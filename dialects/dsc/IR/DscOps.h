@@ -42,7 +42,9 @@ mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 
 /// Normalizes a possibly negative axis against `rank`; failure if out of
-/// range.
+/// range. Axis 0 of a rank-0 tensor is accepted (ops that treat a scalar as
+/// one element), so a caller that indexes the shape with the result checks
+/// it against the rank itself.
 mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 
 } // namespace dsc

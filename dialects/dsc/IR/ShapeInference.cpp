@@ -162,6 +162,8 @@ LogicalResult inferClassLoss(std::optional<Location> loc, Value scores,
     auto w = rankedType(weights);
     if (!w || w.getShape() != ArrayRef<int64_t>{s.getDimSize(1)})
       return fail(loc, "class weights must have shape [C]");
+    if (w.getElementType() != s.getElementType())
+      return fail(loc, "class weights must have the scores' element type");
   }
   // Softmax cross-entropy of 16-bit scores computes in f32 and returns it.
   Type lossType = s.getElementType();
@@ -404,8 +406,9 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *ctx,
   if (failed(checkWindowAttrs(loc, spatial, a.getStrides(), a.getPads(),
                               a.getDilations())))
     return failure();
-  if (group <= 0 || x.getDimSize(1) != w.getDimSize(1) * group ||
-      w.getDimSize(0) % group != 0)
+  int64_t channels = 0;
+  if (group <= 0 || llvm::MulOverflow(w.getDimSize(1), group, channels) ||
+      x.getDimSize(1) != channels || w.getDimSize(0) % group != 0)
     return fail(loc, llvm::formatv("channels do not match: input has {0}, "
                                    "weight expects {1} x group {2}",
                                    x.getDimSize(1), w.getDimSize(1), group)

@@ -471,9 +471,14 @@ DSC_VJP(AvgPoolOp) {
 DSC_VJP(GlobalAvgPoolOp) {
   GradBuilder g{builder, getLoc()};
   auto x = g.ty(getInput());
-  int64_t n = x.getNumElements() / (x.getDimSize(0) * x.getDimSize(1));
-  operandGrads.assign(
-      {g.expand(g.mulS(resultGrads[0], 1.0 / n), x.getShape())});
+  // The mean's count is the spatial extent. An input of zero elements (any
+  // dim 0; found by dsc-fuzz dividing by N x C = 0) has an empty gradient,
+  // whatever the factor.
+  int64_t n = 1;
+  for (int64_t d : x.getShape().drop_front(2))
+    n *= d;
+  double scale = n > 0 ? 1.0 / double(n) : 0.0;
+  operandGrads.assign({g.expand(g.mulS(resultGrads[0], scale), x.getShape())});
   return success();
 }
 

@@ -176,6 +176,17 @@ func.func @conv_channel_mismatch(%x: tensor<1x4x9x9xf32>, %w: tensor<8x3x3x3xf32
 
 // -----
 
+func.func @conv_group_overflows(%x: tensor<1x8x9x9xf32>, %w: tensor<8x8x3x3xf32>) {
+  // channels = 8 x 2^62 overflows int64 (found by dsc-fuzz): an error, not UB.
+  // expected-error @below {{channels do not match: input has 8, weight expects 8 x group 4611686018427387904}}
+  // expected-error @below {{'dsc.conv' op failed to infer returned types}}
+  %0 = dsc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 4611686018427387904 : i64}
+      : tensor<1x8x9x9xf32>, tensor<8x8x3x3xf32> -> tensor<1x8x7x7xf32>
+  return
+}
+
+// -----
+
 func.func @conv_group_does_not_divide_filters(%x: tensor<1x4x9x9xf32>, %w: tensor<5x2x3x3xf32>) {
   // expected-error @below {{channels do not match: input has 4, weight expects 2 x group 2}}
   // expected-error @below {{'dsc.conv' op failed to infer returned types}}
@@ -344,6 +355,16 @@ func.func @loss_class_weights(%s: tensor<4x10xf32>, %l: tensor<4xi64>, %w: tenso
   // expected-error @below {{class weights must have shape [C]}}
   // expected-error @below {{'dsc.nll_loss' op failed to infer returned types}}
   %0 = dsc.nll_loss %s, %l, %w {reduction = "sum"} : tensor<4x10xf32>, tensor<4xi64>, tensor<4xf32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @loss_class_weights_type(%s: tensor<4x10xf32>, %l: tensor<4xi64>, %w: tensor<10xf16>) {
+  // ONNX gives scores and weights one type T (found by dsc-fuzz).
+  // expected-error @below {{class weights must have the scores' element type}}
+  // expected-error @below {{'dsc.softmax_cross_entropy' op failed to infer returned types}}
+  %0 = dsc.softmax_cross_entropy %s, %l, %w {reduction = "mean"} : tensor<4x10xf32>, tensor<4xi64>, tensor<10xf16> -> tensor<f32>
   return
 }
 
