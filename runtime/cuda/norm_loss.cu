@@ -99,6 +99,10 @@ template <typename P> P *carve(void *base, size_t offset) {
   return reinterpret_cast<P *>(static_cast<char *>(base) + offset);
 }
 
+bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 /// Whether DSC_CUDA_SYNC=1 asks every call to wait for its kernels.
 bool syncEveryCall() {
   static const bool on = [] {
@@ -157,6 +161,60 @@ template <typename G, typename T> __device__ inline G narrow(T v) {
     return G{floatToHalfBits(v)};
   else
     return v;
+}
+
+/// Elements in chunks of kChunk = 8, one 16-byte access for 16-bit values
+/// (two for f32, four for f64): the cross entropy's rows and the norms' fast
+/// rows take their elements this way.
+constexpr int kChunk = 8;
+
+template <bool kStream> __device__ inline uint4 load16(const void *p) {
+  const uint4 *q = static_cast<const uint4 *>(p);
+  if constexpr (kStream)
+    return __ldcs(q);
+  else
+    return __ldg(q);
+}
+
+/// The 8 elements at p (16-byte aligned), widened.
+template <bool kStream, typename S>
+__device__ inline void loadFullChunk(const S *p, Compute<S> (&v)[kChunk]) {
+  if constexpr (sizeof(S) == 2) {
+    uint4 q = load16<kStream>(p);
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) { // little endian: the low half comes first
+      v[2 * k] = widen(S{static_cast<uint16_t>(w[k] & 0xffffu)});
+      v[2 * k + 1] = widen(S{static_cast<uint16_t>(w[k] >> 16)});
+    }
+  } else {
+    constexpr int kPer = 16 / sizeof(S);
+#pragma unroll
+    for (int k = 0; k < kChunk / kPer; ++k) {
+      uint4 q = load16<kStream>(p + k * kPer);
+      S part[kPer];
+      memcpy(part, &q, sizeof(q));
+#pragma unroll
+      for (int j = 0; j < kPer; ++j)
+        v[k * kPer + j] = part[j];
+    }
+  }
+}
+
+/// Stores 8 values at p (16-byte aligned) as G, each rounded as narrow<G>.
+template <typename G, typename T>
+__device__ inline void storeFullChunk(G *p, const T (&v)[kChunk]) {
+  G out[kChunk];
+#pragma unroll
+  for (int u = 0; u < kChunk; ++u)
+    out[u] = narrow<G>(v[u]);
+  constexpr int kPer = 16 / sizeof(G);
+#pragma unroll
+  for (int q = 0; q < kChunk / kPer; ++q) {
+    uint4 bits;
+    memcpy(&bits, out + q * kPer, sizeof(bits));
+    *reinterpret_cast<uint4 *>(p + q * kPer) = bits;
+  }
 }
 
 /// Sum and max over a warp by a xor butterfly: every lane ends with the same
@@ -905,6 +963,179 @@ __global__ void layerNormColumnSumKernel(const double *__restrict__ partials,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Layer norm over long rows held in registers (f32 math, 8 | cols)
+//===----------------------------------------------------------------------===//
+//
+// The block-per-row kernels above read a row once per statistic and once
+// more for the result (the backward twice more), element by element. When
+// the math is f32, a row is longer than 1024 columns (a warp's kernels
+// above keep up with the memory there: measured on GPT-2's 768, these were
+// slower), its length is a multiple of 8 and the buffers are 16-byte
+// aligned, these take each row once, in chunks of 8 (16-byte loads; an f32
+// chunk is two), keep them in registers (at most kRowChunks a thread) and
+// write the result in 16-byte stores: Llama's 2048-wide RMS norms took half
+// the time (bench/results/2026-12-04-h200-held-norm.md). Chunk c of a row
+// goes to thread c % blockDim of the row's block (32 * ceil(chunks / 128)
+// threads, so rows up to 16384 columns), which takes its chunks in order:
+// the statistics are summed in double per thread, then over the block, in
+// an order fixed by the shape alone, so a 16-bit input gives bitwise what
+// its f32 widening gives, and a 16-bit result is the f32 result rounded.
+
+constexpr int kRowChunks = 4;
+
+/// The launch of a held-row kernel, or threads == 0 when the rows do not
+/// fit one.
+struct HeldRows {
+  unsigned grid = 0, threads = 0;
+};
+
+HeldRows pickHeldRows(int64_t rows, int64_t cols,
+                      std::initializer_list<const void *> buffers) {
+  if (cols <= 1024 || cols % kChunk != 0)
+    return {};
+  for (const void *p : buffers)
+    if (p && !aligned16(p))
+      return {};
+  int64_t chunks = cols / kChunk;
+  int64_t threads = (chunks + kRowChunks - 1) / kRowChunks;
+  threads = (threads + 31) / 32 * 32;
+  if (threads > 512)
+    return {};
+  return {gridFor(rows), unsigned(threads)};
+}
+
+/// The row's chunks this thread holds (widened), and their count.
+template <typename XS>
+__device__ inline int loadRowChunks(const XS *__restrict__ xr, int64_t chunks,
+                                    int lane, int size,
+                                    float (&v)[kRowChunks][kChunk]) {
+  int n = 0;
+#pragma unroll
+  for (int k = 0; k < kRowChunks; ++k) {
+    int64_t c = lane + int64_t(k) * size;
+    if (c < chunks) {
+      loadFullChunk<false>(xr + c * kChunk, v[k]);
+      n = k + 1;
+    }
+  }
+  return n;
+}
+
+/// mean (zero for an RMS norm) and 1 / sqrt(var + eps) of a row held in
+/// registers, as rowStats computes them.
+__device__ inline void heldRowStats(const float (&v)[kRowChunks][kChunk],
+                                    int held, int64_t cols, float eps, bool rms,
+                                    float &mean, float &inv) {
+  mean = 0.f;
+  if (!rms) {
+    double a = 0;
+#pragma unroll
+    for (int k = 0; k < kRowChunks; ++k)
+      if (k < held)
+#pragma unroll
+        for (int u = 0; u < kChunk; ++u)
+          a += double(v[k][u]);
+    mean = float(blockReduce<false>(a) / double(cols));
+  }
+  double q = 0;
+#pragma unroll
+  for (int k = 0; k < kRowChunks; ++k)
+    if (k < held)
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        float d = v[k][u] - mean;
+        q += double(d) * double(d);
+      }
+  inv = 1.f / dSqrt(float(blockReduce<false>(q) / double(cols)) + eps);
+}
+
+template <typename YS>
+__global__ void __launch_bounds__(512)
+    layerNormHeldKernel(const float *__restrict__ x,
+                        const float *__restrict__ w,
+                        const float *__restrict__ b, YS *__restrict__ y,
+                        int64_t rows, int64_t cols, float eps, bool rms) {
+  LineGroup<kBlockLine> grp;
+  const int64_t chunks = cols / kChunk;
+  for (int64_t r = grp.first; r < rows; r += grp.step) {
+    float v[kRowChunks][kChunk];
+    int held = loadRowChunks(x + r * cols, chunks, grp.lane, grp.size, v);
+    float mean, inv;
+    heldRowStats(v, held, cols, eps, rms, mean, inv);
+#pragma unroll
+    for (int k = 0; k < kRowChunks; ++k) {
+      if (k >= held)
+        continue;
+      int64_t j0 = (grp.lane + int64_t(k) * grp.size) * kChunk;
+      float wv[kChunk], bv[kChunk], out[kChunk];
+      loadFullChunk<false>(w + j0, wv);
+      if (b)
+        loadFullChunk<false>(b + j0, bv);
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u)
+        out[u] = (v[k][u] - mean) * inv * wv[u] + (b ? bv[u] : 0.f);
+      storeFullChunk(y + r * cols + j0, out);
+    }
+  }
+}
+
+template <typename XS>
+__global__ void __launch_bounds__(512)
+    layerNormBackwardHeldKernel(const XS *__restrict__ x,
+                                const float *__restrict__ w,
+                                const float *__restrict__ g,
+                                float *__restrict__ gx, int64_t rows,
+                                int64_t cols, float eps, bool rms,
+                                float *__restrict__ rowMean,
+                                float *__restrict__ rowInv) {
+  LineGroup<kBlockLine> grp;
+  const int64_t chunks = cols / kChunk;
+  const float d = static_cast<float>(cols);
+  for (int64_t r = grp.first; r < rows; r += grp.step) {
+    float v[kRowChunks][kChunk];
+    int held = loadRowChunks(x + r * cols, chunks, grp.lane, grp.size, v);
+    float mean, inv;
+    heldRowStats(v, held, cols, eps, rms, mean, inv);
+    if (rowMean && grp.lane == 0)
+      rowMean[r] = mean, rowInv[r] = inv;
+    if (!gx)
+      continue;
+    // v becomes xhat, gw = g * w is kept for the result.
+    float gw[kRowChunks][kChunk];
+    double sw = 0, swx = 0;
+#pragma unroll
+    for (int k = 0; k < kRowChunks; ++k) {
+      if (k >= held)
+        continue;
+      int64_t j0 = (grp.lane + int64_t(k) * grp.size) * kChunk;
+      float gv[kChunk], wv[kChunk];
+      loadFullChunk<true>(g + r * cols + j0, gv);
+      loadFullChunk<false>(w + j0, wv);
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        gw[k][u] = gv[u] * wv[u];
+        v[k][u] = (v[k][u] - mean) * inv;
+        sw += double(gw[k][u]);
+        swx += double(gw[k][u] * v[k][u]);
+      }
+    }
+    float sumGW = rms ? 0.f : float(blockReduce<false>(sw)),
+          sumGWX = float(blockReduce<false>(swx));
+#pragma unroll
+    for (int k = 0; k < kRowChunks; ++k) {
+      if (k >= held)
+        continue;
+      int64_t j0 = (grp.lane + int64_t(k) * grp.size) * kChunk;
+      float out[kChunk];
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u)
+        out[u] = inv / d * (d * gw[k][u] - sumGW - v[k][u] * sumGWX);
+      storeFullChunk(gx + r * cols + j0, out);
+    }
+  }
+}
+
 template <typename T, typename YS = T>
 Status layerNormImpl(const Tensor &input, const Tensor &scale,
                      const Tensor &bias, double epsilon, bool rms,
@@ -912,6 +1143,17 @@ Status layerNormImpl(const Tensor &input, const Tensor &scale,
   if (rows == 0 || cols == 0)
     return Status();
   YS *y = static_cast<YS *>(out.data);
+  if constexpr (std::is_same_v<T, float>) {
+    HeldRows h =
+        pickHeldRows(rows, cols, {input.data, scale.data, bias.data, out.data});
+    if (h.threads) {
+      layerNormHeldKernel<YS><<<h.grid, h.threads, 0, stream()>>>(
+          input.as<float>(), scale.as<float>(), bias.as<float>(), y, rows, cols,
+          float(epsilon), rms);
+      DSC_CUDA_LAUNCHED("layer_norm");
+      return Status();
+    }
+  }
   if (cols <= 1024)
     layerNormKernel<T, kWarpLine><<<blocksFor(rows, 8), 256, 0, stream()>>>(
         input.as<T>(), scale.as<T>(), bias.as<T>(), y, rows, cols, T(epsilon),
@@ -951,7 +1193,19 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
     partials = carve<double>(base, pPartials);
   }
   const XS *x = static_cast<const XS *>(input.data);
-  if (rows > 0) {
+  bool held = false;
+  if constexpr (std::is_same_v<T, float>) {
+    HeldRows h = pickHeldRows(
+        rows, cols, {input.data, scale.data, gradOut.data, gradIn.data});
+    if (rows > 0 && h.threads) {
+      layerNormBackwardHeldKernel<XS><<<h.grid, h.threads, 0, stream()>>>(
+          x, scale.as<float>(), gradOut.as<float>(), gradIn.as<float>(), rows,
+          cols, float(epsilon), rms, rowMean, rowInv);
+      DSC_CUDA_LAUNCHED("layer_norm_backward");
+      held = true;
+    }
+  }
+  if (rows > 0 && !held) {
     if (cols <= 1024)
       layerNormBackwardKernel<T, kWarpLine>
           <<<blocksFor(rows, 8), 256, 0, stream()>>>(
@@ -1356,41 +1610,6 @@ __global__ void __launch_bounds__(512)
 // second time with an evict-first load (its last use) while the gradient is
 // written with evict-first 16-byte stores.
 
-constexpr int kChunk = 8;
-
-template <bool kStream> __device__ inline uint4 load16(const void *p) {
-  const uint4 *q = static_cast<const uint4 *>(p);
-  if constexpr (kStream)
-    return __ldcs(q);
-  else
-    return __ldg(q);
-}
-
-/// The 8 elements at p (16-byte aligned), widened.
-template <bool kStream, typename S>
-__device__ inline void loadFullChunk(const S *p, Compute<S> (&v)[kChunk]) {
-  if constexpr (sizeof(S) == 2) {
-    uint4 q = load16<kStream>(p);
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) { // little endian: the low half comes first
-      v[2 * k] = widen(S{static_cast<uint16_t>(w[k] & 0xffffu)});
-      v[2 * k + 1] = widen(S{static_cast<uint16_t>(w[k] >> 16)});
-    }
-  } else {
-    constexpr int kPer = 16 / sizeof(S);
-#pragma unroll
-    for (int k = 0; k < kChunk / kPer; ++k) {
-      uint4 q = load16<kStream>(p + k * kPer);
-      S part[kPer];
-      memcpy(part, &q, sizeof(q));
-#pragma unroll
-      for (int j = 0; j < kPer; ++j)
-        v[k * kPer + j] = part[j];
-    }
-  }
-}
-
 /// Whether chunk c (elements [8c, 8c + 8)) lies inside [begin, end).
 __device__ inline bool fullChunk(int64_t c, int64_t begin, int64_t end) {
   return c * kChunk >= begin && c * kChunk + kChunk <= end;
@@ -1591,10 +1810,6 @@ __global__ void __launch_bounds__(512, rowMinBlocks<S>())
 /// every dtype shares one schedule.
 unsigned rowBlock(int64_t dim) {
   return dim <= 4096 ? 128u : dim <= 16384 ? 256u : 512u;
-}
-
-bool aligned16(const void *p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 template <typename T>

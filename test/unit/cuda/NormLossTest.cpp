@@ -281,6 +281,7 @@ TEST(CudaNormLoss, LayerNormIn16Bits) {
   for (DType half : {DType::BF16, DType::F16}) {
     checkLayerNorm16(half, {64, 768}, -1);  // a warp per row
     checkLayerNorm16(half, {3, 2000}, 1);   // a block per row
+    checkLayerNorm16(half, {8, 4104}, -1);  // held rows, the last chunks short
     checkLayerNorm16(half, {4, 3, 700}, 1); // rank - 2
   }
   // Other mixes are not: a 16-bit input with an f32 result is refused as
@@ -477,6 +478,8 @@ TEST(CudaNormLoss, RmsNorm) {
     checkRmsNorm(dt, {6, 5, 40}, -1);
     checkRmsNorm(dt, {300, 40}, -1);  // 10 chunks of column sums
     checkRmsNorm(dt, {64, 2048}, -1); // Llama's rows: a block per row
+    checkRmsNorm(dt, {3, 16384}, -1); // the widest rows held: 512 threads
+    checkRmsNorm(dt, {2, 16392}, -1); // wider: the block kernels again
     checkRmsNorm(dt, {4, 3, 700}, 1); // rank - 2
   }
 }
