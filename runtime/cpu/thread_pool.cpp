@@ -22,8 +22,8 @@ namespace {
 /// One runChunks call: its chunks are taken one at a time by whoever is
 /// free (a worker or the caller), and the caller waits for the last.
 struct Job {
-  const std::function<void(int64_t)> *chunk;
-  int64_t chunks;
+  const std::function<void(int64_t)> *chunk = nullptr;
+  int64_t chunks = 0;
   int64_t next = 1; // chunk 0 is the caller's
   int64_t done = 0;
   std::exception_ptr error; // the first chunk that threw (guarded by m_)
@@ -54,7 +54,9 @@ public:
         chunk(c);
       return;
     }
-    Job job{&chunk, chunks};
+    Job job;
+    job.chunk = &chunk;
+    job.chunks = chunks;
     {
       std::lock_guard<std::mutex> lock(m_);
       jobs_.push_back(&job);

@@ -359,7 +359,7 @@ TEST(OnnxWeights, TruncatedOrForeignFilesAreErrorsNotCrashes) {
                                   .num(2, 7)
                                   .bytes(7, packedVarints({1, 2}))
                                   .b});
-  int opened = 0, failed = 0;
+  int failed = 0;
   for (size_t n = 0; n < good.size(); ++n) {
     writeFile(dir / "t.onnx", good.substr(0, n));
     OnnxWeights w;
@@ -369,7 +369,7 @@ TEST(OnnxWeights, TruncatedOrForeignFilesAreErrorsNotCrashes) {
       EXPECT_NE(s.message().find("t.onnx"), std::string::npos);
       continue;
     }
-    ++opened; // a prefix that ends between fields: reads must still be safe
+    // A prefix that ends between fields opens: reads must still be safe.
     std::vector<float> f(3);
     (void)w.read("a", viewOf(f, {3}));
   }

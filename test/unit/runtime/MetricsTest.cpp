@@ -50,6 +50,7 @@ std::vector<fs::path> entries(const fs::path &dir) {
 //--- A protobuf wire-format reader, enough for Event and Summary ----------//
 
 struct Field {
+  explicit Field(uint32_t type) : wireType(type) {}
   uint32_t wireType;
   uint64_t number = 0; // varint, fixed64 and fixed32 bits
   std::string bytes;   // length-delimited
