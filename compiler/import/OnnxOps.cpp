@@ -1263,6 +1263,13 @@ LogicalResult splitToSequenceOp(NodeContext &c) {
     } else {
       for (int64_t s : t->asInts())
         sizes.push_back(s);
+      // The sizes Split checks (the piece count is the list's own).
+      if (failed(checkSplitSizes(c, sizes, dim, sizes.size())))
+        return failure();
+      if (int64_t(sizes.size()) > kMaxSequenceLength)
+        return c.error() << "splits dim " << dim << " into " << sizes.size()
+                         << " pieces, more than " << kMaxSequenceLength
+                         << ", which dsc does not unroll";
     }
     keepdims = true; // keepdims is ignored when split is given
   } else {

@@ -968,7 +968,9 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *ctx,
   for (int64_t s : a.getSizes()) {
     if (s < 0)
       return fail(loc, "negative split size");
-    total += s;
+    if (llvm::AddOverflow(total, s, total))
+      return fail(loc, "split sizes " + shapeStr(a.getSizes()) +
+                           " overflow int64 when summed");
     Shape shape(x.getShape());
     shape[*axis] = s;
     results.push_back(RankedTensorType::get(shape, x.getElementType()));

@@ -588,6 +588,16 @@ func.func @split_negative_size(%x: tensor<4x10xf32>) {
 
 // -----
 
+func.func @split_sizes_overflow(%x: tensor<4x10xf32>) {
+  // Sizes whose sum overflows (found by dsc-fuzz through SplitToSequence).
+  // expected-error @below {{split sizes [9223372036854775807,3] overflow int64 when summed}}
+  // expected-error @below {{'dsc.split' op failed to infer returned types}}
+  %0:2 = dsc.split %x {axis = 1 : i64, sizes = array<i64: 9223372036854775807, 3>} : tensor<4x10xf32> -> tensor<4x9223372036854775807xf32>, tensor<4x3xf32>
+  return
+}
+
+// -----
+
 func.func @split_sizes(%x: tensor<4x10xf32>) {
   // expected-error @below {{split sizes [3,6] do not add up to dim 10}}
   // expected-error @below {{'dsc.split' op failed to infer returned types}}
