@@ -947,7 +947,9 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *ctx,
         return fail(loc, "concat inputs differ outside the axis: " +
                              shapeStr(first.getShape()) + " vs " +
                              shapeStr(t.getShape()));
-    out[*axis] += t.getDimSize(*axis);
+    if (llvm::AddOverflow(out[*axis], t.getDimSize(*axis), out[*axis]))
+      return fail(loc, "concat: the inputs' sizes along the axis overflow "
+                       "int64 when summed");
   }
   results.push_back(RankedTensorType::get(out, first.getElementType()));
   return success();

@@ -588,6 +588,15 @@ func.func @split_negative_size(%x: tensor<4x10xf32>) {
 
 // -----
 
+func.func @concat_sizes_overflow(%x: tensor<4611686018427387904xi1>) {
+  // expected-error @below {{concat: the inputs' sizes along the axis overflow int64 when summed}}
+  // expected-error @below {{'dsc.concat' op failed to infer returned types}}
+  %0 = dsc.concat %x, %x, %x {axis = 0 : i64} : tensor<4611686018427387904xi1>, tensor<4611686018427387904xi1>, tensor<4611686018427387904xi1> -> tensor<4xi1>
+  return
+}
+
+// -----
+
 func.func @split_sizes_overflow(%x: tensor<4x10xf32>) {
   // Sizes whose sum overflows (found by dsc-fuzz through SplitToSequence).
   // expected-error @below {{split sizes [9223372036854775807,3] overflow int64 when summed}}
