@@ -652,6 +652,10 @@ FoldResult reduceNode(NodeContext &c, std::vector<HostTensor> &out) {
     else if (keep)
       shape.push_back(1);
   }
+  // The result holds as many elements as `kept`: an empty input may still
+  // have dims whose product overflows (found by dsc-fuzz: [0, 2^62, ...]).
+  if (FoldResult r = c.checkFoldSize(shape, data.kind); r != FoldResult::Folded)
+    return r;
   llvm::StringRef op = c.opType();
   HostTensor probe;
   probe.shape = kept;
