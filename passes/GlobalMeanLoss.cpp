@@ -82,10 +82,6 @@ struct GlobalMeanLossPass
       }
       counts =
           dsc::GatherOp::create(b, loc, weights, safe, b.getI64IntegerAttr(0));
-      // Softmax cross-entropy of 16-bit scores returns an f32 loss while its
-      // class weights stay 16-bit: the count is summed in the loss's type.
-      if (cast<RankedTensorType>(counts.getType()).getElementType() != f)
-        counts = dsc::CastOp::create(b, loc, counts, TypeAttr::get(f));
       if (keep)
         counts = dsc::WhereOp::create(
             b, loc, keep, counts,

@@ -1056,13 +1056,25 @@ LogicalResult classLossOp(NodeContext &c) {
   if (c.hasAttr("ignore_index"))
     attrs.push_back(c.i64("ignore_index", c.attrInt("ignore_index", 0)));
   bool sce = c.opType() == "SoftmaxCrossEntropyLoss";
+  // dsc.softmax_cross_entropy of 16-bit scores weighs its classes in f32, the
+  // type it computes the loss in; ONNX gives the weights the scores' type.
+  Type scoresType = getElementTypeOrSelf(operands[0].getType());
+  if (sce && operands.size() > 2 &&
+      (scoresType.isBF16() || scoresType.isF16()) &&
+      getElementTypeOrSelf(operands[2].getType()) == scoresType) {
+    auto w =
+        c.create1("dsc.cast", {operands[2]},
+                  {c.named("to", TypeAttr::get(Float32Type::get(c.ctx())))});
+    if (failed(w))
+      return failure();
+    operands[2] = *w;
+  }
   auto r = c.create1(sce ? "dsc.softmax_cross_entropy" : "dsc.nll_loss",
                      operands, attrs);
   if (failed(r))
     return failure();
   // dsc.softmax_cross_entropy of 16-bit scores computes and returns an f32
   // loss; ONNX's is of the scores' type.
-  Type scoresType = getElementTypeOrSelf(operands[0].getType());
   if (getElementTypeOrSelf(r->getType()) != scoresType) {
     r = c.create1("dsc.cast", {*r}, {c.named("to", TypeAttr::get(scoresType))});
     if (failed(r))

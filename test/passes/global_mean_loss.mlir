@@ -38,22 +38,22 @@ func.func @forward(%s: tensor<4x3xf32> {dsc.param = "s"},
 
 // -----
 
-// Softmax cross-entropy of bf16 scores returns an f32 loss while its class
-// weights stay bf16 (found by dsc-fuzz): the gathered weights are cast to the
-// loss's type before the masked count, which is f32 like the loss.
+// Softmax cross-entropy of bf16 scores returns an f32 loss and weighs its
+// classes in f32 (the importer widens ONNX's bf16 weights): the count is
+// f32 like the loss, with no cast.
 // CHECK-LABEL: func.func @forward
 // CHECK-SAME: -> (tensor<f32> {dsc.output = "loss"}, tensor<f32> {dsc.loss_count})
-// CHECK: %[[W:.*]] = dsc.gather %{{.*}}, %{{.*}} {axis = 0 : i64} : tensor<3xbf16>, tensor<4xi64> -> tensor<4xbf16>
-// CHECK: %[[WF:.*]] = dsc.cast %[[W]] {to = f32}
+// CHECK: %[[W:.*]] = dsc.gather %{{.*}}, %{{.*}} {axis = 0 : i64} : tensor<3xf32>, tensor<4xi64> -> tensor<4xf32>
+// CHECK-NOT: dsc.cast
 // CHECK: %[[Z:.*]] = dsc.constant dense<0.000000e+00> : tensor<f32>
-// CHECK: %[[C:.*]] = dsc.where %{{.*}}, %[[WF]], %[[Z]]
+// CHECK: %[[C:.*]] = dsc.where %{{.*}}, %[[W]], %[[Z]]
 // CHECK: dsc.reduce_sum %[[C]]
 func.func @forward(%s: tensor<4x3xbf16> {dsc.param = "s"},
-                   %w: tensor<3xbf16> {dsc.buffer = "w"},
+                   %w: tensor<3xf32> {dsc.buffer = "w"},
                    %y: tensor<4xi64> {dsc.input = "y"})
     -> (tensor<f32> {dsc.output = "loss"}) {
   %0 = dsc.softmax_cross_entropy %s, %y, %w {ignore_index = -1 : i64, reduction = "mean"}
-      : tensor<4x3xbf16>, tensor<4xi64>, tensor<3xbf16> -> tensor<f32>
+      : tensor<4x3xbf16>, tensor<4xi64>, tensor<3xf32> -> tensor<f32>
   return %0 : tensor<f32>
 }
 

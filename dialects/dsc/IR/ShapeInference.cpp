@@ -158,17 +158,18 @@ LogicalResult inferClassLoss(std::optional<Location> loc, Value scores,
     return fail(loc, "labels shape " + shapeStr(l.getShape()) +
                          " does not match scores " + shapeStr(s.getShape()) +
                          " (expected " + shapeStr(expected) + ")");
-  if (weights) {
-    auto w = rankedType(weights);
-    if (!w || w.getShape() != ArrayRef<int64_t>{s.getDimSize(1)})
-      return fail(loc, "class weights must have shape [C]");
-    if (w.getElementType() != s.getElementType())
-      return fail(loc, "class weights must have the scores' element type");
-  }
   // Softmax cross-entropy of 16-bit scores computes in f32 and returns it.
   Type lossType = s.getElementType();
   if (f32LossOf16Bit && (lossType.isBF16() || lossType.isF16()))
     lossType = Float32Type::get(s.getContext());
+  if (weights) {
+    auto w = rankedType(weights);
+    if (!w || w.getShape() != ArrayRef<int64_t>{s.getDimSize(1)})
+      return fail(loc, "class weights must have shape [C]");
+    // The runtime weighs in the loss's type (f32 for 16-bit scores).
+    if (w.getElementType() != lossType)
+      return fail(loc, "class weights must have the loss's element type");
+  }
   if (reduction == "none")
     results.push_back(RankedTensorType::get(expected, lossType));
   else if (reduction == "mean" || reduction == "sum")
