@@ -201,20 +201,31 @@ __device__ inline void loadFullChunk(const S *p, Compute<S> (&v)[kChunk]) {
   }
 }
 
-/// Stores 8 values at p (16-byte aligned) as G, each rounded as narrow<G>.
-template <typename G, typename T>
-__device__ inline void storeFullChunk(G *p, const T (&v)[kChunk]) {
-  G out[kChunk];
-#pragma unroll
-  for (int u = 0; u < kChunk; ++u)
-    out[u] = narrow<G>(v[u]);
+/// Stores the 8 values v at p (16-byte aligned) in 16-byte stores,
+/// evict-first (the value's last use is elsewhere) when kStream.
+template <bool kStream, typename G>
+__device__ inline void storeFullChunk(G *p, const G (&v)[kChunk]) {
   constexpr int kPer = 16 / sizeof(G);
 #pragma unroll
   for (int q = 0; q < kChunk / kPer; ++q) {
     uint4 bits;
-    memcpy(&bits, out + q * kPer, sizeof(bits));
-    *reinterpret_cast<uint4 *>(p + q * kPer) = bits;
+    memcpy(&bits, v + q * kPer, sizeof(bits));
+    uint4 *dst = reinterpret_cast<uint4 *>(p + q * kPer);
+    if constexpr (kStream)
+      __stcs(dst, bits);
+    else
+      *dst = bits;
   }
+}
+
+/// Stores 8 values at p (16-byte aligned) as G, each rounded as narrow<G>.
+template <typename G, typename T>
+__device__ inline void storeNarrowChunk(G *p, const T (&v)[kChunk]) {
+  G out[kChunk];
+#pragma unroll
+  for (int u = 0; u < kChunk; ++u)
+    out[u] = narrow<G>(v[u]);
+  storeFullChunk<false>(p, out);
 }
 
 /// Sum and max over a warp by a xor butterfly: every lane ends with the same
@@ -1075,7 +1086,7 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
       for (int u = 0; u < kChunk; ++u)
         out[u] = (v[k][u] - mean) * inv * wv[u] + (b ? bv[u] : 0.f);
-      storeFullChunk(y + r * cols + j0, out);
+      storeNarrowChunk(y + r * cols + j0, out);
     }
   }
 }
@@ -1131,7 +1142,7 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
       for (int u = 0; u < kChunk; ++u)
         out[u] = inv / d * (d * gw[k][u] - sumGW - v[k][u] * sumGWX);
-      storeFullChunk(gx + r * cols + j0, out);
+      storeNarrowChunk(gx + r * cols + j0, out);
     }
   }
 }
@@ -1743,13 +1754,7 @@ __device__ inline void gradChunk(const Compute<S> (&v)[kChunk], int64_t c,
     g[u] = narrow<G>(T(k * (dExp(logp) - (u == at ? T(1) : T(0)))));
   }
   if (kVec && fullChunk(c, begin, end)) {
-    constexpr int kPer = 16 / sizeof(G);
-#pragma unroll
-    for (int q = 0; q < kChunk / kPer; ++q) {
-      uint4 bits;
-      memcpy(&bits, g + q * kPer, sizeof(bits));
-      __stcs(reinterpret_cast<uint4 *>(gx + e0 + q * kPer), bits);
-    }
+    storeFullChunk<true>(gx + e0, g);
     return;
   }
 #pragma unroll
