@@ -24,13 +24,21 @@ namespace dsc {
 // Canonical parameters
 //===----------------------------------------------------------------------===//
 
+/// An ONNX axis in [-r, r - 1], made non-negative: a scalar has none.
+/// (normalizeAxis takes axis 0 of a scalar, and the handlers index the
+/// shape with the result.)
+static FailureOr<int64_t> onnxAxis(int64_t axis, int64_t rank) {
+  auto n = normalizeAxis(axis, rank);
+  if (failed(n) || *n >= rank)
+    return failure();
+  return *n;
+}
+
 FailureOr<int64_t> axisAttr(NodeContext &c, llvm::StringRef name, int64_t dflt,
                             int64_t rank) {
   int64_t axis = c.attrInt(name, dflt);
-  // ONNX's `axis` lies in [-r, r - 1]: a scalar has none (normalizeAxis
-  // would take axis 0 of it, and the handlers index the shape with it).
-  auto n = normalizeAxis(axis, rank);
-  if (failed(n) || *n >= rank)
+  auto n = onnxAxis(axis, rank);
+  if (failed(n))
     return c.error() << name << " " << axis << " is out of range for rank "
                      << rank;
   return *n;
@@ -181,8 +189,8 @@ FailureOr<SmallVector<int64_t>> reshapeLikeTarget(NodeContext &c,
         drop[i] = shape[i] == 1;
     } else {
       for (int64_t a : axes) {
-        auto n = normalizeAxis(a, rank);
-        if (failed(n) || *n >= rank || shape[*n] != 1)
+        auto n = onnxAxis(a, rank);
+        if (failed(n) || shape[*n] != 1)
           return c.error() << "cannot squeeze axis " << a << " of shape with "
                            << "rank " << rank;
         drop[*n] = true;
@@ -231,8 +239,8 @@ FailureOr<std::optional<SmallVector<int64_t>>> reduceAxes(NodeContext &c,
   }
   SmallVector<int64_t> out;
   for (int64_t a : axes) {
-    auto n = normalizeAxis(a, rank);
-    if (failed(n) || *n >= rank)
+    auto n = onnxAxis(a, rank);
+    if (failed(n))
       return c.error() << "reduction axis " << a << " out of range for rank "
                        << rank;
     if (!llvm::is_contained(out, *n))
@@ -1500,8 +1508,8 @@ LogicalResult padOp(NodeContext &c) {
                      << axes.size() << " axes";
   Shape pads(2 * rank, 0);
   for (size_t i = 0; i < axes.size(); ++i) {
-    auto axis = normalizeAxis(axes[i], rank);
-    if (failed(axis) || *axis >= rank)
+    auto axis = onnxAxis(axes[i], rank);
+    if (failed(axis))
       return c.error() << "pad axis " << axes[i] << " out of range";
     pads[*axis] = padsIn[i];
     pads[*axis + rank] = padsIn[i + axes.size()];
