@@ -101,10 +101,14 @@ Status matmulLayout(const Call &call, const Tensor &lhs, const Tensor &rhs,
     return call.fail("rank above 8");
   if (lhs.rank < 1 || rhs.rank < 1)
     return call.fail("operands need rank >= 1");
-  if (lhs.dtype != rhs.dtype || out.dtype != lhs.dtype ||
+  // A product of 16-bit operands may be written as its f32 accumulator.
+  bool widened = (lhs.dtype == DType::BF16 || lhs.dtype == DType::F16) &&
+                 out.dtype == DType::F32;
+  if (lhs.dtype != rhs.dtype || (out.dtype != lhs.dtype && !widened) ||
       !takesFloat(types, lhs.dtype))
     return call.fail(std::string("expects ") + floatNames(types) +
-                     " operands and result of one dtype");
+                     " operands and result of one dtype (or an f32 result "
+                     "of 16-bit operands)");
   l.m = lhs.rank >= 2 ? lhs.shape[lhs.rank - 2] : 1;
   l.k = lhs.shape[lhs.rank - 1];
   int64_t k2 = rhs.rank >= 2 ? rhs.shape[rhs.rank - 2] : rhs.shape[0];
@@ -205,6 +209,13 @@ Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
 
 Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
                         bool transRhs, const Tensor &out, int threads) {
+  // 16-bit operands into an f32 result: the f32 product of their widened
+  // values, not rounded (a GEMM's f32 accumulator written as it is).
+  if (isHalf(lhs.dtype) && lhs.dtype == rhs.dtype && out.dtype == DType::F32) {
+    HalfAsF32 h;
+    return matmulTransposed(h.in(lhs), transLhs, h.in(rhs), transRhs, out,
+                            threads);
+  }
   if (auto st = emulateHalf("matmul", {lhs, rhs, out}, [&](HalfAsF32 &h) {
         return matmulTransposed(h.in(lhs), transLhs, h.in(rhs), transRhs,
                                 h.out(out), threads);

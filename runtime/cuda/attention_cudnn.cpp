@@ -106,6 +106,13 @@ bool eligible(const AttentionShape &s, const Tensor &q, const Tensor &mask,
   return true;
 }
 
+/// Whether a row can have no key left: only through a mask (an additive
+/// -inf). Causal attention (top-left) keeps key 0 for every row, and a
+/// window with it keeps the diagonal (eligible() takes queries <= keys), so
+/// without a mask no row is empty and neither the forward's fix-up nor the
+/// backward's stats copy runs.
+bool mayHaveEmptyRows(const AttentionShape &s) { return s.hasMask; }
+
 //===----------------------------------------------------------------------===//
 // Graphs
 //===----------------------------------------------------------------------===//
@@ -367,6 +374,8 @@ std::optional<Status> cudnnAttentionForward(const AttentionShape &s,
       !st.ok())
     return st;
   ++forwardRuns;
+  if (!mayHaveEmptyRows(s))
+    return Status();
   return attentionFixEmptyRows(out.data, q.dtype, stats, rows, s.valueDim);
 }
 
@@ -401,15 +410,20 @@ std::optional<Status> cudnnAttentionBackward(
   if (slice != s.batch && !(g = cachedGraph(1, r)))
     return std::nullopt;
   int64_t rows = s.batch * s.heads * s.queries;
+  // Without empty rows the forward's lse is cuDNN's stats as it is.
+  bool empty = mayHaveEmptyRows(s);
   void *ws = nullptr, *statsBuf = nullptr;
-  if (Status st = workspace(g, size_t(rows) * sizeof(float), &ws, &statsBuf,
-                            "cuDNN attention backward workspace");
+  if (Status st = workspace(g, empty ? size_t(rows) * sizeof(float) : 0, &ws,
+                            &statsBuf, "cuDNN attention backward workspace");
       !st.ok())
     return st;
-  float *stats = static_cast<float *>(statsBuf);
-  if (Status st = attentionStatsForCudnn(lse.as<float>(), stats, rows);
-      !st.ok())
-    return st;
+  float *stats = lse.as<float>();
+  if (empty) {
+    stats = static_cast<float *>(statsBuf);
+    if (Status st = attentionStatsForCudnn(lse.as<float>(), stats, rows);
+        !st.ok())
+      return st;
+  }
   // Each slice's tensors start `first` batch elements in (contiguous
   // [B, ...] layouts; a mask broadcast over the batch is shared).
   auto at = [&](const Tensor &t, int64_t first) -> void * {

@@ -551,6 +551,7 @@ Status matmulImpl(const Call &call, const Tensor &lhs, bool tl,
   p.batch = inner;
   p.strideA = cl * l.m * l.k;
   p.strideB = cr * l.k * l.n;
+  p.wideOut = out.dtype != lhs.dtype; // f32 out of 16-bit operands
   if (inner > 1 && cr == 0 && cl == 1 && !tl) {
     // One rhs for the whole batch: the lhs batch is just more rows.
     p.m *= inner;
@@ -560,7 +561,7 @@ Status matmulImpl(const Call &call, const Tensor &lhs, bool tl,
   int64_t outer = 1;
   for (size_t d = 0; d < split; ++d)
     outer *= size[d];
-  size_t es = dtypeSize(lhs.dtype);
+  size_t es = dtypeSize(lhs.dtype), outEs = dtypeSize(out.dtype);
   const char *a = static_cast<const char *>(lhs.data);
   const char *b = static_cast<const char *>(rhs.data);
   char *y = static_cast<char *>(out.data);
@@ -571,7 +572,7 @@ Status matmulImpl(const Call &call, const Tensor &lhs, bool tl,
     int64_t lo = 0, ro = 0;
     for (size_t d = 0; d < split; ++d)
       lo += idx[d] * sl[d], ro += idx[d] * sr[d];
-    char *dst = y + size_t(o * inner * l.m * l.n) * es;
+    char *dst = y + size_t(o * inner * l.m * l.n) * outEs;
     launches.push_back({a + size_t(lo * l.m * l.k) * es,
                         b + size_t(ro * l.k * l.n) * es, dst, dst});
     for (size_t dd = split; dd-- > 0;) {

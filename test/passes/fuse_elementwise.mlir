@@ -238,3 +238,33 @@ func.func @no_pull_up(%dp: tensor<4x8xbf16>, %a: tensor<4x8xbf16>, %u: tensor<4x
   return %dx, %dgh : tensor<4x8xbf16>, tensor<4x8xbf16>
 }
 }
+
+// -----
+
+// A widening cast no chain took, of a product read by nothing else, is the
+// product's f32 epilogue (weight and input gradients); a product read
+// elsewhere too, and a cast marked for recomputation, keep their casts, and
+// a cast that joined a chain is read inside the fused kernel.
+// CHECK-LABEL: func.func @product_casts
+// CHECK: %[[W:.*]] = dsc.matmul %arg0, %arg1 {transpose_lhs = true} : tensor<8x4xbf16>, tensor<8x4xbf16> -> tensor<4x4xf32>
+// CHECK: %[[D:.*]] = dsc.matmul %arg0, %arg2 : tensor<8x4xbf16>, tensor<4x4xbf16> -> tensor<8x4xbf16>
+// CHECK: %[[DW:.*]] = dsc.cast %[[D]] {to = f32}
+// CHECK: %[[R:.*]] = dsc.matmul %arg0, %arg2 : tensor<8x4xbf16>, tensor<4x4xbf16> -> tensor<8x4xbf16>
+// CHECK: dsc.cast %[[R]] {dsc.recompute, to = f32}
+// CHECK: %[[E:.*]] = dsc.matmul %arg0, %arg2 : tensor<8x4xbf16>, tensor<4x4xbf16> -> tensor<8x4xbf16>
+// CHECK: dsc.fused "elementwise"(%[[E]])
+// CHECK: return %[[W]], %[[DW]], %[[D]]
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @product_casts(%x: tensor<8x4xbf16>, %dy: tensor<8x4xbf16>, %w: tensor<4x4xbf16>) -> (tensor<4x4xf32>, tensor<8x4xf32>, tensor<8x4xbf16>, tensor<8x4xf32>, tensor<8x4xf32>) {
+  %0 = dsc.matmul %x, %dy {transpose_lhs = true} : tensor<8x4xbf16>, tensor<8x4xbf16> -> tensor<4x4xbf16>
+  %1 = dsc.cast %0 {to = f32} : tensor<4x4xbf16> -> tensor<4x4xf32>
+  %2 = dsc.matmul %x, %w : tensor<8x4xbf16>, tensor<4x4xbf16> -> tensor<8x4xbf16>
+  %3 = dsc.cast %2 {to = f32} : tensor<8x4xbf16> -> tensor<8x4xf32>
+  %4 = dsc.matmul %x, %w : tensor<8x4xbf16>, tensor<4x4xbf16> -> tensor<8x4xbf16>
+  %5 = dsc.cast %4 {dsc.recompute, to = f32} : tensor<8x4xbf16> -> tensor<8x4xf32>
+  %6 = dsc.matmul %x, %w : tensor<8x4xbf16>, tensor<4x4xbf16> -> tensor<8x4xbf16>
+  %7 = dsc.cast %6 {to = f32} : tensor<8x4xbf16> -> tensor<8x4xf32>
+  %8 = dsc.exp %7 : tensor<8x4xf32>
+  return %1, %3, %2, %5, %8 : tensor<4x4xf32>, tensor<8x4xf32>, tensor<8x4xbf16>, tensor<8x4xf32>, tensor<8x4xf32>
+}
+}

@@ -256,6 +256,11 @@ def Dsc_MatMulOp : Dsc_DiffOp<"matmul"> {
     `transpose(matmul(a, b))` as `matmul(b, a)` with the flags flipped, so a
     backend whose GEMM reads operands transposed (cuBLASLt, the CPU kernels)
     moves no data for them.
+
+    The result has the operands' element type; with bf16 or f16 operands it
+    may also be f32: the f32 accumulator written as it is, not rounded to 16
+    bits (dsc-fuse-elementwise folds a lone widening cast of a product into
+    it, a GEMM with a wide epilogue).
   }];
   let arguments = (ins Dsc_FloatTensor:$lhs, Dsc_FloatTensor:$rhs,
                    DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
@@ -265,6 +270,10 @@ def Dsc_MatMulOp : Dsc_DiffOp<"matmul"> {
     $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
   }];
   let hasCanonicalizer = 1;
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
 }
 
 def Dsc_GemmOp : Dsc_DiffOp<"gemm"> {

@@ -802,7 +802,7 @@ DSC_REDUCE(ReduceProdOp)
 namespace {
 /// The inferred type, or (`widened`) the same shape in f32 for a 16-bit
 /// inferred element type.
-bool reduceResultMatches(TypeRange inferred, TypeRange actual, bool widened) {
+bool inferredOrWidened(TypeRange inferred, TypeRange actual, bool widened) {
   if (inferred == actual)
     return true;
   if (!widened || inferred.size() != 1 || actual.size() != 1)
@@ -815,16 +815,18 @@ bool reduceResultMatches(TypeRange inferred, TypeRange actual, bool widened) {
 }
 } // namespace
 
-#define DSC_REDUCE_RESULT(OP, WIDENED)                                         \
+#define DSC_WIDENED_RESULT(OP, WIDENED)                                        \
   bool OP::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {     \
-    return reduceResultMatches(inferred, actual, WIDENED);                     \
+    return inferredOrWidened(inferred, actual, WIDENED);                       \
   }
-DSC_REDUCE_RESULT(ReduceSumOp, true)
-DSC_REDUCE_RESULT(ReduceMeanOp, true)
-DSC_REDUCE_RESULT(ReduceMaxOp, false)
-DSC_REDUCE_RESULT(ReduceMinOp, false)
-DSC_REDUCE_RESULT(ReduceProdOp, false)
-#undef DSC_REDUCE_RESULT
+DSC_WIDENED_RESULT(ReduceSumOp, true)
+DSC_WIDENED_RESULT(ReduceMeanOp, true)
+DSC_WIDENED_RESULT(ReduceMaxOp, false)
+DSC_WIDENED_RESULT(ReduceMinOp, false)
+DSC_WIDENED_RESULT(ReduceProdOp, false)
+// A product of 16-bit operands may keep its f32 accumulator (DscOps.td).
+DSC_WIDENED_RESULT(MatMulOp, true)
+#undef DSC_WIDENED_RESULT
 
 //===----------------------------------------------------------------------===//
 // Data movement

@@ -717,3 +717,12 @@ func.func @rms_norm_with_bias(%x: tensor<4x8xf32>, %w: tensor<8xf32>) -> tensor<
   %y = dsc.layer_norm %x, %w, %w {axis = 1 : i64, epsilon = 1.0e-5 : f64, rms} : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf32>
   return %y : tensor<4x8xf32>
 }
+
+// -----
+
+func.func @matmul_narrowed(%x: tensor<2x3xf32>, %w: tensor<3x4xf32>) {
+  // expected-error @below {{'dsc.matmul' op inferred type(s) 'tensor<2x4xf32>' are incompatible with return type(s) of operation 'tensor<2x4xbf16>'}}
+  // expected-error @below {{'dsc.matmul' op failed to infer returned types}}
+  %0 = dsc.matmul %x, %w : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<2x4xbf16>
+  return
+}

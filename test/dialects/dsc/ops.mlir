@@ -149,6 +149,14 @@ func.func @matmul(%a: tensor<2x4x3xf32>, %b: tensor<3x5xf32>, %v: tensor<3xf32>)
   return
 }
 
+// A product of 16-bit operands may keep its f32 accumulator.
+// CHECK-LABEL: func.func @matmul_widened
+// CHECK: dsc.matmul %arg0, %arg1 {transpose_lhs = true} : tensor<3x4xbf16>, tensor<3x5xbf16> -> tensor<4x5xf32>
+func.func @matmul_widened(%a: tensor<3x4xbf16>, %b: tensor<3x5xbf16>) -> tensor<4x5xf32> {
+  %0 = dsc.matmul %a, %b {transpose_lhs = true} : tensor<3x4xbf16>, tensor<3x5xbf16> -> tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}
+
 // CHECK-LABEL: func.func @gemm
 // CHECK-SAME: (%[[A:[^:]+]]: tensor<4x3xf32>, %[[B:[^:]+]]: tensor<5x3xf32>, %[[C:[^:]+]]: tensor<5xf32>, %[[D:[^:]+]]: tensor<3x4xf32>)
 func.func @gemm(%a: tensor<4x3xf32>, %b: tensor<5x3xf32>, %c: tensor<5xf32>,

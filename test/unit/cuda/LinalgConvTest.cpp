@@ -177,6 +177,31 @@ TEST(CudaMatmul, Bf16AgainstF32) {
   }
 }
 
+// An f32 result of 16-bit operands is the GEMM's accumulator, not rounded:
+// as close to the f32 reference as an f32 product, batched and transposed.
+TEST(CudaMatmul, WidenedResult) {
+  DSC_REQUIRE_GPU();
+  for (auto dtype : {DType::BF16, DType::F16}) {
+    DevTensor a = rnd(dtype, {3, 64, 40}, 14), b = rnd(dtype, {3, 48, 64}, 15);
+    DevTensor a32 = widen(a), b32 = widen(b);
+    DevTensor want(DType::F32, {3, 40, 48}), got(DType::F32, {3, 40, 48});
+    DSC_ASSERT_OK(
+        cpu::matmulTransposed(a32.host(), true, b32.host(), true, want.host()));
+    DSC_ASSERT_OK(
+        cuda::matmulTransposed(a.dev(), true, b.dev(), true, got.dev()));
+    expectClose(want, got, 1e-5, 1e-5, dtypeName(dtype));
+    DevTensor x = rnd(dtype, {1000, 64}, 16), y = rnd(dtype, {1000, 96}, 17);
+    DevTensor x32 = widen(x), y32 = widen(y);
+    DevTensor w2(DType::F32, {64, 96}), g2(DType::F32, {64, 96});
+    DSC_ASSERT_OK(
+        cpu::matmulTransposed(x32.host(), true, y32.host(), false, w2.host()));
+    DSC_ASSERT_OK(
+        cuda::matmulTransposed(x.dev(), true, y.dev(), false, g2.dev()));
+    expectClose(w2, g2, 1e-4, 2e-4,
+                std::string("weight gradient ") + dtypeName(dtype));
+  }
+}
+
 TEST(CudaMatmul, HalfUnalignedRowsStaged) {
   DSC_REQUIRE_GPU();
   // Rows of 1001 16-bit elements are not 16-byte aligned: products this

@@ -121,7 +121,22 @@ TEST(HalfEmulation, MixedDtypesAreErrors) {
                               "dtype, got f16 beside bf16"),
             std::string::npos)
       << st.message();
-  std::vector<float> o32(4);
-  st = matmul(a.half(), a.half(), Tensor::of(o32.data(), DType::F32, {2, 2}));
+  std::vector<double> o64(4);
+  st = matmul(a.half(), a.half(), Tensor::of(o64.data(), DType::F64, {2, 2}));
   EXPECT_FALSE(st.ok());
+}
+
+// 16-bit operands into an f32 result (dsc-fuse-elementwise's widened
+// product): the f32 product of the widened values, not rounded.
+TEST(HalfEmulation, WidenedProductIsNotRounded) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Pair a(dt, {2, 7, 5}, 11), b(dt, {3, 7}, 12);
+    std::vector<int64_t> os = {2, 5, 3};
+    std::vector<float> want(size_t(numel(os))), got(want.size());
+    DSC_ASSERT_OK(matmulTransposed(a.wide(), true, b.wide(), true,
+                                   Tensor::of(want.data(), DType::F32, os)));
+    DSC_ASSERT_OK(matmulTransposed(a.half(), true, b.half(), true,
+                                   Tensor::of(got.data(), DType::F32, os)));
+    EXPECT_EQ(got, want) << dtypeName(dt);
+  }
 }
