@@ -70,12 +70,14 @@ std::string attentionAttrs(AttentionLike o, int64_t workspaceLimit = 0) {
       dropout > 0 ? "rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +
                         cppInt(-1 - static_cast<int64_t>(o.getSeedId())) + ")"
                   : "0";
+  bool seqMajor = o.getSeqMajor();
   return "rt::AttentionAttrs{" + cppDouble(toDouble(o.getScale())) + ", " +
          cppBool(o.getCausal()) + ", " +
          cppInt(static_cast<int64_t>(o.getWindow())) + ", " +
          cppDouble(dropout) + ", " + seed +
-         (workspaceLimit > 0 ? ", " + cppInt(workspaceLimit) : std::string()) +
-         "}";
+         (workspaceLimit > 0 || seqMajor ? ", " + cppInt(workspaceLimit)
+                                         : std::string()) +
+         (seqMajor ? ", true" : "") + "}";
 }
 
 } // namespace

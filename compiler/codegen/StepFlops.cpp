@@ -30,9 +30,12 @@ int64_t dim(Value v, int64_t i) {
 
 /// 4 B Hq Tq Tk D for the two matmuls of attention, halved under a causal
 /// mask (or the window's share of keys).
-double attentionFlops(Value query, Value key, bool causal, int64_t window) {
-  double b = dim(query, 0), h = dim(query, 1), tq = dim(query, 2),
-         d = dim(query, 3), tk = dim(key, 2);
+double attentionFlops(Value query, Value key, bool causal, int64_t window,
+                      bool seqMajor) {
+  // [B, H, T, D], or [B, T, H, D] with seq_major.
+  int tokens = seqMajor ? 1 : 2, heads = seqMajor ? 2 : 1;
+  double b = dim(query, 0), h = dim(query, heads), tq = dim(query, tokens),
+         d = dim(query, 3), tk = dim(key, tokens);
   double keys = tk;
   if (window > 0)
     keys = std::min<double>(tk, double(window));
@@ -97,13 +100,13 @@ private:
         })
         .Case([&](AttentionOp a) {
           return attentionFlops(a.getQuery(), a.getKey(), a.getCausal(),
-                                a.getWindow());
+                                a.getWindow(), a.getSeqMajor());
         })
         .Case([&](AttentionBackwardOp a) {
           // dQ, dK, dV and the recomputed scores and dP: five matmuls of
           // the forward's two.
           return 2.5 * attentionFlops(a.getQuery(), a.getKey(), a.getCausal(),
-                                      a.getWindow());
+                                      a.getWindow(), a.getSeqMajor());
         })
         .Default([](Operation *) { return 0.0; });
   }

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -142,12 +143,23 @@ Status detail::checkAttention(Call &call, const Tensor &q, const Tensor &k,
   call.arg("q", q).arg("k", k).arg("v", v).arg("mask", mask);
   describeAttrs(call, attrs);
   call.arg("out", out).arg("lse", lse);
-  if (Status st = checkOperands(call, q, k, v, mask, lse, attrs, s); !st.ok())
+  if (attrs.seqMajor)
+    call.raw("seq_major", "true");
+  // seq_major: the [B, T, H, D] views checked as [B, H, T, D].
+  auto view = [&](const Tensor &t) {
+    return attrs.seqMajor ? swapTokensAndHeads(t) : t;
+  };
+  if (Status st =
+          checkOperands(call, view(q), view(k), view(v), mask, lse, attrs, s);
+      !st.ok())
     return st;
   if (out.dtype != q.dtype ||
-      !shapeIs4(out, s.batch, s.heads, s.queries, s.valueDim))
-    return call.fail("out must be q's dtype with shape [batch, heads, "
-                     "q seq, v dim]");
+      !shapeIs4(view(out), s.batch, s.heads, s.queries, s.valueDim))
+    return call.fail(attrs.seqMajor
+                         ? "out must be q's dtype with shape [batch, q seq, "
+                           "heads, v dim]"
+                         : "out must be q's dtype with shape [batch, heads, "
+                           "q seq, v dim]");
   if (lse.present() && !shapeIs(lse, {s.batch, s.heads, s.queries}))
     return call.fail("lse must have shape [batch, heads, q seq]");
   return Status();
@@ -164,15 +176,25 @@ Status detail::checkAttentionBackward(Call &call, const Tensor &q,
   call.arg("out", out).arg("lse", lse).arg("grad_out", gradOut);
   describeAttrs(call, attrs);
   call.arg("grad_q", gradQ).arg("grad_k", gradK).arg("grad_v", gradV);
+  if (attrs.seqMajor)
+    call.raw("seq_major", "true");
   if (!lse.present() || !out.present())
     return call.fail("needs the forward's out and lse");
-  if (Status st = checkOperands(call, q, k, v, mask, lse, attrs, s); !st.ok())
+  auto view = [&](const Tensor &t) {
+    return attrs.seqMajor ? swapTokensAndHeads(t) : t;
+  };
+  if (Status st =
+          checkOperands(call, view(q), view(k), view(v), mask, lse, attrs, s);
+      !st.ok())
     return st;
   for (const Tensor *t : {&out, &gradOut})
     if (t->dtype != q.dtype ||
-        !shapeIs4(*t, s.batch, s.heads, s.queries, s.valueDim))
-      return call.fail("out and grad_out must be q's dtype with shape "
-                       "[batch, heads, q seq, v dim]");
+        !shapeIs4(view(*t), s.batch, s.heads, s.queries, s.valueDim))
+      return call.fail(attrs.seqMajor
+                           ? "out and grad_out must be q's dtype with shape "
+                             "[batch, q seq, heads, v dim]"
+                           : "out and grad_out must be q's dtype with shape "
+                             "[batch, heads, q seq, v dim]");
   if (!shapeIs(lse, {s.batch, s.heads, s.queries}))
     return call.fail("lse must have shape [batch, heads, q seq]");
   if (gradQ.dtype != q.dtype || gradK.dtype != q.dtype ||
@@ -528,6 +550,48 @@ void runBackward(const AttentionShape &s, const Tensor &q, const Tensor &k,
 
 } // namespace
 
+namespace {
+
+/// seq_major on the CPU: [B, T, H, D] operands copied heads-first, the
+/// kernel run on the copies, its results copied back (a transpose by
+/// [0, 2, 1, 3] is its own inverse).
+class HeadsFirstCopies {
+public:
+  Tensor in(const Tensor &t) {
+    Tensor c = make(t);
+    (void)transpose(t, {0, 2, 1, 3}, c); // shapes checked before
+    return c;
+  }
+  Tensor out(const Tensor &t) {
+    Tensor c = make(t);
+    results_.push_back({c, t});
+    return c;
+  }
+  Status finish() {
+    for (auto &[copy, result] : results_)
+      if (Status st = transpose(copy, {0, 2, 1, 3}, result); !st.ok())
+        return st;
+    return Status();
+  }
+
+private:
+  Tensor make(const Tensor &t) {
+    Tensor c = swapTokensAndHeads(t);
+    storage_.push_back(std::make_unique<char[]>(t.nbytes()));
+    c.data = storage_.back().get();
+    return c;
+  }
+  std::vector<std::unique_ptr<char[]>> storage_;
+  std::vector<std::pair<Tensor, Tensor>> results_;
+};
+
+AttentionAttrs headsFirstAttrs(AttentionAttrs attrs) {
+  attrs.seqMajor = false;
+  return attrs;
+}
+
+} // namespace
+
 Status attention(const Tensor &q, const Tensor &k, const Tensor &v,
                  const Tensor &mask, const AttentionAttrs &attrs,
                  const Tensor &out, const Tensor &lse) {
@@ -536,6 +600,14 @@ Status attention(const Tensor &q, const Tensor &k, const Tensor &v,
   if (Status st = checkAttention(call, q, k, v, mask, attrs, out, lse, s);
       !st.ok())
     return st;
+  if (attrs.seqMajor) {
+    HeadsFirstCopies c;
+    if (Status st = attention(c.in(q), c.in(k), c.in(v), mask,
+                              headsFirstAttrs(attrs), c.out(out), lse);
+        !st.ok())
+      return st;
+    return c.finish();
+  }
   if (isHalf(q.dtype)) {
     HalfAsF32 h;
     runForward<float>(s, h.in(q), h.in(k), h.in(v), mask, attrs, h.out(out),
@@ -559,6 +631,15 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
                                          attrs, gradQ, gradK, gradV, s);
       !st.ok())
     return st;
+  if (attrs.seqMajor) {
+    HeadsFirstCopies c;
+    if (Status st = attentionBackward(
+            c.in(q), c.in(k), c.in(v), mask, c.in(out), lse, c.in(gradOut),
+            headsFirstAttrs(attrs), c.out(gradQ), c.out(gradK), c.out(gradV));
+        !st.ok())
+      return st;
+    return c.finish();
+  }
   if (isHalf(q.dtype)) {
     HalfAsF32 h;
     runBackward<float>(s, h.in(q), h.in(k), h.in(v), mask, h.in(out), lse,

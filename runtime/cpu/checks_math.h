@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace dsc::cpu::detail {
@@ -173,6 +174,14 @@ struct AttentionShape {
   /// Query heads per key/value head.
   int64_t group() const { return kvHeads ? heads / kvHeads : 0; }
 };
+
+/// `t`'s view with dims 1 and 2 swapped (rank 4): a seq_major [B, T, H, D]
+/// operand's shape as [B, H, T, D], and back. The data are not moved.
+inline Tensor swapTokensAndHeads(Tensor t) {
+  if (t.rank == 4)
+    std::swap(t.shape[1], t.shape[2]);
+  return t;
+}
 
 Status checkAttention(Call &call, const Tensor &q, const Tensor &k,
                       const Tensor &v, const Tensor &mask,

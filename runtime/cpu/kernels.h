@@ -302,6 +302,9 @@ struct AttentionAttrs {
   /// > 0: the most library workspace one backward call may take; a larger
   /// one runs over slices of the batch (CUDA: dsc/workspaces.h).
   int64_t workspaceLimit = 0;
+  /// q, k, v, out and their gradients are [B, T, H, D] (tokens before
+  /// heads) instead of [B, H, T, D]; lse and the mask keep their layout.
+  bool seqMajor = false;
 };
 
 /// out = softmax(scale * q k^T + mask) v per (batch, head), with the

@@ -28,6 +28,8 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace dsc::cuda {
 
@@ -311,6 +313,63 @@ Status detail::attentionStatsForCudnn(const float *lse, float *stats,
 }
 
 //===----------------------------------------------------------------------===//
+// seq_major for the own kernels
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// seq_major operands for the own kernels, which read [B, H, T, D] only:
+/// heads-first copies in stream-ordered memory (cudaMallocAsync, which a
+/// captured graph records too), the results transposed back, the copies
+/// freed on the stream. dsc-canonicalize folds transposes into an attention
+/// only where cuDNN takes the layout, so this runs only where the loaded
+/// cuDNN declines a graph.
+class HeadsFirstCopies {
+public:
+  HeadsFirstCopies() = default;
+  HeadsFirstCopies(const HeadsFirstCopies &) = delete;
+  HeadsFirstCopies &operator=(const HeadsFirstCopies &) = delete;
+  ~HeadsFirstCopies() {
+    for (void *p : buffers_)
+      (void)cudaFreeAsync(p, stream());
+  }
+  Status in(const Tensor &t, Tensor &copy) {
+    if (Status st = make(t, copy); !st.ok())
+      return st;
+    return cuda::transpose(t, {0, 2, 1, 3}, copy);
+  }
+  Status out(const Tensor &t, Tensor &copy) {
+    if (Status st = make(t, copy); !st.ok())
+      return st;
+    results_.push_back({copy, t});
+    return Status();
+  }
+  Status finish() {
+    for (auto &[copy, result] : results_)
+      if (Status st = cuda::transpose(copy, {0, 2, 1, 3}, result); !st.ok())
+        return st;
+    return Status();
+  }
+
+private:
+  Status make(const Tensor &t, Tensor &copy) {
+    copy = cpu::detail::swapTokensAndHeads(t);
+    DSC_CUDA_CHECK(cudaMallocAsync(&copy.data, t.nbytes(), stream()));
+    buffers_.push_back(copy.data);
+    return Status();
+  }
+  std::vector<void *> buffers_;
+  std::vector<std::pair<Tensor, Tensor>> results_;
+};
+
+AttentionAttrs headsFirstAttrs(AttentionAttrs attrs) {
+  attrs.seqMajor = false;
+  return attrs;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
 // Entry points
 //===----------------------------------------------------------------------===//
 
@@ -327,6 +386,20 @@ Status attention(const Tensor &q, const Tensor &k, const Tensor &v,
   if (std::optional<Status> st =
           cudnnAttentionForward(s, q, k, v, mask, attrs, out, lse))
     return *st;
+  if (attrs.seqMajor) {
+    HeadsFirstCopies c;
+    Tensor hq, hk, hv, ho;
+    for (auto [from, to] : {std::pair{&q, &hq}, {&k, &hk}, {&v, &hv}})
+      if (Status st = c.in(*from, *to); !st.ok())
+        return st;
+    if (Status st = c.out(out, ho); !st.ok())
+      return st;
+    if (Status st = ownAttentionForward(call, s, hq, hk, hv, mask,
+                                        headsFirstAttrs(attrs), ho, lse);
+        !st.ok())
+      return st;
+    return c.finish();
+  }
   return ownAttentionForward(call, s, q, k, v, mask, attrs, out, lse);
 }
 
@@ -346,6 +419,27 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
   if (std::optional<Status> st = cudnnAttentionBackward(
           s, q, k, v, mask, out, lse, gradOut, attrs, gradQ, gradK, gradV))
     return *st;
+  if (attrs.seqMajor) {
+    HeadsFirstCopies c;
+    Tensor hq, hk, hv, ho, hdo, dq, dk, dv;
+    for (auto [from, to] : {std::pair{&q, &hq},
+                            {&k, &hk},
+                            {&v, &hv},
+                            {&out, &ho},
+                            {&gradOut, &hdo}})
+      if (Status st = c.in(*from, *to); !st.ok())
+        return st;
+    for (auto [from, to] :
+         {std::pair{&gradQ, &dq}, {&gradK, &dk}, {&gradV, &dv}})
+      if (Status st = c.out(*from, *to); !st.ok())
+        return st;
+    if (Status st =
+            ownAttentionBackward(call, s, hq, hk, hv, mask, ho, lse, hdo,
+                                 headsFirstAttrs(attrs), dq, dk, dv);
+        !st.ok())
+      return st;
+    return c.finish();
+  }
   return ownAttentionBackward(call, s, q, k, v, mask, out, lse, gradOut, attrs,
                               gradQ, gradK, gradV);
 }

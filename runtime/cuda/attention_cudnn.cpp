@@ -142,17 +142,29 @@ fe::DataType_t feType(DType t) {
   }
 }
 
+/// The strides of [B, H, T, D] `dims` stored [B, T, H, D] (seq_major), or
+/// contiguous.
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &dims,
+                               bool seqMajor) {
+  if (!seqMajor || dims.size() != 4)
+    return contiguous(dims);
+  int64_t h = dims[1], t = dims[2], d = dims[3];
+  return {t * h * d, d, h * d, 1};
+}
+
 TensorPtr tensor(const GraphPtr &g, const char *name, Uid uid,
-                 const std::vector<int64_t> &dims) {
+                 const std::vector<int64_t> &dims, bool seqMajor = false) {
   return g->tensor(fe::graph::Tensor_attributes()
                        .set_name(name)
                        .set_uid(uid)
                        .set_dim(dims)
-                       .set_stride(contiguous(dims)));
+                       .set_stride(stridesOf(dims, seqMajor)));
 }
 
-void markOutput(const TensorPtr &t, Uid uid, const std::vector<int64_t> &dims) {
-  t->set_output(true).set_uid(uid).set_dim(dims).set_stride(contiguous(dims));
+void markOutput(const TensorPtr &t, Uid uid, const std::vector<int64_t> &dims,
+                bool seqMajor = false) {
+  t->set_output(true).set_uid(uid).set_dim(dims).set_stride(
+      stridesOf(dims, seqMajor));
 }
 
 /// What a graph depends on: dtypes, sizes, attributes, mask layout.
@@ -183,10 +195,11 @@ struct Request {
     int64_t scaleBits = 0;
     double scale = attrs.scale;
     std::memcpy(&scaleBits, &scale, sizeof scaleBits);
-    std::vector<int64_t> k = {
-        direction,    int64_t(dtype), s.batch,   s.heads,          s.kvHeads,
-        s.queries,    s.keys,         s.headDim, s.valueDim,       attrs.causal,
-        attrs.window, scaleBits,      s.hasMask, int64_t(maskType)};
+    std::vector<int64_t> k = {direction,    int64_t(dtype),    s.batch,
+                              s.heads,      s.kvHeads,         s.queries,
+                              s.keys,       s.headDim,         s.valueDim,
+                              attrs.causal, attrs.window,      scaleBits,
+                              s.hasMask,    int64_t(maskType), attrs.seqMajor};
     if (s.hasMask)
       for (int64_t d : mask.dims())
         k.push_back(d);
@@ -224,15 +237,17 @@ std::string buildGraph(const GraphPtr &g, cudnnHandle_t handle) {
 
 std::string buildForward(const GraphPtr &g, const Request &r,
                          cudnnHandle_t handle) {
-  TensorPtr q = tensor(g, "q", kQ, r.q()), k = tensor(g, "k", kK, r.k());
-  TensorPtr v = tensor(g, "v", kV, r.v());
+  bool sm = r.attrs.seqMajor;
+  TensorPtr q = tensor(g, "q", kQ, r.q(), sm),
+            k = tensor(g, "k", kK, r.k(), sm);
+  TensorPtr v = tensor(g, "v", kV, r.v(), sm);
   auto o = fe::graph::SDPA_attributes()
                .set_name("dsc_attention")
                .set_generate_stats(true)
                .set_attn_scale(float(r.attrs.scale));
   applyMasking(o, r, g);
   auto [out, stats] = g->sdpa(q, k, v, o);
-  markOutput(out, kO, r.o());
+  markOutput(out, kO, r.o(), sm);
   markOutput(stats, kStats, r.stats());
   stats->set_data_type(fe::DataType_t::FLOAT);
   return buildGraph(g, handle);
@@ -240,9 +255,12 @@ std::string buildForward(const GraphPtr &g, const Request &r,
 
 std::string buildBackward(const GraphPtr &g, const Request &r,
                           cudnnHandle_t handle) {
-  TensorPtr q = tensor(g, "q", kQ, r.q()), k = tensor(g, "k", kK, r.k());
-  TensorPtr v = tensor(g, "v", kV, r.v()), o = tensor(g, "o", kO, r.o());
-  TensorPtr dO = tensor(g, "dO", kDO, r.o());
+  bool sm = r.attrs.seqMajor;
+  TensorPtr q = tensor(g, "q", kQ, r.q(), sm),
+            k = tensor(g, "k", kK, r.k(), sm);
+  TensorPtr v = tensor(g, "v", kV, r.v(), sm),
+            o = tensor(g, "o", kO, r.o(), sm);
+  TensorPtr dO = tensor(g, "dO", kDO, r.o(), sm);
   TensorPtr stats = tensor(g, "stats", kStats, r.stats());
   stats->set_data_type(fe::DataType_t::FLOAT);
   auto opts = fe::graph::SDPA_backward_attributes()
@@ -251,9 +269,9 @@ std::string buildBackward(const GraphPtr &g, const Request &r,
                   .set_deterministic_algorithm(true);
   applyMasking(opts, r, g);
   auto [dQ, dK, dV] = g->sdpa_backward(q, k, v, o, dO, stats, opts);
-  markOutput(dQ, kDQ, r.q());
-  markOutput(dK, kDK, r.k());
-  markOutput(dV, kDV, r.v());
+  markOutput(dQ, kDQ, r.q(), sm);
+  markOutput(dK, kDK, r.k(), sm);
+  markOutput(dV, kDV, r.v(), sm);
   return buildGraph(g, handle);
 }
 

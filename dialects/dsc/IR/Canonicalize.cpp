@@ -394,6 +394,116 @@ void SoftmaxCrossEntropyOp::getCanonicalizationPatterns(
   results.add<LossOf16BitScores>(context);
 }
 
+/// The [B, T, H, D] value `v` is a [0, 2, 1, 3] transpose of, when `user`
+/// may read it in its place; else null.
+Value tokensFirstSource(Value v, Operation *user) {
+  auto t = v.getDefiningOp<TransposeOp>();
+  ArrayRef<int64_t> perm = t ? t.getPerm() : ArrayRef<int64_t>();
+  if (!t || perm.size() != 4 || perm[0] != 0 || perm[1] != 2 || perm[2] != 1 ||
+      perm[3] != 3 || releasedBetween(t.getInput(), t, user))
+    return Value();
+  return t.getInput();
+}
+
+/// `v` ([B, T, H, D]) as [B, H, T, D]: the transpose the layout rewrites
+/// below leave for the old users (it composes away with theirs).
+Value headsFirst(PatternRewriter &rewriter, Location loc, Value v) {
+  return TransposeOp::create(rewriter, loc, v,
+                             rewriter.getDenseI64ArrayAttr({0, 2, 1, 3}));
+}
+
+/// Whether the attention kernels read and write [B, T, H, D] in place:
+/// cuDNN's fused attention takes any strides, for the 16-bit operands
+/// without dropout or a bool mask it runs (runtime/cuda/attention_cudnn.cpp).
+/// Other calls would copy in the runtime, outside the memory plan, so their
+/// transposes stay in the IR.
+template <typename AttentionLike> bool readsTokensFirst(AttentionLike op) {
+  Type e = getElementTypeOrSelf(op.getQuery().getType());
+  Value mask = op.getMask();
+  return (e.isBF16() || e.isF16()) && op.getDropout().convertToDouble() == 0 &&
+         !(mask && getElementTypeOrSelf(mask.getType()).isInteger(1));
+}
+
+/// The sources of `vs` if every one is a tokens-first transpose.
+std::optional<SmallVector<Value>> tokensFirstSources(ValueRange vs,
+                                                     Operation *user) {
+  SmallVector<Value> sources;
+  for (Value v : vs) {
+    Value s = tokensFirstSource(v, user);
+    if (!s)
+      return std::nullopt;
+    sources.push_back(s);
+  }
+  return sources;
+}
+
+/// attention(transpose(q), transpose(k), transpose(v)), each [0, 2, 1, 3]
+/// of a [B, T, H, D] projection, -> transpose(attention {seq_major}(q, k,
+/// v)): the kernel reads the projections where they are and the result's
+/// transpose composes with its reader's (GPT-2: four strided copies a
+/// layer less in the forward).
+struct AttentionReadsTokensFirst : OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getSeqMajor() || !readsTokensFirst(op))
+      return failure();
+    auto src =
+        tokensFirstSources({op.getQuery(), op.getKey(), op.getValue()}, op);
+    if (!src)
+      return failure();
+    auto seq = AttentionOp::create(
+        rewriter, op.getLoc(), (*src)[0], (*src)[1], (*src)[2], op.getMask(),
+        op.getScaleAttr(), op.getCausalAttr(), op.getWindowAttr(),
+        op.getDropoutAttr(), op.getSeedIdAttr(), rewriter.getBoolAttr(true));
+    copyMarkers(op, seq);
+    rewriter.replaceOp(
+        op, {headsFirst(rewriter, op.getLoc(), seq.getResult()), seq.getLse()});
+    return success();
+  }
+};
+
+/// The backward likewise, when its gradient, operands and the forward's
+/// result are all tokens-first transposes (the forward's rewrite leaves
+/// its result so): its gradients come out [B, T, H, D], transposed for
+/// their old readers, whose own transposes back compose away.
+struct AttentionBackwardReadsTokensFirst
+    : OpRewritePattern<AttentionBackwardOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AttentionBackwardOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getSeqMajor() || !readsTokensFirst(op))
+      return failure();
+    auto src = tokensFirstSources({op.getGrad(), op.getQuery(), op.getKey(),
+                                   op.getValue(), op.getOutput()},
+                                  op);
+    if (!src)
+      return failure();
+    auto seq = AttentionBackwardOp::create(
+        rewriter, op.getLoc(), (*src)[0], (*src)[1], (*src)[2], (*src)[3],
+        (*src)[4], op.getLse(), op.getMask(), op.getScaleAttr(),
+        op.getCausalAttr(), op.getWindowAttr(), op.getDropoutAttr(),
+        op.getSeedIdAttr(), op.getWorkspaceLimitAttr(),
+        rewriter.getBoolAttr(true));
+    copyMarkers(op, seq);
+    SmallVector<Value> grads;
+    for (Value g : seq.getResults())
+      grads.push_back(headsFirst(rewriter, op.getLoc(), g));
+    rewriter.replaceOp(op, grads);
+    return success();
+  }
+};
+
+void AttentionOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                              MLIRContext *context) {
+  results.add<AttentionReadsTokensFirst>(context);
+}
+
+void AttentionBackwardOp::getCanonicalizationPatterns(
+    RewritePatternSet &results, MLIRContext *context) {
+  results.add<AttentionBackwardReadsTokensFirst>(context);
+}
+
 void MatMulOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                            MLIRContext *context) {
   results.add<FoldTransposedOperands>(context);

@@ -467,7 +467,13 @@ def Dsc_AttentionOp : Dsc_DiffOp<"attention"> {
     - `lse` [B, Hq, Tq] is the log-sum-exp of each row's masked scores
       (f32; f64 for f64 operands), all the backward needs besides the
       operands and the result: -inf for a row with no key left, whose
-      result is 0.
+      result is 0;
+    - `seq_major`: query, key, value and the result are [B, T, H, D]
+      instead (tokens before heads, as a projection's output reshaped
+      lays them out); lse and the mask keep their layout. Canonicalization
+      folds the `[0, 2, 1, 3]` transposes around an attention into it, so
+      the kernel reads and writes the projections' layout and no copy is
+      made (cuDNN takes the strides; other kernels copy in the runtime).
   }];
   let arguments = (ins Dsc_FloatTensor:$query, Dsc_FloatTensor:$key,
                    Dsc_FloatTensor:$value, Optional<Dsc_Tensor>:$mask,
@@ -475,12 +481,14 @@ def Dsc_AttentionOp : Dsc_DiffOp<"attention"> {
                    DefaultValuedAttr<BoolAttr, "false">:$causal,
                    DefaultValuedAttr<I64Attr, "0">:$window,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
-                   DefaultValuedAttr<I64Attr, "0">:$seed_id);
+                   DefaultValuedAttr<I64Attr, "0">:$seed_id,
+                   DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs Dsc_FloatTensor:$result, Dsc_FloatTensor:$lse);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`,` $mask^)? attr-dict `:` type(operands)
     `->` type(results)
   }];
+  let hasCanonicalizer = 1;
 }
 
 //===----------------------------------------------------------------------===//
@@ -686,7 +694,9 @@ def Dsc_AttentionBackwardOp : Dsc_Op<"attention_backward"> {
     `workspace_limit` > 0 bounds the library workspace one backward call
     may take (cuDNN's deterministic backward grows with the batch): the
     runtime then runs it over slices of the batch, same bits, somewhat
-    slower (dsc/workspaces.h). 0: one call over the whole batch.
+    slower (dsc/workspaces.h). 0: one call over the whole batch. With
+    `seq_major`, grad, query, key, value, output and the three gradients
+    are [B, T, H, D].
   }];
   let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$query,
                    Dsc_FloatTensor:$key, Dsc_FloatTensor:$value,
@@ -696,13 +706,15 @@ def Dsc_AttentionBackwardOp : Dsc_Op<"attention_backward"> {
                    DefaultValuedAttr<I64Attr, "0">:$window,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
                    DefaultValuedAttr<I64Attr, "0">:$seed_id,
-                   DefaultValuedAttr<I64Attr, "0">:$workspace_limit);
+                   DefaultValuedAttr<I64Attr, "0">:$workspace_limit,
+                   DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs Dsc_FloatTensor:$grad_query, Dsc_FloatTensor:$grad_key,
                       Dsc_FloatTensor:$grad_value);
   let assemblyFormat = [{
     $grad `,` $query `,` $key `,` $value `,` $output `,` $lse
     (`,` $mask^)? attr-dict `:` type(operands) `->` type(results)
   }];
+  let hasCanonicalizer = 1;
 }
 
 def Dsc_LayerNormBackwardOp : Dsc_Op<"layer_norm_backward"> {

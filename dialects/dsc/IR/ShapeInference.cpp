@@ -651,23 +651,38 @@ LogicalResult NllLossOp::inferReturnTypes(MLIRContext *ctx,
 
 namespace {
 
+/// `s` with dims 1 and 2 swapped where `swap` says so: [B, T, H, D] read as
+/// [B, H, T, D] (seq_major), and back.
+Shape swapTokensAndHeads(ArrayRef<int64_t> s, bool swap) {
+  Shape r(s);
+  if (swap && r.size() == 4)
+    std::swap(r[1], r[2]);
+  return r;
+}
+
 /// The checks dsc.attention and its backward share; returns the result
-/// shape [B, Hq, Tq, Dv].
+/// shape [B, Hq, Tq, Dv] (heads first, whatever `seqMajor` says of the
+/// operands' layout).
 FailureOr<Shape> checkAttention(std::optional<Location> loc, Value query,
                                 Value key, Value value, Value mask,
-                                double scale, int64_t window, double dropout) {
+                                double scale, int64_t window, double dropout,
+                                bool seqMajor) {
   auto q = rankedType(query), k = rankedType(key), v = rankedType(value);
   if (!q || !k || !v || q.getRank() != 4 || k.getRank() != 4 ||
       v.getRank() != 4) {
-    (void)fail(loc, "attention: query, key and value must be rank 4 "
-                    "[batch, heads, tokens, head dim]");
+    (void)fail(loc, seqMajor ? "attention: query, key and value must be rank "
+                               "4 [batch, tokens, heads, head dim]"
+                             : "attention: query, key and value must be rank "
+                               "4 [batch, heads, tokens, head dim]");
     return failure();
   }
-  auto qs = q.getShape(), ks = k.getShape(), vs = v.getShape();
+  Shape qs = swapTokensAndHeads(q.getShape(), seqMajor),
+        ks = swapTokensAndHeads(k.getShape(), seqMajor),
+        vs = swapTokensAndHeads(v.getShape(), seqMajor);
   auto bad = [&](const Twine &what) -> FailureOr<Shape> {
-    (void)fail(loc, "attention: " + what + " (query " + shapeStr(qs) +
-                        ", key " + shapeStr(ks) + ", value " + shapeStr(vs) +
-                        ")");
+    (void)fail(loc, "attention: " + what + " (query " + shapeStr(q.getShape()) +
+                        ", key " + shapeStr(k.getShape()) + ", value " +
+                        shapeStr(v.getShape()) + ")");
     return failure();
   };
   if (q.getElementType() != k.getElementType() ||
@@ -707,16 +722,17 @@ FailureOr<Shape> checkAttention(std::optional<Location> loc, Value query,
 template <typename Adaptor>
 FailureOr<std::pair<RankedTensorType, RankedTensorType>>
 attentionTypes(MLIRContext *ctx, std::optional<Location> loc, Adaptor &a) {
-  FailureOr<Shape> out = checkAttention(
-      loc, a.getQuery(), a.getKey(), a.getValue(), a.getMask(),
-      a.getScale().convertToDouble(), a.getWindow(),
-      a.getDropout().convertToDouble());
+  bool seqMajor = a.getSeqMajor();
+  FailureOr<Shape> out =
+      checkAttention(loc, a.getQuery(), a.getKey(), a.getValue(), a.getMask(),
+                     a.getScale().convertToDouble(), a.getWindow(),
+                     a.getDropout().convertToDouble(), seqMajor);
   if (failed(out))
     return failure();
   Type e = getElementTypeOrSelf(a.getQuery().getType());
   Type lse = e.isF64() ? e : Float32Type::get(ctx);
   return std::make_pair(
-      RankedTensorType::get(*out, e),
+      RankedTensorType::get(swapTokensAndHeads(*out, seqMajor), e),
       RankedTensorType::get(ArrayRef<int64_t>(*out).drop_back(), lse));
 }
 

@@ -605,7 +605,8 @@ DSC_VJP(AttentionOp) {
   auto op = AttentionBackwardOp::create(
       builder, getLoc(), resultGrads[0], getQuery(), getKey(), getValue(),
       getResult(), getLse(), getMask(), getScaleAttr(), getCausalAttr(),
-      getWindowAttr(), getDropoutAttr(), getSeedIdAttr());
+      getWindowAttr(), getDropoutAttr(), getSeedIdAttr(),
+      /*workspace_limit=*/builder.getI64IntegerAttr(0), getSeqMajorAttr());
   operandGrads.assign(
       {op.getGradQuery(), op.getGradKey(), op.getGradValue()});
   if (getMask())

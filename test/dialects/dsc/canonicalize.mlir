@@ -198,3 +198,48 @@ func.func @stays(%x: tensor<4x8xf32>, %b: tensor<8xbf16>, %y: tensor<4x8xf32>) -
   %5 = dsc.cast %4 {dsc.recomputed, to = bf16} : tensor<8x4xf32> -> tensor<8x4xbf16>
   return %1, %3, %5 : tensor<4x2xbf16>, tensor<4x8xf32>, tensor<8x4xbf16>
 }
+
+// -----
+
+// The [0, 2, 1, 3] transposes around a 16-bit attention and its backward
+// fold into them (seq_major: the kernels read and write [B, T, H, D]); the
+// transposes that undid them compose away, so no copy is left.
+// CHECK-LABEL: func.func @attention_tokens_first
+// CHECK-NOT: dsc.transpose
+// CHECK: %[[O:.*]], %[[L:.*]] = dsc.attention %arg0, %arg1, %arg2 {causal = true, scale = 1.250000e-01 : f64, seq_major = true} : tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16> -> tensor<2x8x4x16xbf16>, tensor<2x4x8xf32>
+// CHECK: %[[GQ:.*]], %[[GK:.*]], %[[GV:.*]] = dsc.attention_backward %arg3, %arg0, %arg1, %arg2, %[[O]], %[[L]] {causal = true, scale = 1.250000e-01 : f64, seq_major = true} : tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x4x8xf32> -> tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>
+// CHECK-NOT: dsc.transpose
+// CHECK: return %[[O]], %[[GQ]], %[[GK]], %[[GV]]
+func.func @attention_tokens_first(%q: tensor<2x8x4x16xbf16>, %k: tensor<2x8x4x16xbf16>, %v: tensor<2x8x4x16xbf16>, %dy: tensor<2x8x4x16xbf16>)
+    -> (tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>) {
+  %qt = dsc.transpose %q {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
+  %kt = dsc.transpose %k {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
+  %vt = dsc.transpose %v {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
+  %o, %lse = dsc.attention %qt, %kt, %vt {causal = true, scale = 0.125 : f64} : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>
+  %y = dsc.transpose %o {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x8x16xbf16> -> tensor<2x8x4x16xbf16>
+  %dot = dsc.transpose %dy {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
+  %dq, %dk, %dv = dsc.attention_backward %dot, %qt, %kt, %vt, %o, %lse {causal = true, scale = 0.125 : f64} : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8xf32> -> tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>
+  %dqt = dsc.transpose %dq {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x8x16xbf16> -> tensor<2x8x4x16xbf16>
+  %dkt = dsc.transpose %dk {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x8x16xbf16> -> tensor<2x8x4x16xbf16>
+  %dvt = dsc.transpose %dv {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x8x16xbf16> -> tensor<2x8x4x16xbf16>
+  return %y, %dqt, %dkt, %dvt : tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>
+}
+
+// -----
+
+// f32 attention (the own kernels, which read [B, H, T, D] only) and a
+// 16-bit one with a key not transposed keep their transposes.
+// CHECK-LABEL: func.func @attention_heads_first
+// CHECK-COUNT-3: dsc.transpose
+// CHECK: dsc.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.250000e-01 : f64} : tensor<2x4x8x16xf32>
+// CHECK: dsc.attention %{{.*}}, %arg4, %{{.*}} {scale = 1.250000e-01 : f64} : tensor<2x4x8x16xbf16>
+func.func @attention_heads_first(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: tensor<2x8x4x16xf32>, %h: tensor<2x8x4x16xbf16>, %kh: tensor<2x4x8x16xbf16>)
+    -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xbf16>) {
+  %qt = dsc.transpose %q {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
+  %kt = dsc.transpose %k {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
+  %vt = dsc.transpose %v {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
+  %o, %lse = dsc.attention %qt, %kt, %vt {scale = 0.125 : f64} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  %ht = dsc.transpose %h {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
+  %o2, %lse2 = dsc.attention %ht, %kh, %ht {scale = 0.125 : f64} : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>
+  return %o, %o2 : tensor<2x4x8x16xf32>, tensor<2x4x8x16xbf16>
+}

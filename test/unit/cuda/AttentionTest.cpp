@@ -293,3 +293,78 @@ TEST(CudaAttention, BadInputsFailAsOnTheCpu) {
 }
 
 } // namespace dsc::cuda::test
+
+namespace dsc::cuda::test {
+namespace {
+
+/// `x` ([B, H, T, D] on the device) as [B, T, H, D], or back.
+DevTensor swappedOnDevice(const DevTensor &x) {
+  Tensor h = x.host();
+  std::vector<int64_t> s(h.shape, h.shape + h.rank);
+  std::swap(s[1], s[2]);
+  DevTensor y(h.dtype, s);
+  EXPECT_TRUE(cuda::transpose(x.dev(), {0, 2, 1, 3}, y.dev()).ok());
+  return y;
+}
+
+} // namespace
+
+// seq_major ([B, T, H, D] operands and results, as dsc canonicalization
+// leaves a projection's heads) on cuDNN (strides) and on the own kernel
+// (heads-first copies) against the CPU's heads-first call; batch slices of
+// the backward too.
+TEST(CudaAttention, SeqMajor) {
+  DSC_REQUIRE_GPU();
+  AttnCase c = basic(96, 64);
+  c.b = 2, c.hq = 4, c.hkv = 2;
+  c.mask = MaskKind::Float;
+  c.maskShape = {2, 1, 96, 96};
+  c.maskNegative = -3.4e38;
+  c.attrs.causal = true;
+  for (int64_t limit : {0, 1})
+    for (Path path : {Path::Cudnn, Path::Own})
+      for (bool masked : {true, false}) {
+        AttnCase m = c;
+        if (!masked)
+          m.mask = MaskKind::None, m.maskShape.clear();
+        m.attrs.workspaceLimit = limit;
+        AttnData x = makeData(m, 13);
+        AttnRun r(m, x, DType::BF16);
+        runCpu(r, m);
+        AttentionAttrs sm = m.attrs;
+        sm.seqMajor = true;
+        DevTensor q = swappedOnDevice(r.q), k = swappedOnDevice(r.k),
+                  v = swappedOnDevice(r.v), g = swappedOnDevice(r.g);
+        DevTensor out = swappedOnDevice(r.out[1]),
+                  gq = swappedOnDevice(r.gq[1]), gk = swappedOnDevice(r.gk[1]),
+                  gv = swappedOnDevice(r.gv[1]);
+        detail::setAttentionCudnnEnabled(path == Path::Cudnn);
+        int64_t before = detail::attentionCudnnForwardRuns();
+        DSC_ASSERT_OK(cuda::attention(q.dev(), k.dev(), v.dev(), r.maskDev(),
+                                      sm, out.dev(), r.lse[1].dev()));
+        DSC_ASSERT_OK(cuda::attentionBackward(
+            q.dev(), k.dev(), v.dev(), r.maskDev(), out.dev(), r.lse[1].dev(),
+            g.dev(), sm, gq.dev(), gk.dev(), gv.dev()));
+        ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+        detail::setAttentionCudnnEnabled(true);
+        bool cudnnRan = detail::attentionCudnnForwardRuns() > before;
+        std::string what = std::string(cudnnRan ? "cudnn" : "own") +
+                           (masked ? " masked" : "") +
+                           (limit ? " sliced" : "") + " seq_major";
+        if (path == Path::Own) {
+          EXPECT_FALSE(cudnnRan) << what;
+        }
+        Tol t = tolOf(DType::BF16, cudnnRan ? Path::Cudnn : Path::Own);
+        expectClose(r.out[0], swappedOnDevice(out), t.rtol, t.atol,
+                    what + " out");
+        expectClose(r.lse[0], r.lse[1], t.rtol, t.atol, what + " lse");
+        expectClose(r.gq[0], swappedOnDevice(gq), t.rtol, t.atol,
+                    what + " grad_q");
+        expectClose(r.gk[0], swappedOnDevice(gk), t.rtol, t.atol,
+                    what + " grad_k");
+        expectClose(r.gv[0], swappedOnDevice(gv), t.rtol, t.atol,
+                    what + " grad_v");
+      }
+}
+
+} // namespace dsc::cuda::test

@@ -426,3 +426,68 @@ TEST(AttentionErrors, BackwardGradientShapes) {
                                 gv.t()),
               "attention_backward", "out and lse");
 }
+
+namespace {
+
+/// `x` ([B, H, T, D]) as [B, T, H, D], or back (the same transpose).
+Typed swapped(Typed &x) {
+  std::vector<int64_t> s = x.shape;
+  std::swap(s[1], s[2]);
+  Typed y(x.dtype, s);
+  EXPECT_TRUE(transpose(x.t(), {0, 2, 1, 3}, y.t()).ok());
+  return y;
+}
+
+Typed randomTyped(DType dt, std::vector<int64_t> shape, uint64_t seed) {
+  Typed t(dt, shape);
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0, n = int64_t(numelOf(shape)); i < n; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    t.set(i, double(state >> 11) / double(uint64_t(1) << 53) * 2 - 1);
+  }
+  return t;
+}
+
+} // namespace
+
+// seq_major reads and writes [B, T, H, D] and computes the same values as
+// the heads-first call on the transposed operands, bit for bit (the CPU
+// copies heads-first), with a mask, grouped-query heads and causality.
+TEST(Attention, SeqMajorIsTheTransposedCall) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    AttnCase c = basic(12, 16);
+    c.hq = 4, c.hkv = 2;
+    c.attrs.causal = true;
+    Typed q = randomTyped(dt, c.qShape(), 1),
+          k = randomTyped(dt, c.kShape(), 2),
+          v = randomTyped(dt, c.vShape(), 3),
+          g = randomTyped(dt, c.outShape(), 4);
+    Typed mask = randomTyped(DType::F32, {1, 1, 12, 12}, 5);
+    Typed out(dt, c.outShape()), lse(DType::F32, c.lseShape());
+    Typed gq(dt, c.qShape()), gk(dt, c.kShape()), gv(dt, c.vShape());
+    DSC_ASSERT_OK(
+        attention(q.t(), k.t(), v.t(), mask.t(), c.attrs, out.t(), lse.t()));
+    DSC_ASSERT_OK(attentionBackward(q.t(), k.t(), v.t(), mask.t(), out.t(),
+                                    lse.t(), g.t(), c.attrs, gq.t(), gk.t(),
+                                    gv.t()));
+    AttentionAttrs sm = c.attrs;
+    sm.seqMajor = true;
+    Typed sq = swapped(q), sk = swapped(k), sv = swapped(v), sg = swapped(g);
+    Typed sout = swapped(out), slse(DType::F32, c.lseShape());
+    Typed sgq = swapped(gq), sgk = swapped(gk), sgv = swapped(gv);
+    DSC_ASSERT_OK(
+        attention(sq.t(), sk.t(), sv.t(), mask.t(), sm, sout.t(), slse.t()));
+    DSC_ASSERT_OK(attentionBackward(sq.t(), sk.t(), sv.t(), mask.t(), sout.t(),
+                                    slse.t(), sg.t(), sm, sgq.t(), sgk.t(),
+                                    sgv.t()));
+    EXPECT_EQ(swapped(sout).bytes, out.bytes) << dtypeName(dt);
+    EXPECT_EQ(slse.bytes, lse.bytes) << dtypeName(dt);
+    EXPECT_EQ(swapped(sgq).bytes, gq.bytes) << dtypeName(dt);
+    EXPECT_EQ(swapped(sgk).bytes, gk.bytes) << dtypeName(dt);
+    EXPECT_EQ(swapped(sgv).bytes, gv.bytes) << dtypeName(dt);
+    // A heads-first result under seq_major is refused, naming the layout.
+    expectError(
+        attention(sq.t(), sk.t(), sv.t(), mask.t(), sm, out.t(), lse.t()),
+        "attention", "[batch, q seq, heads, v dim]");
+  }
+}
