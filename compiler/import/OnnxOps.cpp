@@ -277,8 +277,19 @@ FailureOr<SmallVector<int64_t>> transposePerm(NodeContext &c, int64_t rank) {
 
 // Given split sizes must be non-negative, sum to the dim and match the
 // node's outputs; handler and folder both rely on that.
+// A split makes one SSA value per piece, and a sequence one per element;
+// this bounds how many one node makes. Each is planned and emitted on its
+// own, in work that grows with the square of the values alive at once: a
+// 1.2 KB model's SplitToSequence of a [2, 65536] tensor into 65536 pieces kept
+// dsc-fuzz's memory plan busy for minutes.
+constexpr int64_t kMaxPieces = 4096;
+
 static LogicalResult checkSplitSizes(NodeContext &c, ArrayRef<int64_t> sizes,
                                      int64_t dim, size_t numOutputs) {
+  if (int64_t(sizes.size()) > kMaxPieces)
+    return c.error() << "split into " << sizes.size() << " pieces, more than "
+                     << kMaxPieces << " (one value each), which dsc does not "
+                     << "take: split into fewer, larger pieces";
   int64_t total = 0;
   for (int64_t s : sizes)
     if (s < 0 || llvm::AddOverflow(total, s, total))
@@ -1253,7 +1264,7 @@ LogicalResult splitOp(NodeContext &c) {
 }
 
 // A sequence becomes one SSA value per element; this bounds how many.
-constexpr int64_t kMaxSequenceLength = 1 << 16;
+constexpr int64_t kMaxSequenceLength = kMaxPieces;
 
 LogicalResult splitToSequenceOp(NodeContext &c) {
   auto x = c.value(0);

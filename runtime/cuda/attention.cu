@@ -257,11 +257,22 @@ Status ownAttentionBackward(const Call &call, const AttentionShape &s,
 
 namespace {
 
+/// The lse row of out's element row `r` (its index / dv): the same, or for
+/// a seq_major out ([B, T, H, .] rows) the [B, H, T] row it belongs to.
+__device__ int64_t lseRowOf(int64_t r, int64_t heads, int64_t queries,
+                            bool seqMajor) {
+  if (!seqMajor)
+    return r;
+  int64_t h = r % heads, t = r / heads % queries, b = r / (heads * queries);
+  return (b * heads + h) * queries + t;
+}
+
 template <typename E>
 __global__ void fixEmptyRowsKernel(void *out, float *lse, int64_t rows,
-                                   int64_t dv) {
+                                   int64_t heads, int64_t queries, int64_t dv,
+                                   bool seqMajor) {
   DSC_GRID_STRIDE(i, rows * dv) {
-    float l = lse[i / dv];
+    float l = lse[lseRowOf(i / dv, heads, queries, seqMajor)];
     if (!(l > negInf<float>())) // -inf or NaN: no key left
       E::store(out, i, 0.0f);
   }
@@ -285,14 +296,18 @@ __global__ void statsForCudnnKernel(const float *lse, float *stats,
 } // namespace
 
 Status detail::attentionFixEmptyRows(void *out, DType dtype, float *lse,
-                                     int64_t rows, int64_t dv) {
+                                     int64_t rows, int64_t heads,
+                                     int64_t queries, int64_t dv,
+                                     bool seqMajor) {
   if (rows * dv > 0) {
     if (dtype == DType::BF16)
       fixEmptyRowsKernel<Bf16Elem>
-          <<<blocksFor(rows * dv), kThreads, 0, stream()>>>(out, lse, rows, dv);
+          <<<blocksFor(rows * dv), kThreads, 0, stream()>>>(
+              out, lse, rows, heads, queries, dv, seqMajor);
     else
       fixEmptyRowsKernel<F16Elem>
-          <<<blocksFor(rows * dv), kThreads, 0, stream()>>>(out, lse, rows, dv);
+          <<<blocksFor(rows * dv), kThreads, 0, stream()>>>(
+              out, lse, rows, heads, queries, dv, seqMajor);
     DSC_CUDA_LAUNCHED("fixEmptyRowsKernel");
   }
   if (rows > 0) {

@@ -394,7 +394,8 @@ std::optional<Status> cudnnAttentionForward(const AttentionShape &s,
   ++forwardRuns;
   if (!mayHaveEmptyRows(s))
     return Status();
-  return attentionFixEmptyRows(out.data, q.dtype, stats, rows, s.valueDim);
+  return attentionFixEmptyRows(out.data, q.dtype, stats, rows, s.heads,
+                               s.queries, s.valueDim, attrs.seqMajor);
 }
 
 std::optional<Status> cudnnAttentionBackward(

@@ -45,9 +45,12 @@ int64_t attentionCudnnBackwardRuns();
 int64_t attentionCudnnBackwardCalls();
 
 /// After cuDNN's forward: rows whose stats are -inf or NaN (no key left)
-/// get out 0 and lse -inf, as the CPU defines them. lse is f32 [rows].
+/// get out 0 and lse -inf, as the CPU defines them. lse is f32 [rows] with
+/// rows = B x `heads` x `queries`; out is [B, heads, queries, dv], or
+/// [B, queries, heads, dv] with `seqMajor`.
 Status attentionFixEmptyRows(void *out, DType dtype, float *lse, int64_t rows,
-                             int64_t dv);
+                             int64_t heads, int64_t queries, int64_t dv,
+                             bool seqMajor);
 /// The stats cuDNN's backward reads: lse with -inf (empty rows) replaced by
 /// +inf, so that exp(s - stats) = 0 there and their gradients are 0.
 Status attentionStatsForCudnn(const float *lse, float *stats, int64_t rows);
