@@ -2,6 +2,7 @@
 #include "compiler/import/HostTensor.h"
 
 #include "llvm/ADT/APFloat.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <cmath>
@@ -191,12 +192,20 @@ int64_t saturatingToInt64(double v) {
   return (int64_t)v;
 }
 
-int64_t HostTensor::numElements() const {
+int64_t productOf(llvm::ArrayRef<int64_t> dims) {
+  if (llvm::is_contained(dims, 0))
+    return 0;
   int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
+  for (int64_t d : dims)
+    if (llvm::MulOverflow(n, d, n))
+      return INT64_MAX;
   return n;
 }
+
+// An empty tensor may have dims whose product overflows ([3, 2^63-1, 0]):
+// it has no elements, whatever the others are. (A tensor with elements holds
+// them, so its product fits.)
+int64_t HostTensor::numElements() const { return productOf(shape); }
 
 int64_t HostTensor::intAt(size_t i) const {
   return isFloat() ? saturatingToInt64(floats[i]) : ints[i];
@@ -340,9 +349,12 @@ DenseElementsAttr HostTensor::toAttr(MLIRContext *ctx) const {
 }
 
 llvm::SmallVector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape) {
+  // Strides past INT64_MAX saturate: only a shape with no elements gets
+  // there ([0, 3, 2^63-1], found by fuzzing), and its strides index nothing.
   llvm::SmallVector<int64_t> s(shape.size(), 1);
   for (int64_t i = (int64_t)shape.size() - 2; i >= 0; --i)
-    s[i] = s[i + 1] * shape[i + 1];
+    if (llvm::MulOverflow(s[i + 1], shape[i + 1], s[i]))
+      s[i] = INT64_MAX;
   return s;
 }
 

@@ -78,6 +78,10 @@ struct HostTensor {
 
 /// Row-major strides of `shape`.
 llvm::SmallVector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape);
+/// The product of `dims`: 0 when one of them is 0 (before any other could
+/// overflow), INT64_MAX when it overflows. Folders loop over such products;
+/// a shape with no elements may have other dims near 2^63.
+int64_t productOf(llvm::ArrayRef<int64_t> dims);
 
 } // namespace dsc
 

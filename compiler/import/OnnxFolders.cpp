@@ -322,16 +322,18 @@ FoldResult gatherNode(NodeContext &c, std::vector<HostTensor> &out) {
   if (failed(axis))
     return FoldResult::Error;
   int64_t dim = data.shape[*axis];
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < *axis; ++d)
-    outer *= data.shape[d];
-  for (int64_t d = *axis + 1; d < rank; ++d)
-    inner *= data.shape[d];
+  int64_t outer = productOf(ArrayRef<int64_t>(data.shape).take_front(*axis));
+  int64_t inner =
+      productOf(ArrayRef<int64_t>(data.shape).drop_front(*axis + 1));
   Shape shape(data.shape.begin(), data.shape.begin() + *axis);
   shape.append(idx.shape.begin(), idx.shape.end());
   shape.append(data.shape.begin() + *axis + 1, data.shape.end());
   if (FoldResult r = c.checkFoldSize(shape, data.kind); r != FoldResult::Folded)
     return r;
+  if (productOf(shape) == 0) { // nothing to take (nor to check)
+    out.push_back(take(data, shape, {}));
+    return FoldResult::Folded;
+  }
   std::vector<int64_t> src;
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < idx.numElements(); ++k) {
@@ -412,12 +414,14 @@ FoldResult concatNode(NodeContext &c, std::vector<HostTensor> &out) {
   }
   if (FoldResult r = c.checkFoldSize(shape, kind); r != FoldResult::Folded)
     return r;
-  int64_t outer = 1;
-  for (int64_t d = 0; d < *axis; ++d)
-    outer *= shape[d];
   HostTensor r;
   r.kind = kind;
   r.shape = shape;
+  if (productOf(shape) == 0) {
+    out.push_back(std::move(r));
+    return FoldResult::Folded;
+  }
+  int64_t outer = productOf(ArrayRef<int64_t>(shape).take_front(*axis));
   for (int64_t o = 0; o < outer; ++o)
     for (size_t i = 0; i < c.numInputs(); ++i) {
       HostTensor t = in(c, i).castTo(kind);
@@ -571,13 +575,15 @@ FoldResult gatherNDNode(NodeContext &c, std::vector<HostTensor> &out) {
   int64_t m = idx.shape.empty() ? 0 : idx.shape.back();
   if (m < 1 || m > (int64_t)data.shape.size())
     return FoldResult::NotFoldable;
-  int64_t inner = 1;
-  for (size_t d = m; d < data.shape.size(); ++d)
-    inner *= data.shape[d];
+  int64_t inner = productOf(ArrayRef<int64_t>(data.shape).drop_front(m));
   Shape shape(idx.shape.begin(), idx.shape.end() - 1);
   shape.append(data.shape.begin() + m, data.shape.end());
   if (FoldResult r = c.checkFoldSize(shape, data.kind); r != FoldResult::Folded)
     return r;
+  if (productOf(shape) == 0) {
+    out.push_back(take(data, shape, {}));
+    return FoldResult::Folded;
+  }
   std::vector<int64_t> src;
   for (int64_t t = 0; t < idx.numElements() / m; ++t) {
     int64_t f = 0;

@@ -1562,9 +1562,7 @@ LogicalResult gatherNDOp(NodeContext &c) {
   if (m < 1 || m > (int64_t)shape.size())
     return c.error() << "index tuples of length " << m << " for rank "
                      << shape.size();
-  int64_t lead = 1;
-  for (int64_t d = 0; d < m; ++d)
-    lead *= shape[d];
+  int64_t lead = productOf(shape.take_front(m));
   Shape flatShape{lead};
   flatShape.append(shape.begin() + m, shape.end());
   Shape lookupShape(idx->shape.begin(), idx->shape.end() - 1);
