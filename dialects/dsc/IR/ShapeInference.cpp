@@ -91,13 +91,21 @@ LogicalResult inferSameAsInput(Value input, SmallVectorImpl<Type> &results) {
 FailureOr<int64_t> windowOutput(int64_t in, int64_t k, int64_t stride,
                                 int64_t padBegin, int64_t padEnd,
                                 int64_t dilation, bool ceilMode) {
-  int64_t span = dilation * (k - 1) + 1;
-  int64_t numer = in + padBegin + padEnd - span;
-  if (numer < 0 || stride <= 0)
+  // Every step checked: the sizes and attributes come from the model file
+  // (a dim of 2^63 - 1 with a kernel of 1 overflowed `+ 1`, found by fuzzing).
+  int64_t span, padded, numer, out, start;
+  if (stride <= 0 || k < 1 || llvm::MulOverflow(dilation, k - 1, span) ||
+      llvm::AddOverflow(span, int64_t(1), span) ||
+      llvm::AddOverflow(in, padBegin, padded) ||
+      llvm::AddOverflow(padded, padEnd, numer) ||
+      llvm::SubOverflow(numer, span, numer) || numer < 0)
     return failure();
-  int64_t out = (ceilMode ? (numer + stride - 1) / stride : numer / stride) + 1;
+  out = ceilMode ? numer / stride + (numer % stride != 0) : numer / stride;
+  if (llvm::AddOverflow(out, int64_t(1), out))
+    return failure();
   // A window may not start in the end padding (PyTorch and ONNX agree).
-  if (ceilMode && (out - 1) * stride >= in + padBegin)
+  if (ceilMode &&
+      (llvm::MulOverflow(out - 1, stride, start) || start >= padded))
     --out;
   return out;
 }
