@@ -374,6 +374,11 @@ void foldNormCasts(Block &block) {
 /// dsc-mixed-precision marked for recomputation stays: the product would
 /// then be kept in f32 for backward.
 void foldProductCasts(Block &block) {
+  // With recomputation a product and its clones (dsc.recomputed) must stay
+  // the same bits, and one of them may have other readers: none is folded.
+  for (Operation &op : block)
+    if (op.hasAttr("dsc.recomputed"))
+      return;
   SmallVector<Operation *> dead;
   for (Operation &op : block) {
     auto c = dyn_cast<dsc::CastOp>(&op);

@@ -320,8 +320,9 @@ FailureOr<SmallVector<int64_t>> splitSizes(NodeContext &c,
   } else {
     // (The `split` attribute is opset 11's; from 13 sizes are an input.)
     int64_t n = c.attrInt("num_outputs", (int64_t)numOutputs);
-    if (n <= 0)
-      return c.error() << "split into " << n << " pieces";
+    if (n <= 0 || n > kMaxPieces)
+      return c.error() << "split into " << n << " pieces; dsc takes 1 to "
+                       << kMaxPieces;
     // Opset 18: pieces of ceil(dim / n), the last one smaller.
     int64_t chunk = dim / n + (dim % n != 0);
     if (!c.hasAttr("num_outputs") && dim % n)

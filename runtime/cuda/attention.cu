@@ -349,7 +349,7 @@ public:
       (void)cudaFreeAsync(p, stream());
   }
   Status in(const Tensor &t, Tensor &copy) {
-    if (Status st = make(t, copy); !st.ok())
+    if (Status st = make(t, copy); !st.ok() || t.nbytes() == 0)
       return st;
     return cuda::transpose(t, {0, 2, 1, 3}, copy);
   }
@@ -361,14 +361,17 @@ public:
   }
   Status finish() {
     for (auto &[copy, result] : results_)
-      if (Status st = cuda::transpose(copy, {0, 2, 1, 3}, result); !st.ok())
-        return st;
+      if (result.nbytes() > 0)
+        if (Status st = cuda::transpose(copy, {0, 2, 1, 3}, result); !st.ok())
+          return st;
     return Status();
   }
 
 private:
   Status make(const Tensor &t, Tensor &copy) {
     copy = cpu::detail::swapTokensAndHeads(t);
+    if (t.nbytes() == 0)
+      return Status(); // nothing to copy (the kernels read no element)
     DSC_CUDA_CHECK(cudaMallocAsync(&copy.data, t.nbytes(), stream()));
     buffers_.push_back(copy.data);
     return Status();

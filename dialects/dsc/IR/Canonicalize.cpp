@@ -413,15 +413,25 @@ Value headsFirst(PatternRewriter &rewriter, Location loc, Value v) {
 }
 
 /// Whether the attention kernels read and write [B, T, H, D] in place:
-/// cuDNN's fused attention takes any strides, for the 16-bit operands
-/// without dropout or a bool mask it runs (runtime/cuda/attention_cudnn.cpp).
-/// Other calls would copy in the runtime, outside the memory plan, so their
-/// transposes stay in the IR.
+/// cuDNN's fused attention takes any strides, and runs the 16-bit calls
+/// without dropout, a mask or a window (runtime/cuda/attention_cudnn.cpp;
+/// a window or a mask it may decline). Elsewhere (the CPU, the own CUDA
+/// kernels) a seq_major call copies heads-first in the runtime, outside the
+/// memory plan, so those transposes stay in the IR. The target is the
+/// module's `dsc.target`; without one, nothing is folded.
 template <typename AttentionLike> bool readsTokensFirst(AttentionLike op) {
+  auto module = op->template getParentOfType<ModuleOp>();
+  auto target =
+      module ? module->template getAttrOfType<DictionaryAttr>("dsc.target")
+             : DictionaryAttr();
+  auto name = target ? target.template getAs<StringAttr>("name") : StringAttr();
+  if (!name || name.getValue() != "cuda")
+    return false;
   Type e = getElementTypeOrSelf(op.getQuery().getType());
-  Value mask = op.getMask();
-  return (e.isBF16() || e.isF16()) && op.getDropout().convertToDouble() == 0 &&
-         !(mask && getElementTypeOrSelf(mask.getType()).isInteger(1));
+  auto k = dyn_cast<RankedTensorType>(op.getKey().getType());
+  return (e.isBF16() || e.isF16()) && !op.getMask() && op.getWindow() == 0 &&
+         op.getDropout().convertToDouble() == 0 && k && k.getRank() == 4 &&
+         k.getNumElements() > 0;
 }
 
 /// The sources of `vs` if every one is a tokens-first transpose.

@@ -210,6 +210,7 @@ func.func @stays(%x: tensor<4x8xf32>, %b: tensor<8xbf16>, %y: tensor<4x8xf32>) -
 // CHECK: %[[GQ:.*]], %[[GK:.*]], %[[GV:.*]] = dsc.attention_backward %arg3, %arg0, %arg1, %arg2, %[[O]], %[[L]] {causal = true, scale = 1.250000e-01 : f64, seq_major = true} : tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x4x8xf32> -> tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>
 // CHECK-NOT: dsc.transpose
 // CHECK: return %[[O]], %[[GQ]], %[[GK]], %[[GV]]
+module attributes {dsc.target = {name = "cuda"}} {
 func.func @attention_tokens_first(%q: tensor<2x8x4x16xbf16>, %k: tensor<2x8x4x16xbf16>, %v: tensor<2x8x4x16xbf16>, %dy: tensor<2x8x4x16xbf16>)
     -> (tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>) {
   %qt = dsc.transpose %q {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
@@ -224,15 +225,18 @@ func.func @attention_tokens_first(%q: tensor<2x8x4x16xbf16>, %k: tensor<2x8x4x16
   %dvt = dsc.transpose %dv {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x8x16xbf16> -> tensor<2x8x4x16xbf16>
   return %y, %dqt, %dkt, %dvt : tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>
 }
+}
 
 // -----
 
 // f32 attention (the own kernels, which read [B, H, T, D] only) and a
-// 16-bit one with a key not transposed keep their transposes.
+// 16-bit one with a key not transposed keep their transposes; so does a
+// 16-bit one on a module without a CUDA target (the next case).
 // CHECK-LABEL: func.func @attention_heads_first
 // CHECK-COUNT-3: dsc.transpose
 // CHECK: dsc.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.250000e-01 : f64} : tensor<2x4x8x16xf32>
 // CHECK: dsc.attention %{{.*}}, %arg4, %{{.*}} {scale = 1.250000e-01 : f64} : tensor<2x4x8x16xbf16>
+module attributes {dsc.target = {name = "cuda"}} {
 func.func @attention_heads_first(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: tensor<2x8x4x16xf32>, %h: tensor<2x8x4x16xbf16>, %kh: tensor<2x4x8x16xbf16>)
     -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xbf16>) {
   %qt = dsc.transpose %q {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
@@ -242,4 +246,18 @@ func.func @attention_heads_first(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf
   %ht = dsc.transpose %h {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
   %o2, %lse2 = dsc.attention %ht, %kh, %ht {scale = 0.125 : f64} : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>
   return %o, %o2 : tensor<2x4x8x16xf32>, tensor<2x4x8x16xbf16>
+}
+}
+
+// -----
+
+// CHECK-LABEL: func.func @attention_cpu_target
+// CHECK: dsc.transpose
+// CHECK: dsc.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.250000e-01 : f64} : tensor<2x4x8x16xbf16>
+module attributes {dsc.target = {name = "cpu"}} {
+func.func @attention_cpu_target(%q: tensor<2x8x4x16xbf16>) -> tensor<2x4x8x16xbf16> {
+  %qt = dsc.transpose %q {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
+  %o, %lse = dsc.attention %qt, %qt, %qt {scale = 0.125 : f64} : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>
+  return %o : tensor<2x4x8x16xbf16>
+}
 }
