@@ -32,10 +32,14 @@ int64_t dim(Value v, int64_t i) {
 /// mask (or the window's share of keys).
 double attentionFlops(Value query, Value key, bool causal, int64_t window,
                       bool seqMajor) {
-  // [B, H, T, D], or [B, T, H, D] with seq_major.
-  int tokens = seqMajor ? 1 : 2, heads = seqMajor ? 2 : 1;
-  double b = dim(query, 0), h = dim(query, heads), tq = dim(query, tokens),
-         d = dim(query, 3), tk = dim(key, tokens);
+  auto q = dyn_cast<RankedTensorType>(query.getType());
+  auto k = dyn_cast<RankedTensorType>(key.getType());
+  if (!q || !k || q.getRank() != 4 || k.getRank() != 4 || !q.hasStaticShape() ||
+      !k.hasStaticShape())
+    return 0;
+  SmallVector<int64_t> qs = attentionHeadsFirst(q.getShape(), seqMajor),
+                       ks = attentionHeadsFirst(k.getShape(), seqMajor);
+  double b = qs[0], h = qs[1], tq = qs[2], d = qs[3], tk = ks[2];
   double keys = tk;
   if (window > 0)
     keys = std::min<double>(tk, double(window));

@@ -43,14 +43,14 @@ uint64_t align256(uint64_t v) { return (v + 255) & ~uint64_t(255); }
 
 /// Scratch bytes of one attention backward call.
 uint64_t attentionBackwardScratch(AttentionBackwardOp op, bool &cudnn) {
-  ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey()),
-                    v = shapeOf(op.getValue());
+  bool sm = op.getSeqMajor();
+  SmallVector<int64_t> q = attentionHeadsFirst(shapeOf(op.getQuery()), sm),
+                       k = attentionHeadsFirst(shapeOf(op.getKey()), sm),
+                       v = attentionHeadsFirst(shapeOf(op.getValue()), sm);
   if (q.size() != 4 || k.size() != 4 || v.size() != 4)
     return 0;
-  // [B, H, T, D], or [B, T, H, D] with seq_major.
-  int tokens = op.getSeqMajor() ? 1 : 2, heads = op.getSeqMajor() ? 2 : 1;
-  int64_t b = q[0], hq = q[heads], tq = q[tokens], d = q[3], hkv = k[heads],
-          tk = k[tokens], dv = v[3];
+  int64_t b = q[0], hq = q[1], tq = q[2], d = q[3], hkv = k[1], tk = k[2],
+          dv = v[3];
   int64_t rows = b * hq * tq;
   int64_t es = elementBytes(op.getQuery());
   bool boolMask = op.getMask() && cast<RankedTensorType>(op.getMask().getType())

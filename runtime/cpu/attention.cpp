@@ -585,11 +585,6 @@ private:
   std::vector<std::pair<Tensor, Tensor>> results_;
 };
 
-AttentionAttrs headsFirstAttrs(AttentionAttrs attrs) {
-  attrs.seqMajor = false;
-  return attrs;
-}
-
 } // namespace
 
 Status attention(const Tensor &q, const Tensor &k, const Tensor &v,

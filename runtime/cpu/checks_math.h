@@ -183,6 +183,13 @@ inline Tensor swapTokensAndHeads(Tensor t) {
   return t;
 }
 
+/// `attrs` for the heads-first call a kernel without seq_major makes on
+/// copies of a seq_major call's tensors.
+inline AttentionAttrs headsFirstAttrs(AttentionAttrs attrs) {
+  attrs.seqMajor = false;
+  return attrs;
+}
+
 Status checkAttention(Call &call, const Tensor &q, const Tensor &k,
                       const Tensor &v, const Tensor &mask,
                       const AttentionAttrs &attrs, const Tensor &out,

@@ -380,11 +380,6 @@ private:
   std::vector<std::pair<Tensor, Tensor>> results_;
 };
 
-AttentionAttrs headsFirstAttrs(AttentionAttrs attrs) {
-  attrs.seqMajor = false;
-  return attrs;
-}
-
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -412,8 +407,9 @@ Status attention(const Tensor &q, const Tensor &k, const Tensor &v,
         return st;
     if (Status st = c.out(out, ho); !st.ok())
       return st;
-    if (Status st = ownAttentionForward(call, s, hq, hk, hv, mask,
-                                        headsFirstAttrs(attrs), ho, lse);
+    if (Status st =
+            ownAttentionForward(call, s, hq, hk, hv, mask,
+                                cpu::detail::headsFirstAttrs(attrs), ho, lse);
         !st.ok())
       return st;
     return c.finish();
@@ -451,9 +447,9 @@ Status attentionBackward(const Tensor &q, const Tensor &k, const Tensor &v,
          {std::pair{&gradQ, &dq}, {&gradK, &dk}, {&gradV, &dv}})
       if (Status st = c.out(*from, *to); !st.ok())
         return st;
-    if (Status st =
-            ownAttentionBackward(call, s, hq, hk, hv, mask, ho, lse, hdo,
-                                 headsFirstAttrs(attrs), dq, dk, dv);
+    if (Status st = ownAttentionBackward(
+            call, s, hq, hk, hv, mask, ho, lse, hdo,
+            cpu::detail::headsFirstAttrs(attrs), dq, dk, dv);
         !st.ok())
       return st;
     return c.finish();

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/dsc/IR/DscOps.h"
+#include "dialects/dsc/IR/Target.h"
 
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
@@ -412,20 +413,17 @@ Value headsFirst(PatternRewriter &rewriter, Location loc, Value v) {
                              rewriter.getDenseI64ArrayAttr({0, 2, 1, 3}));
 }
 
-/// Whether the attention kernels read and write [B, T, H, D] in place:
-/// cuDNN's fused attention takes any strides, and runs the 16-bit calls
-/// without dropout, a mask or a window (runtime/cuda/attention_cudnn.cpp;
-/// a window or a mask it may decline). Elsewhere (the CPU, the own CUDA
-/// kernels) a seq_major call copies heads-first in the runtime, outside the
-/// memory plan, so those transposes stay in the IR. The target is the
-/// module's `dsc.target`; without one, nothing is folded.
+/// Whether the attention kernels read and write [B, T, H, D] in place: the
+/// target's `strided_attention` kernels (cuDNN's) take the 16-bit calls
+/// without dropout, a mask or a window (a window or a mask they may
+/// decline). Elsewhere a seq_major call copies heads-first in the runtime,
+/// outside the memory plan, so those transposes stay in the IR.
 template <typename AttentionLike> bool readsTokensFirst(AttentionLike op) {
   auto module = op->template getParentOfType<ModuleOp>();
-  auto target =
-      module ? module->template getAttrOfType<DictionaryAttr>("dsc.target")
-             : DictionaryAttr();
-  auto name = target ? target.template getAs<StringAttr>("name") : StringAttr();
-  if (!name || name.getValue() != "cuda")
+  if (!module)
+    return false;
+  FailureOr<TargetDescription> target = TargetDescription::of(module);
+  if (failed(target) || !target->stridedAttention)
     return false;
   Type e = getElementTypeOrSelf(op.getQuery().getType());
   auto k = dyn_cast<RankedTensorType>(op.getKey().getType());

@@ -47,6 +47,12 @@ broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 /// it against the rank itself.
 mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 
+/// An attention operand's shape heads first, [B, H, T, D]: `shape` as it
+/// is, or with dims 1 and 2 swapped when `seqMajor` (the op's [B, T, H, D]
+/// layout). The swap is its own inverse.
+llvm::SmallVector<int64_t> attentionHeadsFirst(llvm::ArrayRef<int64_t> shape,
+                                               bool seqMajor);
+
 } // namespace dsc
 
 #endif // DSC_DIALECTS_DSC_IR_DSCOPS_H

@@ -657,16 +657,15 @@ LogicalResult NllLossOp::inferReturnTypes(MLIRContext *ctx,
                         a.getReduction(), results);
 }
 
-namespace {
-
-/// `s` with dims 1 and 2 swapped where `swap` says so: [B, T, H, D] read as
-/// [B, H, T, D] (seq_major), and back.
-Shape swapTokensAndHeads(ArrayRef<int64_t> s, bool swap) {
-  Shape r(s);
-  if (swap && r.size() == 4)
+SmallVector<int64_t> dsc::attentionHeadsFirst(ArrayRef<int64_t> shape,
+                                              bool seqMajor) {
+  SmallVector<int64_t> r(shape);
+  if (seqMajor && r.size() == 4)
     std::swap(r[1], r[2]);
   return r;
 }
+
+namespace {
 
 /// The checks dsc.attention and its backward share; returns the result
 /// shape [B, Hq, Tq, Dv] (heads first, whatever `seqMajor` says of the
@@ -684,9 +683,9 @@ FailureOr<Shape> checkAttention(std::optional<Location> loc, Value query,
                                "4 [batch, heads, tokens, head dim]");
     return failure();
   }
-  Shape qs = swapTokensAndHeads(q.getShape(), seqMajor),
-        ks = swapTokensAndHeads(k.getShape(), seqMajor),
-        vs = swapTokensAndHeads(v.getShape(), seqMajor);
+  Shape qs = attentionHeadsFirst(q.getShape(), seqMajor),
+        ks = attentionHeadsFirst(k.getShape(), seqMajor),
+        vs = attentionHeadsFirst(v.getShape(), seqMajor);
   auto bad = [&](const Twine &what) -> FailureOr<Shape> {
     (void)fail(loc, "attention: " + what + " (query " + shapeStr(q.getShape()) +
                         ", key " + shapeStr(k.getShape()) + ", value " +
@@ -740,7 +739,7 @@ attentionTypes(MLIRContext *ctx, std::optional<Location> loc, Adaptor &a) {
   Type e = getElementTypeOrSelf(a.getQuery().getType());
   Type lse = e.isF64() ? e : Float32Type::get(ctx);
   return std::make_pair(
-      RankedTensorType::get(swapTokensAndHeads(*out, seqMajor), e),
+      RankedTensorType::get(attentionHeadsFirst(*out, seqMajor), e),
       RankedTensorType::get(ArrayRef<int64_t>(*out).drop_back(), lse));
 }
 

@@ -21,7 +21,8 @@ FailureOr<TargetDescription> TargetDescription::forName(StringRef name,
   if (name == "cuda") {
     if (t.arch.empty())
       t.arch = "sm_90a";
-    t.generatedKernels = t.deviceMemory = t.asyncCollectives = true;
+    t.generatedKernels = t.deviceMemory = t.asyncCollectives =
+        t.stridedAttention = true;
     return t;
   }
   error = "unknown target \"" + name.str() + "\" (known: cpu, cuda)";
@@ -55,13 +56,14 @@ FailureOr<TargetDescription> TargetDescription::of(ModuleOp module) {
     bool *flag = key == "generated_kernels"   ? &t->generatedKernels
                  : key == "device_memory"     ? &t->deviceMemory
                  : key == "async_collectives" ? &t->asyncCollectives
+                 : key == "strided_attention" ? &t->stridedAttention
                                               : nullptr;
     auto value = dyn_cast<BoolAttr>(a.getValue());
     if (!flag || !value)
       return module.emitError("dsc.target: unknown or non-boolean key `")
              << key
              << "` (known: name, arch, generated_kernels, device_memory, "
-                "async_collectives)";
+                "async_collectives, strided_attention)";
     *flag = value.getValue();
   }
   return t;
@@ -79,6 +81,8 @@ DictionaryAttr TargetDescription::toAttr(MLIRContext *ctx) const {
       b.getNamedAttr("device_memory", b.getBoolAttr(deviceMemory)));
   attrs.push_back(
       b.getNamedAttr("async_collectives", b.getBoolAttr(asyncCollectives)));
+  attrs.push_back(
+      b.getNamedAttr("strided_attention", b.getBoolAttr(stridedAttention)));
   return b.getDictionaryAttr(attrs);
 }
 

@@ -38,6 +38,11 @@ struct TargetDescription {
   /// dsc.wait waits for their completion event (else they are synchronous
   /// and a wait is the identity).
   bool asyncCollectives = false;
+  /// `strided_attention`: the 16-bit attention kernels (cuDNN's) read and
+  /// write [B, T, H, D] operands through strides, so canonicalization folds
+  /// head transposes into dsc.attention (seq_major); elsewhere a seq_major
+  /// call copies in the runtime, outside the memory plan.
+  bool stridedAttention = false;
 
   /// The defaults of a known target; failure (with a message in `error`)
   /// for an unknown name.

@@ -142,6 +142,18 @@ AttnCase basic(int64_t t, int64_t d) {
   return c;
 }
 
+/// Causal grouped-query attention (4 query heads on 2) over 96 tokens with a
+/// float mask per batch element of large negatives.
+AttnCase maskedCausalGroups(int64_t batch) {
+  AttnCase c = basic(96, 64);
+  c.b = batch, c.hq = 4, c.hkv = 2;
+  c.mask = MaskKind::Float;
+  c.maskShape = {batch, 1, 96, 96};
+  c.maskNegative = -3.4e38;
+  c.attrs.causal = true;
+  return c;
+}
+
 } // namespace
 
 TEST(CudaAttention, Plain) {
@@ -215,12 +227,7 @@ TEST(CudaAttention, GroupedQuery) {
 // per element: the same bits as the one call over the whole batch.
 TEST(CudaAttention, BatchSlicedBackward) {
   DSC_REQUIRE_GPU();
-  AttnCase c = basic(96, 64);
-  c.b = 3, c.hq = 4, c.hkv = 2;
-  c.mask = MaskKind::Float;
-  c.maskShape = {3, 1, 96, 96};
-  c.maskNegative = -3.4e38;
-  c.attrs.causal = true;
+  AttnCase c = maskedCausalGroups(3);
   AttnData x = makeData(c, 11);
   AttnRun whole(c, x, DType::BF16), sliced(c, x, DType::BF16);
   int64_t before = detail::attentionCudnnBackwardRuns();
@@ -315,12 +322,7 @@ DevTensor swappedOnDevice(const DevTensor &x) {
 // the backward too.
 TEST(CudaAttention, SeqMajor) {
   DSC_REQUIRE_GPU();
-  AttnCase c = basic(96, 64);
-  c.b = 2, c.hq = 4, c.hkv = 2;
-  c.mask = MaskKind::Float;
-  c.maskShape = {2, 1, 96, 96};
-  c.maskNegative = -3.4e38;
-  c.attrs.causal = true;
+  AttnCase c = maskedCausalGroups(2);
   for (int64_t limit : {0, 1})
     for (Path path : {Path::Cudnn, Path::Own})
       for (bool masked : {true, false}) {
