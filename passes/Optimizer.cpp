@@ -269,14 +269,8 @@ struct OptimizerPass : public dsc::impl::DscOptimizerBase<OptimizerPass> {
     }
 
     // 4. Global norm (in f32) and clipping.
-    Value sumSq;
-    for (Value g : grads) {
-      Value sq = dsc::sumOfSquaresF32(builder, loc, g);
-      sumSq =
-          sumSq ? dsc::AddOp::create(builder, loc, sumSq, sq).getResult() : sq;
-    }
-    Value norm = sumSq ? dsc::SqrtOp::create(builder, loc, sumSq).getResult()
-                       : scalarF32(0.0);
+    Value norm = dsc::SqrtOp::create(builder, loc,
+                                     dsc::sumOfSquaresF32(builder, loc, grads));
     Value coef =
         dsc::clipCoefficient(builder, loc, norm, arg(hyperArg.lookup("clip")));
     SmallVector<Value> clipped;

@@ -14,7 +14,9 @@ Value scalarF32(OpBuilder &b, Location loc, double v) {
       b, loc, SplatElementsAttr::get(t, b.getF32FloatAttr((float)v)));
 }
 
-Value sumOfSquaresF32(OpBuilder &b, Location loc, Value v) {
+/// sum(v * v) in v's own type, as tensor<f32>: the per-tensor path of the
+/// 16-bit types, which dsc.sum_squares does not take.
+static Value sumOfSquaresOne(OpBuilder &b, Location loc, Value v) {
   auto t = cast<RankedTensorType>(v.getType());
   SmallVector<int64_t> axes;
   for (int64_t d = 0; d < t.getRank(); ++d)
@@ -26,6 +28,33 @@ Value sumOfSquaresF32(OpBuilder &b, Location loc, Value v) {
   if (t.getElementType() != b.getF32Type())
     s = CastOp::create(b, loc, s, TypeAttr::get(b.getF32Type()));
   return s;
+}
+
+Value sumOfSquaresF32(OpBuilder &b, Location loc, ValueRange values) {
+  // One dsc.sum_squares per element type it takes, in first-seen order.
+  SmallVector<Type, 2> types;
+  SmallVector<SmallVector<Value>, 2> groups;
+  Value sum;
+  auto accumulate = [&](Value s) {
+    sum = sum ? AddOp::create(b, loc, sum, s).getResult() : s;
+  };
+  for (Value v : values) {
+    Type e = cast<RankedTensorType>(v.getType()).getElementType();
+    if (!e.isF32() && !e.isF64()) {
+      accumulate(sumOfSquaresOne(b, loc, v));
+      continue;
+    }
+    auto *it = llvm::find(types, e);
+    if (it == types.end()) {
+      types.push_back(e);
+      groups.emplace_back();
+      it = types.end() - 1;
+    }
+    groups[it - types.begin()].push_back(v);
+  }
+  for (ArrayRef<Value> group : groups)
+    accumulate(SumSquaresOp::create(b, loc, scalarF32(b, loc, 1.0), group));
+  return sum ? sum : scalarF32(b, loc, 0.0);
 }
 
 Value clipCoefficient(OpBuilder &b, Location loc, Value norm, Value clip) {

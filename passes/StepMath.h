@@ -20,9 +20,11 @@ namespace dsc {
 
 /// A scalar tensor<f32> constant.
 mlir::Value scalarF32(mlir::OpBuilder &b, mlir::Location loc, double v);
-/// sum(v * v) over every dim, as tensor<f32>.
+/// The sum of the squares of every element of `values`, as tensor<f32> (0
+/// when there are none): one dsc.sum_squares over the f32 tensors and one
+/// over the f64 ones; a 16-bit tensor squares and sums in its own type.
 mlir::Value sumOfSquaresF32(mlir::OpBuilder &b, mlir::Location loc,
-                            mlir::Value v);
+                            mlir::ValueRange values);
 /// The factor torch.nn.utils.clip_grad_norm_ scales gradients by:
 /// min(1, clip / (norm + 1e-6)) when clip > 0, else 1 (tensor<f32>).
 mlir::Value clipCoefficient(mlir::OpBuilder &b, mlir::Location loc,

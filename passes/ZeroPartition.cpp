@@ -727,11 +727,7 @@ void ZeroPartitionPass::reduceGradients(BucketPlan &plan, TailRewrite &tail) {
     tail.reduced[bi] = r;
   }
   // Global norm: what each rank holds, summed within its group if sharded.
-  Value sumSq;
-  for (Value r : tail.reduced) {
-    Value s = dsc::sumOfSquaresF32(builder, loc, r);
-    sumSq = sumSq ? dsc::AddOp::create(builder, loc, sumSq, s).getResult() : s;
-  }
+  Value sumSq = dsc::sumOfSquaresF32(builder, loc, tail.reduced);
   label = "gradient norm";
   if (shardGrads && groupSize > 1)
     sumSq = reshape(allReduce(reshape(sumSq, {1}), group), {});

@@ -1,8 +1,10 @@
 //===- LowerOptimizer.cpp - adamw, sgd and lr_schedule to kernel calls ----===//
 //
 // The optimizer ops of dsc-optimizer map onto rt::adamw, rt::sgd and
-// rt::lrSchedule, dsc-multi-tensor-adamw's adamw_multi onto rt::adamwMulti (step_kernels.h). Their hyperparameters stay run-time
-// scalar tensors, so a compiled program can override its defaults.
+// rt::lrSchedule, dsc-multi-tensor-adamw's adamw_multi onto rt::adamwMulti
+// and the gradient norm's sum_squares onto rt::sumSquares (step_kernels.h),
+// the multi-tensor ones over a table of their tensors. Hyperparameters stay
+// run-time scalar tensors, so a compiled program can override its defaults.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +22,15 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
   using R = std::optional<LoweredCall>;
   auto call = [](std::string callee, std::vector<std::string> args) -> R {
     return LoweredCall{"", cppCall(callee, args)};
+  };
+  // A splat 1 scale multiplies by nothing: the kernels skip an absent one.
+  auto scaleView = [&](Value scale) -> std::string {
+    if (auto c = scale.getDefiningOp<ConstantOp>())
+      if (auto attr = dyn_cast<DenseFPElementsAttr>(c.getValue());
+          attr && attr.isSplat() &&
+          attr.getSplatValue<APFloat>().isExactlyValue(1.0))
+        return "Tensor()";
+    return ctx.view(scale);
   };
   return llvm::TypeSwitch<Operation *, LowerResult>(op)
       .Case([&](AdamWOp o) {
@@ -48,21 +59,25 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
                    "},\n";
         }
         setup += "};\n";
-        // A splat 1 scale multiplies by nothing: the kernel skips it.
         Value scale = o.getGradScale();
-        if (auto c = scale.getDefiningOp<ConstantOp>())
-          if (auto attr = dyn_cast<DenseFPElementsAttr>(c.getValue());
-              attr && attr.isSplat() &&
-              attr.getSplatValue<APFloat>().isExactlyValue(1.0))
-            scale = Value();
+        return R(LoweredCall{
+            setup, cppCall("rt::adamwMulti",
+                           {table, std::to_string(n), ctx.view(o.getLr()),
+                            ctx.view(o.getBeta1()), ctx.view(o.getBeta2()),
+                            ctx.view(o.getEps()), ctx.view(o.getWeightDecay()),
+                            ctx.view(o.getStep()), scaleView(scale)})});
+      })
+      .Case([&](SumSquaresOp o) -> LowerResult {
+        std::string table = "squares" + std::to_string(ctx.opIndex);
+        std::string setup = "const Tensor " + table + "[] = {";
+        for (Value t : o.getTensors())
+          setup += ctx.view(t) + ", ";
+        setup += "};\n";
         return R(LoweredCall{
             setup,
-            cppCall("rt::adamwMulti",
-                    {table, std::to_string(n), ctx.view(o.getLr()),
-                     ctx.view(o.getBeta1()), ctx.view(o.getBeta2()),
-                     ctx.view(o.getEps()), ctx.view(o.getWeightDecay()),
-                     ctx.view(o.getStep()),
-                     scale ? ctx.view(scale) : std::string("Tensor()")})});
+            cppCall("rt::sumSquares",
+                    {table, std::to_string(o.getTensors().size()),
+                     scaleView(o.getScale()), ctx.view(o.getResult())})});
       })
       .Case([&](SgdOp o) {
         return call("rt::sgd",

@@ -12,7 +12,8 @@
 //     then the lse of every row;
 //   - attention backward through the runtime's own kernel: three floats
 //     per row;
-//   - layer norm backward: per-row statistics and fp64 column partials.
+//   - layer norm backward: per-row statistics and fp64 column partials;
+//   - the gradient norm's sum_squares: a double per chunk.
 // Smaller requests (reductions, loss flags) are not counted.
 //
 //===----------------------------------------------------------------------===//
@@ -85,6 +86,19 @@ uint64_t layerNormBackwardScratch(LayerNormBackwardOp op) {
          align256(uint64_t(2 * chunks * cols) * 8);
 }
 
+/// Scratch bytes of one sum_squares call: a double per chunk.
+uint64_t sumSquaresScratch(SumSquaresOp op) {
+  int64_t total = 0, chunks = 0;
+  for (Value t : op.getTensors())
+    total += cast<RankedTensorType>(t.getType()).getNumElements();
+  int64_t chunk = sumSquaresChunk(total);
+  for (Value t : op.getTensors())
+    chunks +=
+        (cast<RankedTensorType>(t.getType()).getNumElements() + chunk - 1) /
+        chunk;
+  return uint64_t(chunks) * 8;
+}
+
 } // namespace
 
 WorkspaceEstimate estimateWorkspaces(ModuleOp module) {
@@ -105,6 +119,8 @@ WorkspaceEstimate estimateWorkspaces(ModuleOp module) {
                         : "attention backward rows");
     } else if (auto n = dyn_cast<LayerNormBackwardOp>(op)) {
       need(layerNormBackwardScratch(n), "layer norm backward partials");
+    } else if (auto s = dyn_cast<SumSquaresOp>(op)) {
+      need(sumSquaresScratch(s), "sum of squares partials");
     }
   });
   if (est.scratch)

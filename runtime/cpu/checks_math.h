@@ -228,6 +228,12 @@ Status checkAdamwMulti(const AdamwTensors *tensors, size_t count,
                        const Tensor &beta2, const Tensor &eps,
                        const Tensor &weightDecay, const Tensor &step,
                        const Tensor &gradScale, int64_t *stepValue);
+/// sumSquares' checks: every tensor f32 or f64 (entry 0's dtype), present
+/// unless empty; `scale` absent or a float scalar of f32 or that dtype;
+/// `out` a float scalar of f32 or f64. Errors name the entry:
+/// "sum_squares(entry=2, tensor=f64[3]): ...".
+Status checkSumSquares(const Tensor *tensors, size_t count, const Tensor &scale,
+                       const Tensor &out);
 Status checkSgd(Call &call, const Tensor &param, const Tensor &grad,
                 const Tensor &momentumBuffer, const Tensor &lr,
                 const Tensor &momentum, const Tensor &weightDecay,

@@ -13,8 +13,13 @@
 #include "cpu/checks_math.h"
 #include "cpu/kernel_util.h"
 
+#include "dsc/workspaces.h"
+
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace dsc::cpu {
 
@@ -364,6 +369,99 @@ Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
                   }
                 });
   });
+  return Status();
+}
+
+Status detail::checkSumSquares(const Tensor *tensors, size_t count,
+                               const Tensor &scale, const Tensor &out) {
+  if (count > 0 && !tensors)
+    return Call("sum_squares")
+        .raw("count", std::to_string(count))
+        .fail("the tensors are missing (null pointer)");
+  const DType dtype = count ? tensors[0].dtype : DType::F32;
+  for (size_t i = 0; i < count; ++i) {
+    const Tensor &t = tensors[i];
+    Call call("sum_squares");
+    call.raw("entry", std::to_string(i)).arg("tensor", t);
+    if (!validRank(t) || (t.dtype != DType::F32 && t.dtype != DType::F64))
+      return call.fail("tensors must be f32 or f64");
+    if (t.dtype != dtype)
+      return call.fail(std::string("every tensor must have entry 0's dtype, ") +
+                       dtypeName(dtype));
+    for (int d = 0; d < t.rank; ++d)
+      if (t.shape[d] < 0)
+        return call.fail("dims must not be negative");
+    if (!t.present() && t.numel() > 0)
+      return call.fail("the tensor's data is missing (null pointer)");
+  }
+  if (scale.present() && (!isScalar(scale) || !validRank(scale) ||
+                          (scale.dtype != DType::F32 && scale.dtype != dtype)))
+    return Call("sum_squares")
+        .arg("scale", scale)
+        .fail(std::string("scale must be a scalar of f32 or ") +
+              dtypeName(dtype));
+  if (!isScalar(out) || !validRank(out) ||
+      (out.dtype != DType::F32 && out.dtype != DType::F64))
+    return Call("sum_squares")
+        .arg("out", out)
+        .fail("out must be an f32 or f64 scalar");
+  return Status();
+}
+
+namespace {
+
+/// The sum of double(v)^2 over x[begin, end), v = x * scale in T.
+template <typename T, bool Scaled>
+double sumSquaresRange(const T *x, int64_t begin, int64_t end, T scale) {
+  double acc = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    T v = Scaled ? x[i] * scale : x[i];
+    acc += double(v) * double(v);
+  }
+  return acc;
+}
+
+} // namespace
+
+Status sumSquares(const Tensor *tensors, size_t count, const Tensor &scale,
+                  const Tensor &out, int threads) {
+  if (Status st = checkSumSquares(tensors, count, scale, out); !st.ok())
+    return st;
+  // The chunks of every tensor, laid end to end: (tensor, first element).
+  int64_t total = 0;
+  for (size_t i = 0; i < count; ++i)
+    total += tensors[i].numel();
+  const int64_t chunk = sumSquaresChunk(total);
+  std::vector<std::pair<size_t, int64_t>> chunks;
+  for (size_t i = 0; i < count; ++i)
+    for (int64_t b = 0; b < tensors[i].numel(); b += chunk)
+      chunks.emplace_back(i, b);
+  std::vector<double> partial(chunks.size(), 0.0);
+  if (count)
+    dispatchFloat(tensors[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const bool scaled = scale.present();
+      const T s = !scaled                     ? T(1)
+                  : scale.dtype == DType::F32 ? T(*scale.as<float>())
+                                              : T(*scale.as<double>());
+      const int64_t n = static_cast<int64_t>(chunks.size());
+      parallelFor(n, threads, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t c = lo; c < hi; ++c) {
+          const Tensor &t = tensors[chunks[c].first];
+          int64_t b = chunks[c].second;
+          int64_t e = std::min(b + chunk, t.numel());
+          partial[c] = scaled ? sumSquaresRange<T, true>(t.as<T>(), b, e, s)
+                              : sumSquaresRange<T, false>(t.as<T>(), b, e, s);
+        }
+      });
+    });
+  double sum = 0;
+  for (double p : partial)
+    sum += p;
+  if (out.dtype == DType::F32)
+    *out.as<float>() = static_cast<float>(sum);
+  else
+    *out.as<double>() = sum;
   return Status();
 }
 

@@ -78,6 +78,17 @@ Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
                   const Tensor &weightDecay, const Tensor &step,
                   const Tensor &gradScale = Tensor(), int threads = 0);
 
+/// dsc.sum_squares: out = the sum over every element x of the `count`
+/// tensors of double(v) * double(v), v = x * scale rounded to the tensors'
+/// dtype (v = x when scale is absent), accumulated in double and rounded
+/// once to out's dtype. The tensors share one dtype, f32 or f64; scale is a
+/// float scalar of f32 or that dtype. Each tensor is cut into chunks of
+/// sumSquaresChunk(total elements) (dsc/workspaces.h), each chunk summed in
+/// order and the chunks' sums added in order, so the result does not
+/// depend on `threads` (0: hardware concurrency). Zero tensors give 0.
+Status sumSquares(const Tensor *tensors, size_t count, const Tensor &scale,
+                  const Tensor &out, int threads = 0);
+
 /// dsc.sgd, PyTorch's SGD with momentum:
 ///   g   = grad + weight_decay * param
 ///   buf = step == 1 ? g : momentum * buf + (1 - dampening) * g

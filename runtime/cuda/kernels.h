@@ -222,6 +222,15 @@ Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
                   const Tensor &beta1, const Tensor &beta2, const Tensor &eps,
                   const Tensor &weightDecay, const Tensor &step,
                   const Tensor &gradScale = Tensor());
+/// As cpu::sumSquares (same checks, errors and chunks; the same result up
+/// to the order of the double additions): each table of up to 1024 tensors
+/// one launch that grid-strides over their chunks (16-byte loads where
+/// aligned), one double partial per chunk in the scratch buffer, then one
+/// block adds the partials in a fixed tree. The bits depend only on the
+/// shapes. No host synchronization, so it can be captured in a CUDA graph;
+/// scale is read on the device.
+Status sumSquares(const Tensor *tensors, size_t count, const Tensor &scale,
+                  const Tensor &out);
 Status sgd(const Tensor &param, const Tensor &grad,
            const Tensor &momentumBuffer, const Tensor &lr,
            const Tensor &momentum, const Tensor &weightDecay,

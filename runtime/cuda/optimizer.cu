@@ -27,6 +27,7 @@
 #include "cpu/checks_math.h"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
+#include "dsc/workspaces.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -38,6 +39,7 @@ using cpu::detail::checkAdamw;
 using cpu::detail::checkAdamwMulti;
 using cpu::detail::checkLrSchedule;
 using cpu::detail::checkSgd;
+using cpu::detail::checkSumSquares;
 
 namespace {
 
@@ -338,6 +340,21 @@ __device__ void adamwMultiChunk(const AdamwConsts<T> &k, const MultiEntry<T> &e,
   }
 }
 
+/// The entry of a multi-tensor table that holds `chunk`: the first one
+/// whose chunkEnd (chunks of entries 0..i) exceeds it.
+__device__ inline int entryOfChunk(const int64_t *chunkEnd, int count,
+                                   int64_t chunk) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (chunkEnd[mid] > chunk)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
 /// Grid-stride over the chunks of every entry of the table: a block finds
 /// its chunk's entry by a binary search over chunkEnd (the same for all its
 /// threads, so the parameter reads broadcast) and updates that chunk.
@@ -361,14 +378,7 @@ __global__ void __launch_bounds__(kThreads)
   k.scaled = a.gradScale.data != nullptr;
   const int64_t chunks = a.chunkEnd[a.count - 1];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    int lo = 0, hi = a.count - 1; // the first entry with chunkEnd > chunk
-    while (lo < hi) {
-      int mid = (lo + hi) / 2;
-      if (a.chunkEnd[mid] > chunk)
-        hi = mid;
-      else
-        lo = mid + 1;
-    }
+    int lo = entryOfChunk(a.chunkEnd, a.count, chunk);
     const MultiEntry<T> &e = a.entry[lo];
     int64_t first = lo ? a.chunkEnd[lo - 1] : 0;
     int64_t begin = (chunk - first) * kMultiChunk;
@@ -378,6 +388,89 @@ __global__ void __launch_bounds__(kThreads)
     else
       adamwMultiChunk<T, false>(k, e, begin, end);
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Multi-tensor sum of squares
+//===----------------------------------------------------------------------===//
+
+/// Tensors per sumSquaresKernel launch (one kernel parameter table, as for
+/// adamw_multi).
+constexpr int kSquaresMaxEntries = 1024;
+
+template <typename T> struct SumSquaresArgs {
+  Scalar scale;    ///< data == nullptr: none
+  double *partial; ///< one per chunk of this table
+  int64_t chunk;   ///< elements per chunk (dsc::sumSquaresChunk)
+  int count;
+  int64_t chunkEnd[kSquaresMaxEntries];
+  const T *x[kSquaresMaxEntries];
+  int64_t n[kSquaresMaxEntries];
+};
+static_assert(sizeof(SumSquaresArgs<double>) <= 32764,
+              "the tensor table must fit in the kernel parameters");
+
+template <typename T, bool Scaled>
+__device__ inline double squareOf(T x, T scale) {
+  T v = Scaled ? mul(x, scale) : x;
+  return double(v) * double(v);
+}
+
+/// The chunk [begin, end) of x: each thread a strided subsequence (16-byte
+/// loads while aligned), then the block's fixed tree.
+template <typename T, bool Scaled>
+__device__ double chunkSquares(const T *x, int64_t begin, int64_t end,
+                               T scale) {
+  using P = Pack<T>;
+  double acc = 0;
+  int64_t i = begin;
+  if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0) {
+    const int64_t packs = (end - begin) / P::N;
+    const auto *v = reinterpret_cast<const typename P::V *>(x + begin);
+    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+      T e[P::N];
+      P::split(v[p], e);
+      for (int j = 0; j < P::N; ++j)
+        acc += squareOf<T, Scaled>(e[j], scale);
+    }
+    i = begin + packs * P::N;
+  }
+  for (int64_t j = i + threadIdx.x; j < end; j += blockDim.x)
+    acc += squareOf<T, Scaled>(x[j], scale);
+  return blockSum(acc);
+}
+
+/// Grid-stride over the chunks of the table; block b writes the partial of
+/// each chunk it takes.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    sumSquaresKernel(const __grid_constant__ SumSquaresArgs<T> a) {
+  const bool scaled = a.scale.data != nullptr;
+  const T scale = scaled ? T(loadScalar(a.scale)) : T(1);
+  const int64_t chunks = a.chunkEnd[a.count - 1];
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    int e = entryOfChunk(a.chunkEnd, a.count, chunk);
+    int64_t first = e ? a.chunkEnd[e - 1] : 0;
+    int64_t begin = (chunk - first) * a.chunk;
+    int64_t end = begin + a.chunk < a.n[e] ? begin + a.chunk : a.n[e];
+    double sum = scaled ? chunkSquares<T, true>(a.x[e], begin, end, scale)
+                        : chunkSquares<T, false>(a.x[e], begin, end, scale);
+    if (threadIdx.x == 0)
+      a.partial[chunk] = sum;
+  }
+}
+
+/// The partials added up by one block (each thread a strided subsequence,
+/// then the fixed tree) and rounded once to out's type.
+template <typename Out>
+__global__ void __launch_bounds__(1024)
+    sumPartialsKernel(const double *partial, int64_t n, Out *out) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    acc += partial[i];
+  acc = blockSum(acc);
+  if (threadIdx.x == 0)
+    *out = static_cast<Out>(acc);
 }
 
 template <typename T> T *ptr(const Tensor &t) {
@@ -429,17 +522,27 @@ bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+/// How many blocks of kThreads threads of `kernel` the GPU runs at once.
+/// Host queries only (no stream work).
+template <typename Kernel>
+Status residentBlocks(Kernel kernel, int64_t &blocks) {
+  int sms = 0, perSm = 0;
+  DSC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                        current().device));
+  DSC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel,
+                                                               kThreads, 0));
+  blocks = int64_t(std::max(sms, 1)) * std::max(perSm, 1);
+  return Status();
+}
+
 template <typename T>
 Status launchAdamwMulti(const AdamwTensors *tensors, size_t count,
                         const AdamwScalars &s, const Tensor &gradScale) {
   // As many blocks as the GPU holds at once: each reads the scalars once,
-  // then strides over the chunks. Host queries only (no stream work).
-  int sms = 0, perSm = 0;
-  DSC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                        current().device));
-  DSC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &perSm, adamwMultiKernel<T>, kThreads, 0));
-  const int64_t maxBlocks = int64_t(std::max(sms, 1)) * std::max(perSm, 1);
+  // then strides over the chunks.
+  int64_t maxBlocks = 0;
+  if (Status st = residentBlocks(adamwMultiKernel<T>, maxBlocks); !st.ok())
+    return st;
   AdamwMultiArgs<T> a;
   a.s = s;
   a.gradScale =
@@ -505,6 +608,85 @@ Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
   if (tensors[0].param.dtype == DType::F32)
     return launchAdamwMulti<float>(tensors, count, s, gradScale);
   return launchAdamwMulti<double>(tensors, count, s, gradScale);
+}
+
+namespace {
+
+/// The sumSquaresKernel launches over `tensors` (one per table of up to
+/// kSquaresMaxEntries non-empty tensors), each writing its chunks'
+/// partials after the previous table's. Returns the partials' count.
+template <typename T>
+Status launchSumSquares(const Tensor *tensors, size_t count,
+                        const Tensor &scale, int64_t chunk, double *partial,
+                        int64_t &written) {
+  int64_t maxBlocks = 0;
+  if (Status st = residentBlocks(sumSquaresKernel<T>, maxBlocks); !st.ok())
+    return st;
+  SumSquaresArgs<T> a;
+  a.scale = scale.present() ? scalarOf(scale) : Scalar{nullptr, DType::F32};
+  a.chunk = chunk;
+  written = 0;
+  size_t i = 0;
+  while (i < count) {
+    a.count = 0;
+    int64_t chunks = 0;
+    for (; i < count && a.count < kSquaresMaxEntries; ++i) {
+      int64_t n = tensors[i].numel();
+      if (n == 0)
+        continue;
+      a.x[a.count] = ptr<const T>(tensors[i]);
+      a.n[a.count] = n;
+      chunks += (n + chunk - 1) / chunk;
+      a.chunkEnd[a.count++] = chunks;
+    }
+    if (a.count == 0)
+      break;
+    a.partial = partial + written;
+    unsigned blocks = static_cast<unsigned>(std::min(chunks, maxBlocks));
+    sumSquaresKernel<T><<<blocks, kThreads, 0, stream()>>>(a);
+    DSC_CUDA_LAUNCHED("sum_squares");
+    written += chunks;
+  }
+  return Status();
+}
+
+} // namespace
+
+Status sumSquares(const Tensor *tensors, size_t count, const Tensor &scale,
+                  const Tensor &out) {
+  if (Status st = checkSumSquares(tensors, count, scale, out); !st.ok())
+    return st;
+  int64_t total = 0, chunks = 0;
+  for (size_t i = 0; i < count; ++i)
+    total += tensors[i].numel();
+  const int64_t chunk = sumSquaresChunk(total);
+  for (size_t i = 0; i < count; ++i)
+    chunks += (tensors[i].numel() + chunk - 1) / chunk;
+  void *partial = nullptr;
+  if (chunks > 0) {
+    if (Status st = scratch(sizeof(double) * static_cast<size_t>(chunks),
+                            &partial, "sum of squares partials");
+        !st.ok())
+      return st;
+    int64_t written = 0;
+    Status st =
+        tensors[0].dtype == DType::F32
+            ? launchSumSquares<float>(tensors, count, scale, chunk,
+                                      static_cast<double *>(partial), written)
+            : launchSumSquares<double>(tensors, count, scale, chunk,
+                                       static_cast<double *>(partial), written);
+    if (!st.ok())
+      return st;
+  }
+  const double *p = static_cast<const double *>(partial);
+  if (out.dtype == DType::F32)
+    sumPartialsKernel<float>
+        <<<1, 1024, 0, stream()>>>(p, chunks, ptr<float>(out));
+  else
+    sumPartialsKernel<double>
+        <<<1, 1024, 0, stream()>>>(p, chunks, ptr<double>(out));
+  DSC_CUDA_LAUNCHED("sum_squares_partials");
+  return Status();
 }
 
 Status sgd(const Tensor &param, const Tensor &grad,

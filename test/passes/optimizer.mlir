@@ -48,7 +48,14 @@ func.func @forward(%w: tensor<3x2xf32> {dsc.param = "fc.weight"},
 // ACCUM: call @forward_backward
 // ACCUM: dsc.slice %{{.*}} {offsets = array<i64: 4, 0>, sizes = array<i64: 4, 2>
 // ACCUM: call @forward_backward
-// ACCUM: dsc.sqrt
+// The gradient norm: both gradients (scaled by 1 / accum-steps) in one
+// dsc.sum_squares, no per-parameter reductions.
+// ACCUM: %[[GW:.*]] = dsc.mul %{{.*}}, %{{.*}} : tensor<3x2xf32>, tensor<f32>
+// ACCUM: %[[GB:.*]] = dsc.mul %{{.*}}, %{{.*}} : tensor<3xf32>, tensor<f32>
+// ACCUM-NOT: dsc.reduce_sum
+// ACCUM: %[[SQ:.*]] = dsc.sum_squares scale %{{.*}}, (%[[GW]], %[[GB]]) : tensor<f32>, (tensor<3x2xf32>, tensor<3xf32>) -> tensor<f32>
+// ACCUM-NOT: dsc.reduce_sum
+// ACCUM: dsc.sqrt %[[SQ]]
 // ACCUM: dsc.lr_schedule {{.*}} {kind = "warmup_cosine", total_steps = 100 : i64, warmup_steps = 10 : i64}
 // ACCUM: %[[ZERO:.*]] = dsc.constant dense<0.000000e+00> : tensor<f32>
 // ACCUM: dsc.adamw %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ZERO]]

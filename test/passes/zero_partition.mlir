@@ -63,6 +63,9 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // S2-LABEL: func.func @forward_backward
 // S2: shard.reduce_scatter %{{.*}} on @dsc_ranks grid_axes = [1] scatter_axis = 0 {dsc.gradient_reduction} : tensor<24xf32> -> tensor<6xf32>
 // S2-LABEL: func.func @train_step
+// The shard's squares in one dsc.sum_squares, then summed over the ranks.
+// S2: %[[SQ:.*]] = dsc.sum_squares scale %{{.*}}, (%{{.*}}) : tensor<f32>, (tensor<6xf32>) -> tensor<f32>
+// S2: dsc.reshape %[[SQ]]
 // S2: shard.all_reduce %{{.*}} on @dsc_ranks grid_axes = [1] : tensor<1xf32> -> tensor<1xf32>
 // S2: dsc.sqrt
 // S2: dsc.adamw {{.*}} : tensor<6xf32>

@@ -1026,6 +1026,31 @@ def Dsc_AdamWMultiOp : Dsc_Op<"adamw_multi"> {
   let hasVerifier = 1;
 }
 
+def Dsc_SumSquaresOp : Dsc_Op<"sum_squares"> {
+  let summary = "the sum of the squares of every element of several tensors";
+  let description = [{
+    The square of a global gradient norm in one kernel (multi-tensor), for
+    dsc-optimizer and dsc-zero-partition: with T the tensors' common
+    element type (f32 or f64),
+    ```
+    result = round_f32( sum over tensors t, elements x of t:
+                        double(v) * double(v) ),  v = round_T(x * scale)
+    ```
+    The products are exact for f32 (and rounded to double for f64); the
+    sum is accumulated in double in an order fixed by the shapes alone, so
+    a step gives the same bits every run. `scale` multiplies each element
+    first, as a dsc.mul of the tensor by it would round (a splat 1 constant
+    when the tensors are not scaled).
+  }];
+  let arguments = (ins Dsc_ScalarF32:$scale,
+                   Variadic<Dsc_FloatTensor>:$tensors);
+  let results = (outs Dsc_ScalarF32:$result);
+  let assemblyFormat = [{
+    `scale` $scale `,` `(` $tensors `)` attr-dict `:` type($scale) `,`
+    `(` type($tensors) `)` `->` type($result)
+  }];
+}
+
 def Dsc_SgdOp : Dsc_Op<"sgd"> {
   let summary = "one SGD step with momentum, PyTorch's semantics";
   let description = [{

@@ -1336,6 +1336,26 @@ LogicalResult SgdOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+LogicalResult SumSquaresOp::inferReturnTypes(MLIRContext *ctx,
+                                             std::optional<Location> loc,
+                                             Adaptor a,
+                                             SmallVectorImpl<Type> &results) {
+  if (failed(checkScalars(loc, {a.getScale()})))
+    return failure();
+  ValueRange t = a.getTensors();
+  if (t.empty())
+    return fail(loc, "sum_squares needs at least one tensor");
+  Type element =
+      rankedType(t.front()) ? rankedType(t.front()).getElementType() : Type();
+  if (!element || !(element.isF32() || element.isF64()))
+    return fail(loc, "sum_squares takes f32 or f64 tensors");
+  for (Value v : t)
+    if (!rankedType(v) || rankedType(v).getElementType() != element)
+      return fail(loc, "sum_squares' tensors must share one element type");
+  results.push_back(RankedTensorType::get({}, Float32Type::get(ctx)));
+  return success();
+}
+
 LogicalResult LrScheduleOp::inferReturnTypes(MLIRContext *ctx,
                                              std::optional<Location> loc,
                                              Adaptor a,

@@ -49,6 +49,20 @@ attentionBackwardSlice(int64_t batch, int64_t wholeBytes,
   return best;
 }
 
+/// dsc.sum_squares on CUDA cuts each tensor into chunks of
+/// sumSquaresChunk(total) elements (its last one shorter), `total` the
+/// elements of all its tensors, and keeps one double partial per chunk in
+/// the scratch buffer: at most about kSumSquaresTargetChunks chunks, plus
+/// one per tensor. Chunks are multiples of 2048 elements, so every chunk of
+/// a 16-byte aligned tensor starts aligned.
+constexpr int64_t kSumSquaresTargetChunks = 8192;
+inline int64_t sumSquaresChunk(int64_t total) {
+  const int64_t unit = 2048, least = 4 * unit;
+  int64_t want = total / kSumSquaresTargetChunks + 1;
+  want = (want + unit - 1) / unit * unit;
+  return want > least ? want : least;
+}
+
 } // namespace dsc
 
 #endif // DSC_RUNTIME_WORKSPACES_H

@@ -726,3 +726,39 @@ func.func @matmul_narrowed(%x: tensor<2x3xf32>, %w: tensor<3x4xf32>) {
   %0 = dsc.matmul %x, %w : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<2x4xbf16>
   return
 }
+
+// -----
+
+func.func @sum_squares_mixed(%a: tensor<4xf32>, %b: tensor<4xf64>, %s: tensor<f32>) {
+  // expected-error @below {{sum_squares' tensors must share one element type}}
+  // expected-error @below {{'dsc.sum_squares' op failed to infer returned types}}
+  %r = dsc.sum_squares scale %s, (%a, %b) : tensor<f32>, (tensor<4xf32>, tensor<4xf64>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sum_squares_bf16(%a: tensor<4xbf16>, %s: tensor<f32>) {
+  // expected-error @below {{sum_squares takes f32 or f64 tensors}}
+  // expected-error @below {{'dsc.sum_squares' op failed to infer returned types}}
+  %r = dsc.sum_squares scale %s, (%a) : tensor<f32>, (tensor<4xbf16>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sum_squares_none(%s: tensor<f32>) {
+  // expected-error @below {{sum_squares needs at least one tensor}}
+  // expected-error @below {{'dsc.sum_squares' op failed to infer returned types}}
+  %r = "dsc.sum_squares"(%s) : (tensor<f32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sum_squares_scale(%a: tensor<4xf32>, %s: tensor<1xf32>) {
+  // expected-error @below {{hyperparameters and the step must be scalars}}
+  // expected-error @below {{'dsc.sum_squares' op failed to infer returned types}}
+  %r = dsc.sum_squares scale %s, (%a) : tensor<1xf32>, (tensor<4xf32>) -> tensor<f32>
+  return
+}

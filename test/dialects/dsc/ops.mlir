@@ -379,3 +379,13 @@ func.func @adamw_multi_copies(%p: tensor<4xf32>, %s: tensor<f32>, %t: tensor<i64
   %r:4 = dsc.adamw_multi %s, %s, %s, %s, %s, %t, scale %s, (%p, %p, %p, %p) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
   return %r#3 : tensor<4xbf16>
 }
+
+// sum_squares over f32 tensors of any shapes, and over f64 ones.
+// CHECK-LABEL: func.func @sum_squares
+// CHECK: dsc.sum_squares scale %{{.*}}, (%{{.*}}, %{{.*}}) : tensor<f32>, (tensor<4x3xf32>, tensor<f32>) -> tensor<f32>
+// CHECK: dsc.sum_squares scale %{{.*}}, (%{{.*}}) : tensor<f32>, (tensor<2xf64>) -> tensor<f32>
+func.func @sum_squares(%a: tensor<4x3xf32>, %b: tensor<f32>, %c: tensor<2xf64>) -> (tensor<f32>, tensor<f32>) {
+  %r = dsc.sum_squares scale %b, (%a, %b) : tensor<f32>, (tensor<4x3xf32>, tensor<f32>) -> tensor<f32>
+  %q = dsc.sum_squares scale %b, (%c) : tensor<f32>, (tensor<2xf64>) -> tensor<f32>
+  return %r, %q : tensor<f32>, tensor<f32>
+}

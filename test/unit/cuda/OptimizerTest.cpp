@@ -4,6 +4,7 @@
 // a train step does, with the hyperparameters and the step as device
 // scalars; adamwMulti bitwise against the CPU's and against mul + adamw +
 // cast on the device (aligned and not, several launches, in a CUDA graph);
+// sumSquares against the CPU's (several launches, misaligned, in a graph);
 // lr_schedule for every schedule around warmup and the end; the CPU's errors
 // for bad shapes and dtypes.
 //
@@ -523,6 +524,124 @@ void checkSgdSteps(DType dt, DType hyper, double momentum, double dampening,
     expectClose(p, p, rtolOf(dt), atolOf(dt), what + " param");
     expectClose(buf, buf, rtolOf(dt), atolOf(dt), what + " buffer");
   }
+}
+
+//===----------------------------------------------------------------------===//
+// sum_squares
+//===----------------------------------------------------------------------===//
+
+/// sumSquares over tensors of `sizes` (offset by `misalign` elements from
+/// their allocation, so the scalar path runs) on the device against the
+/// CPU's: within the reordering of double additions (the f64 result to
+/// 1e-13, the f32 one to 1 ulp), and the same bits on a second run.
+void checkSumSquares(DType dt, const std::vector<int64_t> &sizes, bool scaled,
+                     int64_t misalign = 0) {
+  std::vector<DevTensor> bufs;
+  std::vector<Tensor> host, dev;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    bufs.emplace_back(dt, Shape{sizes[i] + misalign});
+    bufs.back().random(-3, 3, 700 + uint32_t(i));
+  }
+  size_t es = dt == DType::F64 ? 8 : 4;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Tensor h = bufs[i].host(), d = bufs[i].dev();
+    h.shape[0] = d.shape[0] = sizes[i];
+    h.data = static_cast<char *>(h.data) + misalign * es;
+    d.data = static_cast<char *>(d.data) + misalign * es;
+    host.push_back(h), dev.push_back(d);
+  }
+  DevTensor scale = scalar(DType::F32, 1.0 / 7.0);
+  Tensor hs = scaled ? scale.host() : Tensor(),
+         ds = scaled ? scale.dev() : Tensor();
+  for (DType out : {DType::F32, DType::F64}) {
+    SCOPED_TRACE(dtypeName(out));
+    DevTensor c(out, {}), g(out, {}), again(out, {});
+    DSC_ASSERT_OK(cpu::sumSquares(host.data(), host.size(), hs, c.host()));
+    DSC_ASSERT_OK(sumSquares(dev.data(), dev.size(), ds, g.dev()));
+    DSC_ASSERT_OK(sumSquares(dev.data(), dev.size(), ds, again.dev()));
+    expectClose(c, g, out == DType::F64 ? 1e-13 : 1.2e-7, 0);
+    EXPECT_EQ(g.download(), again.download()) << "not the same bits twice";
+  }
+}
+
+TEST(CudaSumSquares, MatchesCpu) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::F64})
+    for (bool scaled : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << dtypeName(dt) << " scaled " << scaled);
+      checkSumSquares(dt, {1, 3, 1000, 4097, 0, 257, 70001, 16384}, scaled);
+      checkSumSquares(dt, {5, 1001, 40999}, scaled, /*misalign=*/1);
+    }
+}
+
+TEST(CudaSumSquares, ManyTensorsAndLargeOnes) {
+  DSC_REQUIRE_GPU();
+  // Past the 1024 tensors of one launch (three launches), and 2^24 + 3
+  // elements (chunks of sumSquaresChunk past its minimum).
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 2500; ++i)
+    sizes.push_back(i == 1200 ? 20000 : (i * 37) % 11);
+  checkSumSquares(DType::F32, sizes, true);
+  checkSumSquares(DType::F32, {(int64_t(1) << 24) + 3, 7}, false);
+}
+
+TEST(CudaSumSquares, InACudaGraph) {
+  DSC_REQUIRE_GPU();
+  std::vector<DevTensor> bufs;
+  std::vector<Tensor> host, dev;
+  for (int64_t n : {4097, 1, 30000}) {
+    bufs.emplace_back(DType::F32, Shape{n});
+    bufs.back().random(-1, 1, uint32_t(n));
+  }
+  for (DevTensor &b : bufs)
+    host.push_back(b.host()), dev.push_back(b.dev());
+  DevTensor scale = scalar(DType::F32, 0.5), c(DType::F32, {}),
+            g(DType::F32, {});
+  // A first call outside the capture loads the module and sizes scratch.
+  DSC_ASSERT_OK(sumSquares(dev.data(), dev.size(), scale.dev(), g.dev()));
+  settle();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeGlobal),
+            cudaSuccess);
+  Status st = sumSquares(dev.data(), dev.size(), scale.dev(), g.dev());
+  ASSERT_EQ(cudaStreamEndCapture(stream(), &graph), cudaSuccess);
+  DSC_ASSERT_OK(st);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int t = 1; t <= 2; ++t) {
+    for (size_t i = 0; i < bufs.size(); ++i)
+      bufs[i].random(-2, 2, 90 * uint32_t(t) + uint32_t(i));
+    scale.values({0.25 * t}); // read on the device at replay
+    DSC_ASSERT_OK(
+        cpu::sumSquares(host.data(), host.size(), scale.host(), c.host()));
+    ASSERT_EQ(cudaGraphLaunch(exec, stream()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+    expectClose(c, g, 1.2e-7, 0, "graph replay " + std::to_string(t));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST(CudaSumSquares, ErrorsAreTheCpus) {
+  DSC_REQUIRE_GPU();
+  DevTensor f(DType::F32, {3}), d(DType::F64, {2}), out(DType::F32, {}),
+      bad(DType::I64, {});
+  std::vector<Tensor> mixedH = {f.host(), d.host()},
+                      mixedD = {f.dev(), d.dev()};
+  expectSameError(cpu::sumSquares(mixedH.data(), 2, Tensor(), out.host()),
+                  sumSquares(mixedD.data(), 2, Tensor(), out.dev()),
+                  "sum_squares");
+  Tensor fh = f.host(), fd = f.dev();
+  expectSameError(cpu::sumSquares(&fh, 1, f.host(), out.host()),
+                  sumSquares(&fd, 1, f.dev(), out.dev()), "sum_squares");
+  expectSameError(cpu::sumSquares(&fh, 1, Tensor(), bad.host()),
+                  sumSquares(&fd, 1, Tensor(), bad.dev()), "sum_squares");
+  // No tensors: 0.
+  out.values({5});
+  DSC_ASSERT_OK(sumSquares(nullptr, 0, Tensor(), out.dev()));
+  DevTensor zero(DType::F32, {});
+  expectClose(zero, out, 0, 0);
 }
 
 TEST(CudaOptimizer, SgdInPlaceOverThreeSteps) {

@@ -2,8 +2,9 @@
 //
 // AdamW against PyTorch's float64 step on the MLP fixture and against a
 // scalar loop over several steps; adamwMulti bitwise against mul + adamw +
-// cast; SGD and the LR schedules against their formulas; the conv-gradient
-// halves against convBackward and finite differences; fill; dropout seeds.
+// cast; sumSquares against a long double sum, whatever the thread count; SGD
+// and the LR schedules against their formulas; the conv-gradient halves against
+// convBackward and finite differences; fill; dropout seeds.
 //
 //===----------------------------------------------------------------------===//
 
@@ -434,6 +435,129 @@ TEST(StepKernels, AdamwMultiChecksEntries) {
   const std::vector<float> before = p3.v;
   EXPECT_FALSE(run({entry(p3.t(), p3.t()), entry(p3.t(), p4.t())}).ok());
   EXPECT_EQ(p3.v, before);
+}
+
+//===----------------------------------------------------------------------===//
+// sum_squares
+//===----------------------------------------------------------------------===//
+
+/// The sum of double(v)^2, v = x * scale rounded to T, in long double.
+template <typename T>
+long double squaresReference(const std::vector<Buf<T>> &xs,
+                             std::optional<T> scale) {
+  long double sum = 0;
+  for (const Buf<T> &x : xs)
+    for (T e : x.v) {
+      T v = scale ? T(e * *scale) : e;
+      sum += (long double)(double(v) * double(v));
+    }
+  return sum;
+}
+
+template <typename T> std::vector<Tensor> tensorsOf(std::vector<Buf<T>> &xs) {
+  std::vector<Tensor> ts;
+  for (Buf<T> &x : xs)
+    ts.push_back(x.t());
+  return ts;
+}
+
+/// sumSquares over tensors of `sizes` against the long double reference,
+/// plain and scaled, and the same bits whatever the thread count.
+template <typename T>
+void checkSumSquares(DType dt, const std::vector<int64_t> &sizes) {
+  std::mt19937_64 rng(41);
+  std::vector<Buf<T>> xs;
+  for (int64_t n : sizes) {
+    xs.emplace_back(std::vector<int64_t>{n}, dt);
+    fillRandom(xs.back(), rng, -3, 3);
+  }
+  std::vector<Tensor> ts = tensorsOf(xs);
+  F scale({}, DType::F32, {1.0f / 7.0f}); // rounds in every product
+  for (bool scaled : {false, true}) {
+    std::optional<T> s;
+    if (scaled)
+      s = T(scale.v[0]);
+    long double want = squaresReference(xs, s);
+    std::optional<uint32_t> bits;
+    for (int threads : {1, 3, 8}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "scaled " << scaled << ", " << threads << " threads");
+      F out({}, DType::F32);
+      D outD({}, DType::F64);
+      DSC_ASSERT_OK(cpu::sumSquares(ts.data(), ts.size(),
+                                    scaled ? scale.t() : Tensor(), out.t(),
+                                    threads));
+      DSC_ASSERT_OK(cpu::sumSquares(ts.data(), ts.size(),
+                                    scaled ? scale.t() : Tensor(), outD.t(),
+                                    threads));
+      // Double accumulation: far within one f32 rounding of the exact sum.
+      EXPECT_NEAR(outD.v[0], double(want), 1e-12 * double(want));
+      EXPECT_EQ(out.v[0], float(outD.v[0]));
+      uint32_t b;
+      std::memcpy(&b, &out.v[0], 4);
+      if (bits) {
+        EXPECT_EQ(*bits, b) << "the result depends on the thread count";
+      }
+      bits = b;
+    }
+  }
+}
+
+TEST(StepKernels, SumSquaresF32) {
+  // Past several chunks of sumSquaresChunk (8192 elements at least), an
+  // empty tensor among them.
+  checkSumSquares<float>(DType::F32, {1, 3, 0, 70001, 4097, 8192, 16385});
+}
+
+TEST(StepKernels, SumSquaresF64WithF32Scale) {
+  checkSumSquares<double>(DType::F64, {5, 40000, 1});
+}
+
+TEST(StepKernels, SumSquaresScaleRoundsAsMul) {
+  // v = x * scale rounds to f32 before it is squared, as dsc.mul would:
+  // 3 * (1/3 in f32) is 1 in f32, not 0.99999997.
+  F x({1}, DType::F32, {3.0f}), scale({}, DType::F32, {1.0f / 3.0f});
+  D out({}, DType::F64);
+  Tensor t = x.t();
+  DSC_ASSERT_OK(cpu::sumSquares(&t, 1, scale.t(), out.t()));
+  float v = 3.0f * (1.0f / 3.0f);
+  EXPECT_EQ(out.v[0], double(v) * double(v));
+}
+
+TEST(StepKernels, SumSquaresChecks) {
+  F f3({3}, DType::F32), s({}, DType::F32, {0.5f}), out({}, DType::F32);
+  D d2({2}, DType::F64);
+  Buf<uint16_t> bf({2}, DType::BF16);
+  Buf<int64_t> i64({}, DType::I64);
+  auto expectError = [](const Status &st, const std::string &prefix,
+                        const std::string &reason) {
+    EXPECT_EQ(st.code(), StatusCode::InvalidArgument) << st.message();
+    EXPECT_EQ(st.message().rfind(prefix, 0), 0u) << st.message();
+    EXPECT_NE(st.message().find(reason), std::string::npos) << st.message();
+  };
+  std::vector<Tensor> mixed = {f3.t(), d2.t()};
+  expectError(cpu::sumSquares(mixed.data(), 2, Tensor(), out.t()),
+              "sum_squares(entry=1, tensor=f64[2]): ",
+              "every tensor must have entry 0's dtype, f32");
+  Tensor half = bf.t();
+  expectError(
+      cpu::sumSquares(&half, 1, Tensor(), out.t()),
+      "sum_squares(entry=0, tensor=bf16[2]): ", "tensors must be f32 or f64");
+  Tensor t = f3.t();
+  expectError(cpu::sumSquares(&t, 1, f3.t(), out.t()),
+              "sum_squares(scale=f32[3]): ", "scale must be a scalar of f32");
+  expectError(cpu::sumSquares(&t, 1, Tensor(), i64.t()),
+              "sum_squares(out=i64[]): ", "out must be an f32 or f64 scalar");
+  expectError(cpu::sumSquares(nullptr, 2, Tensor(), out.t()),
+              "sum_squares(count=2): ", "the tensors are missing");
+  Tensor missing = f3.t();
+  missing.data = nullptr;
+  expectError(cpu::sumSquares(&missing, 1, Tensor(), out.t()),
+              "sum_squares(entry=0, ", "data is missing");
+  // No tensors: 0.
+  out.v[0] = 5;
+  DSC_EXPECT_OK(cpu::sumSquares(nullptr, 0, s.t(), out.t()));
+  EXPECT_EQ(out.v[0], 0.0f);
 }
 
 //===----------------------------------------------------------------------===//
