@@ -328,9 +328,9 @@ void MixedPrecisionPass::recomputeCastsForBackward(func::FuncOp fb) {
   auto inBackward = [&](Operation *user) {
     return backwardBegin->isBeforeInBlock(user) || isa<func::ReturnOp>(user);
   };
-  auto bytesOf = [](Value v) {
-    auto t = cast<RankedTensorType>(v.getType());
-    return t.getNumElements() * int64_t(t.getElementTypeBitWidth());
+  // A cast keeps its shape: the wider element is the larger tensor.
+  auto widthOf = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getElementTypeBitWidth();
   };
   SmallVector<dsc::CastOp> casts;
   for (Operation &op : body) {
@@ -354,7 +354,7 @@ void MixedPrecisionPass::recomputeCastsForBackward(func::FuncOp fb) {
     bool sourceLivesOn = llvm::any_of(source.getUsers(), [&](Operation *u) {
       return u != c && inBackward(u);
     });
-    if (!sourceLivesOn && bytesOf(source) >= bytesOf(result))
+    if (!sourceLivesOn && widthOf(source) >= widthOf(result))
       continue;
     OpBuilder b(earliestOwner(backwardUses));
     Operation *copy = b.clone(*c.getOperation());

@@ -3,12 +3,14 @@
 // dsc-multi-tensor-adamw (Passes.td): per function, group the adamw ops by
 // their scalar operands and the scale folded from their grads (analysis),
 // then build one dsc.adamw_multi per group where its last member stood and
-// rewire the members' results (rewrite).
+// rewire the members' results (rewrite); optionally the group also writes
+// its parameters' compute copies, which become step state.
 //
 //===----------------------------------------------------------------------===//
 
 #include "dialects/dsc/IR/DscOps.h"
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -104,13 +106,31 @@ std::vector<std::vector<Member>> findGroups(Block &block, unsigned minGroup) {
   return groups;
 }
 
-/// Step 2: one dsc.adamw_multi for `group`, at its last member.
-void rewrite(std::vector<Member> group) {
+/// Step 2: one dsc.adamw_multi for `group`, at its last member. With
+/// `computeCopies`, when every parameter of the group has a compute copy
+/// (dsc.cast {dsc.compute_copy}) read only before the group runs, the group
+/// also writes each parameter's copy, rounded from the new parameter, and
+/// the casts become step state (dsc.compute_copy arguments and their
+/// updates): no cast of every parameter at the next step's start.
+LogicalResult rewrite(func::FuncOp fn, std::vector<Member> group,
+                      bool computeCopies) {
   dsc::AdamWOp last = group.back().op;
   OpBuilder b(last);
-  SmallVector<Value> tensors;
+  SmallVector<Value> params;
   for (Member &m : group)
-    tensors.push_back(m.op.getParam());
+    params.push_back(m.op.getParam());
+  // The copies round the new parameters the step returns: not where the
+  // step may still choose the old ones (a skipped fp16 step's dsc.where).
+  bool returned = llvm::all_of(group, [](Member &m) {
+    return llvm::all_of(m.op.getNewParam().getUsers(),
+                        [](Operation *u) { return isa<func::ReturnOp>(u); });
+  });
+  SmallVector<dsc::CastOp> casts;
+  if (computeCopies && returned)
+    casts = dsc::computeCopyCasts(params, last, [](dsc::CastOp c) {
+      return c->hasAttr("dsc.compute_copy");
+    });
+  SmallVector<Value> tensors(params);
   for (Member &m : group)
     tensors.push_back(m.grad);
   for (Member &m : group)
@@ -126,11 +146,17 @@ void rewrite(std::vector<Member> group) {
         b, last.getLoc(),
         DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()),
                                b.getF32FloatAttr(1.0f).getValue()));
-  auto multi = dsc::AdamWMultiOp::create(
-      b, FusedLoc::get(b.getContext(), locs), last.getLr(), last.getBeta1(),
-      last.getBeta2(), last.getEps(), last.getWeightDecay(), last.getStep(),
-      scale, tensors);
   size_t n = group.size();
+  SmallVector<Type> types;
+  for (int k = 0; k < 3; ++k)
+    for (Value p : params)
+      types.push_back(p.getType());
+  for (dsc::CastOp c : casts)
+    types.push_back(c.getType());
+  auto multi = dsc::AdamWMultiOp::create(
+      b, FusedLoc::get(b.getContext(), locs), types, last.getLr(),
+      last.getBeta1(), last.getBeta2(), last.getEps(), last.getWeightDecay(),
+      last.getStep(), scale, tensors);
   for (size_t i = 0; i < n; ++i) {
     Member &m = group[i];
     m.op.getNewParam().replaceAllUsesWith(multi.getResult(i));
@@ -143,6 +169,9 @@ void rewrite(std::vector<Member> group) {
     if (scaled && scaled->use_empty())
       scaled->erase();
   }
+  if (casts.empty())
+    return success();
+  return dsc::castsToState(fn, casts, multi.getResults().drop_front(3 * n));
 }
 
 struct MultiTensorAdamW
@@ -155,7 +184,8 @@ struct MultiTensorAdamW
         continue;
       for (std::vector<Member> &group :
            findGroups(fn.getBody().front(), minGroup))
-        rewrite(std::move(group));
+        if (failed(rewrite(fn, std::move(group), computeCopies)))
+          return signalPassFailure();
     }
   }
 };

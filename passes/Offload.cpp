@@ -11,6 +11,7 @@
 
 #include "dialects/dsc/IR/DscOps.h"
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -168,38 +169,6 @@ void splitOptimizer(Placement &p, int64_t chunk) {
   }
 }
 
-/// The compute-copy cast (a host op) of each parameter of `multi`, or none
-/// when one of them has no single such cast.
-SmallVector<dsc::CastOp> computeCopyCasts(dsc::AdamWMultiOp multi,
-                                          const Placement &p) {
-  size_t n = multi.getTensors().size() / 4;
-  SmallVector<dsc::CastOp> casts;
-  for (size_t i = 0; i < n; ++i) {
-    dsc::CastOp found;
-    for (Operation *user : multi.getTensors()[i].getUsers()) {
-      auto c = dyn_cast<dsc::CastOp>(user);
-      if (!c || !p.hostOps.contains(c))
-        continue;
-      if (found)
-        return {};
-      found = c;
-    }
-    // A parameter's cast only (its copy becomes that parameter's state),
-    // and nothing may read the copy after the AdamW (it is overwritten in
-    // place there).
-    auto arg = dyn_cast<BlockArgument>(multi.getTensors()[i]);
-    auto fn = arg ? dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp())
-                  : func::FuncOp();
-    if (!found || !fn || !fn.getArgAttr(arg.getArgNumber(), "dsc.param"))
-      return {};
-    for (Operation *user : found->getUsers())
-      if (isa<func::ReturnOp>(user) || !user->isBeforeInBlock(multi))
-        return {};
-    casts.push_back(found);
-  }
-  return casts;
-}
-
 /// Step 1b: the compute copies of the parameters a grouped AdamW updates
 /// become step state in device memory: an argument (dsc.compute_copy) the
 /// step reads where it read the cast, and a result (dsc.compute_copy_update)
@@ -207,9 +176,11 @@ SmallVector<dsc::CastOp> computeCopyCasts(dsc::AdamWMultiOp multi,
 /// a copy brings up at the step's end. No cast at the step's start, and no
 /// wait: the next step reads the state after this one's end.
 LogicalResult keepComputeCopies(func::FuncOp fn, Placement &p) {
-  Block &body = fn.getBody().front();
   for (dsc::AdamWMultiOp multi : groupedAdamWs(p)) {
-    SmallVector<dsc::CastOp> casts = computeCopyCasts(multi, p);
+    size_t n = multi.getTensors().size() / 4;
+    SmallVector<dsc::CastOp> casts = dsc::computeCopyCasts(
+        multi.getTensors().take_front(n), multi,
+        [&](dsc::CastOp c) { return p.hostOps.contains(c); });
     if (casts.empty())
       continue;
     // The AdamW with N more results: the rounded new parameters.
@@ -218,38 +189,21 @@ LogicalResult keepComputeCopies(func::FuncOp fn, Placement &p) {
       types.push_back(c.getType());
     OpBuilder b(multi);
     auto grown = rebuild(b, multi, multi.getTensors(), types, p);
-    size_t n = casts.size();
     for (size_t k = 0; k < 3 * n; ++k)
       multi.getResult(k).replaceAllUsesWith(grown.getResult(k));
     p.hostOps.remove(multi);
     multi.erase();
     // Each cast becomes an argument; the new copy goes up into it.
-    Operation *ret = body.getTerminator();
     b.setInsertionPointAfter(grown);
+    SmallVector<Value> ups;
     for (auto [i, c] : llvm::enumerate(casts)) {
-      unsigned param = cast<BlockArgument>(c.getInput()).getArgNumber();
-      auto name = fn.getArgAttrOfType<StringAttr>(param, "dsc.param");
-      NamedAttrList argAttrs;
-      argAttrs.set("dsc.compute_copy", name);
-      unsigned a = fn.getNumArguments();
-      if (failed(fn.insertArgument(a, c.getType(),
-                                   argAttrs.getDictionary(fn.getContext()),
-                                   c.getLoc())))
-        return failure();
-      c.getResult().replaceAllUsesWith(fn.getArgument(a));
       p.hostOps.remove(c);
-      c.erase();
-      auto up = dsc::OffloadCopyOp::create(
+      ups.push_back(dsc::OffloadCopyOp::create(
           b, grown.getLoc(), types[3 * n + i], grown.getResult(3 * n + i),
-          b.getStringAttr("device"));
-      NamedAttrList resultAttrs;
-      resultAttrs.set("dsc.compute_copy_update", name);
-      unsigned r = fn.getNumResults();
-      if (failed(fn.insertResult(r, up.getType(),
-                                 resultAttrs.getDictionary(fn.getContext()))))
-        return failure();
-      ret->insertOperands(ret->getNumOperands(), up.getResult());
+          b.getStringAttr("device")));
     }
+    if (failed(dsc::castsToState(fn, casts, ups)))
+      return failure();
   }
   return success();
 }

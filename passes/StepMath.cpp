@@ -67,6 +67,64 @@ Value clipCoefficient(OpBuilder &b, Location loc, Value norm, Value clip) {
   return WhereOp::create(b, loc, on, coef, one);
 }
 
+SmallVector<CastOp> computeCopyCasts(ValueRange params, Operation *at,
+                                     function_ref<bool(CastOp)> eligible) {
+  SmallVector<CastOp> casts;
+  for (Value param : params) {
+    auto arg = dyn_cast<BlockArgument>(param);
+    auto fn = arg ? dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp())
+                  : func::FuncOp();
+    if (!fn || !fn.getArgAttr(arg.getArgNumber(), "dsc.param"))
+      return {};
+    CastOp found;
+    for (Operation *user : param.getUsers()) {
+      auto c = dyn_cast<CastOp>(user);
+      if (!c || !eligible(c))
+        continue;
+      if (found)
+        return {};
+      found = c;
+    }
+    // Its copy becomes the parameter's state, overwritten at `at`: nothing
+    // may read it there or later.
+    if (!found)
+      return {};
+    for (Operation *user : found->getUsers())
+      if (isa<func::ReturnOp>(user) || user->getBlock() != at->getBlock() ||
+          !user->isBeforeInBlock(at))
+        return {};
+    casts.push_back(found);
+  }
+  return casts;
+}
+
+LogicalResult castsToState(func::FuncOp fn, ArrayRef<CastOp> casts,
+                           ValueRange updates) {
+  Operation *ret = fn.getBody().front().getTerminator();
+  for (auto [cast0, update] : llvm::zip_equal(casts, updates)) {
+    CastOp c = cast0;
+    unsigned param = cast<BlockArgument>(c.getInput()).getArgNumber();
+    auto name = fn.getArgAttrOfType<StringAttr>(param, "dsc.param");
+    NamedAttrList argAttrs;
+    argAttrs.set("dsc.compute_copy", name);
+    unsigned a = fn.getNumArguments();
+    if (failed(fn.insertArgument(a, c.getType(),
+                                 argAttrs.getDictionary(fn.getContext()),
+                                 c.getLoc())))
+      return failure();
+    c.getResult().replaceAllUsesWith(fn.getArgument(a));
+    c.erase();
+    NamedAttrList resultAttrs;
+    resultAttrs.set("dsc.compute_copy_update", name);
+    unsigned r = fn.getNumResults();
+    if (failed(fn.insertResult(r, update.getType(),
+                               resultAttrs.getDictionary(fn.getContext()))))
+      return failure();
+    ret->insertOperands(ret->getNumOperands(), update);
+  }
+  return success();
+}
+
 std::optional<double> splatFloat(Value v) {
   auto c = v.getDefiningOp<ConstantOp>();
   auto attr = c ? dyn_cast<DenseFPElementsAttr>(c.getValue()) : nullptr;

@@ -11,6 +11,9 @@
 #ifndef DSC_PASSES_STEPMATH_H
 #define DSC_PASSES_STEPMATH_H
 
+#include "dialects/dsc/IR/DscOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 
@@ -37,6 +40,20 @@ std::optional<double> splatFloat(mlir::Value v);
 /// kernels alike: the result may be that operand's storage
 /// (dsc-in-place-updates, dsc-in-place-temporaries).
 bool writesLaneByLane(mlir::Operation *op);
+/// The compute-copy cast of each of `params` (a dsc.cast of a dsc.param
+/// argument for which `eligible` holds, one per parameter), when every
+/// parameter has one and nothing reads a cast at or after `at`: the casts
+/// may then become step state that an AdamW at `at` writes. Empty when not.
+llvm::SmallVector<CastOp>
+computeCopyCasts(mlir::ValueRange params, mlir::Operation *at,
+                 llvm::function_ref<bool(CastOp)> eligible);
+/// Each cast becomes step state: a new argument of `fn` marked
+/// {dsc.compute_copy = its parameter's name} replaces it (the cast is
+/// erased), and `updates[i]` is returned as that argument's next value
+/// {dsc.compute_copy_update = name}.
+mlir::LogicalResult castsToState(mlir::func::FuncOp fn,
+                                 llvm::ArrayRef<CastOp> casts,
+                                 mlir::ValueRange updates);
 /// Erases the dsc ops without effects whose results nothing reads, in
 /// every function of `module` (users first).
 void eraseDeadOps(mlir::ModuleOp module);

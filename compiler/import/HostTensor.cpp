@@ -169,7 +169,8 @@ std::optional<int64_t> checkedByteSize(llvm::ArrayRef<int64_t> shape,
                                        ElemKind kind) {
   auto n = checkedNumElements(shape);
   int64_t bytes;
-  if (!n || llvm::MulOverflow(*n, elemKindBytes(kind), bytes))
+  if (!n || llvm::MulOverflow(*n, elemKindBytes(kind), bytes) ||
+      bytes > kMaxTensorBytes)
     return std::nullopt;
   return bytes;
 }

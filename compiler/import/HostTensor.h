@@ -36,7 +36,16 @@ int64_t elemKindBytes(ElemKind k);
 /// or the product does not fit in int64. Every size the importer derives
 /// from a file goes through this (or checkedByteSize) before it is used.
 std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape);
-/// Bytes of a tensor of `shape` and `kind`; std::nullopt as above.
+/// The most bytes a tensor may take: 2^48 (256 TiB), beyond the memory of
+/// any machine, and small enough that every later size computation (bits
+/// = bytes * 8, sums over the tensors of a step, aligned offsets) stays
+/// far from int64's limit.
+constexpr int64_t kMaxTensorBytes = int64_t(1) << 48;
+/// The reason a size fails checkedByteSize, for messages after a shape.
+constexpr const char *kTensorTooLarge =
+    "whose size in bytes is more than 2^48 (256 TiB)";
+/// Bytes of a tensor of `shape` and `kind`; std::nullopt as above, or when
+/// it is more than kMaxTensorBytes.
 std::optional<int64_t> checkedByteSize(llvm::ArrayRef<int64_t> shape,
                                        ElemKind kind);
 /// "[2,3]", for messages.

@@ -292,9 +292,8 @@ GraphImporter::checkedInputType(llvm::StringRef name, ArrayRef<int64_t> shape,
                                 ElemKind kind) {
   if (!checkedByteSize(shape, kind))
     return fileError() << "graph input '" << name << "' has shape "
-                       << formatShape(shape)
-                       << ", whose size in bytes overflows 64 bits; give a "
-                          "smaller shape";
+                       << formatShape(shape) << ", " << kTensorTooLarge
+                       << "; give a smaller shape";
   return RankedTensorType::get(shape, toMlirType(&ctx, kind));
 }
 
@@ -721,8 +720,8 @@ LogicalResult NodeContext::checkConstantSize(ArrayRef<int64_t> shape,
   auto bytes = checkedByteSize(shape, kind);
   if (!bytes)
     return error() << "its result would have shape " << formatShape(shape)
-                   << ", whose size in bytes overflows 64 bits; check the "
-                      "shape computation that feeds it";
+                   << ", " << kTensorTooLarge
+                   << "; check the shape computation that feeds it";
   if (*bytes > maxConstantBytes())
     return error() << "it would materialize a constant of shape "
                    << formatShape(shape) << " (" << *bytes
@@ -928,9 +927,8 @@ FailureOr<Operation *> NodeContext::create(llvm::StringRef opName,
     auto kind = fromMlirType(rt.getElementType());
     if (!checkedByteSize(rt.getShape(), kind.value_or(ElemKind::I64)))
       return error() << "result #" << r << " would have shape "
-                     << formatShape(rt.getShape())
-                     << ", which is negative or whose size in bytes "
-                        "overflows 64 bits; check the shapes that feed it";
+                     << formatShape(rt.getShape()) << ", which is negative or "
+                     << kTensorTooLarge << "; check the shapes that feed it";
   }
   state.addTypes(types);
   return builder().create(state);

@@ -68,9 +68,8 @@ std::string checkTensorDims(const onnx::TensorProto &t, llvm::StringRef what) {
              "non-negative shape: re-export the model";
   auto kind = fromOnnxDataType(t.data_type());
   if (kind && !checkedByteSize(shape, *kind))
-    return what.str() + " has shape " + formatShape(shape) +
-           ", whose size in bytes overflows 64 bits; the model file is "
-           "corrupt: re-export it";
+    return what.str() + " has shape " + formatShape(shape) + ", " +
+           kTensorTooLarge + "; the model file is corrupt: re-export it";
   return "";
 }
 

@@ -935,6 +935,7 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   // Offloaded, a lone adamw is grouped too (dsc-offload's compute copies).
   dsc::DscMultiTensorAdamWOptions multi;
   multi.minGroup = o.offloadOptimizer != "none" ? 1 : 2;
+  multi.computeCopies = o.offloadOptimizer == "none";
   pm.addPass(createDscMultiTensorAdamW(multi));
   if (o.offloadParam != "none" && o.offloadOptimizer == "none") {
     llvm::errs() << "error: --offload-param cpu needs --offload-optimizer cpu "

@@ -211,18 +211,23 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
     if (step.getArgAttr(i, "dsc.opt_state"))
       measured.state += tensorBytes(t);
   }
-  // The 16-bit compute copies dsc-mixed-precision makes, once per step.
+  // The 16-bit compute copies dsc-mixed-precision makes, once per step, or
+  // that the step keeps as state (dsc.compute_copy arguments, written by
+  // the grouped AdamW or the host's).
   double c = 0;
+  auto countCopy = [&](Type t) {
+    measured.copy += tensorBytes(t);
+    c = std::max<double>(
+        c,
+        cast<RankedTensorType>(t).getElementType().getIntOrFloatBitWidth() / 8);
+  };
   step.walk([&](Operation *op) {
-    if (op->hasAttr("dsc.compute_copy") && op->getNumResults() == 1) {
-      Type t = op->getResult(0).getType();
-      measured.copy += tensorBytes(t);
-      c = std::max<double>(
-          c,
-          cast<RankedTensorType>(t).getElementType().getIntOrFloatBitWidth() /
-              8);
-    }
+    if (op->hasAttr("dsc.compute_copy") && op->getNumResults() == 1)
+      countCopy(op->getResult(0).getType());
   });
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    if (step.getArgAttr(i, "dsc.compute_copy"))
+      countCopy(step.getArgument(i).getType());
   // The model's parameters: @forward's (after dsc-zero-partition the step
   // functions take bucket shards instead).
   func::FuncOp model = module.lookupSymbol<func::FuncOp>("forward");
