@@ -3,6 +3,7 @@
 #include "dialects/dsc/IR/DscOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 using namespace mlir;
 
@@ -67,6 +68,32 @@ Value clipCoefficient(OpBuilder &b, Location loc, Value norm, Value clip) {
   return WhereOp::create(b, loc, on, coef, one);
 }
 
+/// Whether anything reads `v`'s storage at or after `at`: its users and,
+/// through the views the memory plan gives that storage (reshapes, waits,
+/// collective inputs), theirs; the wait of a collective that reads it.
+static bool readAtOrAfter(Value v, Operation *at) {
+  SmallVector<Value> worklist = {v};
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  while (!worklist.empty()) {
+    Value w = worklist.pop_back_val();
+    for (Operation *user : w.getUsers()) {
+      if (!seen.insert(user).second)
+        continue;
+      if (isa<func::ReturnOp>(user) || user->getBlock() != at->getBlock() ||
+          !user->isBeforeInBlock(at))
+        return true;
+      if (isa<ReshapeOp, WaitOp, CollectiveInputOp>(user))
+        worklist.append(user->result_begin(), user->result_end());
+      else
+        for (Value r : user->getResults())
+          for (Operation *wait : r.getUsers())
+            if (isa<WaitOp>(wait) && !wait->isBeforeInBlock(at))
+              return true;
+    }
+  }
+  return false;
+}
+
 SmallVector<CastOp> computeCopyCasts(ValueRange params, Operation *at,
                                      function_ref<bool(CastOp)> eligible) {
   SmallVector<CastOp> casts;
@@ -87,12 +114,8 @@ SmallVector<CastOp> computeCopyCasts(ValueRange params, Operation *at,
     }
     // Its copy becomes the parameter's state, overwritten at `at`: nothing
     // may read it there or later.
-    if (!found)
+    if (!found || readAtOrAfter(found.getResult(), at))
       return {};
-    for (Operation *user : found->getUsers())
-      if (isa<func::ReturnOp>(user) || user->getBlock() != at->getBlock() ||
-          !user->isBeforeInBlock(at))
-        return {};
     casts.push_back(found);
   }
   return casts;

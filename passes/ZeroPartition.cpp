@@ -727,7 +727,13 @@ void ZeroPartitionPass::reduceGradients(BucketPlan &plan, TailRewrite &tail) {
     tail.reduced[bi] = r;
   }
   // Global norm: what each rank holds, summed within its group if sharded.
-  Value sumSq = dsc::sumOfSquaresF32(builder, loc, tail.reduced);
+  // One sum of squares per bucket, each as soon as its reduction is
+  // waited, so the norm overlaps the reductions still in flight.
+  Value sumSq;
+  for (Value r : tail.reduced) {
+    Value s = dsc::sumOfSquaresF32(builder, loc, r);
+    sumSq = sumSq ? dsc::AddOp::create(builder, loc, sumSq, s).getResult() : s;
+  }
   label = "gradient norm";
   if (shardGrads && groupSize > 1)
     sumSq = reshape(allReduce(reshape(sumSq, {1}), group), {});

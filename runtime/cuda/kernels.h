@@ -225,10 +225,11 @@ Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
 /// As cpu::sumSquares (same checks, errors and chunks; the same result up
 /// to the order of the double additions): each table of up to 1024 tensors
 /// one launch that grid-strides over their chunks (16-byte loads where
-/// aligned), one double partial per chunk in the scratch buffer, then one
-/// block adds the partials in a fixed tree. The bits depend only on the
-/// shapes. No host synchronization, so it can be captured in a CUDA graph;
-/// scale is read on the device.
+/// aligned, the same elements per thread where not), one double partial per
+/// chunk in the scratch buffer, then one block adds the partials in a fixed
+/// tree. The bits depend only on the shapes, not on the alignment. No host
+/// synchronization, so it can be captured in a CUDA graph; scale is read on the
+/// device.
 Status sumSquares(const Tensor *tensors, size_t count, const Tensor &scale,
                   const Tensor &out);
 Status sgd(const Tensor &param, const Tensor &grad,

@@ -416,26 +416,30 @@ __device__ inline double squareOf(T x, T scale) {
   return double(v) * double(v);
 }
 
-/// The chunk [begin, end) of x: each thread a strided subsequence (16-byte
-/// loads while aligned), then the block's fixed tree.
+/// The chunk [begin, end) of x: thread t takes the packs of Pack<T>::N
+/// elements t, t + blockDim.x, ... (one 16-byte load each when aligned,
+/// N scalar loads else: the same elements in the same order either way, so
+/// the bits do not depend on the alignment), then the last (end - begin) %
+/// N elements one per thread, then the block's fixed tree.
 template <typename T, bool Scaled>
 __device__ double chunkSquares(const T *x, int64_t begin, int64_t end,
                                T scale) {
   using P = Pack<T>;
   double acc = 0;
-  int64_t i = begin;
-  if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0) {
-    const int64_t packs = (end - begin) / P::N;
-    const auto *v = reinterpret_cast<const typename P::V *>(x + begin);
-    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-      T e[P::N];
+  const int64_t packs = (end - begin) / P::N;
+  const bool vector = reinterpret_cast<uintptr_t>(x + begin) % 16 == 0;
+  const auto *v = reinterpret_cast<const typename P::V *>(x + begin);
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    T e[P::N];
+    if (vector)
       P::split(v[p], e);
+    else
       for (int j = 0; j < P::N; ++j)
-        acc += squareOf<T, Scaled>(e[j], scale);
-    }
-    i = begin + packs * P::N;
+        e[j] = x[begin + p * P::N + j];
+    for (int j = 0; j < P::N; ++j)
+      acc += squareOf<T, Scaled>(e[j], scale);
   }
-  for (int64_t j = i + threadIdx.x; j < end; j += blockDim.x)
+  for (int64_t j = begin + packs * P::N + threadIdx.x; j < end; j += blockDim.x)
     acc += squareOf<T, Scaled>(x[j], scale);
   return blockSum(acc);
 }

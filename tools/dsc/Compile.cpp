@@ -935,7 +935,9 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   // Offloaded, a lone adamw is grouped too (dsc-offload's compute copies).
   dsc::DscMultiTensorAdamWOptions multi;
   multi.minGroup = o.offloadOptimizer != "none" ? 1 : 2;
-  multi.computeCopies = o.offloadOptimizer == "none";
+  // The copies are state written over its argument: only with the in-place
+  // passes (the program refuses a compute copy update that is not).
+  multi.computeCopies = o.offloadOptimizer == "none" && o.inPlaceUpdates;
   pm.addPass(createDscMultiTensorAdamW(multi));
   if (o.offloadParam != "none" && o.offloadOptimizer == "none") {
     llvm::errs() << "error: --offload-param cpu needs --offload-optimizer cpu "

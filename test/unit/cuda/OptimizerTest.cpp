@@ -575,6 +575,26 @@ TEST(CudaSumSquares, MatchesCpu) {
     }
 }
 
+TEST(CudaSumSquares, SameBitsWhateverTheAlignment) {
+  DSC_REQUIRE_GPU();
+  // The same 50001 values at a 16-byte aligned address and 4 bytes past
+  // one: the vector and the scalar paths sum them in the same order.
+  const int64_t n = 50001;
+  DevTensor a(DType::F32, {n}), b(DType::F32, {n + 1});
+  a.random(-3, 3, 77);
+  std::vector<double> shifted(size_t(n + 1), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    shifted[size_t(i + 1)] = DevTensor::get(a.host(), i);
+  b.values(shifted);
+  Tensor ta = a.dev(), tb = b.dev();
+  tb.shape[0] = n;
+  tb.data = static_cast<float *>(tb.data) + 1;
+  DevTensor ra(DType::F64, {}), rb(DType::F64, {});
+  DSC_ASSERT_OK(sumSquares(&ta, 1, Tensor(), ra.dev()));
+  DSC_ASSERT_OK(sumSquares(&tb, 1, Tensor(), rb.dev()));
+  EXPECT_EQ(ra.download(), rb.download());
+}
+
 TEST(CudaSumSquares, ManyTensorsAndLargeOnes) {
   DSC_REQUIRE_GPU();
   // Past the 1024 tensors of one launch (three launches), and 2^24 + 3
