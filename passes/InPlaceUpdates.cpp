@@ -15,7 +15,6 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
-#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/Debug.h"
 
 #include <optional>
@@ -80,36 +79,6 @@ bool mayOverwrite(Operation *op, unsigned r, unsigned o) {
   return dsc::writesLaneByLane(op);
 }
 
-/// The ops that still read the storage of `arg` (the body's ancestor of
-/// each): users of the argument and of its views (reshapes, waits,
-/// collective inputs, which the memory plan gives the argument's storage),
-/// and the dsc.wait of a collective that reads them (an asynchronous
-/// collective reads its input until then).
-SmallVector<Operation *> readersOf(BlockArgument arg) {
-  Block *body = arg.getOwner();
-  SmallVector<Operation *> readers;
-  SmallVector<Value> worklist = {arg};
-  llvm::SmallPtrSet<Operation *, 16> seen;
-  while (!worklist.empty()) {
-    Value v = worklist.pop_back_val();
-    for (Operation *user : v.getUsers()) {
-      Operation *op = body->findAncestorOpInBlock(*user);
-      if (!op || !seen.insert(op).second)
-        continue;
-      readers.push_back(op);
-      if (isa<dsc::ReshapeOp, dsc::WaitOp, dsc::CollectiveInputOp>(op)) {
-        worklist.append(op->result_begin(), op->result_end());
-        continue;
-      }
-      for (Value r : op->getResults())
-        for (Operation *wait : r.getUsers())
-          if (isa<dsc::WaitOp>(wait) && seen.insert(wait).second)
-            readers.push_back(wait);
-    }
-  }
-  return readers;
-}
-
 /// Why result `k` (the update of argument `a`) may not be computed into the
 /// argument's storage; empty when it may.
 std::string whyNot(func::FuncOp fn, unsigned k, unsigned a) {
@@ -150,7 +119,7 @@ std::string whyNot(func::FuncOp fn, unsigned k, unsigned a) {
         .str();
   // Nothing reads the argument's storage at or after the producer, but the
   // producer through its own operand (not through a view: another index).
-  for (Operation *reader : readersOf(arg)) {
+  for (Operation *reader : dsc::storageReaders(arg)) {
     if (reader == def)
       continue;
     if (isa<dsc::ReshapeOp, dsc::WaitOp, dsc::CollectiveInputOp>(reader) &&

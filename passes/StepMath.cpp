@@ -32,29 +32,23 @@ static Value sumOfSquaresOne(OpBuilder &b, Location loc, Value v) {
 }
 
 Value sumOfSquaresF32(OpBuilder &b, Location loc, ValueRange values) {
-  // One dsc.sum_squares per element type it takes, in first-seen order.
-  SmallVector<Type, 2> types;
-  SmallVector<SmallVector<Value>, 2> groups;
+  SmallVector<Value> f32s, f64s;
   Value sum;
   auto accumulate = [&](Value s) {
     sum = sum ? AddOp::create(b, loc, sum, s).getResult() : s;
   };
   for (Value v : values) {
     Type e = cast<RankedTensorType>(v.getType()).getElementType();
-    if (!e.isF32() && !e.isF64()) {
+    if (e.isF32())
+      f32s.push_back(v);
+    else if (e.isF64())
+      f64s.push_back(v);
+    else
       accumulate(sumOfSquaresOne(b, loc, v));
-      continue;
-    }
-    auto *it = llvm::find(types, e);
-    if (it == types.end()) {
-      types.push_back(e);
-      groups.emplace_back();
-      it = types.end() - 1;
-    }
-    groups[it - types.begin()].push_back(v);
   }
-  for (ArrayRef<Value> group : groups)
-    accumulate(SumSquaresOp::create(b, loc, scalarF32(b, loc, 1.0), group));
+  for (ArrayRef<Value> group : {ArrayRef<Value>(f32s), ArrayRef<Value>(f64s)})
+    if (!group.empty())
+      accumulate(SumSquaresOp::create(b, loc, scalarF32(b, loc, 1.0), group));
   return sum ? sum : scalarF32(b, loc, 0.0);
 }
 
@@ -68,30 +62,29 @@ Value clipCoefficient(OpBuilder &b, Location loc, Value norm, Value clip) {
   return WhereOp::create(b, loc, on, coef, one);
 }
 
-/// Whether anything reads `v`'s storage at or after `at`: its users and,
-/// through the views the memory plan gives that storage (reshapes, waits,
-/// collective inputs), theirs; the wait of a collective that reads it.
-static bool readAtOrAfter(Value v, Operation *at) {
+SmallVector<Operation *> storageReaders(Value v) {
+  Block *body = v.getParentBlock();
+  SmallVector<Operation *> readers;
   SmallVector<Value> worklist = {v};
   llvm::SmallPtrSet<Operation *, 16> seen;
   while (!worklist.empty()) {
     Value w = worklist.pop_back_val();
     for (Operation *user : w.getUsers()) {
-      if (!seen.insert(user).second)
+      Operation *op = body->findAncestorOpInBlock(*user);
+      if (!op || !seen.insert(op).second)
         continue;
-      if (isa<func::ReturnOp>(user) || user->getBlock() != at->getBlock() ||
-          !user->isBeforeInBlock(at))
-        return true;
-      if (isa<ReshapeOp, WaitOp, CollectiveInputOp>(user))
-        worklist.append(user->result_begin(), user->result_end());
-      else
-        for (Value r : user->getResults())
-          for (Operation *wait : r.getUsers())
-            if (isa<WaitOp>(wait) && !wait->isBeforeInBlock(at))
-              return true;
+      readers.push_back(op);
+      if (isa<ReshapeOp, WaitOp, CollectiveInputOp>(op)) {
+        worklist.append(op->result_begin(), op->result_end());
+        continue;
+      }
+      for (Value r : op->getResults())
+        for (Operation *wait : r.getUsers())
+          if (isa<WaitOp>(wait) && seen.insert(wait).second)
+            readers.push_back(wait);
     }
   }
-  return false;
+  return readers;
 }
 
 SmallVector<CastOp> computeCopyCasts(ValueRange params, Operation *at,
@@ -114,7 +107,9 @@ SmallVector<CastOp> computeCopyCasts(ValueRange params, Operation *at,
     }
     // Its copy becomes the parameter's state, overwritten at `at`: nothing
     // may read it there or later.
-    if (!found || readAtOrAfter(found.getResult(), at))
+    if (!found || found->getBlock() != at->getBlock() ||
+        llvm::any_of(storageReaders(found.getResult()),
+                     [&](Operation *r) { return !r->isBeforeInBlock(at); }))
       return {};
     casts.push_back(found);
   }

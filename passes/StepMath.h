@@ -40,6 +40,12 @@ std::optional<double> splatFloat(mlir::Value v);
 /// kernels alike: the result may be that operand's storage
 /// (dsc-in-place-updates, dsc-in-place-temporaries).
 bool writesLaneByLane(mlir::Operation *op);
+/// The ops of `v`'s block that read its storage (the block's ancestor of
+/// each): users of `v` and of its views (reshapes, waits, collective
+/// inputs, which the memory plan gives `v`'s storage), and the dsc.wait of
+/// a collective that reads them (an asynchronous collective reads its input
+/// until then).
+llvm::SmallVector<mlir::Operation *> storageReaders(mlir::Value v);
 /// The compute-copy cast of each of `params` (a dsc.cast of a dsc.param
 /// argument for which `eligible` holds, one per parameter), when every
 /// parameter has one and nothing reads a cast at or after `at`: the casts

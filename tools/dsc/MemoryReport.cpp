@@ -204,16 +204,9 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
   double k = opt && opt.getValue() == "sgd" ? 1 : 2;
   double psi = 0, s = 4;
   StageBytes measured;
-  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
-    Type t = step.getArgument(i).getType();
-    if (step.getArgAttr(i, "dsc.param"))
-      measured.params += tensorBytes(t);
-    if (step.getArgAttr(i, "dsc.opt_state"))
-      measured.state += tensorBytes(t);
-  }
-  // The 16-bit compute copies dsc-mixed-precision makes, once per step, or
-  // that the step keeps as state (dsc.compute_copy arguments, written by
-  // the grouped AdamW or the host's).
+  // The 16-bit compute copies: dsc-mixed-precision's casts, once per step,
+  // or the step's state (dsc.compute_copy arguments, written by the grouped
+  // AdamW or the host's).
   double c = 0;
   auto countCopy = [&](Type t) {
     measured.copy += tensorBytes(t);
@@ -221,13 +214,19 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
         c,
         cast<RankedTensorType>(t).getElementType().getIntOrFloatBitWidth() / 8);
   };
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    Type t = step.getArgument(i).getType();
+    if (step.getArgAttr(i, "dsc.param"))
+      measured.params += tensorBytes(t);
+    if (step.getArgAttr(i, "dsc.opt_state"))
+      measured.state += tensorBytes(t);
+    if (step.getArgAttr(i, "dsc.compute_copy"))
+      countCopy(t);
+  }
   step.walk([&](Operation *op) {
     if (op->hasAttr("dsc.compute_copy") && op->getNumResults() == 1)
       countCopy(op->getResult(0).getType());
   });
-  for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    if (step.getArgAttr(i, "dsc.compute_copy"))
-      countCopy(step.getArgument(i).getType());
   // The model's parameters: @forward's (after dsc-zero-partition the step
   // functions take bucket shards instead).
   func::FuncOp model = module.lookupSymbol<func::FuncOp>("forward");
