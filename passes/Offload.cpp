@@ -169,6 +169,41 @@ void splitOptimizer(Placement &p, int64_t chunk) {
   }
 }
 
+/// Step 1a': with `ratio` < 1 (DeepSpeed's offload_optimizer.ratio, the
+/// Twin-Flow of ZeRO-Offload++), optimizer ops taken from the last one back
+/// whose elements add up to at most (1 - ratio) of all stay on the device
+/// with their masters, state and compute-copy casts: the GPU updates them
+/// while the host updates the rest. An op that would overshoot is skipped
+/// for a smaller one before it, so the device never holds more than its
+/// share.
+void keepShareOnDevice(Placement &p, double ratio) {
+  SmallVector<Operation *> optimizers;
+  int64_t total = 0;
+  for (Operation *op : p.hostOps)
+    if (isa<dsc::AdamWOp, dsc::AdamWMultiOp, dsc::SgdOp>(op)) {
+      optimizers.push_back(op);
+      total += dsc::optimizerElements(op);
+    }
+  auto share = static_cast<int64_t>((1.0 - ratio) * static_cast<double>(total));
+  int64_t kept = 0;
+  for (Operation *op : llvm::reverse(optimizers)) {
+    int64_t n = dsc::optimizerElements(op);
+    if (kept + n > share)
+      continue;
+    kept += n;
+    p.hostOps.remove(op);
+    for (unsigned i : updatedOperands(op))
+      p.hostArgs.remove(cast<BlockArgument>(op->getOperand(i)));
+  }
+  // The compute-copy casts of masters that stay go with them.
+  for (Operation *op : SmallVector<Operation *>(p.hostOps.begin(),
+                                                p.hostOps.end()))
+    if (auto c = dyn_cast<dsc::CastOp>(op))
+      if (auto arg = dyn_cast<BlockArgument>(c.getInput());
+          !arg || !p.hostArgs.contains(arg))
+        p.hostOps.remove(op);
+}
+
 /// Step 1b: the compute copies of the parameters a grouped AdamW updates
 /// become step state in device memory: an argument (dsc.compute_copy) the
 /// step reads where it read the cast, and a result (dsc.compute_copy_update)
@@ -510,15 +545,35 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
       fn.emitError("dsc-offload: chunk-elements must be at least 1");
       return signalPassFailure();
     }
-    splitOptimizer(*placement, chunkElements);
-    if (failed(keepComputeCopies(fn, *placement)))
-      return signalPassFailure();
     if (params != "none" && params != "cpu") {
       getOperation().emitError("dsc-offload: params must be none or cpu, "
                                "got '")
           << params << "'";
       return signalPassFailure();
     }
+    if (!(ratio >= 0.0 && ratio <= 1.0)) {
+      getOperation().emitError("dsc-offload: ratio must be between 0 and 1 "
+                               "(the share of the optimizer's elements "
+                               "updated on the host), got ")
+          << ratio;
+      return signalPassFailure();
+    }
+    if (ratio < 1.0 && params == "cpu") {
+      getOperation().emitError("dsc-offload: a ratio below 1 keeps part of "
+                               "the optimizer on the device, which "
+                               "params=cpu (parameters on the host) does "
+                               "not support; use ratio=1");
+      return signalPassFailure();
+    }
+    if (ratio == 0.0)
+      return; // nothing offloaded: the IR stays as it is.
+    splitOptimizer(*placement, chunkElements);
+    if (ratio < 1.0)
+      keepShareOnDevice(*placement, ratio);
+    if (placement->hostOps.empty())
+      return; // a share too small for any op: everything stays.
+    if (failed(keepComputeCopies(fn, *placement)))
+      return signalPassFailure();
     if (params == "cpu" && failed(offloadParams(fn, *placement)))
       return signalPassFailure();
     LastCopies last;

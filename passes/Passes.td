@@ -724,6 +724,15 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
     host frame; the runtime orders a copy into host memory after the host
     tasks that last used those bytes).
 
+    With `ratio` below 1 (DeepSpeed's `offload_optimizer.ratio`, the
+    Twin-Flow of ZeRO-Offload++), after the split the optimizer ops taken
+    from the last one back whose parameters hold at most `1 - ratio` of the
+    elements stay device ops, with their masters, state and compute-copy
+    casts: the GPU updates that share while the host updates the rest, and
+    the GPU holds 12 more bytes per element kept (fp32 master, two
+    moments). `dsc compile --offload-ratio auto` picks the least ratio
+    whose plan fits `--memory-budget`.
+
     `optimizer=none` (the default) leaves the IR as it is. Stages 1-3
     (sharded state reached through slices and gathers) are refused with a
     message, as is an optimizer whose state is not an argument.
@@ -742,6 +751,12 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
            "this many host tasks before the first of them (0: right after "
            "the value is made), so the host frame holds a few chunks' "
            "gradients at a time rather than all of them">,
+    Option<"ratio", "ratio", "double", /*default=*/"1.0",
+           "The share of the optimizer's elements updated on the host "
+           "(DeepSpeed's offload_optimizer.ratio): the optimizer ops from the "
+           "last back holding at most 1 - ratio of them keep their masters "
+           "and state on the device and update there, while the host "
+           "updates the rest (0: nothing offloaded)">,
     Option<"function", "function", "std::string", /*default=*/"\"train_step\"",
            "The step function">,
     Option<"params", "params", "std::string", /*default=*/"\"none\"",

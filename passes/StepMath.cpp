@@ -170,4 +170,16 @@ void eraseDeadOps(ModuleOp module) {
   }
 }
 
+int64_t optimizerElements(Operation *op) {
+  ValueRange params;
+  if (auto multi = dyn_cast<AdamWMultiOp>(op))
+    params = multi.getTensors().take_front(multi.getTensors().size() / 4);
+  else if (isa<AdamWOp, SgdOp>(op))
+    params = op->getOperands().take_front(1);
+  int64_t n = 0;
+  for (Value v : params)
+    n += cast<RankedTensorType>(v.getType()).getNumElements();
+  return n;
+}
+
 } // namespace dsc

@@ -60,6 +60,9 @@ computeCopyCasts(mlir::ValueRange params, mlir::Operation *at,
 mlir::LogicalResult castsToState(mlir::func::FuncOp fn,
                                  llvm::ArrayRef<CastOp> casts,
                                  mlir::ValueRange updates);
+/// The elements an optimizer op (dsc.adamw, dsc.adamw_multi, dsc.sgd)
+/// updates: its parameters' (whole ones or ZeRO shards); 0 for another op.
+int64_t optimizerElements(mlir::Operation *op);
 /// Erases the dsc ops without effects whose results nothing reads, in
 /// every function of `module` (users first).
 void eraseDeadOps(mlir::ModuleOp module);

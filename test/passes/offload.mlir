@@ -7,6 +7,19 @@
 // Each chunk's gradients come down one host task ahead (default two).
 // RUN: dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu chunk-elements=8 copy-ahead=1" --verify-diagnostics | FileCheck %s --check-prefix=AHEAD
 // RUN: dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu chunk-elements=8 copy-ahead=0" --verify-diagnostics | FileCheck %s --check-prefix=AHEAD0
+// ratio (DeepSpeed's offload_optimizer.ratio): the last chunks, up to
+// 1 - ratio of the elements, stay on the device with their masters, state
+// and casts; 0 leaves the IR as it is; out of range, or with params=cpu,
+// an error.
+// RUN: dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu chunk-elements=8 ratio=0.5" --verify-diagnostics | FileCheck %s --check-prefix=RATIO
+// RUN: dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu chunk-elements=8 ratio=0.6" --verify-diagnostics | FileCheck %s --check-prefix=RATIO6
+// (With ratio=0 the cases below that expect an error compile: nothing is
+// offloaded.)
+// RUN: not dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu chunk-elements=8 ratio=0" 2>/dev/null | FileCheck %s --check-prefix=RATIO0
+// RUN: not dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu ratio=1.5" 2>&1 | FileCheck %s --check-prefix=RATIO-BAD
+// RUN: not dsc-opt %s --split-input-file --dsc-offload="optimizer=cpu params=cpu ratio=0.5" 2>&1 | FileCheck %s --check-prefix=RATIO-PARAMS
+// RATIO-BAD: error: dsc-offload: ratio must be between 0 and 1 (the share of the optimizer's elements updated on the host), got 1.5
+// RATIO-PARAMS: error: dsc-offload: a ratio below 1 keeps part of the optimizer on the device, which params=cpu
 
 // The masters and the optimizer state go to the host with the grouped
 // AdamW, which also writes the next step's compute copy there: the copy
@@ -171,6 +184,27 @@ func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"}, %u: tensor<8xf32> {
 // AHEAD-NEXT: dsc.offload_copy
 // AHEAD-NEXT: dsc.offload_copy %arg15 {to = "host"} : tensor<8xf32>
 // AHEAD-NEXT: dsc.adamw_multi {{.*}} (%arg2,
+// RATIO-LABEL: func.func @train_step(%arg0: tensor<8xf32> {dsc.memory = "host", dsc.param = "w1"}, %arg1: tensor<8xf32> {dsc.memory = "host", dsc.param = "w2"}, %arg2: tensor<8xf32> {dsc.param = "w3"}, %arg3: tensor<8xf32> {dsc.param = "w4"}, %arg4: tensor<8xf32> {dsc.memory = "host", dsc.opt_state = "w1/exp_avg"}, %arg5: tensor<8xf32> {dsc.memory = "host", dsc.opt_state = "w2/exp_avg"}, %arg6: tensor<8xf32> {dsc.opt_state = "w3/exp_avg"}
+// RATIO-NOT: dsc.cast %arg0
+// RATIO-NOT: dsc.cast %arg1
+// RATIO: dsc.cast %arg2 {dsc.compute_copy, to = bf16}
+// RATIO-NEXT: dsc.cast %arg3 {dsc.compute_copy, to = bf16}
+// RATIO: dsc.adamw_multi {{.*}} (%arg0, %{{.*}}, %arg4, %arg8) {dsc.on_host}
+// RATIO-NEXT: dsc.offload_copy
+// RATIO-NEXT: dsc.adamw_multi {{.*}} (%arg1, %{{.*}}, %arg5, %arg9) {dsc.on_host}
+// RATIO-NEXT: dsc.offload_copy
+// RATIO-NEXT: dsc.adamw_multi {{.*}} (%arg2, %arg14, %arg6, %arg10) : {{.*}} -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32>{{$}}
+// RATIO-NEXT: dsc.adamw_multi {{.*}} (%arg3, %arg15, %arg7, %arg11) : {{.*}} -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32>{{$}}
+// RATIO6-LABEL: func.func @train_step({{.*}}{dsc.memory = "host", dsc.param = "w3"}, %arg3: tensor<8xf32> {dsc.param = "w4"}
+// RATIO6: dsc.adamw_multi {{.*}} (%arg2, %{{.*}}, %arg6, %arg10) {dsc.on_host}
+// RATIO6-NEXT: dsc.offload_copy
+// RATIO6-NEXT: dsc.adamw_multi {{.*}} (%arg3, %arg15, %arg7, %arg11) :
+// RATIO0-LABEL: func.func @train_step(%arg0: tensor<8xf32> {dsc.param = "w1"}
+// RATIO0-NOT: dsc.memory
+// RATIO0-NOT: dsc.on_host
+// RATIO0: dsc.adamw_multi {{.*}} (%arg0, %arg1, %arg2, %arg3, %arg12,
+// RATIO0-NOT: dsc.on_host
+// RATIO0: return
 // AHEAD0-LABEL: func.func @train_step({{.*}}dsc.param = "w1"
 // AHEAD0: dsc.offload_copy %arg12 {to = "host"} : tensor<8xf32>
 // AHEAD0-NEXT: dsc.offload_copy %arg13 {to = "host"} : tensor<8xf32>

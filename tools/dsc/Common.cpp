@@ -7,6 +7,10 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Process.h"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
 using namespace mlir;
 
 namespace dsc {
@@ -203,6 +207,16 @@ std::optional<uint64_t> parseSize(llvm::StringRef text) {
   if (text.trim().getAsDouble(value) || !(value > 0))
     return std::nullopt;
   return static_cast<uint64_t>(value * scale);
+}
+
+std::string formatNumber(double d) {
+  if (std::fabs(d) == std::floor(std::fabs(d)) && std::fabs(d) < 9.0e18)
+    return std::to_string(static_cast<long long>(d));
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.15g", d);
+  if (std::strtod(buf, nullptr) != d)
+    std::snprintf(buf, sizeof buf, "%.17g", d);
+  return buf;
 }
 
 } // namespace dsc

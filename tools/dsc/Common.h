@@ -24,6 +24,8 @@ std::optional<uint64_t> parseSize(llvm::StringRef text);
 /// Writes via a temporary file and a rename, so a reader never sees half.
 bool writeAtomically(const std::string &path,
                      const std::function<void(llvm::raw_ostream &)> &write);
+/// Shortest text that reads back as `d` ("200000000", "0.0003", "0.7").
+std::string formatNumber(double d);
 /// Parses "4x64" into {4, 64}.
 bool parseShape(llvm::StringRef text, std::vector<int64_t> &shape);
 

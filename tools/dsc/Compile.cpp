@@ -144,7 +144,17 @@ target and output:
                              N before it computes, so pinned host memory
                              holds about N + 2 chunks of them (0: each as
                              soon as it is made, all at once; default 2)
+  --offload-ratio R|auto     the share of the optimizer's elements updated
+                             on the host (DeepSpeed offload_optimizer.ratio,
+                             ZeRO-Offload++'s Twin-Flow): the last
+                             parameters, up to 1 - R of the elements, keep
+                             their masters and state on the GPU and update
+                             there while the host updates the rest (12
+                             bytes of GPU memory per element kept); auto:
+                             the least R, in steps of 0.05, whose plan fits
+                             --memory-budget (default 1)
   --memory-budget SIZE       bytes a rank may hold, for --recompute auto
+                             and --offload-ratio auto
                              (80GiB, 80GB, 512MiB or bytes; default for
                              --target cuda: the memory of the GPU this
                              machine sees, via nvidia-smi)
@@ -247,6 +257,8 @@ struct CompileOptions {
   std::string offloadChunk = "33554432"; // dsc-offload's chunk-elements=
   std::string offloadCopyAhead = "2";    // dsc-offload's copy-ahead=
   std::string offloadParam = "none";     // dsc-offload's params=
+  double offloadRatio = 1.0;             // dsc-offload's ratio=
+  bool offloadRatioAuto = false;         // --offload-ratio auto
   std::optional<uint64_t> memoryBudget; // --memory-budget
   uint64_t classifierChunk = uint64_t(256) << 20; // --classifier-chunk
   std::string precisionPipeline;  // dsc-mixed-precision options
@@ -481,6 +493,18 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
         return usageError("--offload-chunk-elements needs a positive count",
                           kCompileUsage);
       o.offloadChunk = *v;
+      continue;
+    }
+    if (auto v = c.take("--offload-ratio")) {
+      double r = 1.0;
+      o.offloadRatioAuto = *v == "auto";
+      if (!o.offloadRatioAuto &&
+          (llvm::StringRef(*v).getAsDouble(r) || !(r >= 0.0 && r <= 1.0)))
+        return usageError("--offload-ratio needs a share between 0 and 1, or "
+                          "auto, not '" +
+                              *v + "'",
+                          kCompileUsage);
+      o.offloadRatio = r;
       continue;
     }
     if (auto v = c.take("--offload-copy-ahead")) {
@@ -947,7 +971,8 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   if (o.offloadOptimizer != "none" &&
       !add("dsc-offload{optimizer=" + o.offloadOptimizer + " chunk-elements=" +
                o.offloadChunk + " copy-ahead=" + o.offloadCopyAhead +
-               " params=" + o.offloadParam + "}",
+               " params=" + o.offloadParam + " ratio=" + formatNumber(o.offloadRatio) +
+               "}",
            "offload options"))
     return failure();
   // Kernels are generated for the IR's f32 (not under --f64).
@@ -1039,6 +1064,87 @@ std::optional<uint64_t> localGpuMemory() {
   return mib << 20;
 }
 
+/// The budget of the auto choices: --memory-budget, else under --target
+/// cuda the memory of the GPU this machine sees.
+std::optional<uint64_t> autoBudget(const CompileOptions &o) {
+  if (o.memoryBudget || o.target != "cuda")
+    return o.memoryBudget;
+  return localGpuMemory();
+}
+
+/// --offload-ratio auto: the least ratio, in twentieths, whose compiled
+/// plan fits the budget, by bisection (the plan only grows as the ratio
+/// falls: each element kept on the device adds its master and moments).
+/// Sets o.offloadRatio and `chosen` as chooseRecompute does; the same
+/// returns.
+int chooseOffloadRatio(CompileOptions &o, MLIRContext &ctx,
+                       OwningOpRef<ModuleOp> &chosen) {
+  std::optional<uint64_t> budget = autoBudget(o);
+  if (!budget)
+    return usageError("--offload-ratio auto needs --memory-budget SIZE (no "
+                      "GPU visible here to take its memory from)",
+                      kCompileUsage);
+  constexpr int kSteps = 20;
+  auto ratio = [](int k) { return double(k) / kSteps; };
+  std::string tried;
+  OwningOpRef<ModuleOp> best;
+  uint64_t bestPeak = 0;
+  // Whether the step fits with ratio k / kSteps (kept in `best` if so);
+  // nullopt when it does not compile.
+  auto fits = [&](int k) -> std::optional<bool> {
+    CompileOptions trial = o;
+    trial.offloadRatio = ratio(k);
+    OwningOpRef<ModuleOp> module = compileQuietly(ctx, trial);
+    std::optional<uint64_t> peak =
+        module ? planPeakBytes(*module) : std::nullopt;
+    if (!peak)
+      return std::nullopt;
+    tried += llvm::formatv("{0}{1} {2}", tried.empty() ? "" : ", ",
+                           formatNumber(ratio(k)),
+                           humanBytes(double(*peak)))
+                 .str();
+    if (*peak > *budget)
+      return false;
+    best = std::move(module);
+    bestPeak = *peak;
+    return true;
+  };
+  std::optional<bool> whole = fits(kSteps);
+  if (!whole)
+    return 1;
+  if (!*whole) {
+    llvm::errs() << "error: " << o.model << ": the step does not fit in "
+                 << humanBytes(double(*budget)) << " per rank even with the "
+                 << "whole optimizer on the host (" << tried << "); add "
+                 << "--recompute auto, shard it over more ranks "
+                 << "(--world-size, --stage 3), or lower --micro-batch\n";
+    return 1;
+  }
+  int lo = -1, hi = kSteps; // hi fits; lo does not (or is below 0)
+  while (hi - lo > 1) {
+    int mid = (lo + hi) / 2;
+    std::optional<bool> ok = fits(mid);
+    if (!ok)
+      return 1;
+    (*ok ? hi : lo) = mid;
+  }
+  o.offloadRatio = ratio(hi);
+  if (!o.printIRAfterAll)
+    chosen = std::move(best);
+  else
+    chosen = nullptr;
+  llvm::errs() << "note: --offload-ratio auto: "
+               << formatNumber(o.offloadRatio) << " (per rank "
+               << humanBytes(double(bestPeak)) << " of the "
+               << humanBytes(double(*budget)) << " budget; tried " << tried
+               << ")"
+               << (hi == 0 ? "; nothing is offloaded: the step fits without "
+                             "--offload-optimizer"
+                           : "")
+               << "\n";
+  return -1;
+}
+
 /// --recompute auto: the least recomputation (kRecomputeModes, in order)
 /// whose compiled plan fits the budget becomes o.recompute. -1 to go on,
 /// else the exit code (nothing fits, or no budget known).
@@ -1047,9 +1153,7 @@ std::optional<uint64_t> localGpuMemory() {
 /// is to be printed pass by pass: then it is compiled again, printing).
 int chooseRecompute(CompileOptions &o, MLIRContext &ctx,
                     OwningOpRef<ModuleOp> &chosen) {
-  std::optional<uint64_t> budget = o.memoryBudget;
-  if (!budget && o.target == "cuda")
-    budget = localGpuMemory();
+  std::optional<uint64_t> budget = autoBudget(o);
   if (!budget)
     return usageError("--recompute auto needs --memory-budget SIZE (no GPU "
                       "visible here to take its memory from)",
@@ -1105,15 +1209,31 @@ int runCompile(std::vector<std::string> args) {
     return rc;
 
   bool fromIR = llvm::StringRef(o.model).ends_with(".mlir");
-  if (o.memoryBudget && o.recompute != "auto")
-    return usageError("--memory-budget is the budget of --recompute auto",
+  bool ratioAuto = o.offloadRatioAuto;
+  if (o.memoryBudget && o.recompute != "auto" && !ratioAuto)
+    return usageError("--memory-budget is the budget of --recompute auto "
+                      "and --offload-ratio auto",
                       kCompileUsage);
+  if ((ratioAuto || o.offloadRatio != 1.0) && o.offloadOptimizer == "none")
+    return usageError("--offload-ratio needs --offload-optimizer cpu",
+                      kCompileUsage);
+  if ((ratioAuto || o.offloadRatio != 1.0) && o.offloadParam != "none")
+    return usageError("--offload-ratio below 1 keeps part of the optimizer "
+                      "on the GPU, which --offload-param cpu (parameters on "
+                      "the host) does not support",
+                      kCompileUsage);
+  // Recomputation is chosen with the whole optimizer on the host, then the
+  // ratio as low as the budget allows.
+  o.offloadRatioAuto = false;
   registerDscPasses();
   MLIRContext ctx;
   installDiagnosticPrinter(ctx);
   OwningOpRef<ModuleOp> module;
   if (o.recompute == "auto" && !fromIR)
     if (int rc = chooseRecompute(o, ctx, module); rc >= 0)
+      return rc;
+  if (ratioAuto && !fromIR)
+    if (int rc = chooseOffloadRatio(o, ctx, module); rc >= 0)
       return rc;
   if (!module)
     module = fromIR ? readIR(ctx, o) : compileOnnx(ctx, o);

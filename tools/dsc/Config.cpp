@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/Config.h"
+#include "tools/dsc/Common.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -168,7 +169,7 @@ const Key kOffloadKeys[] = {
     {"buffer_size", Type::Count, Use::Accept, "", false},
     {"max_in_cpu", Type::Count, Use::Accept, "", false},
     {"fast_init", Type::Bool, Use::Accept, "", false},
-    {"ratio", Type::Number, Use::Accept, "", false},
+    {"ratio", Type::Number, Use::Map, "", false},
     {"pipeline", Type::Bool, Use::Accept, "", false},
     {"pipeline_read", Type::Bool, Use::Accept, "", false},
     {"pipeline_write", Type::Bool, Use::Accept, "", false},
@@ -326,17 +327,6 @@ bool isSet(const json::Value &v) {
     return true;
   }
   return v.kind() != json::Value::Null;
-}
-
-/// Shortest text that reads back as `d` ("200000000", "0.0003").
-std::string formatNumber(double d) {
-  if (isCount(std::fabs(d)))
-    return std::to_string(static_cast<long long>(d));
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.15g", d);
-  if (std::strtod(buf, nullptr) != d)
-    std::snprintf(buf, sizeof buf, "%.17g", d);
-  return buf;
 }
 
 /// "1" and "1.0" are the same value.
@@ -666,8 +656,12 @@ void Resolver::mapZero(const json::Object &zero) {
                 "parameters); for ZeRO-2's traffic and memory with the "
                 "optimizer offloaded, set \"stage\": 3 and pass "
                 "--keep-gathered (each parameter gathered once a step)");
-    else if (StringRef(name) == "offload_optimizer" && *device == "cpu")
+    else if (StringRef(name) == "offload_optimizer" && *device == "cpu") {
       set(p + "." + name + ".device", "--offload-optimizer", "cpu");
+      // ZeRO-Offload++'s Twin-Flow share (DeepSpeed takes it at stage 3;
+      // dsc at stage 0 too).
+      mapNumber(*o, p + "." + name, "ratio", "--offload-ratio", "");
+    }
     else if (StringRef(name) == "offload_param" && *device == "cpu")
       set(p + "." + name + ".device", "--offload-param", "cpu");
     else

@@ -18,6 +18,8 @@
 //===----------------------------------------------------------------------===//
 #include "tools/dsc/MemoryReport.h"
 
+#include "passes/StepMath.h"
+
 #include "compiler/codegen/Workspaces.h"
 
 #include <map>
@@ -174,6 +176,12 @@ void printOffload(func::FuncOp step, const StepTensors &held,
   });
   if (!copies && held.hostBytes == 0)
     return;
+  // --offload-ratio below 1: the optimizer's share the GPU updates.
+  int64_t hostElems = 0, deviceElems = 0;
+  step.walk([&](Operation *op) {
+    (op->hasAttr("dsc.on_host") ? hostElems : deviceElems) +=
+        dsc::optimizerElements(op);
+  });
   os << llvm::formatv(
       "offload (dsc-offload), per rank: pinned host memory holds {0} (fp32 "
       "masters and optimizer state, updated there{6}) + {1} host scratch "
@@ -185,6 +193,13 @@ void printOffload(func::FuncOp step, const StepTensors &held,
       params ? ", and the parameter shards, copied up where they are "
                "gathered"
              : "");
+  if (deviceElems > 0)
+    os << llvm::formatv(
+        "offload ratio: the host updates {0} of the optimizer's {1} "
+        "elements ({2:P}), the GPU the other {3}, whose masters and state "
+        "it holds\n",
+        hostElems, hostElems + deviceElems,
+        double(hostElems) / double(hostElems + deviceElems), deviceElems);
 }
 
 void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
