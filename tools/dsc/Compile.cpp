@@ -1072,6 +1072,21 @@ std::optional<uint64_t> autoBudget(const CompileOptions &o) {
   return localGpuMemory();
 }
 
+/// One trial of an auto choice: the step compiled for `trial` and its plan's
+/// peak per rank ("LABEL PEAK" appended to `tried`); no peak when it does
+/// not compile.
+std::optional<uint64_t> tryPlan(MLIRContext &ctx, const CompileOptions &trial,
+                                llvm::StringRef label, std::string &tried,
+                                OwningOpRef<ModuleOp> &module) {
+  module = compileQuietly(ctx, trial);
+  std::optional<uint64_t> peak = module ? planPeakBytes(*module) : std::nullopt;
+  if (peak)
+    tried += llvm::formatv("{0}{1} {2}", tried.empty() ? "" : ", ", label,
+                           humanBytes(double(*peak)))
+                 .str();
+  return peak;
+}
+
 /// --offload-ratio auto: the least ratio, in twentieths, whose compiled
 /// plan fits the budget, by bisection (the plan only grows as the ratio
 /// falls: each element kept on the device adds its master and moments).
@@ -1094,15 +1109,11 @@ int chooseOffloadRatio(CompileOptions &o, MLIRContext &ctx,
   auto fits = [&](int k) -> std::optional<bool> {
     CompileOptions trial = o;
     trial.offloadRatio = ratio(k);
-    OwningOpRef<ModuleOp> module = compileQuietly(ctx, trial);
+    OwningOpRef<ModuleOp> module;
     std::optional<uint64_t> peak =
-        module ? planPeakBytes(*module) : std::nullopt;
+        tryPlan(ctx, trial, formatNumber(ratio(k)), tried, module);
     if (!peak)
       return std::nullopt;
-    tried += llvm::formatv("{0}{1} {2}", tried.empty() ? "" : ", ",
-                           formatNumber(ratio(k)),
-                           humanBytes(double(*peak)))
-                 .str();
     if (*peak > *budget)
       return false;
     best = std::move(module);
@@ -1131,8 +1142,6 @@ int chooseOffloadRatio(CompileOptions &o, MLIRContext &ctx,
   o.offloadRatio = ratio(hi);
   if (!o.printIRAfterAll)
     chosen = std::move(best);
-  else
-    chosen = nullptr;
   llvm::errs() << "note: --offload-ratio auto: "
                << formatNumber(o.offloadRatio) << " (per rank "
                << humanBytes(double(bestPeak)) << " of the "
@@ -1162,14 +1171,10 @@ int chooseRecompute(CompileOptions &o, MLIRContext &ctx,
   for (const char *mode : kRecomputeModes) {
     CompileOptions trial = o;
     trial.recompute = mode;
-    OwningOpRef<ModuleOp> module = compileQuietly(ctx, trial);
-    std::optional<uint64_t> peak =
-        module ? planPeakBytes(*module) : std::nullopt;
+    OwningOpRef<ModuleOp> module;
+    std::optional<uint64_t> peak = tryPlan(ctx, trial, mode, tried, module);
     if (!peak)
       return 1;
-    tried += llvm::formatv("{0}{1} {2}", tried.empty() ? "" : ", ", mode,
-                           humanBytes(double(*peak)))
-                 .str();
     if (*peak <= *budget) {
       o.recompute = mode;
       if (!o.printIRAfterAll)
@@ -1214,10 +1219,11 @@ int runCompile(std::vector<std::string> args) {
     return usageError("--memory-budget is the budget of --recompute auto "
                       "and --offload-ratio auto",
                       kCompileUsage);
-  if ((ratioAuto || o.offloadRatio != 1.0) && o.offloadOptimizer == "none")
+  bool partialOffload = ratioAuto || o.offloadRatio != 1.0;
+  if (partialOffload && o.offloadOptimizer == "none")
     return usageError("--offload-ratio needs --offload-optimizer cpu",
                       kCompileUsage);
-  if ((ratioAuto || o.offloadRatio != 1.0) && o.offloadParam != "none")
+  if (partialOffload && o.offloadParam != "none")
     return usageError("--offload-ratio below 1 keeps part of the optimizer "
                       "on the GPU, which --offload-param cpu (parameters on "
                       "the host) does not support",
