@@ -43,6 +43,9 @@
 #                with and without the graph (bitwise), and the losses against
 #                the GPU AdamW's run of the same part (close, not bitwise:
 #                the host's AdamW may round differently)
+#   llama-off-r  a partial offload, --offload-ratio auto --memory-budget 22GiB
+#                (llama_1b_bf16_off_r: 0.75 of the elements on the host);
+#                losses against the llama part's
 #   llama-off-rsel
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
 #   llama7b-off, llama7b
@@ -211,6 +214,10 @@ for part in "$@"; do
     timeout 120 "$B/llama_1b_bf16_off" --init random --data "$W/tokl.bin" --data-dtype int32 \
       --steps 5 --print-every 5 --wall-clock-breakdown >"$W/llama_off_phases.txt" 2>&1
     grep -iE "forward|backward|optimizer|phase" "$W/llama_off_phases.txt" | tail -6 ;;
+  llama-off-r)
+    [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
+    dsc_variant llama_off_r "$B/llama_1b_bf16_off_r" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32
+    python3 bench/close_losses.py "$W/llama_off_r.jsonl" "$W/llama_graph.jsonl" ;;
   llama-off-rsel)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_rsel "$B/llama_1b_bf16_off_rsel" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32 ;;
