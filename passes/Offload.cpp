@@ -15,8 +15,14 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
+
+#include <functional>
+#include <optional>
 
 namespace dsc {
 #define GEN_PASS_DEF_DSCOFFLOAD
@@ -126,20 +132,245 @@ dsc::AdamWMultiOp rebuild(OpBuilder &b, dsc::AdamWMultiOp multi,
   return op;
 }
 
+/// Where in the step each value is final, for ordering the optimizer by
+/// backward (overlap): a result of the call of @forward_backward is final
+/// where the callee makes the value it returns (the op's position in the
+/// callee); a value made after the call, at the latest of its operands';
+/// anything else (the arguments, what precedes the call) at 0.
+class Readiness {
+public:
+  explicit Readiness(func::CallOp call) : call_(call) {
+    auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+        call, call.getCalleeAttr());
+    Block &body = callee.getBody().front();
+    int64_t i = 0;
+    for (Operation &op : body)
+      position_[&op] = ++i;
+    returned_ = body.getTerminator()->getOperands();
+  }
+
+  int64_t of(Value v) {
+    if (auto it = memo_.find(v); it != memo_.end())
+      return it->second;
+    int64_t r = 0;
+    Operation *def = v.getDefiningOp();
+    if (def == call_.getOperation()) {
+      Operation *made =
+          returned_[cast<OpResult>(v).getResultNumber()].getDefiningOp();
+      r = made ? position_.lookup(made) : 0;
+    } else if (def && call_->getBlock() == def->getBlock() &&
+               call_->isBeforeInBlock(def)) {
+      for (Value operand : def->getOperands())
+        r = std::max(r, of(operand));
+    }
+    memo_[v] = r;
+    return r;
+  }
+
+private:
+  func::CallOp call_;
+  ValueRange returned_;
+  llvm::DenseMap<Operation *, int64_t> position_;
+  llvm::DenseMap<Value, int64_t> memo_;
+};
+
+/// The one call of @forward_backward in the step (accumulation calls it once
+/// per micro-batch), or null.
+func::CallOp singleStepCall(func::FuncOp fn) {
+  func::CallOp found;
+  unsigned calls = 0;
+  fn.walk([&](func::CallOp call) {
+    ++calls;
+    if (call.getCallee() == "forward_backward")
+      found = call;
+  });
+  return calls == 1 ? found : func::CallOp();
+}
+
+/// Step 0 (overlap): the step must let each chunk's update start as soon as
+/// its gradients are made: one micro-batch, no clipping and no fp16 loss
+/// scaling (both read every gradient first), the parameters on the device.
+LogicalResult checkOverlap(func::FuncOp fn, StringRef params) {
+  auto module = fn->getParentOfType<ModuleOp>();
+  auto fail = [&](const Twine &why) {
+    return fn.emitError("dsc-offload: overlap (the host optimizer running "
+                        "during backward) needs ")
+           << why;
+  };
+  if (params != "none")
+    return fail("the parameters on the device (params=none)");
+  if (!singleStepCall(fn))
+    return fail("one call of @forward_backward in the step (--accum-steps 1): "
+                "with accumulation a gradient is final only after the last "
+                "micro-batch");
+  if (auto hypers = module->getAttrOfType<DictionaryAttr>("dsc.hypers"))
+    if (auto clip = hypers.getAs<FloatAttr>("clip");
+        clip && clip.getValueAsDouble() != 0.0)
+      return fail("--clip 0: clipping scales every gradient by the global "
+                  "norm, known only when backward ends");
+  if (auto precision = module->getAttrOfType<StringAttr>("dsc.precision");
+      precision && precision.getValue() == "fp16")
+    return fail("bf16 or fp32: fp16's loss scaler decides only when backward "
+                "ends whether the step is skipped");
+  return success();
+}
+
+/// Whether `v` is a splat constant of `x`.
+bool isSplat(Value v, double x) {
+  auto c = v.getDefiningOp<dsc::ConstantOp>();
+  auto dense =
+      c ? dyn_cast<DenseElementsAttr>(c.getValue()) : DenseElementsAttr();
+  return dense && dense.isSplat() && isa<FloatType>(dense.getElementType()) &&
+         dense.getSplatValue<APFloat>().convertToDouble() == x;
+}
+
+/// Erases `ops` that nothing reads and that have no effect, and what only
+/// they read, transitively.
+void eraseDead(SmallVector<Operation *> ops) {
+  while (!ops.empty()) {
+    Operation *op = ops.pop_back_val();
+    if (!op->use_empty() || !isMemoryEffectFree(op) ||
+        op->hasTrait<OpTrait::IsTerminator>())
+      continue;
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp())
+        ops.push_back(def);
+    op->erase();
+  }
+}
+
+/// Step 0b (overlap): clipping is off for good. Its coefficient,
+/// where(clip > 0, min(1, clip / (norm + 1e-6)), 1), becomes its 1 (the
+/// value it has with clip = 0: the same bits), so that no update waits for
+/// the global norm; the `clip` hyperparameter leaves the step's arguments
+/// and `dsc.hypers` (the program then has no --clip to set).
+LogicalResult fixClipOff(func::FuncOp fn) {
+  std::optional<unsigned> index;
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+    if (auto h = fn.getArgAttrOfType<StringAttr>(i, "dsc.hyper");
+        h && h.getValue() == "clip")
+      index = i;
+  if (!index)
+    return success();
+  BlockArgument clip = fn.getArgument(*index);
+  SmallVector<Operation *> dead;
+  for (Operation *user : llvm::to_vector(clip.getUsers())) {
+    auto on = dyn_cast<dsc::GreaterOp>(user);
+    if (!on || on.getOperand(0) != clip || !isSplat(on.getOperand(1), 0.0))
+      continue;
+    for (Operation *w : llvm::to_vector(on->getUsers())) {
+      auto where = dyn_cast<dsc::WhereOp>(w);
+      if (!where || where.getOperand(0) != on.getResult() ||
+          !isSplat(where.getOperand(2), 1.0))
+        continue;
+      where.getResult().replaceAllUsesWith(where.getOperand(2));
+      dead.push_back(where);
+    }
+  }
+  eraseDead(std::move(dead));
+  if (!clip.use_empty())
+    return fn.emitError("dsc-offload: overlap needs the clip "
+                        "hyperparameter read only by the clipping "
+                        "coefficient");
+  if (failed(fn.eraseArgument(*index)))
+    return fn.emitError("dsc-offload: cannot drop the clip hyperparameter");
+  auto module = fn->getParentOfType<ModuleOp>();
+  if (auto hypers = module->getAttrOfType<DictionaryAttr>("dsc.hypers")) {
+    NamedAttrList kept(hypers);
+    kept.erase("clip");
+    module->setAttr("dsc.hypers", kept.getDictionary(module.getContext()));
+  }
+  return success();
+}
+
+/// Step 1a (overlap): the order in which a grouped AdamW's parameters get
+/// their final gradients in backward (stable: ties keep the group's order).
+SmallVector<size_t> backwardOrder(dsc::AdamWMultiOp multi, Readiness *ready) {
+  ValueRange t = multi.getTensors();
+  size_t n = t.size() / 4;
+  SmallVector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i)
+    order[i] = i;
+  if (ready)
+    llvm::stable_sort(order, [&](size_t a, size_t b) {
+      return ready->of(t[n + a]) < ready->of(t[n + b]);
+    });
+  return order;
+}
+
+/// Step 5a (overlap): the call of @forward_backward is replaced by the
+/// callee's body, so that the step's later ops can move into backward.
+void inlineStepCall(func::CallOp call) {
+  auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+      call, call.getCalleeAttr());
+  Block &body = callee.getBody().front();
+  IRMapping map;
+  map.map(body.getArguments(), call.getOperands());
+  OpBuilder b(call);
+  for (Operation &op : body.without_terminator())
+    b.clone(op, map);
+  for (auto [result, returned] :
+       llvm::zip(call.getResults(), body.getTerminator()->getOperands()))
+    result.replaceAllUsesWith(map.lookupOrDefault(returned));
+  // Its random numbers (dropout) are drawn as the call's were: it was the
+  // step's first call.
+  call->getParentOp()->setAttr("dsc.rng_call", b.getI64IntegerAttr(1));
+  call.erase();
+}
+
+/// Step 5b (overlap): each copy to the host moves up to right after what it
+/// reads is made, with the ops after backward that it reads (the loss
+/// normalization of a gradient, the learning rate): the gradients come down
+/// while backward goes on, and the host AdamW of a chunk starts when its
+/// last gradient is down. Nothing of forward or backward moves.
+void hoistCopiesToHost(Block &block, const llvm::DenseSet<Operation *> &after) {
+  llvm::DenseSet<Operation *> done;
+  std::function<void(Operation *)> hoist = [&](Operation *op) {
+    if (!done.insert(op).second)
+      return;
+    Operation *last = nullptr;
+    for (Value v : op->getOperands()) {
+      Operation *def = v.getDefiningOp();
+      if (!def)
+        continue;
+      if (after.contains(def) && def->getNumRegions() == 0 &&
+          isMemoryEffectFree(def))
+        hoist(def);
+      if (!last || last->isBeforeInBlock(def))
+        last = def;
+    }
+    if (!last)
+      op->moveBefore(&block, block.begin());
+    else if (last->isBeforeInBlock(op))
+      op->moveAfter(last);
+  };
+  SmallVector<dsc::OffloadCopyOp> copies;
+  for (Operation &op : block)
+    if (auto copy = dyn_cast<dsc::OffloadCopyOp>(op);
+        copy && copy.getTo() == "host")
+      copies.push_back(copy);
+  for (dsc::OffloadCopyOp copy : copies)
+    hoist(copy);
+}
+
 /// Step 1a: a grouped AdamW over more than `chunk` elements becomes several,
 /// each over whole parameters in order and about `chunk` elements, where it
-/// stood. Each parameter's results are the same bits (same kernel).
-void splitOptimizer(Placement &p, int64_t chunk) {
+/// stood. Each parameter's results are the same bits (same kernel). With
+/// `ready` (overlap) the order is the one in which backward makes their
+/// gradients, so that each chunk's update can start as soon as possible.
+void splitOptimizer(Placement &p, int64_t chunk, Readiness *ready) {
   for (dsc::AdamWMultiOp multi : groupedAdamWs(p)) {
     ValueRange t = multi.getTensors();
     size_t n = t.size() / 4;
-    // Group boundaries: [starts[g], starts[g + 1]).
+    SmallVector<size_t> order = backwardOrder(multi, ready);
+    // Group boundaries, as positions in `order`: [starts[g], starts[g + 1]).
     SmallVector<size_t> starts = {0};
     int64_t filled = 0;
-    for (size_t i = 0; i < n; ++i) {
-      int64_t numel = cast<RankedTensorType>(t[i].getType()).getNumElements();
+    for (size_t j = 0; j < n; ++j) {
+      int64_t numel =
+          cast<RankedTensorType>(t[order[j]].getType()).getNumElements();
       if (filled > 0 && filled + numel > chunk) {
-        starts.push_back(i);
+        starts.push_back(j);
         filled = 0;
       }
       filled += numel;
@@ -153,16 +384,16 @@ void splitOptimizer(Placement &p, int64_t chunk) {
       SmallVector<Value> tensors;
       SmallVector<Type> types;
       for (size_t k = 0; k < 4; ++k)
-        for (size_t i = lo; i < hi; ++i)
-          tensors.push_back(t[k * n + i]);
+        for (size_t j = lo; j < hi; ++j)
+          tensors.push_back(t[k * n + order[j]]);
       for (size_t k = 0; k < 3; ++k)
-        for (size_t i = lo; i < hi; ++i)
-          types.push_back(t[i].getType());
+        for (size_t j = lo; j < hi; ++j)
+          types.push_back(t[order[j]].getType());
       auto part = rebuild(b, multi, tensors, types, p);
       for (size_t k = 0; k < 3; ++k)
-        for (size_t i = lo; i < hi; ++i)
-          multi.getResult(k * n + i)
-              .replaceAllUsesWith(part.getResult(k * m + (i - lo)));
+        for (size_t j = lo; j < hi; ++j)
+          multi.getResult(k * n + order[j])
+              .replaceAllUsesWith(part.getResult(k * m + (j - lo)));
     }
     p.hostOps.remove(multi);
     multi.erase();
@@ -567,7 +798,13 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
     }
     if (ratio == 0.0)
       return; // nothing offloaded: the IR stays as it is.
-    splitOptimizer(*placement, chunkElements);
+    std::optional<Readiness> ready;
+    if (overlap) {
+      if (failed(checkOverlap(fn, params)))
+        return signalPassFailure();
+      ready.emplace(singleStepCall(fn));
+    }
+    splitOptimizer(*placement, chunkElements, ready ? &*ready : nullptr);
     if (ratio < 1.0)
       keepShareOnDevice(*placement, ratio);
     if (placement->hostOps.empty())
@@ -576,12 +813,23 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
       return signalPassFailure();
     if (params == "cpu" && failed(offloadParams(fn, *placement)))
       return signalPassFailure();
+    if (overlap && failed(fixClipOff(fn)))
+      return signalPassFailure();
     LastCopies last;
     copyOperandsToHost(*placement, last);
     copyResultsToDevice(*placement, last);
-    // After the copies to the device: those go after the last copy made of
-    // the same producer, which must not be one this moves down.
-    streamCopiesToHost(*placement, copyAhead);
+    if (overlap) {
+      func::CallOp call = singleStepCall(fn);
+      llvm::DenseSet<Operation *> afterCall;
+      for (Operation *op = call->getNextNode(); op; op = op->getNextNode())
+        afterCall.insert(op);
+      inlineStepCall(call);
+      hoistCopiesToHost(fn.getBody().front(), afterCall);
+    } else {
+      // After the copies to the device: those go after the last copy made
+      // of the same producer, which must not be one this moves down.
+      streamCopiesToHost(*placement, copyAhead);
+    }
     if (failed(mark(fn, *placement)))
       return signalPassFailure();
   }

@@ -733,6 +733,22 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
     moments). `dsc compile --offload-ratio auto` picks the least ratio
     whose plan fits `--memory-budget`.
 
+    With `overlap` the host optimizer runs during backward. The step's
+    call of @forward_backward is inlined; the chunks are cut in the order in
+    which backward makes their parameters' final gradients (and `ratio`
+    then keeps on the device the chunks whose gradients come last, such as
+    a tied embedding's); each copy to the host moves up to right after the
+    value it reads, together with the ops after backward that make it (a
+    gradient's loss normalization, the learning rate), so a chunk's
+    gradients come down while backward goes on and its host AdamW starts
+    when the last of them is down. Clipping's coefficient would make every
+    update wait for the global norm, so overlap needs `clip` = 0 at compile
+    time and fixes it: the coefficient becomes its 1 and the `clip`
+    hyperparameter leaves the step (the program has no --clip). It also
+    needs one micro-batch per step, no fp16 loss scaling and `params=none`;
+    otherwise it is an error naming what stands in the way. The host then
+    holds every offloaded gradient at once (no copy-ahead).
+
     `optimizer=none` (the default) leaves the IR as it is. Stages 1-3
     (sharded state reached through slices and gathers) are refused with a
     message, as is an optimizer whose state is not an argument.
@@ -757,6 +773,14 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
            "last back holding at most 1 - ratio of them keep their masters "
            "and state on the device and update there, while the host "
            "updates the rest (0: nothing offloaded)">,
+    Option<"overlap", "overlap", "bool", /*default=*/"false",
+           "The host optimizer runs during backward: the step's call of "
+           "@forward_backward is inlined, the chunks follow the order in "
+           "which backward makes their gradients, and each gradient comes "
+           "down as soon as it is made (no copy-ahead: the host holds every "
+           "offloaded gradient at once). Needs --clip 0 (fixed: the "
+           "program has no --clip), one micro-batch per step, bf16 or fp32, "
+           "params=none">,
     Option<"function", "function", "std::string", /*default=*/"\"train_step\"",
            "The step function">,
     Option<"params", "params", "std::string", /*default=*/"\"none\"",

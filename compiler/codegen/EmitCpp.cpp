@@ -1160,7 +1160,18 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   auto mark = [&](const char *phase) {
     os << "\n  markPhase(ctx, dsc::Phase::" << phase << ");\n";
   };
-  if (fname == "forward_backward")
+  // An entry with forward and backward in its body (dsc-offload's overlap
+  // inlines the call): its phases are its own.
+  bool inlinedStep =
+      isEntry && !lastCall && llvm::any_of(body, [](Operation &op) {
+        return op.hasAttr("dsc.backward_begin");
+      });
+  Operation *firstHostOp = nullptr;
+  if (inlinedStep)
+    for (Operation &op : body)
+      if (!firstHostOp && op.hasAttr("dsc.on_host") && !isa<ConstantOp>(op))
+        firstHostOp = &op;
+  if (fname == "forward_backward" || inlinedStep)
     mark("Forward");
   size_t i = 0;
   for (Operation &op : body) {
@@ -1183,6 +1194,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
     }
     if (op.hasAttr("dsc.backward_begin"))
       mark("Backward");
+    if (&op == firstHostOp)
+      mark("Optimizer");
     if (!plan.dead.contains(&op) && failed(emitOp(&op, index, plan, label, os)))
       return failure();
     if (isEntry && &op == lastCall)

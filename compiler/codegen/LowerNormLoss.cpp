@@ -13,6 +13,8 @@
 
 #include "dialects/dsc/IR/DscOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -59,6 +61,17 @@ unsigned dropoutOrdinal(DropoutOp o) {
   return n;
 }
 
+/// Which call of the step draws `op`'s random numbers: its function's
+/// (ctx.call), or for a step whose call of @forward_backward dsc-offload
+/// inlined (overlap), that call's number (dsc.rng_call): the same masks.
+std::string rngCall(Operation *op) {
+  auto fn = op->getParentOfType<func::FuncOp>();
+  if (auto n =
+          fn ? fn->getAttrOfType<IntegerAttr>("dsc.rng_call") : IntegerAttr())
+    return cppInt(n.getInt());
+  return "ctx.call";
+}
+
 /// "rt::AttentionAttrs{scale, causal, window, dropout, seed[, limit]}".
 /// The dropout seed is drawn like a dropout's, from a position no op has
 /// (-1 - seed_id), so a forward, its backward and any recomputation draw
@@ -67,9 +80,10 @@ template <typename AttentionLike>
 std::string attentionAttrs(AttentionLike o, int64_t workspaceLimit = 0) {
   double dropout = toDouble(o.getDropout());
   std::string seed =
-      dropout > 0 ? "rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +
-                        cppInt(-1 - static_cast<int64_t>(o.getSeedId())) + ")"
-                  : "0";
+      dropout > 0
+          ? "rt::dropoutSeed(ctx.seed, ctx.step, " + rngCall(o.getOperation()) +
+                ", " + cppInt(-1 - static_cast<int64_t>(o.getSeedId())) + ")"
+          : "0";
   bool seqMajor = o.getSeqMajor();
   return "rt::AttentionAttrs{" + cppDouble(toDouble(o.getScale())) + ", " +
          cppBool(o.getCausal()) + ", " +
@@ -221,7 +235,8 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getGradValue())});
       })
       .Case([&](DropoutOp o) {
-        std::string seed = "rt::dropoutSeed(ctx.seed, ctx.step, ctx.call, " +
+        std::string seed = "rt::dropoutSeed(ctx.seed, ctx.step, " +
+                           rngCall(o.getOperation()) + ", " +
                            std::to_string(dropoutOrdinal(o)) + ")";
         return call("rt::dropout",
                     {ctx.view(o.getInput()), cppDouble(toDouble(o.getRatio())),

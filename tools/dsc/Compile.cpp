@@ -153,6 +153,13 @@ target and output:
                              bytes of GPU memory per element kept); auto:
                              the least R, in steps of 0.05, whose plan fits
                              --memory-budget (default 1)
+  --offload-overlap          the host AdamW runs during backward: each
+                             chunk as soon as backward has made its
+                             gradients (--offload-ratio then keeps on the
+                             GPU those made last). Needs --clip 0, which it
+                             fixes (the program has no --clip), and
+                             --accum-steps 1; pinned host memory holds every
+                             offloaded gradient at once
   --memory-budget SIZE       bytes a rank may hold, for --recompute auto
                              and --offload-ratio auto
                              (80GiB, 80GB, 512MiB or bytes; default for
@@ -259,6 +266,7 @@ struct CompileOptions {
   std::string offloadParam = "none";     // dsc-offload's params=
   double offloadRatio = 1.0;             // dsc-offload's ratio=
   bool offloadRatioAuto = false;         // --offload-ratio auto
+  bool offloadOverlap = false;           // dsc-offload's overlap=
   std::optional<uint64_t> memoryBudget; // --memory-budget
   uint64_t classifierChunk = uint64_t(256) << 20; // --classifier-chunk
   std::string precisionPipeline;  // dsc-mixed-precision options
@@ -643,6 +651,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.raiseSwiglu = false;
     else if (a == "--no-in-place-updates")
       o.inPlaceUpdates = false;
+    else if (a == "--offload-overlap")
+      o.offloadOverlap = true;
     else if (a == "--sync-batchnorm") {
       o.partitionPipeline +=
           std::string(o.partitionPipeline.empty() ? "" : " ") +
@@ -971,8 +981,9 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   if (o.offloadOptimizer != "none" &&
       !add("dsc-offload{optimizer=" + o.offloadOptimizer + " chunk-elements=" +
                o.offloadChunk + " copy-ahead=" + o.offloadCopyAhead +
-               " params=" + o.offloadParam + " ratio=" + formatNumber(o.offloadRatio) +
-               "}",
+               " params=" + o.offloadParam +
+               " ratio=" + formatNumber(o.offloadRatio) +
+               (o.offloadOverlap ? " overlap=true" : "") + "}",
            "offload options"))
     return failure();
   // Kernels are generated for the IR's f32 (not under --f64).
@@ -1222,6 +1233,9 @@ int runCompile(std::vector<std::string> args) {
   bool partialOffload = ratioAuto || o.offloadRatio != 1.0;
   if (partialOffload && o.offloadOptimizer == "none")
     return usageError("--offload-ratio needs --offload-optimizer cpu",
+                      kCompileUsage);
+  if (o.offloadOverlap && o.offloadOptimizer == "none")
+    return usageError("--offload-overlap needs --offload-optimizer cpu",
                       kCompileUsage);
   if (partialOffload && o.offloadParam != "none")
     return usageError("--offload-ratio below 1 keeps part of the optimizer "
