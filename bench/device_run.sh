@@ -46,6 +46,11 @@
 #   llama-off-r  a partial offload, --offload-ratio auto --memory-budget 22GiB
 #                (llama_1b_bf16_off_r: 0.75 of the elements on the host);
 #                losses against the llama part's
+#   llama-off-ov, llama-off-ovr
+#                --offload-overlap, the whole optimizer on the host
+#                (llama_1b_bf16_ov) or --offload-ratio auto --memory-budget
+#                22GiB (llama_1b_bf16_ovr): losses bitwise against
+#                llama-off's (ov) and close to llama's
 #   llama-off-rsel
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
 #   llama7b-off, llama7b
@@ -218,6 +223,13 @@ for part in "$@"; do
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_r "$B/llama_1b_bf16_off_r" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32
     python3 bench/close_losses.py "$W/llama_off_r.jsonl" "$W/llama_graph.jsonl" ;;
+  llama-off-ov | llama-off-ovr)
+    # --offload-overlap (the host AdamW during backward): the same bits as
+    # llama-off's run (run that part first), and the GPU AdamW's losses.
+    [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
+    v=${part#llama-off-}
+    dsc_variant llama_off_$v "$B/llama_1b_bf16_$v" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32
+    python3 bench/close_losses.py "$W/llama_off_$v.jsonl" "$W/llama_graph.jsonl" ;;
   llama-off-rsel)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_rsel "$B/llama_1b_bf16_off_rsel" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32 ;;

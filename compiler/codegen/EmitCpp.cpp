@@ -238,7 +238,7 @@ struct Context {
   char *hostFrame; // host values of a device program (dsc-offload)
 
   /// The context of a call made from here, its frame at `offset`.
-  Context callee(size_t offset) const {
+  [[maybe_unused]] Context callee(size_t offset) const {
     return {seed,   step,  ++*calls, calls, frame + offset, comm,
             consts, clock, hostFrame};
   }
