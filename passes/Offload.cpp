@@ -190,7 +190,7 @@ func::CallOp singleStepCall(func::FuncOp fn) {
 /// Step 0 (overlap): the step must let each chunk's update start as soon as
 /// its gradients are made: one micro-batch, no clipping and no fp16 loss
 /// scaling (both read every gradient first), the parameters on the device.
-LogicalResult checkOverlap(func::FuncOp fn, StringRef params) {
+FailureOr<func::CallOp> checkOverlap(func::FuncOp fn, StringRef params) {
   auto module = fn->getParentOfType<ModuleOp>();
   auto fail = [&](const Twine &why) {
     return fn.emitError("dsc-offload: overlap (the host optimizer running "
@@ -199,7 +199,8 @@ LogicalResult checkOverlap(func::FuncOp fn, StringRef params) {
   };
   if (params != "none")
     return fail("the parameters on the device (params=none)");
-  if (!singleStepCall(fn))
+  func::CallOp call = singleStepCall(fn);
+  if (!call)
     return fail("one call of @forward_backward in the step (--accum-steps 1): "
                 "with accumulation a gradient is final only after the last "
                 "micro-batch");
@@ -212,31 +213,26 @@ LogicalResult checkOverlap(func::FuncOp fn, StringRef params) {
       precision && precision.getValue() == "fp16")
     return fail("bf16 or fp32: fp16's loss scaler decides only when backward "
                 "ends whether the step is skipped");
-  return success();
+  return call;
 }
 
-/// Whether `v` is a splat constant of `x`.
-bool isSplat(Value v, double x) {
-  auto c = v.getDefiningOp<dsc::ConstantOp>();
-  auto dense =
-      c ? dyn_cast<DenseElementsAttr>(c.getValue()) : DenseElementsAttr();
-  return dense && dense.isSplat() && isa<FloatType>(dense.getElementType()) &&
-         dense.getSplatValue<APFloat>().convertToDouble() == x;
-}
+/// Whether `v` is a splat float constant of `x`.
+bool isSplat(Value v, double x) { return dsc::splatFloat(v) == x; }
 
-/// Erases `ops` that nothing reads and that have no effect, and what only
-/// they read, transitively.
-void eraseDead(SmallVector<Operation *> ops) {
-  while (!ops.empty()) {
-    Operation *op = ops.pop_back_val();
-    if (!op->use_empty() || !isMemoryEffectFree(op) ||
-        op->hasTrait<OpTrait::IsTerminator>())
-      continue;
-    for (Value v : op->getOperands())
+/// Erases `roots` and what they read, from the last op back, wherever
+/// nothing reads it any more and it has no effect.
+void eraseDead(ArrayRef<Operation *> roots) {
+  llvm::SetVector<Operation *> slice(roots.begin(), roots.end());
+  for (size_t i = 0; i < slice.size(); ++i)
+    for (Value v : slice[i]->getOperands())
       if (Operation *def = v.getDefiningOp())
-        ops.push_back(def);
-    op->erase();
-  }
+        slice.insert(def);
+  SmallVector<Operation *> ops = slice.takeVector();
+  llvm::sort(ops,
+             [](Operation *a, Operation *b) { return b->isBeforeInBlock(a); });
+  for (Operation *op : ops)
+    if (isOpTriviallyDead(op))
+      op->erase();
 }
 
 /// Step 0b (overlap): clipping is off for good. Its coefficient,
@@ -267,7 +263,7 @@ LogicalResult fixClipOff(func::FuncOp fn) {
       dead.push_back(where);
     }
   }
-  eraseDead(std::move(dead));
+  eraseDead(dead);
   if (!clip.use_empty())
     return fn.emitError("dsc-offload: overlap needs the clip "
                         "hyperparameter read only by the clipping "
@@ -798,11 +794,15 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
     }
     if (ratio == 0.0)
       return; // nothing offloaded: the IR stays as it is.
+    // overlap: the step's one call of @forward_backward, inlined below.
+    func::CallOp stepCall;
     std::optional<Readiness> ready;
     if (overlap) {
-      if (failed(checkOverlap(fn, params)))
+      FailureOr<func::CallOp> call = checkOverlap(fn, params);
+      if (failed(call))
         return signalPassFailure();
-      ready.emplace(singleStepCall(fn));
+      stepCall = *call;
+      ready.emplace(stepCall);
     }
     splitOptimizer(*placement, chunkElements, ready ? &*ready : nullptr);
     if (ratio < 1.0)
@@ -819,11 +819,10 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
     copyOperandsToHost(*placement, last);
     copyResultsToDevice(*placement, last);
     if (overlap) {
-      func::CallOp call = singleStepCall(fn);
       llvm::DenseSet<Operation *> afterCall;
-      for (Operation *op = call->getNextNode(); op; op = op->getNextNode())
+      for (Operation *op = stepCall->getNextNode(); op; op = op->getNextNode())
         afterCall.insert(op);
-      inlineStepCall(call);
+      inlineStepCall(stepCall);
       hoistCopiesToHost(fn.getBody().front(), afterCall);
     } else {
       // After the copies to the device: those go after the last copy made
