@@ -48,8 +48,9 @@
 #                losses against the llama part's
 #   llama-off-ov, llama-off-ovr
 #                --offload-overlap, the whole optimizer on the host
-#                (llama_1b_bf16_ov) or --offload-ratio auto --memory-budget
-#                22GiB (llama_1b_bf16_ovr): losses bitwise against
+#                (llama_1b_bf16_ov) or --offload-ratio 0.75, what auto
+#                picks for --memory-budget 22GiB (llama_1b_bf16_ovr; 21.53
+#                GiB planned): losses bitwise against
 #                llama-off's (ov) and close to llama's
 #   llama-off-rsel
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)

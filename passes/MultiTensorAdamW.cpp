@@ -1,10 +1,11 @@
 //===- MultiTensorAdamW.cpp - dsc.adamw ops as one dsc.adamw_multi --------===//
 //
-// dsc-multi-tensor-adamw (Passes.td): per function, group the adamw ops by
-// their scalar operands and the scale folded from their grads (analysis),
-// then build one dsc.adamw_multi per group where its last member stood and
-// rewire the members' results (rewrite); optionally the group also writes
-// its parameters' compute copies, which become step state.
+// dsc-multi-tensor-adamw (Passes.td): per function, the returned gradients
+// unnormalized where a loss normalizer scales them all, then group the adamw
+// ops by their scalar operands and the scales folded from their grads
+// (analysis), then build one dsc.adamw_multi per group where its last member
+// stood and rewire the members' results (rewrite); optionally the group also
+// writes its parameters' compute copies, which become step state.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +15,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <map>
 #include <tuple>
@@ -27,30 +29,42 @@ using namespace mlir;
 
 namespace {
 
-/// One adamw as a member of a group: its grad with the scale folded out.
+/// One adamw as a member of a group: its grad with the scales folded out
+/// (grad = mul(mul(grad', prescale), scale)).
 struct Member {
   dsc::AdamWOp op;
-  Value grad;  // what the kernel reads
-  Value scale; // null: none
+  Value grad;     // what the kernel reads
+  Value scale;    // null: none
+  Value prescale; // null: none (never set without scale)
 };
 
-/// A scalar f32 `s` with grad = dsc.mul(g, s) (or mul(s, g)) used only by
-/// `op`: g and s, else the grad as it is.
-Member unscaled(dsc::AdamWOp op) {
-  Value grad = op.getGrad();
-  auto mul = grad.getDefiningOp<dsc::MulOp>();
-  if (!mul || !grad.hasOneUse())
-    return {op, grad, Value()};
-  auto isScalar = [](Value v) {
-    auto t = cast<RankedTensorType>(v.getType());
+/// `v` = dsc.mul(x, s) (or mul(s, x)) with s a scalar f32 and x of v's
+/// type, read only by its one user: {x, s}, else {v, null}.
+std::pair<Value, Value> peelScale(Value v) {
+  auto mul = v.getDefiningOp<dsc::MulOp>();
+  if (!mul || !v.hasOneUse())
+    return {v, Value()};
+  auto isScalar = [](Value s) {
+    auto t = cast<RankedTensorType>(s.getType());
     return t.getRank() == 0 && t.getElementType().isF32();
   };
   Value a = mul.getLhs(), b = mul.getRhs();
-  if (isScalar(b) && a.getType() == grad.getType())
-    return {op, a, b};
-  if (isScalar(a) && b.getType() == grad.getType())
-    return {op, b, a};
-  return {op, grad, Value()};
+  if (isScalar(b) && a.getType() == v.getType())
+    return {a, b};
+  if (isScalar(a) && b.getType() == v.getType())
+    return {b, a};
+  return {v, Value()};
+}
+
+/// `op`'s grad with up to two scales peeled: the clip coefficient, then a
+/// loss normalizer under it (its sum of squares reads the unnormalized
+/// grads with that scale once canonicalized: see SumSquaresOp).
+Member unscaled(dsc::AdamWOp op) {
+  auto [scaled, scale] = peelScale(op.getGrad());
+  if (!scale)
+    return {op, scaled, Value(), Value()};
+  auto [grad, prescale] = peelScale(scaled);
+  return {op, grad, scale, prescale};
 }
 
 /// Whether any result of `op` is read before `last` (then the group, which
@@ -66,7 +80,7 @@ bool readBefore(Operation *op, Operation *last) {
 /// Step 1: the groups of `block` (`minGroup` members or more), in block
 /// order.
 std::vector<std::vector<Member>> findGroups(Block &block, unsigned minGroup) {
-  using Key = std::tuple<void *, void *, void *, void *, void *, void *,
+  using Key = std::tuple<void *, void *, void *, void *, void *, void *, void *,
                          void *>;
   std::map<Key, std::vector<Member>> byKey;
   std::vector<Key> order;
@@ -78,7 +92,8 @@ std::vector<std::vector<Member>> findGroups(Block &block, unsigned minGroup) {
             op.getEps().getAsOpaquePointer(),
             op.getWeightDecay().getAsOpaquePointer(),
             op.getStep().getAsOpaquePointer(),
-            m.scale.getAsOpaquePointer()};
+            m.scale.getAsOpaquePointer(),
+            m.prescale.getAsOpaquePointer()};
     auto [it, isNew] = byKey.try_emplace(key);
     if (isNew)
       order.push_back(key);
@@ -140,12 +155,18 @@ LogicalResult rewrite(func::FuncOp fn, std::vector<Member> group,
   SmallVector<Location> locs;
   for (Member &m : group)
     locs.push_back(m.op.getLoc());
-  Value scale = group.front().scale;
-  if (!scale) // unscaled grads: a splat 1 (the kernel skips the multiply)
-    scale = dsc::ConstantOp::create(
-        b, last.getLoc(),
-        DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()),
-                               b.getF32FloatAttr(1.0f).getValue()));
+  // Unscaled grads: a splat 1 (the kernel skips the multiply).
+  Value one;
+  auto orOne = [&](Value scale) {
+    if (!scale && !one)
+      one = dsc::ConstantOp::create(
+          b, last.getLoc(),
+          DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()),
+                                 b.getF32FloatAttr(1.0f).getValue()));
+    return scale ? scale : one;
+  };
+  Value scale = orOne(group.front().scale);
+  Value prescale = orOne(group.front().prescale);
   size_t n = group.size();
   SmallVector<Type> types;
   for (int k = 0; k < 3; ++k)
@@ -156,7 +177,7 @@ LogicalResult rewrite(func::FuncOp fn, std::vector<Member> group,
   auto multi = dsc::AdamWMultiOp::create(
       b, FusedLoc::get(b.getContext(), locs), types, last.getLr(),
       last.getBeta1(), last.getBeta2(), last.getEps(), last.getWeightDecay(),
-      last.getStep(), scale, tensors);
+      last.getStep(), scale, prescale, tensors);
   for (size_t i = 0; i < n; ++i) {
     Member &m = group[i];
     m.op.getNewParam().replaceAllUsesWith(multi.getResult(i));
@@ -164,14 +185,74 @@ LogicalResult rewrite(func::FuncOp fn, std::vector<Member> group,
     m.op.getNewExpAvgSq().replaceAllUsesWith(multi.getResult(2 * n + i));
   }
   for (Member &m : group) {
-    Operation *scaled = m.scale ? m.op.getGrad().getDefiningOp() : nullptr;
+    // The clip coefficient's mul, then the normalizer's under it.
+    Operation *outer = m.scale ? m.op.getGrad().getDefiningOp() : nullptr;
+    Operation *inner = nullptr;
+    if (outer && m.prescale)
+      for (Value v : outer->getOperands())
+        if (v != m.scale)
+          inner = v.getDefiningOp();
     m.op.erase();
-    if (scaled && scaled->use_empty())
-      scaled->erase();
+    for (Operation *mul : {outer, inner})
+      if (mul && mul->use_empty())
+        mul->erase();
   }
   if (casts.empty())
     return success();
   return dsc::castsToState(fn, casts, multi.getResults().drop_front(3 * n));
+}
+
+/// Step 0: when every gradient @train_step returns ({dsc.grad}) is dsc.mul(g,
+/// s) of one scalar f32 s (the loss normalizer, 1 / label count), return the g
+/// instead and s as a result {dsc.grad_normalizer}: the program multiplies them
+/// when it reports gradients (--dump-grads, --gradcheck), rounding as the mul
+/// does. Then no kernel of the step needs to write the normalized gradients:
+/// the norm reads them unnormalized with s as its scale (SumSquaresOp's
+/// canonicalization, applied again here) and the AdamW kernel folds s in (step
+/// 1's prescale).
+void returnRawGradients(func::FuncOp fn) {
+  // The program's entry only: a callee's results are its callers' to read.
+  auto ret = dyn_cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+  if (!ret || fn.getSymName() != "train_step")
+    return;
+  Value common;
+  SmallVector<std::pair<unsigned, Value>> raw;
+  for (unsigned k = 0; k < fn.getNumResults(); ++k) {
+    if (!fn.getResultAttr(k, "dsc.grad"))
+      continue;
+    Value v = ret.getOperand(k);
+    auto mul = v.getDefiningOp<dsc::MulOp>();
+    if (!mul)
+      return;
+    Value x = mul.getLhs(), s = mul.getRhs();
+    if (x.getType() != v.getType())
+      std::swap(x, s);
+    auto st = dyn_cast<RankedTensorType>(s.getType());
+    if (x.getType() != v.getType() || !st || st.getRank() != 0 ||
+        !st.getElementType().isF32() || (common && s != common))
+      return;
+    common = s;
+    raw.push_back({k, x});
+  }
+  if (raw.empty())
+    return;
+  for (auto [k, x] : raw)
+    ret->setOperand(k, x);
+  OpBuilder b(ret);
+  SmallVector<Value> results(ret.getOperands());
+  results.push_back(common);
+  SmallVector<DictionaryAttr> attrs;
+  fn.getAllResultAttrs(attrs);
+  attrs.push_back(b.getDictionaryAttr(
+      b.getNamedAttr("dsc.grad_normalizer", b.getUnitAttr())));
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  ret.erase();
+  fn.setType(FunctionType::get(fn.getContext(), fn.getArgumentTypes(),
+                               TypeRange(ValueRange(results))));
+  fn.setAllResultAttrs(attrs);
+  RewritePatternSet patterns(fn.getContext());
+  dsc::SumSquaresOp::getCanonicalizationPatterns(patterns, fn.getContext());
+  (void)applyPatternsGreedily(fn, std::move(patterns));
 }
 
 struct MultiTensorAdamW
@@ -182,6 +263,7 @@ struct MultiTensorAdamW
     for (auto fn : getOperation().getOps<func::FuncOp>()) {
       if (fn.isExternal())
         continue;
+      returnRawGradients(fn);
       for (std::vector<Member> &group :
            findGroups(fn.getBody().front(), minGroup))
         if (failed(rewrite(fn, std::move(group), computeCopies)))

@@ -126,7 +126,7 @@ dsc::AdamWMultiOp rebuild(OpBuilder &b, dsc::AdamWMultiOp multi,
   auto op = dsc::AdamWMultiOp::create(
       b, multi.getLoc(), types, multi.getLr(), multi.getBeta1(),
       multi.getBeta2(), multi.getEps(), multi.getWeightDecay(), multi.getStep(),
-      multi.getGradScale(), tensors);
+      multi.getGradScale(), multi.getGradPrescale(), tensors);
   op->setAttrs(multi->getAttrs());
   p.hostOps.insert(op);
   return op;

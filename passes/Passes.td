@@ -600,8 +600,17 @@ def DscMultiTensorAdamW : Pass<"dsc-multi-tensor-adamw", "mlir::ModuleOp"> {
     decay) become one dsc.adamw_multi where the last of them stood: one
     kernel launch for every parameter at any ZeRO stage, instead of one per
     parameter (GPT-2: 148). A grad that is `dsc.mul(g, s)` of a scalar s,
-    used only by its adamw (the loss normalization or clipping factor), is
-    folded into the group's `grad_scale` when the whole group shares s.
+    used only by its adamw (the clipping factor), is folded into the
+    group's `grad_scale` when the whole group shares s; a `dsc.mul(g, t)`
+    under it (the loss normalizer) likewise into `grad_prescale`.
+
+    First, when every gradient the function returns ({dsc.grad}) is
+    `dsc.mul(g, t)` of one scalar f32 t (dsc-global-mean-loss's 1 / label
+    count), it returns the g and t as a result {dsc.grad_normalizer} (the
+    program multiplies them when it reports gradients), and the gradient
+    norm's `dsc.sum_squares` takes t as its scale: no kernel writes the
+    normalized gradients (the Llama-3.2-1B shape: 148 launches, 7.4 ms of
+    an H100 step).
     An adamw whose results are read before the group's last adamw stays
     on its own. Results are bitwise those of the separate ops.
 

@@ -1531,6 +1531,8 @@ std::optional<Role> resultRole(DictionaryAttr attrs) {
       return Role{role, s.getValue().str()};
   if (attrs.get("dsc.grad_norm"))
     return Role{"GradNorm", "grad_norm"};
+  if (attrs.get("dsc.grad_normalizer"))
+    return Role{"GradNormalizer", "grad_normalizer"};
   if (attrs.get("dsc.lr"))
     return Role{"Lr", "lr"};
   if (auto s = attrs.getAs<StringAttr>("dsc.scaler_update"))
@@ -1783,7 +1785,7 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
              << i << " of @" << entry.getSymName()
              << " has no role (dsc.output, dsc.param_update, "
                 "dsc.opt_state_update, dsc.buffer_update, dsc.grad, "
-                "dsc.grad_norm or dsc.lr)";
+                "dsc.grad_norm, dsc.grad_normalizer or dsc.lr)";
     Type type = entry.getResultTypes()[i];
     FailureOr<int64_t> bucket = bucketOf(entry.getResultAttrDict(i), type,
                                          "result " + std::to_string(i));

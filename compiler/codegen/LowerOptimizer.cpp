@@ -59,13 +59,18 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
                    "},\n";
         }
         setup += "};\n";
-        Value scale = o.getGradScale();
-        return R(LoweredCall{
-            setup, cppCall("rt::adamwMulti",
-                           {table, std::to_string(n), ctx.view(o.getLr()),
-                            ctx.view(o.getBeta1()), ctx.view(o.getBeta2()),
-                            ctx.view(o.getEps()), ctx.view(o.getWeightDecay()),
-                            ctx.view(o.getStep()), scaleView(scale)})});
+        SmallVector<std::string> args = {table,
+                                         std::to_string(n),
+                                         ctx.view(o.getLr()),
+                                         ctx.view(o.getBeta1()),
+                                         ctx.view(o.getBeta2()),
+                                         ctx.view(o.getEps()),
+                                         ctx.view(o.getWeightDecay()),
+                                         ctx.view(o.getStep()),
+                                         scaleView(o.getGradScale())};
+        if (std::string pre = scaleView(o.getGradPrescale()); pre != "Tensor()")
+          args.push_back(pre);
+        return R(LoweredCall{setup, cppCall("rt::adamwMulti", args)});
       })
       .Case([&](SumSquaresOp o) -> LowerResult {
         std::string table = "squares" + std::to_string(ctx.opIndex);

@@ -221,13 +221,14 @@ Status checkAdamw(Call &call, const Tensor &param, const Tensor &grad,
                   int64_t *stepValue);
 /// adamwMulti's checks: checkAdamw on every entry with a Call of its own
 /// ("adamw_multi(entry=i, ...)"), then the compute copy (bf16 or f16 of
-/// param's shape), the entries' common dtype and gradScale (absent or a
-/// scalar of that dtype). `stepValue` as for checkAdamw.
+/// param's shape), the entries' common dtype, gradScale and gradPrescale
+/// (each absent or a scalar of that dtype). `stepValue` as for checkAdamw.
 Status checkAdamwMulti(const AdamwTensors *tensors, size_t count,
                        const Tensor &lr, const Tensor &beta1,
                        const Tensor &beta2, const Tensor &eps,
                        const Tensor &weightDecay, const Tensor &step,
-                       const Tensor &gradScale, int64_t *stepValue);
+                       const Tensor &gradScale, const Tensor &gradPrescale,
+                       int64_t *stepValue);
 /// sumSquares' checks: every tensor f32 or f64 (entry 0's dtype), present
 /// unless empty; `scale` absent or a float scalar of f32 or that dtype;
 /// `out` a float scalar of f32 or f64. Errors name the entry:

@@ -188,8 +188,10 @@ AdamwConsts<T> adamwConsts(const Tensor &lr, const Tensor &beta1,
 /// it is vectorized (sqrt without errno: this file is built with
 /// -fno-math-errno; the values are the scalar ones, IEEE per lane, and no
 /// multiply-add is contracted: the clones are AVX2 without FMA and SSE2).
-template <typename T, bool Scaled>
-inline void adamwLoop(const AdamwConsts<T> &k, T scale, const T *p,
+/// The gradient is first multiplied by the first `Scales` of (s0, s1), in
+/// that order, each product rounded to T.
+template <typename T, int Scales>
+inline void adamwLoop(const AdamwConsts<T> &k, T s0, T s1, const T *p,
                       const T *g, const T *m, const T *v, T *np, T *nm, T *nv,
                       int64_t n) {
   const T tB1 = k.b1, tB2 = k.b2, tDecay = k.decay, tStep = k.stepSize,
@@ -203,8 +205,10 @@ inline void adamwLoop(const AdamwConsts<T> &k, T scale, const T *p,
 #endif
   for (int64_t i = 0; i < n; ++i) {
     T gi = g[i];
-    if constexpr (Scaled)
-      gi = T(gi * scale);
+    if constexpr (Scales >= 1)
+      gi = T(gi * s0);
+    if constexpr (Scales >= 2)
+      gi = T(gi * s1);
     T pi = p[i] * tDecay;
     T mi = tB1 * m[i] + oB1 * gi;
     T vi = tB2 * v[i] + oB2 * gi * gi;
@@ -220,22 +224,24 @@ inline void adamwLoop(const AdamwConsts<T> &k, T scale, const T *p,
 #endif
 
 DSC_ADAMW_CLONES
-void adamwF32(const AdamwConsts<float> &k, float scale, bool scaled,
+void adamwF32(const AdamwConsts<float> &k, float s0, float s1, int scales,
               const float *p, const float *g, const float *m, const float *v,
               float *np, float *nm, float *nv, int64_t n) {
-  if (scaled)
-    adamwLoop<float, true>(k, scale, p, g, m, v, np, nm, nv, n);
+  if (scales == 2)
+    adamwLoop<float, 2>(k, s0, s1, p, g, m, v, np, nm, nv, n);
+  else if (scales == 1)
+    adamwLoop<float, 1>(k, s0, s1, p, g, m, v, np, nm, nv, n);
   else
-    adamwLoop<float, false>(k, scale, p, g, m, v, np, nm, nv, n);
+    adamwLoop<float, 0>(k, s0, s1, p, g, m, v, np, nm, nv, n);
 }
 
-/// Elements [begin, end) of one parameter's adamw. With Scaled the gradient
-/// is first multiplied by `scale` and rounded to T, as binary's mul rounds
-/// it; with a compute copy newParam is also written rounded to bf16 or
-/// f16, through f32 as cast rounds it (block by block, while it is in
-/// cache).
-template <typename T, bool Scaled>
-void adamwElements(const AdamwConsts<T> &k, T scale, const AdamwTensors &e,
+/// Elements [begin, end) of one parameter's adamw. The gradient is first
+/// multiplied by the first `Scales` of (s0, s1), each product rounded to T
+/// as binary's mul rounds it; with a compute copy newParam is also written
+/// rounded to bf16 or f16, through f32 as cast rounds it (block by block,
+/// while it is in cache).
+template <typename T, int Scales>
+void adamwElements(const AdamwConsts<T> &k, T s0, T s1, const AdamwTensors &e,
                    int64_t begin, int64_t end) {
   const T *p = e.param.as<T>(), *g = e.grad.as<T>(), *m = e.expAvg.as<T>(),
           *v = e.expAvgSq.as<T>();
@@ -247,10 +253,10 @@ void adamwElements(const AdamwConsts<T> &k, T scale, const AdamwTensors &e,
   for (int64_t b = begin; b < end; b += kBlock) {
     int64_t n = std::min(kBlock, end - b);
     if constexpr (std::is_same_v<T, float>)
-      adamwF32(k, scale, Scaled, p + b, g + b, m + b, v + b, np + b, nm + b,
+      adamwF32(k, s0, s1, Scales, p + b, g + b, m + b, v + b, np + b, nm + b,
                nv + b, n);
     else
-      adamwLoop<T, Scaled>(k, scale, p + b, g + b, m + b, v + b, np + b,
+      adamwLoop<T, Scales>(k, s0, s1, p + b, g + b, m + b, v + b, np + b,
                            nm + b, nv + b, n);
     if (!copy)
       continue;
@@ -279,9 +285,8 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
                        newParam, newExpAvg, newExpAvgSq, Tensor()};
   dispatchFloat(param.dtype, [&](auto tag) {
     using T = decltype(tag);
-    adamwElements<T, false>(
-        adamwConsts<T>(lr, beta1, beta2, eps, weightDecay, t), T(1), e, 0,
-        param.numel());
+    adamwElements<T, 0>(adamwConsts<T>(lr, beta1, beta2, eps, weightDecay, t),
+                        T(1), T(1), e, 0, param.numel());
   });
   return Status();
 }
@@ -290,7 +295,8 @@ Status detail::checkAdamwMulti(const AdamwTensors *tensors, size_t count,
                                const Tensor &lr, const Tensor &beta1,
                                const Tensor &beta2, const Tensor &eps,
                                const Tensor &weightDecay, const Tensor &step,
-                               const Tensor &gradScale, int64_t *stepValue) {
+                               const Tensor &gradScale,
+                               const Tensor &gradPrescale, int64_t *stepValue) {
   if (count == 0)
     return Status();
   if (!tensors)
@@ -319,23 +325,28 @@ Status detail::checkAdamwMulti(const AdamwTensors *tensors, size_t count,
         return call.fail("compute_copy must be bf16 or f16 of param's shape");
     }
   }
-  if (gradScale.present() && (!isScalar(gradScale) || !validRank(gradScale) ||
-                              gradScale.dtype != dtype))
-    return Call("adamw_multi")
-        .arg("grad_scale", gradScale)
-        .fail(std::string("grad_scale must be a scalar of the parameters' "
-                          "dtype, ") +
-              dtypeName(dtype));
+  for (auto [name, scale] :
+       {std::pair<const char *, const Tensor *>{"grad_scale", &gradScale},
+        {"grad_prescale", &gradPrescale}})
+    if (scale->present() &&
+        (!isScalar(*scale) || !validRank(*scale) || scale->dtype != dtype))
+      return Call("adamw_multi")
+          .arg(name, *scale)
+          .fail(std::string(name) +
+                " must be a scalar of the parameters' dtype, " +
+                dtypeName(dtype));
   return Status();
 }
 
 Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
                   const Tensor &beta1, const Tensor &beta2, const Tensor &eps,
                   const Tensor &weightDecay, const Tensor &step,
-                  const Tensor &gradScale, int threads) {
+                  const Tensor &gradScale, const Tensor &gradPrescale,
+                  int threads) {
   int64_t t = 0;
-  if (Status st = checkAdamwMulti(tensors, count, lr, beta1, beta2, eps,
-                                  weightDecay, step, gradScale, &t);
+  if (Status st =
+          checkAdamwMulti(tensors, count, lr, beta1, beta2, eps, weightDecay,
+                          step, gradScale, gradPrescale, &t);
       !st.ok())
     return st;
   if (count == 0)
@@ -347,8 +358,12 @@ Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
     using T = decltype(tag);
     const AdamwConsts<T> k =
         adamwConsts<T>(lr, beta1, beta2, eps, weightDecay, t);
-    const bool scaled = gradScale.present();
-    const T scale = scaled ? *gradScale.as<T>() : T(1);
+    // The scales present, in the order they apply: prescale, then scale.
+    T s[2] = {T(1), T(1)};
+    int scales = 0;
+    for (const Tensor *scale : {&gradPrescale, &gradScale})
+      if (scale->present())
+        s[scales++] = *scale->as<T>();
     // The entries laid end to end; each thread takes a contiguous range of
     // that and updates the parts of the entries it covers.
     parallelFor(total, threads, int64_t(1) << 16,
@@ -362,10 +377,12 @@ Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
                     offset += n;
                     if (lo >= hi)
                       continue;
-                    if (scaled)
-                      adamwElements<T, true>(k, scale, e, lo, hi);
+                    if (scales == 2)
+                      adamwElements<T, 2>(k, s[0], s[1], e, lo, hi);
+                    else if (scales == 1)
+                      adamwElements<T, 1>(k, s[0], s[1], e, lo, hi);
                     else
-                      adamwElements<T, false>(k, scale, e, lo, hi);
+                      adamwElements<T, 0>(k, s[0], s[1], e, lo, hi);
                   }
                 });
   });

@@ -62,12 +62,14 @@ struct AdamwTensors {
 /// adamw over `count` parameters in one call, with the gradient scaled
 /// first and the compute copy written after. For every entry the results
 /// are bitwise those of
+///   binary(Mul, grad, gradPrescale, grad)     (when gradPrescale is present)
 ///   binary(Mul, grad, gradScale, scaled)         (when gradScale is present)
 ///   adamw(param, scaled, expAvg, ..., newParam, newExpAvg, newExpAvgSq)
 ///   cast(newParam, computeCopy)                  (when computeCopy is present)
 /// without writing the scaled gradient anywhere (grad is only read).
 /// Every entry passes adamw's checks; all share one dtype (f32 or f64);
-/// gradScale, when present, is a scalar of that dtype. Results may be their
+/// gradScale and gradPrescale, when present, are scalars of that dtype.
+/// Results may be their
 /// operands' storage element for element (newParam == param, ...), as for
 /// adamw; the compute copy overlaps nothing. Errors name the entry:
 /// "adamw_multi(entry=3, param=f32[4], grad=f32[5], ...): ...". Zero
@@ -76,7 +78,8 @@ struct AdamwTensors {
 Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
                   const Tensor &beta1, const Tensor &beta2, const Tensor &eps,
                   const Tensor &weightDecay, const Tensor &step,
-                  const Tensor &gradScale = Tensor(), int threads = 0);
+                  const Tensor &gradScale = Tensor(),
+                  const Tensor &gradPrescale = Tensor(), int threads = 0);
 
 /// dsc.sum_squares: out = the sum over every element x of the `count`
 /// tensors of double(v) * double(v), v = x * scale rounded to the tensors'

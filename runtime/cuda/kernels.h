@@ -216,12 +216,14 @@ Status adamw(const Tensor &param, const Tensor &grad, const Tensor &expAvg,
 /// holds). The launch grid-strides over chunks of 2048 elements of the
 /// entries laid end to end, with 16-byte loads and stores where an entry's
 /// pointers are aligned. No host synchronization and no allocation, so it
-/// can be captured in a CUDA graph; the hyperparameters, step and gradScale
-/// are read on the device. A step below 1 writes nothing (as adamw).
+/// can be captured in a CUDA graph; the hyperparameters, step, gradScale
+/// and gradPrescale are read on the device. A step below 1 writes nothing
+/// (as adamw).
 Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
                   const Tensor &beta1, const Tensor &beta2, const Tensor &eps,
                   const Tensor &weightDecay, const Tensor &step,
-                  const Tensor &gradScale = Tensor());
+                  const Tensor &gradScale = Tensor(),
+                  const Tensor &gradPrescale = Tensor());
 /// As cpu::sumSquares (same checks, errors and chunks; the same result up
 /// to the order of the double additions): each table of up to 1024 tensors
 /// one launch that grid-strides over their chunks (16-byte loads where

@@ -225,7 +225,8 @@ template <typename T> struct MultiEntry {
 
 template <typename T> struct AdamwMultiArgs {
   AdamwScalars s;
-  Scalar gradScale; ///< data == nullptr: none
+  Scalar gradScale;    ///< data == nullptr: none
+  Scalar gradPrescale; ///< data == nullptr: none
   int count;
   /// chunkEnd[i]: the chunks of entries 0..i; the last is the total.
   int64_t chunkEnd[kMultiMaxEntries];
@@ -263,10 +264,11 @@ template <> struct Pack<double> {
   }
 };
 
-/// The per-step constants of adamwKernel, plus the gradient scale.
+/// The per-step constants of adamwKernel, plus the gradient's scales
+/// (prescale first).
 template <typename T> struct AdamwConsts {
-  T b1, b2, oneB1, oneB2, decay, step, bc2, eps, scale;
-  bool scaled;
+  T b1, b2, oneB1, oneB2, decay, step, bc2, eps, scale, prescale;
+  bool scaled, prescaled;
 };
 
 /// One element: adamwKernel's arithmetic after the gradient is scaled (one
@@ -274,6 +276,8 @@ template <typename T> struct AdamwConsts {
 template <typename T>
 __device__ inline void adamwElement(const AdamwConsts<T> &k, T p, T g, T m, T v,
                                     T &np, T &nm, T &nv) {
+  if (k.prescaled)
+    g = mul(g, k.prescale);
   if (k.scaled)
     g = mul(g, k.scale);
   T pi = mul(p, k.decay);
@@ -362,20 +366,23 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     adamwMultiKernel(const __grid_constant__ AdamwMultiArgs<T> a) {
   // As adamwKernel: thread 0 reads the device scalars once per block.
-  __shared__ T c[7];
+  __shared__ T c[8];
   __shared__ bool run;
   if (threadIdx.x == 0) {
     run = adamwStepConstants(a.s, c);
     c[6] = a.gradScale.data ? *static_cast<const T *>(a.gradScale.data) : T(1);
+    c[7] = a.gradPrescale.data ? *static_cast<const T *>(a.gradPrescale.data)
+                               : T(1);
   }
   __syncthreads();
   if (!run)
     return;
   AdamwConsts<T> k;
   k.b1 = c[0], k.b2 = c[1], k.decay = c[2], k.step = c[3], k.bc2 = c[4];
-  k.eps = c[5], k.scale = c[6];
+  k.eps = c[5], k.scale = c[6], k.prescale = c[7];
   k.oneB1 = sub(T(1), k.b1), k.oneB2 = sub(T(1), k.b2);
   k.scaled = a.gradScale.data != nullptr;
+  k.prescaled = a.gradPrescale.data != nullptr;
   const int64_t chunks = a.chunkEnd[a.count - 1];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     int lo = entryOfChunk(a.chunkEnd, a.count, chunk);
@@ -541,7 +548,8 @@ Status residentBlocks(Kernel kernel, int64_t &blocks) {
 
 template <typename T>
 Status launchAdamwMulti(const AdamwTensors *tensors, size_t count,
-                        const AdamwScalars &s, const Tensor &gradScale) {
+                        const AdamwScalars &s, const Tensor &gradScale,
+                        const Tensor &gradPrescale) {
   // As many blocks as the GPU holds at once: each reads the scalars once,
   // then strides over the chunks.
   int64_t maxBlocks = 0;
@@ -551,6 +559,8 @@ Status launchAdamwMulti(const AdamwTensors *tensors, size_t count,
   a.s = s;
   a.gradScale =
       gradScale.present() ? scalarOf(gradScale) : Scalar{nullptr, DType::F32};
+  a.gradPrescale = gradPrescale.present() ? scalarOf(gradPrescale)
+                                          : Scalar{nullptr, DType::F32};
   size_t i = 0;
   while (i < count) {
     // The next table: up to kMultiMaxEntries entries with elements.
@@ -599,9 +609,9 @@ Status launchAdamwMulti(const AdamwTensors *tensors, size_t count,
 Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
                   const Tensor &beta1, const Tensor &beta2, const Tensor &eps,
                   const Tensor &weightDecay, const Tensor &step,
-                  const Tensor &gradScale) {
+                  const Tensor &gradScale, const Tensor &gradPrescale) {
   if (Status st = checkAdamwMulti(tensors, count, lr, beta1, beta2, eps,
-                                  weightDecay, step, gradScale,
+                                  weightDecay, step, gradScale, gradPrescale,
                                   /*stepValue=*/nullptr);
       !st.ok())
     return st;
@@ -610,8 +620,8 @@ Status adamwMulti(const AdamwTensors *tensors, size_t count, const Tensor &lr,
   AdamwScalars s{scalarOf(lr),  scalarOf(beta1),       scalarOf(beta2),
                  scalarOf(eps), scalarOf(weightDecay), scalarOf(step)};
   if (tensors[0].param.dtype == DType::F32)
-    return launchAdamwMulti<float>(tensors, count, s, gradScale);
-  return launchAdamwMulti<double>(tensors, count, s, gradScale);
+    return launchAdamwMulti<float>(tensors, count, s, gradScale, gradPrescale);
+  return launchAdamwMulti<double>(tensors, count, s, gradScale, gradPrescale);
 }
 
 namespace {

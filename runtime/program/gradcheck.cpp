@@ -49,6 +49,15 @@ Status gradcheck(Job &job, Ranks &ranks, bool &passed) {
     return s;
   if (Status s = ranks.fetch(layout.grads, /*args=*/false); !s.ok())
     return s;
+  // Gradients returned unnormalized ({dsc.grad_normalizer}) are multiplied
+  // as the step's dsc.mul would have.
+  if (layout.gradNormalizer >= 0)
+    if (Status s = ranks.fetch({layout.gradNormalizer}, /*args=*/false);
+        !s.ok())
+      return s;
+  const double normalizer = layout.gradNormalizer >= 0
+                                ? scalarValue(results[layout.gradNormalizer])
+                                : 1.0;
   std::vector<std::vector<double>> analytic;
   for (int r : layout.grads) {
     const Tensor &g = results[r];
@@ -58,7 +67,10 @@ Status gradcheck(Job &job, Ranks &ranks, bool &passed) {
                            "parameters only");
     analytic.emplace_back(g.numel());
     for (int64_t i = 0; i < g.numel(); ++i)
-      analytic.back()[i] = get(g, i);
+      analytic.back()[i] = layout.gradNormalizer < 0 ? get(g, i)
+                           : g.dtype == DType::F64
+                               ? get(g, i) * normalizer
+                               : double(float(get(g, i)) * float(normalizer));
   }
   double worst = 0, tolUsed = 0;
   for (size_t k = 0; k < layout.grads.size(); ++k) {

@@ -835,7 +835,42 @@ Status Ranks::collect(const std::vector<int> &which, bool args,
 }
 
 Status Ranks::collectGrads(std::vector<io::NamedTensor> &grads) {
-  return collect(job_.layout.grads, /*args=*/false, grads);
+  const Layout &l = job_.layout;
+  if (Status s = collect(l.grads, /*args=*/false, grads); !s.ok())
+    return s;
+  if (l.gradNormalizer < 0)
+    return Status();
+  // The step returned the gradients unnormalized and the factor apart
+  // ({dsc.grad_normalizer}, of the gradients' float type): scaled copies,
+  // each product rounded as the step's dsc.mul would have.
+  if (Status s = fetch({l.gradNormalizer}, /*args=*/false); !s.ok())
+    return s;
+  const double scale = scalarValue(rank0().results[l.gradNormalizer]);
+  for (io::NamedTensor &g : grads) {
+    const DType dt = g.tensor.dtype;
+    if (dt != DType::F32 && dt != DType::F64)
+      return Status::error(StatusCode::InvalidArgument,
+                           "gradient '" + g.name +
+                               "': a normalized gradient must be f32 or f64");
+    TensorSpec type{dt, g.tensor.rank, {}};
+    for (int d = 0; d < g.tensor.rank; ++d)
+      type.shape[d] = g.tensor.shape[d];
+    Memory m;
+    Tensor scaled;
+    if (Status s = allocateTensor(type, "gradient '" + g.name + "'", m, scaled);
+        !s.ok())
+      return s;
+    const int64_t e = g.tensor.numel();
+    if (dt == DType::F32)
+      for (int64_t i = 0; i < e; ++i)
+        scaled.as<float>()[i] = g.tensor.as<float>()[i] * float(scale);
+    else
+      for (int64_t i = 0; i < e; ++i)
+        scaled.as<double>()[i] = g.tensor.as<double>()[i] * scale;
+    g.tensor = scaled;
+    scratch_.push_back(std::move(m));
+  }
+  return Status();
 }
 
 Status Ranks::collectParams(std::vector<io::NamedTensor> &tensors) {

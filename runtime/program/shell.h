@@ -79,6 +79,7 @@ Status allocateTensor(const TensorSpec &type, const std::string &what,
 
 struct Layout {
   int loss = -1, gradNorm = -1, lr = -1;
+  int gradNormalizer = -1; // the Grad results' factor, if the step has one
   int overflow = -1;                   // fp16: the skipped-step flag
   int lossScale = -1, hysteresis = -1; // fp16: Scaler args
   std::vector<int> scalerResults;      // fp16: Scaler results

@@ -197,6 +197,9 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
     case ResultRole::GradNorm:
       s = scalar(layout.gradNorm);
       break;
+    case ResultRole::GradNormalizer:
+      s = scalar(layout.gradNormalizer);
+      break;
     case ResultRole::Lr:
       s = scalar(layout.lr);
       break;

@@ -120,6 +120,8 @@ const char *resultRoleName(ResultRole r) {
     return "gradient";
   case ResultRole::GradNorm:
     return "gradient norm";
+  case ResultRole::GradNormalizer:
+    return "gradient normalizer";
   case ResultRole::Lr:
     return "learning rate";
   case ResultRole::Scaler:

@@ -41,7 +41,7 @@ func.func @train_step(%pa: tensor<2xf32> {dsc.param = "a"},
         tensor<2xf32> {dsc.param_update = "a"},
         tensor<2xf32> {dsc.opt_state_update = "a/exp_avg"},
         tensor<4xf32> {dsc.opt_state_update = "b/exp_avg_sq"}) {
-  %r:6 = dsc.adamw_multi %lr, %lr, %lr, %lr, %lr, %step, scale %lr, (%pa, %pb, %ga, %gb, %ma, %mb, %va, %vb) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>) -> tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>
+  %r:6 = dsc.adamw_multi %lr, %lr, %lr, %lr, %lr, %step, scale %lr after %lr, (%pa, %pb, %ga, %gb, %ma, %mb, %va, %vb) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>) -> tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>
   return %r#1, %r#0, %r#2, %r#5 : tensor<4xf32>, tensor<2xf32>, tensor<2xf32>, tensor<4xf32>
 }
 

@@ -45,7 +45,8 @@
 // CHECK: %[[LR:.*]] = dsc.lr_schedule
 // CHECK-NEXT: %[[LRH:.*]] = dsc.offload_copy %[[LR]] {to = "host"}
 // CHECK: %[[ONE:.*]] = dsc.constant {dsc.on_host} dense<1.000000e+00>
-// CHECK-NEXT: %[[R:.*]]:4 = dsc.adamw_multi %[[LRH]], %[[B1]], {{.*}}, %[[STEP]], scale %[[ONE]], (%[[W]], %[[GH]], %[[M]], %[[V]]) {dsc.on_host} {{.*}} -> tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xbf16>
+// CHECK-NEXT: %[[ONE2:.*]] = dsc.constant {dsc.on_host} dense<1.000000e+00>
+// CHECK-NEXT: %[[R:.*]]:4 = dsc.adamw_multi %[[LRH]], %[[B1]], {{.*}}, %[[STEP]], scale %[[ONE]] after %[[ONE2]], (%[[W]], %[[GH]], %[[M]], %[[V]]) {dsc.on_host} {{.*}} -> tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xbf16>
 // CHECK-NEXT: %[[UP:.*]] = dsc.offload_copy %[[R]]#3 {to = "device"} : tensor<4x2xbf16>
 // CHECK-NEXT: return %{{.*}}, %[[R]]#0, %[[R]]#1, %[[R]]#2, %[[GF]], %[[UP]]
 // PIPE-LABEL: func.func @train_step
@@ -76,7 +77,7 @@ func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"},
   %gf = dsc.cast %g {to = f32} : tensor<4x2xbf16> -> tensor<4x2xf32>
   %lr = dsc.lr_schedule %step, %base {kind = "constant"} : tensor<i64>, tensor<f32>
   %one = dsc.constant dense<1.0> : tensor<f32>
-  %r:3 = dsc.adamw_multi %lr, %b1, %b2, %eps, %wd, %step, scale %one, (%w, %gf, %m, %v) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
+  %r:3 = dsc.adamw_multi %lr, %b1, %b2, %eps, %wd, %step, scale %one after %one, (%w, %gf, %m, %v) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
   return %loss, %r#0, %r#1, %r#2, %gf : tensor<f32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
 }
 }
@@ -147,7 +148,7 @@ func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"}, %u: tensor<8xf32> {
   %cw = dsc.cast %w {dsc.compute_copy, to = bf16} : tensor<4x2xf32> -> tensor<4x2xbf16>
   %cu = dsc.cast %u {dsc.compute_copy, to = bf16} : tensor<8xf32> -> tensor<8xbf16>
   %y = dsc.matmul %x, %cw : tensor<3x4xbf16>, tensor<4x2xbf16> -> tensor<3x2xbf16>
-  %r:6 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s, (%w, %u, %gw, %gu, %mw, %mu, %vw, %vu) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>) -> tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>
+  %r:6 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s after %s, (%w, %u, %gw, %gu, %mw, %mu, %vw, %vu) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>) -> tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>
   return %y, %r#0, %r#1, %r#2, %r#3, %r#4, %r#5 : tensor<3x2xbf16>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>, tensor<4x2xf32>, tensor<8xf32>
 }
 }
@@ -231,7 +232,7 @@ func.func @train_step(%w1: tensor<8xf32> {dsc.param = "w1"}, %w2: tensor<8xf32> 
   %a = dsc.add %c1, %c2 : tensor<8xbf16>, tensor<8xbf16> -> tensor<8xbf16>
   %b = dsc.add %c3, %c4 : tensor<8xbf16>, tensor<8xbf16> -> tensor<8xbf16>
   %y = dsc.add %a, %b : tensor<8xbf16>, tensor<8xbf16> -> tensor<8xbf16>
-  %r:12 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s, (%w1, %w2, %w3, %w4, %g1, %g2, %g3, %g4, %m1, %m2, %m3, %m4, %v1, %v2, %v3, %v4) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+  %r:12 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s after %s, (%w1, %w2, %w3, %w4, %g1, %g2, %g3, %g4, %m1, %m2, %m3, %m4, %v1, %v2, %v3, %v4) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
   return %y, %r#0, %r#1, %r#2, %r#3 : tensor<8xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }
 }
@@ -263,7 +264,7 @@ func.func @train_step(%w1: tensor<8xf32> {dsc.param = "w1"}, %w2: tensor<8xf32> 
   %a = dsc.add %w1, %w2 : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
   %b = dsc.add %w3, %w4 : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
   %y = dsc.add %a, %b : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
-  %r:12 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s, (%w1, %w2, %w3, %w4, %g1, %g2, %g3, %g4, %m1, %m2, %m3, %m4, %v1, %v2, %v3, %v4) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+  %r:12 = dsc.adamw_multi %s, %s, %s, %s, %s, %step, scale %s after %s, (%w1, %w2, %w3, %w4, %g1, %g2, %g3, %g4, %m1, %m2, %m3, %m4, %v1, %v2, %v3, %v4) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
   return %y, %r#0, %r#1, %r#2, %r#3 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }
 }

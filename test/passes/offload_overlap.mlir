@@ -30,7 +30,8 @@
 // CHECK-NEXT: %[[H1:.*]] = dsc.offload_copy %[[N1]] {to = "host"} : tensor<4x2xf32>
 // CHECK: dsc.sum_squares
 // CHECK: %[[ONE:.*]] = dsc.constant {dsc.on_host} dense<1.000000e+00> : tensor<f32>
-// CHECK-NEXT: dsc.adamw_multi {{.*}}, scale %[[ONE]], (%{{.*}}, %[[H2]], %{{.*}}, %{{.*}}) {dsc.on_host}
+// CHECK-NEXT: %[[ONE2:.*]] = dsc.constant {dsc.on_host} dense<1.000000e+00>
+// CHECK-NEXT: dsc.adamw_multi {{.*}}, scale %[[ONE]] after %[[ONE2]], (%{{.*}}, %[[H2]], %{{.*}}, %{{.*}}) {dsc.on_host}
 // CHECK: dsc.adamw_multi {{.*}}, (%[[W1]], %[[H1]], %{{.*}}, %{{.*}}) {dsc.on_host}
 // CHECK-NOT: dsc.where
 // CHECK: return
@@ -108,7 +109,7 @@ func.func @train_step(%w1: tensor<4x2xf32> {dsc.param = "w1"},
   %on = dsc.greater %clip, %zero : tensor<f32>, tensor<f32> -> tensor<i1>
   %scale = dsc.where %on, %coef, %one2 : tensor<i1>, tensor<f32>, tensor<f32> -> tensor<f32>
   %lr = dsc.lr_schedule %step, %base {kind = "constant"} : tensor<i64>, tensor<f32>
-  %u:6 = dsc.adamw_multi %lr, %b1, %b2, %eps, %wd, %step, scale %scale, (%w1, %w2, %n1, %n2, %m1, %m2, %v1, %v2) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>) -> tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>
+  %u:6 = dsc.adamw_multi %lr, %b1, %b2, %eps, %wd, %step, scale %scale after %scale, (%w1, %w2, %n1, %n2, %m1, %m2, %v1, %v2) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>) -> tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>
   return %loss, %u#0, %u#1, %u#2, %u#4, %u#3, %u#5, %norm : tensor<f32>, tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<f32>
 }
 }

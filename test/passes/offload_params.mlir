@@ -75,7 +75,7 @@ func.func @train_step(%w0: tensor<4xf32> {dsc.bucket = 0 : i64, dsc.param = "buc
   %c1 = dsc.cast %w1 {dsc.compute_copy, to = bf16} : tensor<4xf32> -> tensor<4xbf16>
   %g:2 = call @forward_backward(%c0, %c1) : (tensor<4xbf16>, tensor<4xbf16>) -> (tensor<4xf32>, tensor<4xf32>)
   %one = dsc.constant dense<1.0> : tensor<f32>
-  %r:6 = dsc.adamw_multi %lr, %b1, %b2, %eps, %wd, %step, scale %one, (%w0, %w1, %g#0, %g#1, %m0, %m1, %v0, %v1) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  %r:6 = dsc.adamw_multi %lr, %b1, %b2, %eps, %wd, %step, scale %one after %one, (%w0, %w1, %g#0, %g#1, %m0, %m1, %v0, %v1) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
   return %r#0, %r#1 : tensor<4xf32>, tensor<4xf32>
 }
 }
@@ -93,6 +93,6 @@ func.func @train_step(%w: tensor<4xf32> {dsc.param = "w"},
   %c = dsc.cast %w {dsc.compute_copy, to = bf16} : tensor<4xf32> -> tensor<4xbf16>
   %y = dsc.cast %c {to = f32} : tensor<4xbf16> -> tensor<4xf32>
   %one = dsc.constant dense<1.0> : tensor<f32>
-  %r:3 = dsc.adamw_multi %lr, %lr, %lr, %lr, %lr, %step, scale %one, (%w, %y, %m, %v) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  %r:3 = dsc.adamw_multi %lr, %lr, %lr, %lr, %lr, %step, scale %one after %one, (%w, %y, %m, %v) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
   return %r#0, %y : tensor<4xf32>, tensor<4xf32>
 }

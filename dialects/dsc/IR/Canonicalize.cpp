@@ -502,6 +502,55 @@ struct AttentionBackwardReadsTokensFirst
   }
 };
 
+/// sum_squares(1, (mul(x0, s), mul(x1, s), ...)) -> sum_squares(s, (x0,
+/// x1, ...)) for one scalar f32 s and f32 tensors: the op multiplies each
+/// element by its scale and rounds as the mul does, so the bits stay. The
+/// grads of a loss normalized by its label count (dsc-optimizer) are read
+/// unnormalized, and the muls are left to their other reader (the clip's,
+/// which dsc-multi-tensor-adamw folds into its kernel): only when that is
+/// their one other reader.
+struct FoldCommonScale : OpRewritePattern<SumSquaresOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(SumSquaresOp op,
+                                PatternRewriter &rewriter) const override {
+    auto one = op.getScale().getDefiningOp<ConstantOp>();
+    auto attr = one ? dyn_cast<DenseFPElementsAttr>(one.getValue()) : nullptr;
+    if (!attr || !attr.isSplat() ||
+        !attr.getSplatValue<APFloat>().isExactlyValue(1.0) ||
+        op.getTensors().empty())
+      return failure();
+    Value common;
+    SmallVector<Value> unscaled;
+    for (Value t : op.getTensors()) {
+      auto mul = t.getDefiningOp<MulOp>();
+      if (!mul || !getElementTypeOrSelf(t).isF32())
+        return failure();
+      Value x = mul.getLhs(), s = mul.getRhs();
+      if (x.getType() != t.getType())
+        std::swap(x, s);
+      auto st = dyn_cast<RankedTensorType>(s.getType());
+      if (x.getType() != t.getType() || !st || st.getRank() != 0 ||
+          !st.getElementType().isF32() || (common && s != common) ||
+          releasedBetween(x, mul, op))
+        return failure();
+      // Only where the product can go: read by this sum and one scalar
+      // mul (the clip's, which the AdamW kernel folds). A product the step
+      // also returns stays, and reading x here would keep both alive.
+      unsigned others = 0;
+      for (Operation *user : mul->getUsers())
+        if (user != op.getOperation() && (!isa<MulOp>(user) || ++others > 1))
+          return failure();
+      common = s;
+      unscaled.push_back(x);
+    }
+    rewriter.modifyOpInPlace(op, [&] {
+      op.getScaleMutable().assign(common);
+      op.getTensorsMutable().assign(unscaled);
+    });
+    return success();
+  }
+};
+
 void AttentionOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                               MLIRContext *context) {
   results.add<AttentionReadsTokensFirst>(context);
@@ -515,6 +564,11 @@ void AttentionBackwardOp::getCanonicalizationPatterns(
 void MatMulOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                            MLIRContext *context) {
   results.add<FoldTransposedOperands>(context);
+}
+
+void SumSquaresOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                               MLIRContext *context) {
+  results.add<FoldCommonScale>(context);
 }
 
 void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results,

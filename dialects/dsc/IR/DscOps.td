@@ -997,8 +997,12 @@ def Dsc_AdamWMultiOp : Dsc_Op<"adamw_multi"> {
     the N new exp_avgs and N new exp_avg_sqs. Each grad is multiplied by
     the scalar `grad_scale` first, as a dsc.mul of the grad by it would
     round (a splat 1 constant when the grads are not scaled: the kernel
-    then skips it). Each parameter's results are those of dsc.adamw on it,
-    bit for bit.
+    then skips it). Before that, each grad is multiplied by the scalar
+    `grad_prescale` (`scale %s after %p`), rounded likewise (a splat 1 when
+    there is none): the grads of a loss normalized by its label count
+    (dsc-global-mean-loss) are `mul(mul(g, 1 / count), clip_coefficient)`,
+    both folded here, so no kernel writes the normalized gradients. Each parameter's results are
+    those of dsc.adamw on it, bit for bit.
 
     Optionally (dsc-offload) N more results follow: each new param rounded
     to a 16-bit float type of its shape, as dsc.cast would round it (the
@@ -1008,14 +1012,15 @@ def Dsc_AdamWMultiOp : Dsc_Op<"adamw_multi"> {
                    Dsc_ScalarF32:$beta2, Dsc_ScalarF32:$eps,
                    Dsc_ScalarF32:$weight_decay, Dsc_StepTensor:$step,
                    Dsc_ScalarF32:$grad_scale,
+                   Dsc_ScalarF32:$grad_prescale,
                    Variadic<Dsc_FloatTensor>:$tensors);
   let results = (outs Variadic<Dsc_FloatTensor>:$results);
   let assemblyFormat = [{
     $lr `,` $beta1 `,` $beta2 `,` $eps `,` $weight_decay `,` $step `,`
-    `scale` $grad_scale `,` `(` $tensors `)` attr-dict `:` type($lr) `,`
-    type($beta1) `,` type($beta2) `,` type($eps) `,` type($weight_decay)
-    `,` type($step) `,` type($grad_scale) `,` `(` type($tensors) `)` `->`
-    type($results)
+    `scale` $grad_scale `after` $grad_prescale `,` `(` $tensors `)`
+    attr-dict `:` type($lr) `,` type($beta1) `,` type($beta2) `,` type($eps)
+    `,` type($weight_decay) `,` type($step) `,` type($grad_scale) `,`
+    type($grad_prescale) `,` `(` type($tensors) `)` `->` type($results)
   }];
   let extraClassDeclaration = [{
     /// The inferred 3N results, optionally followed by N compute copies
@@ -1049,6 +1054,7 @@ def Dsc_SumSquaresOp : Dsc_Op<"sum_squares"> {
     `scale` $scale `,` `(` $tensors `)` attr-dict `:` type($scale) `,`
     `(` type($tensors) `)` `->` type($result)
   }];
+  let hasCanonicalizer = 1;
 }
 
 def Dsc_SgdOp : Dsc_Op<"sgd"> {

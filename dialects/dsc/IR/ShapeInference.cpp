@@ -1280,7 +1280,7 @@ LogicalResult AdamWMultiOp::inferReturnTypes(MLIRContext *ctx,
                          std::to_string(t.size()));
   if (failed(checkScalars(loc, {a.getLr(), a.getBeta1(), a.getBeta2(),
                                 a.getEps(), a.getWeightDecay(), a.getStep(),
-                                a.getGradScale()})))
+                                a.getGradScale(), a.getGradPrescale()})))
     return failure();
   for (size_t i = 0; i < n; ++i)
     if (failed(checkLike(loc, t[i], {t[n + i], t[2 * n + i], t[3 * n + i]})))

@@ -56,12 +56,15 @@ enum class ResultRole : uint8_t {
   BufferUpdate, // updated buffer (same name as its argument)
   Grad,         // gradient of a parameter (name = param), before clipping
   GradNorm,     // scalar: global gradient norm before clipping
-  Lr,           // scalar: the learning rate used at this step
-  Scaler,       // the loss scaler's next state (same name as its argument)
-  Overflow,     // scalar f32: 1 when the gradients held an inf or nan on
-                // some rank and the step was skipped (fp16), else 0
-  ComputeCopy,  // the compute copy's update (same name as its argument),
-                // always computed in place of its argument
+  GradNormalizer, // scalar f32: the Grad results are to be multiplied by
+                  // it, each product rounded to f32 (a loss normalized by
+                  // its label count); absent: they are final
+  Lr,             // scalar: the learning rate used at this step
+  Scaler,         // the loss scaler's next state (same name as its argument)
+  Overflow,       // scalar f32: 1 when the gradients held an inf or nan on
+                  // some rank and the step was skipped (fp16), else 0
+  ComputeCopy,    // the compute copy's update (same name as its argument),
+                  // always computed in place of its argument
 };
 
 struct ArgSpec {

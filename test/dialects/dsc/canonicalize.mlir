@@ -261,3 +261,61 @@ func.func @attention_cpu_target(%q: tensor<2x8x4x16xbf16>) -> tensor<2x4x8x16xbf
   return %o : tensor<2x4x8x16xbf16>
 }
 }
+
+// -----
+
+// A sum of squares of grads that all share one scalar scale (the loss
+// normalizer) reads them unscaled, the scale its own (the same bits: it
+// rounds each product as the mul does). The muls stay for their other
+// reader, a scalar mul (the clip's). Not when a product is also read
+// elsewhere (returned): the sum would keep x alive beside it.
+// CHECK-LABEL: func.func @normalized_norm
+// CHECK: %[[A:.*]] = dsc.mul %arg0, %arg2
+// CHECK: %[[B:.*]] = dsc.mul %arg2, %arg1
+// CHECK: %[[S:.*]] = dsc.sum_squares scale %arg2, (%arg0, %arg1)
+func.func @normalized_norm(%a: tensor<4xf32>, %b: tensor<2x3xf32>, %inv: tensor<f32>, %c: tensor<f32>)
+    -> (tensor<f32>, tensor<4xf32>, tensor<2x3xf32>) {
+  %one = dsc.constant dense<1.0> : tensor<f32>
+  %x = dsc.mul %a, %inv : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %y = dsc.mul %inv, %b : tensor<f32>, tensor<2x3xf32> -> tensor<2x3xf32>
+  %s = dsc.sum_squares scale %one, (%x, %y) : tensor<f32>, (tensor<4xf32>, tensor<2x3xf32>) -> tensor<f32>
+  %cx = dsc.mul %x, %c : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %cy = dsc.mul %y, %c : tensor<2x3xf32>, tensor<f32> -> tensor<2x3xf32>
+  return %s, %cx, %cy : tensor<f32>, tensor<4xf32>, tensor<2x3xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @returned_product
+// CHECK: %[[X:.*]] = dsc.mul %arg0, %arg1
+// CHECK: dsc.sum_squares scale %{{.*}}, (%[[X]])
+func.func @returned_product(%a: tensor<4xf32>, %inv: tensor<f32>, %c: tensor<f32>)
+    -> (tensor<f32>, tensor<4xf32>, tensor<4xf32>) {
+  %one = dsc.constant dense<1.0> : tensor<f32>
+  %x = dsc.mul %a, %inv : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %s = dsc.sum_squares scale %one, (%x) : tensor<f32>, (tensor<4xf32>) -> tensor<f32>
+  %cx = dsc.mul %x, %c : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  return %s, %cx, %x : tensor<f32>, tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Not when the scales differ, when one tensor is not scaled, or when the
+// op already has a scale of its own ((x * s) * t is not x * (s * t)).
+// CHECK-LABEL: func.func @mixed_scales
+// CHECK: %[[ONE:.*]] = dsc.constant dense<1.000000e+00>
+// CHECK: %[[X:.*]] = dsc.mul %arg0, %arg2
+// CHECK: %[[Y:.*]] = dsc.mul %arg1, %arg3
+// CHECK: dsc.sum_squares scale %[[ONE]], (%[[X]], %[[Y]])
+// CHECK: dsc.sum_squares scale %[[ONE]], (%[[X]], %arg1)
+// CHECK: dsc.sum_squares scale %arg3, (%[[X]])
+func.func @mixed_scales(%a: tensor<4xf32>, %b: tensor<4xf32>, %s: tensor<f32>, %t: tensor<f32>)
+    -> (tensor<f32>, tensor<f32>, tensor<f32>) {
+  %one = dsc.constant dense<1.0> : tensor<f32>
+  %x = dsc.mul %a, %s : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %y = dsc.mul %b, %t : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %0 = dsc.sum_squares scale %one, (%x, %y) : tensor<f32>, (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
+  %1 = dsc.sum_squares scale %one, (%x, %b) : tensor<f32>, (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
+  %2 = dsc.sum_squares scale %t, (%x) : tensor<f32>, (tensor<4xf32>) -> tensor<f32>
+  return %0, %1, %2 : tensor<f32>, tensor<f32>, tensor<f32>
+}

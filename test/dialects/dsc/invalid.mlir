@@ -698,7 +698,7 @@ func.func @release_nothing() {
 // adamw_multi's optional compute copies are 16-bit, of their parameter's shape.
 func.func @adamw_multi_copy_f32(%p: tensor<4xf32>, %s: tensor<f32>, %t: tensor<i64>) {
   // expected-error @+1 {{compute copy 0 must be bf16 or f16 of its parameter's shape 'tensor<4xf32>', got 'tensor<4xf32>'}}
-  %r:4 = dsc.adamw_multi %s, %s, %s, %s, %s, %t, scale %s, (%p, %p, %p, %p) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  %r:4 = dsc.adamw_multi %s, %s, %s, %s, %s, %t, scale %s after %s, (%p, %p, %p, %p) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
   return
 }
 
@@ -706,7 +706,7 @@ func.func @adamw_multi_copy_f32(%p: tensor<4xf32>, %s: tensor<f32>, %t: tensor<i
 
 func.func @adamw_multi_copies_count(%p: tensor<4xf32>, %s: tensor<f32>, %t: tensor<i64>) {
   // expected-error @+1 {{has 1 parameters: 3 results each, or 4 with compute copies; got 5}}
-  %r:5 = dsc.adamw_multi %s, %s, %s, %s, %s, %t, scale %s, (%p, %p, %p, %p) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>, tensor<4xbf16>
+  %r:5 = dsc.adamw_multi %s, %s, %s, %s, %s, %t, scale %s after %s, (%p, %p, %p, %p) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>, tensor<4xbf16>
   return
 }
 

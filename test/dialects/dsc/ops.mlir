@@ -376,7 +376,7 @@ func.func @collective_points(%s: tensor<2xbf16>) -> tensor<8xbf16> {
 // CHECK-LABEL: func.func @adamw_multi_copies
 // CHECK: dsc.adamw_multi {{.*}} -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
 func.func @adamw_multi_copies(%p: tensor<4xf32>, %s: tensor<f32>, %t: tensor<i64>) -> tensor<4xbf16> {
-  %r:4 = dsc.adamw_multi %s, %s, %s, %s, %s, %t, scale %s, (%p, %p, %p, %p) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
+  %r:4 = dsc.adamw_multi %s, %s, %s, %s, %s, %t, scale %s after %s, (%p, %p, %p, %p) : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<i64>, tensor<f32>, tensor<f32>, (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
   return %r#3 : tensor<4xbf16>
 }
 

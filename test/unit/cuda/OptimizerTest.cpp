@@ -217,11 +217,11 @@ struct MultiBufs {
 };
 
 struct MultiHyper {
-  DevTensor lr, b1, b2, eps, wd, step, scale;
+  DevTensor lr, b1, b2, eps, wd, step, scale, prescale;
   explicit MultiHyper(DType dt)
       : lr(scalar(dt, 3e-3)), b1(scalar(dt, 0.9)), b2(scalar(dt, 0.95)),
         eps(scalar(dt, 1e-8)), wd(scalar(dt, 0.1)), step(scalar(DType::I64, 1)),
-        scale(scalar(dt, 1.0 / 7.0)) {}
+        scale(scalar(dt, 1.0 / 7.0)), prescale(scalar(dt, 1.0 / 3.0)) {}
 };
 
 std::vector<cpu::AdamwTensors> entriesOf(const std::vector<MultiBufs> &bufs,
@@ -232,36 +232,41 @@ std::vector<cpu::AdamwTensors> entriesOf(const std::vector<MultiBufs> &bufs,
   return es;
 }
 
+/// `scales`: bit 0 the gradient scale, bit 1 the prescale (applied first).
 Status runCpu(const std::vector<MultiBufs> &bufs, const MultiHyper &h,
-              bool scaled, bool inPlace) {
+              int scales, bool inPlace) {
   std::vector<cpu::AdamwTensors> es = entriesOf(bufs, false, inPlace);
   return cpu::adamwMulti(es.data(), es.size(), h.lr.host(), h.b1.host(),
                          h.b2.host(), h.eps.host(), h.wd.host(), h.step.host(),
-                         scaled ? h.scale.host() : Tensor());
+                         scales & 1 ? h.scale.host() : Tensor(),
+                         scales & 2 ? h.prescale.host() : Tensor());
 }
 
 Status runCuda(const std::vector<MultiBufs> &bufs, const MultiHyper &h,
-               bool scaled, bool inPlace) {
+               int scales, bool inPlace) {
   std::vector<cpu::AdamwTensors> es = entriesOf(bufs, true, inPlace);
   return cuda::adamwMulti(es.data(), es.size(), h.lr.dev(), h.b1.dev(),
                           h.b2.dev(), h.eps.dev(), h.wd.dev(), h.step.dev(),
-                          scaled ? h.scale.dev() : Tensor());
+                          scales & 1 ? h.scale.dev() : Tensor(),
+                          scales & 2 ? h.prescale.dev() : Tensor());
 }
 
 /// cuda::mul + cuda::adamw + cuda::cast, entry by entry, on the device.
 void runCudaComposition(const std::vector<MultiBufs> &bufs, const MultiHyper &h,
-                        bool scaled, bool inPlace) {
+                        int scales, bool inPlace) {
   for (const MultiBufs &b : bufs) {
     if (b.n == 0)
       continue;
     cpu::AdamwTensors e = b.entry(true, inPlace);
     DevTensor scaledGrad(e.grad.dtype, {b.n});
     Tensor grad = e.grad;
-    if (scaled) {
-      DSC_ASSERT_OK(
-          cuda::binary(BinaryOp::Mul, e.grad, h.scale.dev(), scaledGrad.dev()));
-      grad = scaledGrad.dev();
-    }
+    for (int bit : {2, 1})
+      if (scales & bit) {
+        const DevTensor &s = bit == 2 ? h.prescale : h.scale;
+        DSC_ASSERT_OK(
+            cuda::binary(BinaryOp::Mul, grad, s.dev(), scaledGrad.dev()));
+        grad = scaledGrad.dev();
+      }
     DSC_ASSERT_OK(cuda::adamw(e.param, grad, e.expAvg, e.expAvgSq, h.lr.dev(),
                               h.b1.dev(), h.b2.dev(), h.eps.dev(), h.wd.dev(),
                               h.step.dev(), e.newParam, e.newExpAvg,
@@ -277,7 +282,7 @@ void runCudaComposition(const std::vector<MultiBufs> &bufs, const MultiHyper &h,
 /// tolerance, the device's double pow being allowed its last bit) and
 /// against the CUDA composition mul + adamw + cast (bitwise), over three
 /// steps.
-void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, bool scaled,
+void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, int scales,
                      CopyMode copyMode, bool inPlace, int64_t shift = 0,
                      int64_t copyShift = 0) {
   std::vector<MultiBufs> multi, ref;
@@ -297,9 +302,9 @@ void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, bool scaled,
       ref[i].g.random(-3, 3, 1000 * uint32_t(t) + uint32_t(i));
     }
     settle();
-    DSC_ASSERT_OK(runCpu(multi, h, scaled, inPlace));
-    DSC_ASSERT_OK(runCuda(multi, h, scaled, inPlace));
-    runCudaComposition(ref, h, scaled, inPlace);
+    DSC_ASSERT_OK(runCpu(multi, h, scales, inPlace));
+    DSC_ASSERT_OK(runCuda(multi, h, scales, inPlace));
+    runCudaComposition(ref, h, scales, inPlace);
     for (size_t i = 0; i < sizes.size(); ++i) {
       const MultiBufs &a = multi[i], &r = ref[i];
       std::string what = std::string("adamw_multi ") + dtypeName(dt) +
@@ -333,18 +338,18 @@ const std::vector<int64_t> kOddSizes = {1, 3, 1000, 4097, 0, 257};
 
 TEST(CudaOptimizer, AdamwMultiMatchesCpuAndComposition) {
   DSC_REQUIRE_GPU();
-  for (bool scaled : {false, true})
+  for (int scales : {0, 1, 2, 3})
     for (CopyMode copy :
          {CopyMode::None, CopyMode::Bf16, CopyMode::F16, CopyMode::Mixed})
       for (bool inPlace : {true, false}) {
         SCOPED_TRACE(::testing::Message()
-                     << "scaled " << scaled << " copy " << int(copy)
+                     << "scales " << scales << " copy " << int(copy)
                      << " in place " << inPlace);
-        checkAdamwMulti(DType::F32, kOddSizes, scaled, copy, inPlace);
+        checkAdamwMulti(DType::F32, kOddSizes, scales, copy, inPlace);
       }
-  for (bool scaled : {false, true}) {
-    SCOPED_TRACE(::testing::Message() << "f64 scaled " << scaled);
-    checkAdamwMulti(DType::F64, kOddSizes, scaled, CopyMode::Mixed, true);
+  for (int scales : {0, 1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "f64 scales " << scales);
+    checkAdamwMulti(DType::F64, kOddSizes, scales, CopyMode::Mixed, true);
   }
 }
 

@@ -255,10 +255,12 @@ template <typename T>
 
 /// adamwMulti against binary(mul) + adamw + cast, entry by entry, over three
 /// steps: bitwise the same parameters, states and compute copies, and the
-/// gradients untouched.
+/// gradients untouched. `scales`: bit 0 a gradScale, bit 1 a gradPrescale
+/// (multiplied first).
 template <typename T>
-void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, bool scaled,
+void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, int scales,
                      CopyMode copyMode, bool inPlace, int threads = 0) {
+  const bool scaled = scales & 1, prescaled = scales & 2;
   std::mt19937_64 rng(29);
   std::vector<MultiParam<T>> multi(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -276,6 +278,7 @@ void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, bool scaled,
   Buf<T> lr({}, dt, {T(3e-3)}), b1({}, dt, {T(0.9)}), b2({}, dt, {T(0.95)}),
       eps({}, dt, {T(1e-8)}), wd({}, dt, {T(0.1)});
   Buf<T> scale({}, dt, {T(1.0 / 7.0)}); // rounds in every product
+  Buf<T> prescale({}, dt, {T(1.0 / 3.0)});
   for (int64_t t = 1; t <= 3; ++t) {
     auto step = stepTensor(t);
     for (size_t i = 0; i < sizes.size(); ++i) {
@@ -285,8 +288,11 @@ void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, bool scaled,
     // The composition: mul, adamw, cast.
     for (MultiParam<T> &e : ref) {
       Buf<T> scaledGrad = e.g;
+      if (prescaled)
+        DSC_ASSERT_OK(cpu::binary(cpu::BinaryOp::Mul, scaledGrad.t(),
+                                  prescale.t(), scaledGrad.t()));
       if (scaled)
-        DSC_ASSERT_OK(cpu::binary(cpu::BinaryOp::Mul, e.g.t(), scale.t(),
+        DSC_ASSERT_OK(cpu::binary(cpu::BinaryOp::Mul, scaledGrad.t(), scale.t(),
                                   scaledGrad.t()));
       Buf<T> &np = inPlace ? e.p : e.np, &nm = inPlace ? e.m : e.nm,
              &nv = inPlace ? e.v : e.nv;
@@ -306,9 +312,10 @@ void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, bool scaled,
       entries.push_back({e.p.t(), e.g.t(), e.m.t(), e.v.t(), np.t(), nm.t(),
                          nv.t(), e.copyType ? e.copy.t() : Tensor()});
     }
-    DSC_ASSERT_OK(cpu::adamwMulti(entries.data(), entries.size(), lr.t(),
-                                  b1.t(), b2.t(), eps.t(), wd.t(), step.t(),
-                                  scaled ? scale.t() : Tensor(), threads));
+    DSC_ASSERT_OK(cpu::adamwMulti(
+        entries.data(), entries.size(), lr.t(), b1.t(), b2.t(), eps.t(), wd.t(),
+        step.t(), scaled ? scale.t() : Tensor(),
+        prescaled ? prescale.t() : Tensor(), threads));
     for (size_t i = 0; i < sizes.size(); ++i) {
       MultiParam<T> &e = multi[i], &r = ref[i];
       std::string what = "entry " + std::to_string(i) + " (" +
@@ -338,23 +345,23 @@ void checkAdamwMulti(DType dt, const std::vector<int64_t> &sizes, bool scaled,
 const std::vector<int64_t> kOddSizes = {1, 3, 1000, 4097};
 
 TEST(StepKernels, AdamwMultiMatchesMulAdamwCastF32) {
-  for (bool scaled : {false, true})
+  for (int scales : {0, 1, 2, 3})
     for (CopyMode copy :
          {CopyMode::None, CopyMode::Bf16, CopyMode::F16, CopyMode::Mixed})
       for (bool inPlace : {true, false}) {
         SCOPED_TRACE(::testing::Message()
-                     << "scaled " << scaled << " copy " << int(copy)
+                     << "scales " << scales << " copy " << int(copy)
                      << " in place " << inPlace);
-        checkAdamwMulti<float>(DType::F32, kOddSizes, scaled, copy, inPlace);
+        checkAdamwMulti<float>(DType::F32, kOddSizes, scales, copy, inPlace);
       }
 }
 
 TEST(StepKernels, AdamwMultiMatchesMulAdamwCastF64) {
-  for (bool scaled : {false, true})
+  for (int scales : {0, 1, 2, 3})
     for (CopyMode copy : {CopyMode::None, CopyMode::Mixed}) {
       SCOPED_TRACE(::testing::Message()
-                   << "scaled " << scaled << " copy " << int(copy));
-      checkAdamwMulti<double>(DType::F64, kOddSizes, scaled, copy, true);
+                   << "scales " << scales << " copy " << int(copy));
+      checkAdamwMulti<double>(DType::F64, kOddSizes, scales, copy, true);
     }
 }
 
@@ -364,7 +371,7 @@ TEST(StepKernels, AdamwMultiSplitOverThreads) {
   const std::vector<int64_t> sizes = {70001, 1, 3, 131071, 4097, 65536};
   for (int threads : {1, 3, 8}) {
     SCOPED_TRACE(::testing::Message() << threads << " threads");
-    checkAdamwMulti<float>(DType::F32, sizes, true, CopyMode::Mixed, true,
+    checkAdamwMulti<float>(DType::F32, sizes, 3, CopyMode::Mixed, true,
                            threads);
   }
 }
@@ -414,6 +421,11 @@ TEST(StepKernels, AdamwMultiChecksEntries) {
   D sd({}, DType::F64, {0.5});
   expectError(run({entry(p3.t(), p3.t())}, sd.t()), StatusCode::InvalidArgument,
               "adamw_multi(grad_scale=f64[]): ", "grad_scale must be a scalar");
+  std::vector<cpu::AdamwTensors> one = {entry(p3.t(), p3.t())};
+  expectError(cpu::adamwMulti(one.data(), 1, s.t(), s.t(), s.t(), s.t(), s.t(),
+                              step.t(), s.t(), sd.t()),
+              StatusCode::InvalidArgument, "adamw_multi(grad_prescale=f64[]): ",
+              "grad_prescale must be a scalar of the parameters' dtype, f32");
   auto zero = stepTensor(0);
   expectError(run({entry(p3.t(), p3.t())}, Tensor(), zero.t()),
               StatusCode::OutOfRange, "adamw_multi(entry=0, ",
