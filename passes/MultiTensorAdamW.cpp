@@ -38,22 +38,13 @@ struct Member {
   Value prescale; // null: none (never set without scale)
 };
 
-/// `v` = dsc.mul(x, s) (or mul(s, x)) with s a scalar f32 and x of v's
-/// type, read only by its one user: {x, s}, else {v, null}.
+/// `v` = dsc.mul(x, s) of a scalar f32 s (dsc::scaledByScalar), read only
+/// by its one user: {x, s}, else {v, null}.
 std::pair<Value, Value> peelScale(Value v) {
-  auto mul = v.getDefiningOp<dsc::MulOp>();
-  if (!mul || !v.hasOneUse())
+  auto [x, s] = dsc::scaledByScalar(v);
+  if (!s || !v.hasOneUse())
     return {v, Value()};
-  auto isScalar = [](Value s) {
-    auto t = cast<RankedTensorType>(s.getType());
-    return t.getRank() == 0 && t.getElementType().isF32();
-  };
-  Value a = mul.getLhs(), b = mul.getRhs();
-  if (isScalar(b) && a.getType() == v.getType())
-    return {a, b};
-  if (isScalar(a) && b.getType() == v.getType())
-    return {b, a};
-  return {v, Value()};
+  return {x, s};
 }
 
 /// `op`'s grad with up to two scales peeled: the clip coefficient, then a
@@ -220,16 +211,8 @@ void returnRawGradients(func::FuncOp fn) {
   for (unsigned k = 0; k < fn.getNumResults(); ++k) {
     if (!fn.getResultAttr(k, "dsc.grad"))
       continue;
-    Value v = ret.getOperand(k);
-    auto mul = v.getDefiningOp<dsc::MulOp>();
-    if (!mul)
-      return;
-    Value x = mul.getLhs(), s = mul.getRhs();
-    if (x.getType() != v.getType())
-      std::swap(x, s);
-    auto st = dyn_cast<RankedTensorType>(s.getType());
-    if (x.getType() != v.getType() || !st || st.getRank() != 0 ||
-        !st.getElementType().isF32() || (common && s != common))
+    auto [x, s] = dsc::scaledByScalar(ret.getOperand(k));
+    if (!s || (common && s != common))
       return;
     common = s;
     raw.push_back({k, x});

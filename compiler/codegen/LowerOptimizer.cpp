@@ -24,13 +24,15 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
     return LoweredCall{"", cppCall(callee, args)};
   };
   // A splat 1 scale multiplies by nothing: the kernels skip an absent one.
+  // A splat 1 scale is no scale: the kernel skips the multiply.
+  auto isOne = [](Value scale) {
+    auto c = scale.getDefiningOp<ConstantOp>();
+    auto attr = c ? dyn_cast<DenseFPElementsAttr>(c.getValue()) : nullptr;
+    return attr && attr.isSplat() &&
+           attr.getSplatValue<APFloat>().isExactlyValue(1.0);
+  };
   auto scaleView = [&](Value scale) -> std::string {
-    if (auto c = scale.getDefiningOp<ConstantOp>())
-      if (auto attr = dyn_cast<DenseFPElementsAttr>(c.getValue());
-          attr && attr.isSplat() &&
-          attr.getSplatValue<APFloat>().isExactlyValue(1.0))
-        return "Tensor()";
-    return ctx.view(scale);
+    return isOne(scale) ? "Tensor()" : ctx.view(scale);
   };
   return llvm::TypeSwitch<Operation *, LowerResult>(op)
       .Case([&](AdamWOp o) {
@@ -68,8 +70,8 @@ LowerResult lowerOptimizer(Operation *op, const LowerContext &ctx) {
                                          ctx.view(o.getWeightDecay()),
                                          ctx.view(o.getStep()),
                                          scaleView(o.getGradScale())};
-        if (std::string pre = scaleView(o.getGradPrescale()); pre != "Tensor()")
-          args.push_back(pre);
+        if (!isOne(o.getGradPrescale()))
+          args.push_back(ctx.view(o.getGradPrescale()));
         return R(LoweredCall{setup, cppCall("rt::adamwMulti", args)});
       })
       .Case([&](SumSquaresOp o) -> LowerResult {

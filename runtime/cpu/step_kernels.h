@@ -62,15 +62,16 @@ struct AdamwTensors {
 /// adamw over `count` parameters in one call, with the gradient scaled
 /// first and the compute copy written after. For every entry the results
 /// are bitwise those of
-///   binary(Mul, grad, gradPrescale, grad)     (when gradPrescale is present)
-///   binary(Mul, grad, gradScale, scaled)         (when gradScale is present)
+///   binary(Mul, grad, gradPrescale, pre)     (when gradPrescale is present,
+///                                             else pre = grad)
+///   binary(Mul, pre, gradScale, scaled)          (when gradScale is present)
 ///   adamw(param, scaled, expAvg, ..., newParam, newExpAvg, newExpAvgSq)
 ///   cast(newParam, computeCopy)                  (when computeCopy is present)
 /// without writing the scaled gradient anywhere (grad is only read).
 /// Every entry passes adamw's checks; all share one dtype (f32 or f64);
 /// gradScale and gradPrescale, when present, are scalars of that dtype.
-/// Results may be their
-/// operands' storage element for element (newParam == param, ...), as for
+/// Results may be their operands' storage element for element (newParam ==
+/// param, ...), as for
 /// adamw; the compute copy overlaps nothing. Errors name the entry:
 /// "adamw_multi(entry=3, param=f32[4], grad=f32[5], ...): ...". Zero
 /// entries is a no-op. Elements are split over `threads` (0: hardware

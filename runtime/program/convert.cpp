@@ -147,6 +147,10 @@ Status copyInto(const Tensor &src, const Tensor &dst, const std::string &what) {
   return Status();
 }
 
+double mulRounded(double x, double s, DType dtype) {
+  return dtype == DType::F32 ? double(float(x) * float(s)) : x * s;
+}
+
 double scalarValue(const Tensor &t) {
   if (isFloat(t.dtype))
     return loadFloat(t.data, t.dtype, 0);

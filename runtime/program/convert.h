@@ -32,6 +32,10 @@ Status copyInto(const Tensor &src, const Tensor &dst, const std::string &what);
 
 /// A scalar (numel 1) of any numeric dtype, as double.
 double scalarValue(const Tensor &t);
+/// x * s rounded as a dsc.mul in `dtype` rounds it (f32: both operands and
+/// the product in float; f64: in double): a gradient the step returned
+/// unnormalized, times its {dsc.grad_normalizer}.
+double mulRounded(double x, double s, DType dtype);
 /// Stores `value` in every element of `t` (any numeric dtype).
 void fillValue(const Tensor &t, double value);
 /// Stores an integer scalar (for Step and Seed arguments of any int dtype).

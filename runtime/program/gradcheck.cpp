@@ -67,10 +67,9 @@ Status gradcheck(Job &job, Ranks &ranks, bool &passed) {
                            "parameters only");
     analytic.emplace_back(g.numel());
     for (int64_t i = 0; i < g.numel(); ++i)
-      analytic.back()[i] = layout.gradNormalizer < 0 ? get(g, i)
-                           : g.dtype == DType::F64
-                               ? get(g, i) * normalizer
-                               : double(float(get(g, i)) * float(normalizer));
+      analytic.back()[i] = layout.gradNormalizer < 0
+                               ? get(g, i)
+                               : mulRounded(get(g, i), normalizer, g.dtype);
   }
   double worst = 0, tolUsed = 0;
   for (size_t k = 0; k < layout.grads.size(); ++k) {

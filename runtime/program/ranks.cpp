@@ -861,12 +861,14 @@ Status Ranks::collectGrads(std::vector<io::NamedTensor> &grads) {
         !s.ok())
       return s;
     const int64_t e = g.tensor.numel();
-    if (dt == DType::F32)
-      for (int64_t i = 0; i < e; ++i)
-        scaled.as<float>()[i] = g.tensor.as<float>()[i] * float(scale);
-    else
-      for (int64_t i = 0; i < e; ++i)
-        scaled.as<double>()[i] = g.tensor.as<double>()[i] * scale;
+    for (int64_t i = 0; i < e; ++i) {
+      double v = mulRounded(cpu::detail::loadAsDouble(g.tensor.data, dt, i),
+                            scale, dt);
+      if (dt == DType::F32)
+        scaled.as<float>()[i] = float(v);
+      else
+        scaled.as<double>()[i] = v;
+    }
     g.tensor = scaled;
     scratch_.push_back(std::move(m));
   }

@@ -522,15 +522,9 @@ struct FoldCommonScale : OpRewritePattern<SumSquaresOp> {
     Value common;
     SmallVector<Value> unscaled;
     for (Value t : op.getTensors()) {
-      auto mul = t.getDefiningOp<MulOp>();
-      if (!mul || !getElementTypeOrSelf(t).isF32())
-        return failure();
-      Value x = mul.getLhs(), s = mul.getRhs();
-      if (x.getType() != t.getType())
-        std::swap(x, s);
-      auto st = dyn_cast<RankedTensorType>(s.getType());
-      if (x.getType() != t.getType() || !st || st.getRank() != 0 ||
-          !st.getElementType().isF32() || (common && s != common) ||
+      auto [x, s] = scaledByScalar(t);
+      Operation *mul = t.getDefiningOp();
+      if (!s || !getElementTypeOrSelf(t).isF32() || (common && s != common) ||
           releasedBetween(x, mul, op))
         return failure();
       // Only where the product can go: read by this sum and one scalar

@@ -87,5 +87,21 @@ LogicalResult ReleaseOp::verify() {
   return success();
 }
 
+std::pair<Value, Value> dsc::scaledByScalar(Value v) {
+  auto mul = v.getDefiningOp<MulOp>();
+  if (!mul)
+    return {};
+  auto isScalar = [](Value s) {
+    auto t = dyn_cast<RankedTensorType>(s.getType());
+    return t && t.getRank() == 0 && t.getElementType().isF32();
+  };
+  Value a = mul.getLhs(), b = mul.getRhs();
+  if (isScalar(b) && a.getType() == v.getType())
+    return {a, b};
+  if (isScalar(a) && b.getType() == v.getType())
+    return {b, a};
+  return {};
+}
+
 #define GET_OP_CLASSES
 #include "dialects/dsc/IR/DscOps.cpp.inc"

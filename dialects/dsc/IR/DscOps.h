@@ -53,6 +53,10 @@ mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 llvm::SmallVector<int64_t> attentionHeadsFirst(llvm::ArrayRef<int64_t> shape,
                                                bool seqMajor);
 
+/// `v` = dsc.mul(x, s) or dsc.mul(s, x) with s a scalar f32 (rank 0) and x
+/// of v's type: {x, s}; else {null, null}.
+std::pair<mlir::Value, mlir::Value> scaledByScalar(mlir::Value v);
+
 } // namespace dsc
 
 #endif // DSC_DIALECTS_DSC_IR_DSCOPS_H

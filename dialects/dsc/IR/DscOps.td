@@ -1001,8 +1001,8 @@ def Dsc_AdamWMultiOp : Dsc_Op<"adamw_multi"> {
     `grad_prescale` (`scale %s after %p`), rounded likewise (a splat 1 when
     there is none): the grads of a loss normalized by its label count
     (dsc-global-mean-loss) are `mul(mul(g, 1 / count), clip_coefficient)`,
-    both folded here, so no kernel writes the normalized gradients. Each parameter's results are
-    those of dsc.adamw on it, bit for bit.
+    both folded here, so no kernel writes the normalized gradients. Each
+    parameter's results are those of dsc.adamw on it, bit for bit.
 
     Optionally (dsc-offload) N more results follow: each new param rounded
     to a 16-bit float type of its shape, as dsc.cast would round it (the
