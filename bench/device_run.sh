@@ -17,6 +17,9 @@
 #   gpt2         GPT-2 124M bf16, 16 x 1024: dsc with its CUDA graph and
 #                with --no-cuda-graph, 20 steps each; a per-kernel breakdown
 #                of one step (bench/kernel_breakdown.py)
+#   gpt2-base    the GPT-2 program of the commit before a change
+#                (gpu-bundle-extra/gpt2_124m_bf16_base), after gpt2: its
+#                ms/step and the changed program's losses against it
 #   gpt2-peers   torch.compile and eager on nanoGPT's module
 #                (bench/peers_bf16.py), the bf16 matmul ceiling
 #   llama        the Llama-3.2-1B shape bf16, 4 x 2048: dsc with and
@@ -149,6 +152,12 @@ for part in "$@"; do
     timeout 120 python3 bench/kernel_breakdown.py --out "$W/gpt2_kernels.json" -- \
       "$B/gpt2_124m_bf16" --init random --data "$W/tok.bin" --steps 1 --quiet >"$W/gpt2_kernels.txt" 2>&1
     head -30 "$W/gpt2_kernels.txt" ;;
+  gpt2-base)
+    # The GPT-2 program of the commit before a change (gpu-bundle-extra/
+    # gpt2_124m_bf16_base), in the same call: its ms/step and how close the
+    # changed program's losses are to it.
+    dsc_variant gpt2_base "$B/gpt2_124m_bf16_base" 20 gpt2 --init random --data "$W/tok.bin"
+    python3 bench/close_losses.py "$W/gpt2_graph.jsonl" "$W/gpt2_base.jsonl" ;;
   gpt2-peers)
     timeout 200 python3 bench/peers_bf16.py --only eager,compile --configs nanogpt \
       --out "$W/gpt2_peers.json" >/dev/null 2>"$W/gpt2_peers.err"

@@ -385,11 +385,14 @@ void foldProductCasts(Block &block) {
     if (!c || !isHalf(c.getInput()) || !isF32(c.getResult()) ||
         c->hasAttr("dsc.recompute"))
       continue;
-    auto mm = c.getInput().getDefiningOp<dsc::MatMulOp>();
-    if (!mm || mm->getBlock() != &block || !mm.getResult().hasOneUse())
+    // A matmul, or the weight-gradient GEMM of a dsc.matmul_bias_grad.
+    auto product = dyn_cast_or_null<OpResult>(c.getInput());
+    if (!product || product.getResultNumber() != 0 ||
+        !isa<dsc::MatMulOp, dsc::MatMulBiasGradOp>(product.getOwner()) ||
+        product.getOwner()->getBlock() != &block || !product.hasOneUse())
       continue;
-    mm.getResult().setType(c.getType());
-    c.getResult().replaceAllUsesWith(mm.getResult());
+    product.setType(c.getType());
+    c.getResult().replaceAllUsesWith(product);
     dead.push_back(c);
   }
   for (Operation *op : dead)

@@ -498,6 +498,39 @@ def DscFuseElementwise : Pass<"dsc-fuse-elementwise", "mlir::ModuleOp"> {
 }
 
 
+def DscFuseGemmEpilogue : Pass<"dsc-fuse-gemm-epilogue", "mlir::ModuleOp"> {
+  let summary = "A linear layer's bias gradient as its weight-gradient GEMM's "
+                "epilogue (dsc.matmul_bias_grad)";
+  let description = [{
+    For a target whose GEMMs reduce an operand over K in their epilogue
+    (`dsc.target` says `gemm_epilogues`; nothing happens otherwise): a
+    `dsc.reduce_sum` of a gradient G over all its dims but the last (a
+    bias gradient) and a `dsc.matmul` that reads G, reshaped to [T, C], as
+    one operand of a product over T (the weight gradient `G^T x X`, or
+    `X^T x G` for a layer that stores its weight [in, out], as GPT-2's
+    Conv1D) become one `dsc.matmul_bias_grad`: the bias gradient is no
+    kernel of its own and G is read once.
+
+    Under mixed precision the sum reads the f32 gradient and the GEMM its
+    16-bit cast; the fused op sums the 16-bit values the GEMM reads (f32
+    accumulation), as PyTorch's autocast does for a bf16 linear layer
+    (`grad_output.sum(0)` over the bf16 gradient), and the f32 gradient is
+    then no longer written when nothing else reads it. Runs before
+    dsc-fuse-elementwise, which widens the weight gradient's result to f32
+    as it does a matmul's.
+
+    ```mlir
+    %b = dsc.reduce_sum %g {axes = array<i64: 0, 1>} : tensor<4x8x16xbf16> -> tensor<1x1x16xf32>
+    %g2 = dsc.reshape %g {shape = array<i64: 32, 16>} : ...
+    %w = dsc.matmul %g2, %x {transpose_lhs = true} : tensor<32x16xbf16>, tensor<32x24xbf16> -> tensor<16x24xbf16>
+    // becomes
+    %w, %b1 = dsc.matmul_bias_grad %g2, %x : tensor<32x16xbf16>, tensor<32x24xbf16> -> tensor<16x24xbf16>, tensor<16xf32>
+    %b = dsc.reshape %b1 {shape = array<i64: 1, 1, 16>} : ...
+    ```
+  }];
+}
+
+
 def DscRaiseGelu : Pass<"dsc-raise-gelu", "mlir::ModuleOp"> {
   let summary = "Recognize GELU written out as a formula and make it dsc.gelu";
   let description = [{

@@ -1,6 +1,8 @@
 //===- LowerLinalg.cpp - matmul, gemm, conv, pooling to kernel calls ------===//
 //
 // Forward ops map one to one onto rt::matmul, gemm, conv, maxPool, ...;
+// dsc.matmul_bias_grad onto rt::matmulBiasGrad (the GEMM's epilogue sums the
+// bias gradient where the backend can, else a reduction follows it);
 // the gradient ops onto rt::convBackwardInput / convBackwardWeight
 // (step_kernels.h) and rt::maxPoolBackward / avgPoolBackward.
 //
@@ -53,6 +55,12 @@ LowerResult lowerLinalg(Operation *op, const LowerContext &ctx) {
                        ctx.view(o.getResult())});
         return call("rt::matmul", {ctx.view(o.getLhs()), ctx.view(o.getRhs()),
                                    ctx.view(o.getResult())});
+      })
+      .Case([&](MatMulBiasGradOp o) {
+        return call("rt::matmulBiasGrad",
+                    {ctx.view(o.getLhs()), ctx.view(o.getRhs()),
+                     cppBool(o.getSumRhs()), ctx.view(o.getResult()),
+                     ctx.view(o.getBiasGrad())});
       })
       .Case([&](GemmOp o) {
         std::string attrs =

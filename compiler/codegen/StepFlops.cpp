@@ -83,6 +83,12 @@ private:
           int64_t k = dim(m.getLhs(), m.getTransposeLhs() ? -2 : -1);
           return 2 * numel(m.getResult().getType()) * double(k);
         })
+        .Case([&](MatMulBiasGradOp m) {
+          // K: the rows both operands share (the bias sum is not counted,
+          // as a reduce_sum is not).
+          return 2 * numel(m.getResult().getType()) *
+                 double(dim(m.getLhs(), 0));
+        })
         .Case([&](LinearCrossEntropyOp l) {
           // The logits, grad_input and grad_weight products: 3 x 2 N V C.
           return 6 * numel(l.getInput().getType()) *

@@ -162,6 +162,25 @@ inline Status checkMatmulAccumulate(const Call &call, const Tensor &lhs,
   return Status();
 }
 
+/// matmulBiasGrad's operands: lhs [T, M] and rhs [T, N] of one dtype in
+/// `types`, out [M, N] of that dtype or f32, biasGrad f32 [M] ([N] when
+/// rhs is summed).
+inline Status checkMatmulBiasGrad(const Call &call, const Tensor &lhs,
+                                  const Tensor &rhs, bool sumRhs,
+                                  const Tensor &out, const Tensor &biasGrad,
+                                  FloatTypes types) {
+  if (Status st =
+          checkMatmulAccumulate(call, lhs, true, rhs, false, out, types);
+      !st.ok())
+    return st;
+  const Tensor &summed = sumRhs ? rhs : lhs;
+  if (!validRank(biasGrad) || biasGrad.rank != 1 ||
+      biasGrad.dtype != DType::F32 || biasGrad.shape[0] != summed.shape[1])
+    return call.fail(std::string("bias_grad must be f32 [") +
+                     (sumRhs ? "N] for rhs [T, N]" : "M] for lhs [T, M]"));
+  return Status();
+}
+
 /// out [m, n] = op(a) [m, k] @ op(b) [k, n]; cStrides: c's broadcast
 /// strides over out's dims when c is present.
 struct GemmLayout {

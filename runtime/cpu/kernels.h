@@ -122,6 +122,13 @@ Status matmul(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
 /// the operand is read transposed, not copied.
 Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
                         bool transRhs, const Tensor &out, int threads = 0);
+/// dsc.matmul_bias_grad: out = lhs^T @ rhs (lhs [T, M], rhs [T, N], out
+/// [M, N] in their dtype or f32) and biasGrad = the f32 column sums of lhs
+/// ([M]), or of rhs ([N]) with sumRhs: matmulTransposed, then reduce, each
+/// with its own bits.
+Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
+                      const Tensor &out, const Tensor &biasGrad,
+                      int threads = 0);
 /// gradLhs = gradOut @ rhs^T, gradRhs = lhs^T @ gradOut, each summed over
 /// the batch dims its operand was broadcast along. Either may be absent.
 Status matmulBackward(const Tensor &lhs, const Tensor &rhs,

@@ -239,6 +239,25 @@ Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
   return matmulChecked(opLhs, transLhs, opRhs, transRhs, out, l, threads);
 }
 
+Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
+                      const Tensor &out, const Tensor &biasGrad, int threads) {
+  Call call("matmul_bias_grad");
+  call.arg("lhs", lhs).arg("rhs", rhs);
+  if (sumRhs)
+    call.raw("sum_rhs", "true");
+  call.arg("out", out).arg("bias_grad", biasGrad);
+  if (Status st = checkMatmulBiasGrad(call, lhs, rhs, sumRhs, out, biasGrad,
+                                      FloatTypes::F32F64F16BF16);
+      !st.ok())
+    return st;
+  if (Status st = matmulTransposed(lhs, true, rhs, false, out, threads);
+      !st.ok())
+    return st;
+  const int64_t rows[] = {0};
+  return reduce(ReduceOp::Sum, sumRhs ? rhs : lhs, I64s(rows, 1), false,
+                biasGrad);
+}
+
 Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,
                         bool transRhs, bool accumulate, const Tensor &out,
                         int threads) {

@@ -97,6 +97,12 @@ Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
                         bool transRhs, const Tensor &out);
 Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
             const GemmAttrs &attrs, const Tensor &out);
+/// As cpu::matmulBiasGrad: one cuBLASLt call whose BGRADB (lhs) or BGRADA
+/// (rhs) epilogue sums the operand over T into biasGrad (f32, cuBLASLt's
+/// order), or the product and a reduction where cuBLASLt has no such
+/// algorithm.
+Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
+                      const Tensor &out, const Tensor &biasGrad);
 /// As cpu::matmulAccumulate: a 16-bit product into f32 is one cuBLASLt call
 /// with f32 C and D (beta 1 when accumulating).
 Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,

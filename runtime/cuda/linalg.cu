@@ -83,6 +83,10 @@ struct Problem {
   int64_t batch = 1;
   int64_t strideA = 0, strideB = 0; // elements between batch matrices
   bool bias = false;                // epilogue adds bias[N] to every row
+  // Epilogue writes f32 sums over K into the bias vector: of our A ([M],
+  // cuBLASLt's B: BGRADB) or of our B ([N], cuBLASLt's A: BGRADA).
+  enum class BiasGrad { None, OfA, OfB } biasGrad = BiasGrad::None;
+  bool summing() const { return biasGrad != BiasGrad::None; }
   bool wideOut = false;             // C and D f32 (A and B 16-bit)
 };
 
@@ -180,10 +184,20 @@ Status buildPlan(const Problem &p, const Alignments &al, const void *bias,
       plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
   DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
       plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
-  if (p.bias) {
-    uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (p.bias || p.summing()) {
+    // Our A is cuBLASLt's B and our B its A (see the file comment).
+    uint32_t epilogue = p.bias ? CUBLASLT_EPILOGUE_BIAS
+                        : p.biasGrad == Problem::BiasGrad::OfA
+                            ? CUBLASLT_EPILOGUE_BGRADB
+                            : CUBLASLT_EPILOGUE_BGRADA;
     DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
         plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (p.summing()) {
+      int32_t biasType = CUDA_R_32F;
+      DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
+          plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
+          sizeof(biasType)));
+    }
     // The heuristic reads the pointer's alignment.
     DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
         plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -255,9 +269,10 @@ Staging stagingFor(const Problem &p, size_t launches) {
   s.m = p.m, s.n = p.n, s.k = p.k;
   bool tensorCores = p.dtype == DType::F16 || p.dtype == DType::BF16 ||
                      (p.dtype == DType::F32 && allowTf32());
-  // A wide (f32) D is not staged: its copies would need D's element size.
-  if (!tensorCores || p.wideOut || launches != 1 || p.batch != 1 ||
-      p.m * p.n * p.k < kStageMinWork)
+  // A wide (f32) D is not staged: its copies would need D's element size;
+  // nor a bias gradient (the padded rows would be summed).
+  if (!tensorCores || p.wideOut || p.summing() || launches != 1 ||
+      p.batch != 1 || p.m * p.n * p.k < kStageMinWork)
     return s;
   int64_t q = int64_t(16 / dtypeSize(p.dtype));
   auto up = [q](int64_t v) { return (v + q - 1) / q * q; };
@@ -329,7 +344,9 @@ Status runProduct(const Problem &problem, std::vector<Launch> launches,
     al.c = std::min(al.c, alignmentOf(uint64_t(p.m * p.n) * es));
     al.d = std::min(al.d, alignmentOf(uint64_t(p.m * p.n) * es));
   }
-  int64_t biasAlign = !p.bias ? 0 : stageBias ? 256 : alignmentOf(bias);
+  int64_t biasAlign = !(p.bias || p.summing()) ? 0
+                      : stageBias              ? 256
+                                               : alignmentOf(bias);
   std::vector<int64_t> key = {rd.device,
                               int64_t(p.dtype),
                               p.dtype == DType::F32 && allowTf32(),
@@ -342,6 +359,7 @@ Status runProduct(const Problem &problem, std::vector<Launch> launches,
                               p.strideA,
                               p.strideB,
                               p.bias,
+                              int64_t(p.biasGrad),
                               p.wideOut,
                               al.a,
                               al.b,
@@ -417,7 +435,7 @@ Status runProduct(const Problem &problem, std::vector<Launch> launches,
       bias = at;
     }
   }
-  if (p.bias)
+  if (p.bias || p.summing())
     DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
         plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   float alphaF = float(alpha), betaF = float(beta);
@@ -668,6 +686,40 @@ Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
       !st.ok())
     return st;
   return ran ? Status() : noAlgorithm(call, p);
+}
+
+Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
+                      const Tensor &out, const Tensor &biasGrad) {
+  Call call("matmul_bias_grad");
+  call.arg("lhs", lhs).arg("rhs", rhs);
+  if (sumRhs)
+    call.raw("sum_rhs", "true");
+  call.arg("out", out).arg("bias_grad", biasGrad);
+  if (Status st = cpu::detail::checkMatmulBiasGrad(call, lhs, rhs, sumRhs, out,
+                                                   biasGrad, kGemmTypes);
+      !st.ok())
+    return st;
+  Problem p;
+  p.dtype = lhs.dtype;
+  p.m = out.shape[0], p.n = out.shape[1], p.k = lhs.shape[0];
+  p.transA = true;
+  p.wideOut = out.dtype != lhs.dtype;
+  p.biasGrad = sumRhs ? Problem::BiasGrad::OfB : Problem::BiasGrad::OfA;
+  bool ran = false;
+  if (p.m != 0 && p.n != 0 && p.k != 0 && p.dtype != DType::F64) {
+    if (Status st = runProduct(p, {{lhs.data, rhs.data, out.data, out.data}},
+                               1.0, 0.0, biasGrad.data, &ran);
+        !st.ok())
+      return st;
+  }
+  if (ran)
+    return Status();
+  // No epilogue for this problem: the product, then the column sums.
+  if (Status st = matmulTransposed(lhs, true, rhs, false, out); !st.ok())
+    return st;
+  const int64_t rows[] = {0};
+  return cuda::reduce(ReduceOp::Sum, sumRhs ? rhs : lhs, I64s(rows, 1), false,
+                      biasGrad);
 }
 
 Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,

@@ -85,6 +85,8 @@ target and output:
                              was built with)
   --no-fuse                  cuda: one kernel per elementwise op (default:
                              chains of them are one generated kernel each)
+                             and bias gradients summed on their own (default:
+                             in the weight-gradient GEMM's epilogue)
   --no-fuse-attention        keep attention as the exporter wrote it
                              (matmul, mask, softmax, matmul) instead of one
                              dsc.attention per layer (dsc-fuse-attention)
@@ -986,9 +988,13 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
                (o.offloadOverlap ? " overlap=true" : "") + "}",
            "offload options"))
     return failure();
-  // Kernels are generated for the IR's f32 (not under --f64).
-  if (o.fuse && !o.f64)
+  // Kernels are generated for the IR's f32 (not under --f64); the bias
+  // gradients go into GEMM epilogues first, so that no chain writes the
+  // f32 gradient only a sum read.
+  if (o.fuse && !o.f64) {
+    pm.addPass(createDscFuseGemmEpilogue());
     pm.addPass(createDscFuseElementwise());
+  }
   // Last: they decide on the final order of the step.
   if (o.inPlaceUpdates) {
     pm.addPass(createDscInPlaceTemporaries());

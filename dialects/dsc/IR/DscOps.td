@@ -276,6 +276,39 @@ def Dsc_MatMulOp : Dsc_DiffOp<"matmul"> {
   }];
 }
 
+def Dsc_MatMulBiasGradOp : Dsc_Op<"matmul_bias_grad"> {
+  let summary = "a weight gradient GEMM with its bias gradient as epilogue";
+  let description = [{
+    A decision of dsc-fuse-gemm-epilogue that the IR shows: the weight
+    gradient of a linear layer, `result = transpose(lhs) x rhs` over the
+    tokens T, and the bias gradient of the same layer, the column sums of
+    the operand that is the output gradient (`lhs`, or `rhs` with
+    `sum_rhs`: a layer that stores its weight [in, out], as GPT-2's
+    Conv1D), in one GEMM whose epilogue reduces that operand over the
+    GEMM's K dimension (cuBLASLt's BGRADB / BGRADA):
+    ```
+    result[m, n]  = sum over t: lhs[t, m] * rhs[t, n]
+    bias_grad[m]  = sum over t: f32(lhs[t, m])   (or [n] from rhs; f32 sums)
+    ```
+    `lhs` is [T, M] and `rhs` [T, N] with one element type; `result` is
+    [M, N] in that type or, for 16-bit operands, f32 (the accumulator
+    unrounded, as dsc.matmul's); `bias_grad` is f32 [M] (or [N]). A
+    backend without the epilogue computes the GEMM and the column sums one
+    after the other.
+  }];
+  let arguments = (ins Dsc_FloatTensor:$lhs, Dsc_FloatTensor:$rhs,
+                   DefaultValuedAttr<BoolAttr, "false">:$sum_rhs);
+  let results = (outs Dsc_FloatTensor:$result, Dsc_FloatTensor:$bias_grad);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->`
+    type($result) `,` type($bias_grad)
+  }];
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+}
+
 def Dsc_GemmOp : Dsc_DiffOp<"gemm"> {
   let summary = "alpha * op(A) * op(B) + beta * C (ONNX Gemm)";
   let arguments = (ins Dsc_FloatTensor:$a, Dsc_FloatTensor:$b,

@@ -851,6 +851,35 @@ DSC_WIDENED_RESULT(ReduceProdOp, false)
 DSC_WIDENED_RESULT(MatMulOp, true)
 #undef DSC_WIDENED_RESULT
 
+LogicalResult
+MatMulBiasGradOp::inferReturnTypes(MLIRContext *ctx,
+                                   std::optional<Location> loc, Adaptor a,
+                                   SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<MatMulBiasGradOp>(ctx, loc, a)))
+    return failure();
+  auto l = rankedType(a.getLhs()), r = rankedType(a.getRhs());
+  if (!l || !r || l.getRank() != 2 || r.getRank() != 2)
+    return fail(loc, "matmul_bias_grad takes [T, M] and [T, N] operands");
+  if (failed(sameElementTypes(loc, a.getLhs(), a.getRhs())))
+    return failure();
+  if (l.getDimSize(0) != r.getDimSize(0))
+    return fail(loc, "matmul_bias_grad: lhs has " +
+                         std::to_string(l.getDimSize(0)) + " rows, rhs " +
+                         std::to_string(r.getDimSize(0)));
+  results.push_back(RankedTensorType::get({l.getDimSize(1), r.getDimSize(1)},
+                                          l.getElementType()));
+  results.push_back(RankedTensorType::get(
+      {(a.getSumRhs() ? r : l).getDimSize(1)}, Float32Type::get(ctx)));
+  return success();
+}
+
+bool MatMulBiasGradOp::isCompatibleReturnTypes(TypeRange inferred,
+                                               TypeRange actual) {
+  return inferred.size() == 2 && actual.size() == 2 &&
+         inferred[1] == actual[1] &&
+         inferredOrWidened(inferred.take_front(), actual.take_front(), true);
+}
+
 //===----------------------------------------------------------------------===//
 // Data movement
 //===----------------------------------------------------------------------===//

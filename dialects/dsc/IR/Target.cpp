@@ -22,7 +22,7 @@ FailureOr<TargetDescription> TargetDescription::forName(StringRef name,
     if (t.arch.empty())
       t.arch = "sm_90a";
     t.generatedKernels = t.deviceMemory = t.asyncCollectives =
-        t.stridedAttention = true;
+        t.stridedAttention = t.gemmEpilogues = true;
     return t;
   }
   error = "unknown target \"" + name.str() + "\" (known: cpu, cuda)";
@@ -57,13 +57,14 @@ FailureOr<TargetDescription> TargetDescription::of(ModuleOp module) {
                  : key == "device_memory"     ? &t->deviceMemory
                  : key == "async_collectives" ? &t->asyncCollectives
                  : key == "strided_attention" ? &t->stridedAttention
+                 : key == "gemm_epilogues"    ? &t->gemmEpilogues
                                               : nullptr;
     auto value = dyn_cast<BoolAttr>(a.getValue());
     if (!flag || !value)
       return module.emitError("dsc.target: unknown or non-boolean key `")
              << key
              << "` (known: name, arch, generated_kernels, device_memory, "
-                "async_collectives, strided_attention)";
+                "async_collectives, strided_attention, gemm_epilogues)";
     *flag = value.getValue();
   }
   return t;
@@ -83,6 +84,8 @@ DictionaryAttr TargetDescription::toAttr(MLIRContext *ctx) const {
       b.getNamedAttr("async_collectives", b.getBoolAttr(asyncCollectives)));
   attrs.push_back(
       b.getNamedAttr("strided_attention", b.getBoolAttr(stridedAttention)));
+  attrs.push_back(
+      b.getNamedAttr("gemm_epilogues", b.getBoolAttr(gemmEpilogues)));
   return b.getDictionaryAttr(attrs);
 }
 

@@ -202,6 +202,55 @@ TEST(CudaMatmul, WidenedResult) {
   }
 }
 
+// dsc.matmul_bias_grad: the weight gradient (f32 accumulator for 16-bit
+// operands) and the bias gradient (f32 column sums, cuBLASLt's BGRADB
+// epilogue where it has one, else a reduction) against the CPU on the
+// rounded values; rows of an odd count and C not a multiple of 8 too.
+TEST(CudaMatmul, BiasGradEpilogue) {
+  DSC_REQUIRE_GPU();
+  struct Case {
+    int64_t t, c, k;
+  };
+  const Case cases[] = {{1024, 96, 64}, {4096, 768, 256}, {37, 10, 12}};
+  for (auto dtype : {DType::BF16, DType::F16, DType::F32})
+    for (const Case &cs : cases)
+      for (bool sumRhs : {false, true}) {
+        // The summed gradient g [T, C] is the lhs, or the rhs of x^T g.
+        DevTensor g = rnd(dtype, {cs.t, cs.c}, 21),
+                  x = rnd(dtype, {cs.t, cs.k}, 22);
+        DevTensor &l = sumRhs ? x : g, &r = sumRhs ? g : x;
+        DevTensor l32 = widen(l), r32 = widen(r);
+        std::vector<int64_t> out = {l.host().shape[1], r.host().shape[1]};
+        DevTensor want(DType::F32, out), got(DType::F32, out);
+        DevTensor wantB(DType::F32, {cs.c}), gotB(DType::F32, {cs.c});
+        DSC_ASSERT_OK(cpu::matmulBiasGrad(l32.host(), r32.host(), sumRhs,
+                                          want.host(), wantB.host()));
+        DSC_ASSERT_OK(cuda::matmulBiasGrad(l.dev(), r.dev(), sumRhs, got.dev(),
+                                           gotB.dev()));
+        std::string what =
+            std::string(dtypeName(dtype)) + " T=" + std::to_string(cs.t) +
+            " C=" + std::to_string(cs.c) + (sumRhs ? " rhs" : " lhs");
+        double tol = dtype == DType::F32 ? rtolF32() : 1e-5;
+        expectClose(want, got, tol, 1e-6 * double(cs.t), "weight " + what);
+        expectClose(wantB, gotB, 1e-5, 1e-6 * double(cs.t), "bias " + what);
+        // A 16-bit weight gradient, rounded from the same accumulator.
+        if (dtype != DType::F32) {
+          DevTensor half(dtype, out);
+          DSC_ASSERT_OK(cuda::matmulBiasGrad(l.dev(), r.dev(), sumRhs,
+                                             half.dev(), gotB.dev()));
+          expectClose(want, half, 1e-2, 1e-2, "16-bit weight " + what);
+          expectClose(wantB, gotB, 1e-5, 1e-6 * double(cs.t),
+                      "bias beside a 16-bit weight " + what);
+        }
+      }
+  DevTensor g(DType::F32, {8, 4}), x(DType::F32, {8, 3});
+  DevTensor w(DType::F32, {4, 3}), bad(DType::F32, {5});
+  EXPECT_EQ(cuda::matmulBiasGrad(g.dev(), x.dev(), false, w.dev(), bad.dev())
+                .message(),
+            cpu::matmulBiasGrad(g.host(), x.host(), false, w.host(), bad.host())
+                .message());
+}
+
 TEST(CudaMatmul, HalfUnalignedRowsStaged) {
   DSC_REQUIRE_GPU();
   // Rows of 1001 16-bit elements are not 16-byte aligned: products this

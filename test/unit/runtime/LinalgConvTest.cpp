@@ -68,6 +68,47 @@ TEST(Matmul, BackwardFiniteDifferences) {
   }
 }
 
+// dsc.matmul_bias_grad on the CPU: the weight gradient and the column sums,
+// bit for bit what matmulTransposed and reduce give one after the other;
+// the f32 sums against a naive double loop; shape errors name the op.
+TEST(MatmulBiasGrad, MatmulThenColumnSums) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  F g({37, 12}, DType::F32), x({37, 20}, DType::F32);
+  for (float &v : g.v)
+    v = u(rng);
+  for (float &v : x.v)
+    v = u(rng);
+  F w({12, 20}, DType::F32), b({12}, DType::F32);
+  DSC_ASSERT_OK(matmulBiasGrad(g.t(), x.t(), false, w.t(), b.t()));
+  F w2({12, 20}, DType::F32), b2({12}, DType::F32);
+  DSC_ASSERT_OK(matmulTransposed(g.t(), true, x.t(), false, w2.t()));
+  DSC_ASSERT_OK(reduce(ReduceOp::Sum, g.t(), {int64_t(0)}, false, b2.t()));
+  EXPECT_EQ(w.v, w2.v);
+  EXPECT_EQ(b.v, b2.v);
+  // The gradient as rhs (a weight stored [in, out]): x^T g, sums of g.
+  F wr({20, 12}, DType::F32), br({12}, DType::F32), wr2({20, 12}, DType::F32);
+  DSC_ASSERT_OK(matmulBiasGrad(x.t(), g.t(), true, wr.t(), br.t()));
+  DSC_ASSERT_OK(matmulTransposed(x.t(), true, g.t(), false, wr2.t()));
+  EXPECT_EQ(wr.v, wr2.v);
+  EXPECT_EQ(br.v, b2.v);
+  for (int c = 0; c < 12; ++c) {
+    double acc = 0;
+    for (int t = 0; t < 37; ++t)
+      acc += g[t * 12 + c];
+    EXPECT_NEAR(b[c], acc, 1e-5);
+  }
+  F bad({13}, DType::F32);
+  EXPECT_EQ(matmulBiasGrad(g.t(), x.t(), false, w.t(), bad.t()).message(),
+            "matmul_bias_grad(lhs=f32[37,12], rhs=f32[37,20], "
+            "out=f32[12,20], bias_grad=f32[13]): bias_grad must be f32 [M] "
+            "for lhs [T, M]");
+  EXPECT_EQ(matmulBiasGrad(x.t(), g.t(), true, wr.t(), b2.t()).ok(), true);
+  EXPECT_FALSE(matmulBiasGrad(x.t(), g.t(), true, wr.t(), bad.t()).ok());
+  F rows({36, 20}, DType::F32);
+  EXPECT_FALSE(matmulBiasGrad(g.t(), rows.t(), false, w.t(), b.t()).ok());
+}
+
 TEST(Gemm, ForwardAndBackwardAllTransposes) {
   for (int mode = 0; mode < 4; ++mode) {
     GemmAttrs attrs;
