@@ -20,6 +20,8 @@
 #   gpt2-base    the GPT-2 program of the commit before a change
 #                (gpu-bundle-extra/gpt2_124m_bf16_base), after gpt2: its
 #                ms/step and the changed program's losses against it
+#   llama-base   likewise for the Llama shape (llama_1b_bf16_base), after
+#                llama
 #   gpt2-peers   torch.compile and eager on nanoGPT's module
 #                (bench/peers_bf16.py), the bf16 matmul ceiling
 #   llama        the Llama-3.2-1B shape bf16, 4 x 2048: dsc with and
@@ -158,6 +160,10 @@ for part in "$@"; do
     # changed program's losses are to it.
     dsc_variant gpt2_base "$B/gpt2_124m_bf16_base" 20 gpt2 --init random --data "$W/tok.bin"
     python3 bench/close_losses.py "$W/gpt2_graph.jsonl" "$W/gpt2_base.jsonl" ;;
+  llama-base)
+    # As gpt2-base, for the Llama shape (llama_1b_bf16_base), after llama.
+    dsc_variant llama_base "$B/llama_1b_bf16_base" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32
+    python3 bench/close_losses.py "$W/llama_graph.jsonl" "$W/llama_base.jsonl" ;;
   gpt2-peers)
     timeout 200 python3 bench/peers_bf16.py --only eager,compile --configs nanogpt \
       --out "$W/gpt2_peers.json" >/dev/null 2>"$W/gpt2_peers.err"

@@ -305,11 +305,19 @@ struct CpuKernels {
                                  bool tr, bool acc, const Tensor &o) {
     return cpu::matmulAccumulate(l, tl, r, tr, acc, o);
   }
-  template <typename... A> static Status softmaxCrossEntropy(A &&...a) {
-    return cpu::softmaxCrossEntropy(a...);
-  }
-  template <typename... A> static Status softmaxCrossEntropyBackward(A &&...a) {
-    return cpu::softmaxCrossEntropyBackward(a...);
+  /// The loss, then its gradient (the CUDA backend does both in one
+  /// kernel, with these bits).
+  static Status
+  softmaxCrossEntropyWithBackward(const Tensor &scores, const Tensor &labels,
+                                  std::optional<int64_t> ignoreIndex,
+                                  const Tensor &seed, const Tensor &loss,
+                                  const Tensor &grad) {
+    if (Status st = cpu::softmaxCrossEntropy(scores, labels, Tensor(),
+                                             Reduction::Sum, ignoreIndex, loss);
+        !st.ok())
+      return st;
+    return cpu::softmaxCrossEntropyBackward(
+        scores, labels, Tensor(), Reduction::Sum, ignoreIndex, seed, grad);
   }
   template <typename... A> static Status reduce(A &&...a) {
     return cpu::reduce(a...);

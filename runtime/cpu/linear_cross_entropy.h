@@ -11,8 +11,10 @@
 // unfused step's.
 //
 // `K` is the backend: static matmulTransposed, matmulAccumulate,
-// softmaxCrossEntropy, softmaxCrossEntropyBackward and reduce with the
-// kernels' signatures (without the CPU's thread count).
+// softmaxCrossEntropyWithBackward (the summed loss of the rows and its
+// gradient, as softmaxCrossEntropy then softmaxCrossEntropyBackward give
+// them) and reduce with the kernels' signatures (without the CPU's thread
+// count).
 //
 //===----------------------------------------------------------------------===//
 
@@ -113,12 +115,8 @@ Status linearCrossEntropyChunks(
     if (Status st = K::matmulTransposed(x, false, weight, transWeight, l);
         !st.ok())
       return st;
-    if (Status st = K::softmaxCrossEntropy(l, y, Tensor(), Reduction::Sum,
-                                           ignoreIndex, lossC);
-        !st.ok())
-      return st;
-    if (Status st = K::softmaxCrossEntropyBackward(
-            l, y, Tensor(), Reduction::Sum, ignoreIndex, seed, l);
+    if (Status st = K::softmaxCrossEntropyWithBackward(l, y, ignoreIndex, seed,
+                                                       lossC, l);
         !st.ok())
       return st;
     if (Status st = K::matmulTransposed(l, false, weight, !transWeight,

@@ -198,6 +198,17 @@ Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
                                    std::optional<int64_t> ignoreIndex,
                                    const Tensor &gradLoss,
                                    const Tensor &gradScores);
+/// softmaxCrossEntropy and softmaxCrossEntropyBackward of the summed loss
+/// (no class weights) in one kernel over contiguous rows: the same bits as
+/// the two calls, each row read twice instead of three times (scores and
+/// gradScores may be one buffer, as the backward's). Other layouts run the
+/// two calls.
+Status softmaxCrossEntropyWithBackward(const Tensor &scores,
+                                       const Tensor &labels,
+                                       std::optional<int64_t> ignoreIndex,
+                                       const Tensor &gradLoss,
+                                       const Tensor &loss,
+                                       const Tensor &gradScores);
 Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,
                Reduction reduction, std::optional<int64_t> ignoreIndex,
                const Tensor &loss);

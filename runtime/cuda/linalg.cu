@@ -764,11 +764,9 @@ struct CudaKernels {
   template <typename... A> static Status matmulAccumulate(A &&...a) {
     return cuda::matmulAccumulate(a...);
   }
-  template <typename... A> static Status softmaxCrossEntropy(A &&...a) {
-    return cuda::softmaxCrossEntropy(a...);
-  }
-  template <typename... A> static Status softmaxCrossEntropyBackward(A &&...a) {
-    return cuda::softmaxCrossEntropyBackward(a...);
+  template <typename... A>
+  static Status softmaxCrossEntropyWithBackward(A &&...a) {
+    return cuda::softmaxCrossEntropyWithBackward(a...);
   }
   template <typename... A> static Status reduce(A &&...a) {
     return cuda::reduce(a...);

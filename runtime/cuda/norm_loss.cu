@@ -1768,24 +1768,40 @@ template <typename S> constexpr int rowMinBlocks() {
   return sizeof(Compute<S>) == 4 ? 2 : 1;
 }
 
-template <typename S, typename G, bool kVec>
+/// The backward; with kLoss also the forward's per-row loss (into `out`,
+/// the bits crossEntropyRowKernel writes), from the same statistics: the
+/// row is read twice instead of three times.
+template <typename S, typename G, bool kVec, bool kLoss = false>
 __global__ void __launch_bounds__(512, rowMinBlocks<S>())
     crossEntropyBackwardRowKernel(const S *x, LabelView labels,
                                   const Compute<S> *__restrict__ weights,
                                   int64_t rows, int64_t dim,
                                   Reduction reduction,
                                   const Compute<S> *__restrict__ gradLoss,
-                                  const double *__restrict__ weightSum, G *gx) {
+                                  const double *__restrict__ weightSum, G *gx,
+                                  LossOut<Compute<S>> out) {
   // (x and gx may be one buffer, dsc.overwrites: the row is read whole for
   // its statistics, a block-wide reduction, before any element is written;
   // each chunk is then read and written by the same thread.)
   using T = Compute<S>;
   for (int64_t l = blockIdx.x; l < rows; l += gridDim.x) {
     const int64_t begin = l * dim, end = begin + dim;
+    // The label's score, read before the statistics' reductions (which
+    // every thread passes before it writes).
+    T picked = T(0);
+    if (kLoss && threadIdx.x == 0) {
+      int64_t c = labels.resolve(l, true);
+      picked = c < 0 ? T(0) : T(widen(x[begin + c]));
+    }
     T mx;
     double sum;
     rowStats<S, kVec>(x, begin, end, mx, sum);
     T lse = T(::log(sum));
+    if (kLoss && threadIdx.x == 0) {
+      int64_t c = labels.resolve(l, true);
+      T w = c < 0 ? T(0) : weights ? weights[c] : T(1);
+      out.put(l, c < 0 ? T(0) : -w * ((picked - mx) - lse), w);
+    }
     int64_t cls = labels.resolve(l, threadIdx.x == 0);
     T k = cls < 0 ? T(0)
                   : lossCoef(reduction, gradLoss, weightSum, l) *
@@ -1971,7 +1987,8 @@ Status crossEntropyBackwardImpl(const Call &call, const Tensor &scores,
     if (ll.mode == kBlockLine) {
       auto launch = [&](auto kernel) {
         kernel<<<gridFor(positions), rowBlock(l.c), 0, stream()>>>(
-            x, lv, w, positions, l.c, reduction, gl, s.weightSum, gs);
+            x, lv, w, positions, l.c, reduction, gl, s.weightSum, gs,
+            LossOut<T>{});
       };
       if (aligned16(x) && aligned16(gs))
         launch(crossEntropyBackwardRowKernel<S, G, true>);
@@ -1988,6 +2005,47 @@ Status crossEntropyBackwardImpl(const Call &call, const Tensor &scores,
     DSC_CUDA_LAUNCHED("softmax_cross_entropy_backward");
   }
   return check ? checkLabelFlag(call, lv) : Status();
+}
+
+/// The summed loss of contiguous rows and its gradient in one kernel (see
+/// softmaxCrossEntropyWithBackward); false in *done when the rows are not
+/// one block's each (the caller then runs the two calls).
+template <typename S, typename G>
+Status crossEntropyWithBackwardImpl(const Call &call, const Tensor &scores,
+                                    const Tensor &labels,
+                                    std::optional<int64_t> ignoreIndex,
+                                    const Tensor &gradLoss, const Tensor &loss,
+                                    const Tensor &gradScores,
+                                    const LossShape &l, bool *done) {
+  using T = Compute<S>;
+  int64_t positions = l.n * l.d;
+  *done = false;
+  if (positions == 0 || l.c == 0 || l.d != 1 ||
+      pickLines(positions, l.c, l.d).mode != kBlockLine)
+    return Status();
+  LossScratch s;
+  if (Status st = lossScratch(positions, true, s); !st.ok())
+    return st;
+  LabelView lv = labelView(labels, l.c, ignoreIndex);
+  if (Status st = initLabelFlag(lv, s.flag); !st.ok())
+    return st;
+  LossOut<T> out{nullptr, s.lineLoss, s.lineWeight};
+  const S *x = scores.as<S>();
+  G *gs = gradScores.as<G>();
+  auto launch = [&](auto kernel) {
+    kernel<<<gridFor(positions), rowBlock(l.c), 0, stream()>>>(
+        x, lv, nullptr, positions, l.c, Reduction::Sum, gradLoss.as<T>(),
+        s.weightSum, gs, out);
+  };
+  if (aligned16(x) && aligned16(gs))
+    launch(crossEntropyBackwardRowKernel<S, G, true, true>);
+  else
+    launch(crossEntropyBackwardRowKernel<S, G, false, true>);
+  DSC_CUDA_LAUNCHED("softmax_cross_entropy_with_backward");
+  if (Status st = lossTotal<T>(s, positions, Reduction::Sum, loss); !st.ok())
+    return st;
+  *done = true;
+  return checkLabelFlag(call, lv);
 }
 
 template <typename T>
@@ -2110,6 +2168,65 @@ Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
         call, scores, labels, weights, reduction, ignoreIndex, gradLoss,
         gradScores, l);
   }
+}
+
+Status softmaxCrossEntropyWithBackward(const Tensor &scores,
+                                       const Tensor &labels,
+                                       std::optional<int64_t> ignoreIndex,
+                                       const Tensor &gradLoss,
+                                       const Tensor &loss,
+                                       const Tensor &gradScores) {
+  Call call("softmax_cross_entropy_with_backward");
+  LossShape l;
+  // The forward's checks (the loss scalar's dtype among them), then the
+  // backward's (the gradient's).
+  if (Status st = checkSoftmaxCrossEntropy(call, scores, labels, Tensor(),
+                                           Reduction::Sum, ignoreIndex, loss, l,
+                                           /*hostLabels=*/nullptr);
+      !st.ok())
+    return st;
+  if (Status st = checkSoftmaxCrossEntropyBackward(
+          call, scores, labels, Tensor(), Reduction::Sum, ignoreIndex, gradLoss,
+          gradScores, l, /*hostLabels=*/nullptr);
+      !st.ok())
+    return st;
+  bool done = false;
+  Status st;
+  bool f32Grad = gradScores.dtype == DType::F32;
+  switch (scores.dtype) {
+  case DType::F32:
+    st = crossEntropyWithBackwardImpl<float, float>(call, scores, labels,
+                                                    ignoreIndex, gradLoss, loss,
+                                                    gradScores, l, &done);
+    break;
+  case DType::BF16:
+    st = f32Grad ? crossEntropyWithBackwardImpl<Bf16S, float>(
+                       call, scores, labels, ignoreIndex, gradLoss, loss,
+                       gradScores, l, &done)
+                 : crossEntropyWithBackwardImpl<Bf16S, Bf16S>(
+                       call, scores, labels, ignoreIndex, gradLoss, loss,
+                       gradScores, l, &done);
+    break;
+  case DType::F16:
+    st = f32Grad ? crossEntropyWithBackwardImpl<F16S, float>(
+                       call, scores, labels, ignoreIndex, gradLoss, loss,
+                       gradScores, l, &done)
+                 : crossEntropyWithBackwardImpl<F16S, F16S>(
+                       call, scores, labels, ignoreIndex, gradLoss, loss,
+                       gradScores, l, &done);
+    break;
+  default:
+    break; // f64: the two calls
+  }
+  if (!st.ok() || done)
+    return st;
+  if (Status st2 = cuda::softmaxCrossEntropy(scores, labels, Tensor(),
+                                             Reduction::Sum, ignoreIndex, loss);
+      !st2.ok())
+    return st2;
+  return cuda::softmaxCrossEntropyBackward(scores, labels, Tensor(),
+                                           Reduction::Sum, ignoreIndex,
+                                           gradLoss, gradScores);
 }
 
 Status nllLoss(const Tensor &input, const Tensor &labels, const Tensor &weights,

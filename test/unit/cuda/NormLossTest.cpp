@@ -1082,6 +1082,51 @@ TEST(CudaNormLoss, CrossEntropyGpt2RowsBf16) {
   cudaEventDestroy(t1);
 }
 
+// The classifier's summed loss and its gradient in one kernel (what
+// linearCrossEntropy runs per chunk): bitwise the two calls, for f32 and
+// bf16 scores, a bf16 or f32 gradient, written over the scores as the
+// classifier does (and to another buffer), with ignored labels; a layout
+// that is not a block per row (few classes) runs the two calls.
+TEST(CudaNormLoss, CrossEntropyWithBackwardIsTheTwoCalls) {
+  DSC_REQUIRE_GPU();
+  for (int64_t c : {int64_t(50304), int64_t(37)})
+    for (DType dt : {DType::F32, DType::BF16})
+      for (bool inPlace : {true, false}) {
+        SCOPED_TRACE(std::string(dtypeName(dt)) + " classes " +
+                     std::to_string(c) + (inPlace ? " in place" : ""));
+        const Shape shape{96, c};
+        LossCase lc{shape, DType::I64, false, -100};
+        DevTensor labels = makeLabels(lc, 95);
+        DevTensor seed(DType::F32, {});
+        seed.values({0.25});
+        DevTensor x = randomTensor(dt, shape, -10, 10, 96);
+        DevTensor x2 = randomTensor(dt, shape, -10, 10, 96);
+        DevTensor lossA(DType::F32, {}), lossB(DType::F32, {});
+        DevTensor gradA(dt, shape), gradB(dt, shape);
+        DSC_ASSERT_OK(cuda::softmaxCrossEntropy(x.dev(), labels.dev(), Tensor(),
+                                                Reduction::Sum, -100,
+                                                lossA.dev()));
+        DSC_ASSERT_OK(cuda::softmaxCrossEntropyBackward(
+            x.dev(), labels.dev(), Tensor(), Reduction::Sum, -100, seed.dev(),
+            gradA.dev()));
+        const DevTensor &into = inPlace ? x2 : gradB;
+        DSC_ASSERT_OK(cuda::softmaxCrossEntropyWithBackward(
+            x2.dev(), labels.dev(), -100, seed.dev(), lossB.dev(), into.dev()));
+        EXPECT_TRUE(Downloaded(lossA).sameBits(Downloaded(lossB)));
+        Downloaded ga(gradA), gb(into);
+        EXPECT_TRUE(ga.sameBits(gb))
+            << "gradient differs at " << firstDiff(ga, gb);
+      }
+  // A label out of range is the forward's error.
+  DevTensor x = randomTensor(DType::F32, {4, 50304}, -1, 1, 97);
+  DevTensor labels(DType::I64, {4}), seed(DType::F32, {}), loss(DType::F32, {});
+  labels.values({1, 2, 50304, 3});
+  seed.values({1.0});
+  Status st = cuda::softmaxCrossEntropyWithBackward(
+      x.dev(), labels.dev(), -100, seed.dev(), loss.dev(), x.dev());
+  EXPECT_EQ(st.code(), StatusCode::OutOfRange) << st.message();
+}
+
 /// The largest |a - b| / |b| over the elements (b the reference).
 double maxRelDiff(const Tensor &a, const Tensor &b) {
   double worst = 0;
