@@ -223,6 +223,108 @@ void fuse(Pair p) {
     bias.getDefiningOp()->erase();
 }
 
+//===----------------------------------------------------------------------===//
+// Forward: a bias added to a 16-bit product, rounded back to 16 bits
+//===----------------------------------------------------------------------===//
+
+/// A linear layer's forward as mixed precision writes it: a 16-bit matmul
+/// `x W` (or `x W^T`), widened, plus a bias that is itself a widened 16-bit
+/// [N] of the same type, and the sum rounded back to that type (the cast
+/// the next GEMM, or backward, reads).
+struct BiasedProduct {
+  dsc::MatMulOp product;
+  dsc::CastOp widen;               // the product to f32
+  dsc::AddOp add;                  // + bias
+  Value bias16;                    // the bias before its widening
+  Value biasWide;                  // and after
+  SmallVector<dsc::CastOp> narrow; // the sum back to 16 bits
+};
+
+/// The value of element type `t` that `v` widens, or null.
+Value narrowSource(Value v, Type t) {
+  auto c = v.getDefiningOp<dsc::CastOp>();
+  if (!c || typeOf(c.getInput()).getElementType() != t)
+    return {};
+  return c.getInput();
+}
+
+/// Analysis: the biased product whose matmul is `mm`, if it is one.
+std::optional<BiasedProduct> biasedProductAt(dsc::MatMulOp mm) {
+  RankedTensorType rt = typeOf(mm.getResult()), lt = typeOf(mm.getLhs());
+  Type half = rt.getElementType();
+  if (!isHalf(half) || mm.getTransposeLhs() || lt.getRank() < 2 ||
+      !lt.hasStaticShape() || typeOf(mm.getRhs()).getRank() != 2 ||
+      !mm.getResult().hasOneUse() || mm->hasAttr("dsc.recomputed"))
+    return std::nullopt;
+  BiasedProduct bp;
+  bp.product = mm;
+  bp.widen = dyn_cast<dsc::CastOp>(*mm.getResult().getUsers().begin());
+  if (!bp.widen || !typeOf(bp.widen.getResult()).getElementType().isF32() ||
+      !bp.widen.getResult().hasOneUse() || bp.widen->hasAttr("dsc.recompute"))
+    return std::nullopt;
+  bp.add = dyn_cast<dsc::AddOp>(*bp.widen.getResult().getUsers().begin());
+  if (!bp.add || bp.add.getResult().getType() != bp.widen.getResult().getType())
+    return std::nullopt;
+  Value other = bp.add.getLhs() == bp.widen.getResult() ? bp.add.getRhs()
+                                                        : bp.add.getLhs();
+  RankedTensorType bt = typeOf(other);
+  if (!bt || bt.getRank() != 1 || bt.getDimSize(0) != rt.getShape().back())
+    return std::nullopt;
+  bp.biasWide = other;
+  bp.bias16 = narrowSource(other, half);
+  if (!bp.bias16)
+    return std::nullopt;
+  for (Operation *user : bp.add.getResult().getUsers())
+    if (auto c = dyn_cast<dsc::CastOp>(user))
+      if (c.getResult().getType() == mm.getResult().getType())
+        bp.narrow.push_back(c);
+  if (bp.narrow.empty())
+    return std::nullopt;
+  return bp;
+}
+
+/// Rewrite: the sum, rounded once, is one dsc.gemm over the rows (x as
+/// [T, K]) with the 16-bit bias as its C, which the GEMM adds to its f32
+/// accumulator (cuBLASLt's bias epilogue) before it rounds: the value
+/// PyTorch's autocast gives a bf16 nn.Linear. Readers of the f32 sum other
+/// than the casts (GELU's chain) read the widened 16-bit sum instead.
+void fuseBias(BiasedProduct &bp) {
+  dsc::MatMulOp mm = bp.product;
+  OpBuilder b(bp.add);
+  Location loc = b.getFusedLoc({mm.getLoc(), bp.add.getLoc()});
+  RankedTensorType lt = typeOf(mm.getLhs()), rt = typeOf(mm.getResult());
+  int64_t k = lt.getShape().back();
+  int64_t rows = lt.getNumElements() / std::max<int64_t>(k, 1);
+  Value x = mm.getLhs();
+  if (lt.getRank() != 2)
+    x = dsc::ReshapeOp::create(b, mm.getLoc(), x,
+                               b.getDenseI64ArrayAttr({rows, k}));
+  auto gemm = dsc::GemmOp::create(
+      b, loc,
+      RankedTensorType::get({rows, rt.getShape().back()}, rt.getElementType()),
+      x, mm.getRhs(), bp.bias16, b.getF64FloatAttr(1.0), b.getF64FloatAttr(1.0),
+      b.getBoolAttr(false), b.getBoolAttr(mm.getTransposeRhs()));
+  Value sum = gemm.getResult();
+  if (rt.getRank() != 2)
+    sum = dsc::ReshapeOp::create(b, mm.getLoc(), sum,
+                                 b.getDenseI64ArrayAttr(rt.getShape()));
+  for (dsc::CastOp c : bp.narrow) {
+    c.getResult().replaceAllUsesWith(sum);
+    c->erase();
+  }
+  if (!bp.add.getResult().use_empty()) {
+    Value wide = dsc::CastOp::create(b, bp.add.getLoc(), sum,
+                                     TypeAttr::get(b.getF32Type()));
+    bp.add.getResult().replaceAllUsesWith(wide);
+  }
+  bp.add->erase();
+  bp.widen->erase();
+  mm->erase();
+  // The bias's widening, when nothing else reads it.
+  if (bp.biasWide.use_empty())
+    bp.biasWide.getDefiningOp()->erase();
+}
+
 struct FuseGemmEpilogue : dsc::impl::DscFuseGemmEpilogueBase<FuseGemmEpilogue> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -237,6 +339,12 @@ struct FuseGemmEpilogue : dsc::impl::DscFuseGemmEpilogueBase<FuseGemmEpilogue> {
         continue;
       for (Pair p : findPairs(fn.getBody().front()))
         fuse(p);
+      SmallVector<BiasedProduct> biased;
+      for (auto mm : fn.getBody().front().getOps<dsc::MatMulOp>())
+        if (std::optional<BiasedProduct> bp = biasedProductAt(mm))
+          biased.push_back(*bp);
+      for (BiasedProduct &bp : biased)
+        fuseBias(bp);
     }
   }
 };

@@ -515,7 +515,16 @@ def DscFuseGemmEpilogue : Pass<"dsc-fuse-gemm-epilogue", "mlir::ModuleOp"> {
     16-bit cast; the fused op sums the 16-bit values the GEMM reads (f32
     accumulation), as PyTorch's autocast does for a bf16 linear layer
     (`grad_output.sum(0)` over the bf16 gradient), and the f32 gradient is
-    then no longer written when nothing else reads it. Runs before
+    then no longer written when nothing else reads it.
+
+    In the forward, a 16-bit product widened to f32, plus a bias that is a
+    widened 16-bit [N] of the same type, and rounded back to that type
+    (the qkv projection; the MLP's first layer, whose GELU reads the f32
+    sum) becomes one `dsc.gemm` over the rows with the 16-bit bias as its
+    C: the GEMM adds the bias to its f32 accumulator and rounds once
+    (cuBLASLt's bias epilogue; PyTorch's bf16 nn.Linear), and the other
+    readers of the f32 sum read the widened 16-bit sum, so no kernel adds
+    the bias and GELU's chain writes only its output. Runs before
     dsc-fuse-elementwise, which widens the weight gradient's result to f32
     as it does a matmul's.
 

@@ -121,3 +121,53 @@ func.func @weight_in_out(%g: tensor<8x16xbf16>, %x: tensor<8x24xbf16>) -> (tenso
   return %dw, %s : tensor<24x16xbf16>, tensor<1x16xf32>
 }
 }
+
+// -----
+
+// Forward: a bf16 product, widened, plus a widened bf16 bias, rounded back
+// to bf16 (the qkv projection), and the same with GELU also reading the f32
+// sum (the MLP's first layer): one dsc.gemm over the rows with the bf16
+// bias as C (cuBLASLt adds it to the f32 accumulator and rounds once); the
+// GELU reads the widened bf16 sum; the bias widening goes when unread.
+// CHECK-LABEL: func.func @forward_bias
+// CHECK: %[[X:.*]] = dsc.reshape %arg0 {shape = array<i64: 8, 16>}
+// CHECK: %[[G:.*]] = dsc.gemm %[[X]], %arg1, %arg2 {trans_b = true} : tensor<8x16xbf16>, tensor<24x16xbf16>, tensor<24xbf16> -> tensor<8x24xbf16>
+// CHECK: %[[S:.*]] = dsc.reshape %[[G]] {shape = array<i64: 2, 4, 24>}
+// CHECK: %[[W:.*]] = dsc.cast %[[S]] {to = f32}
+// CHECK: %[[E:.*]] = dsc.gelu %[[W]]
+// CHECK-NOT: dsc.matmul
+// CHECK-NOT: dsc.add
+// CHECK: return %[[S]], %[[E]]
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @forward_bias(%x: tensor<2x4x16xbf16>, %w: tensor<24x16xbf16>, %b: tensor<24xbf16>) -> (tensor<2x4x24xbf16>, tensor<2x4x24xf32>) {
+  %bw = dsc.cast %b {to = f32} : tensor<24xbf16> -> tensor<24xf32>
+  %p = dsc.matmul %x, %w {transpose_rhs = true} : tensor<2x4x16xbf16>, tensor<24x16xbf16> -> tensor<2x4x24xbf16>
+  %pw = dsc.cast %p {to = f32} : tensor<2x4x24xbf16> -> tensor<2x4x24xf32>
+  %s = dsc.add %bw, %pw : tensor<24xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %sh = dsc.cast %s {to = bf16} : tensor<2x4x24xf32> -> tensor<2x4x24xbf16>
+  %e = dsc.gelu %s {tanh_approximation = true} : tensor<2x4x24xf32>
+  return %sh, %e : tensor<2x4x24xbf16>, tensor<2x4x24xf32>
+}
+}
+
+// -----
+
+// Left alone: a sum nobody rounds back to bf16 (a residual add follows:
+// the f32 value is what is read), and an f32 bias that is no widening.
+// CHECK-LABEL: func.func @forward_kept
+// CHECK-NOT: dsc.gemm
+// CHECK: return
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @forward_kept(%x: tensor<8x16xbf16>, %w: tensor<16x24xbf16>, %b: tensor<24xbf16>, %r: tensor<8x24xf32>, %bf: tensor<24xf32>) -> (tensor<8x24xf32>, tensor<8x24xbf16>) {
+  %bw = dsc.cast %b {to = f32} : tensor<24xbf16> -> tensor<24xf32>
+  %p = dsc.matmul %x, %w : tensor<8x16xbf16>, tensor<16x24xbf16> -> tensor<8x24xbf16>
+  %pw = dsc.cast %p {to = f32} : tensor<8x24xbf16> -> tensor<8x24xf32>
+  %s = dsc.add %bw, %pw : tensor<24xf32>, tensor<8x24xf32> -> tensor<8x24xf32>
+  %t = dsc.add %s, %r : tensor<8x24xf32>, tensor<8x24xf32> -> tensor<8x24xf32>
+  %q = dsc.matmul %x, %w : tensor<8x16xbf16>, tensor<16x24xbf16> -> tensor<8x24xbf16>
+  %qw = dsc.cast %q {to = f32} : tensor<8x24xbf16> -> tensor<8x24xf32>
+  %u = dsc.add %qw, %bf : tensor<8x24xf32>, tensor<24xf32> -> tensor<8x24xf32>
+  %uh = dsc.cast %u {to = bf16} : tensor<8x24xf32> -> tensor<8x24xbf16>
+  return %t, %uh : tensor<8x24xf32>, tensor<8x24xbf16>
+}
+}
