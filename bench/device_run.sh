@@ -22,6 +22,9 @@
 #                ms/step and the changed program's losses against it
 #   llama-base   likewise for the Llama shape (llama_1b_bf16_base), after
 #                llama
+#   precision-checks
+#                gpu-check.sh's mixed-precision gradient checks for the
+#                fixture programs carried in gpu-bundle-extra/
 #   gpt2-peers   torch.compile and eager on nanoGPT's module
 #                (bench/peers_bf16.py), the bf16 matmul ceiling
 #   llama        the Llama-3.2-1B shape bf16, 4 x 2048: dsc with and
@@ -164,6 +167,27 @@ for part in "$@"; do
     # As gpt2-base, for the Llama shape (llama_1b_bf16_base), after llama.
     dsc_variant llama_base "$B/llama_1b_bf16_base" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32
     python3 bench/close_losses.py "$W/llama_graph.jsonl" "$W/llama_base.jsonl" ;;
+  precision-checks)
+    # scripts/gpu-check.sh's mixed-precision gradient checks for programs
+    # carried in gpu-bundle-extra/ (nanogpt_bf16, gpt2_fp16, hf_bert_cls_bf16,
+    # ...): against the float64 references, nanoGPT and HF GPT-2 also
+    # against PyTorch autocast's error; one line per check.
+    ref=test/fixtures/ref
+    for prog in "$B"/nanogpt_bf16 "$B"/nanogpt_fp16 "$B"/gpt2_bf16 "$B"/gpt2_fp16 "$B"/hf_*_bf16; do
+      [ -x "$prog" ] || continue
+      name=$(basename "$prog") m=${name%_*} p=${name##*_} r=$m extra="--units 8"
+      [ $m = gpt2 ] && r=gpt2_nodrop
+      case $m in nanogpt | gpt2) extra="--units 4 --factor 2 --peer $ref/$r/grads_autocast_$p.safetensors" ;; esac
+      onnx=test/fixtures/models/${r}_opset17.onnx
+      if timeout 60 "$prog" --batch $ref/$r/batch.safetensors --init "$onnx" --steps 1 --quiet \
+        --dump-grads "$W/g_$name.safetensors" >"$W/pc_$name.txt" 2>&1 &&
+        python3 test/e2e/compare_grads.py $ref/$r/grads_f64.safetensors "$W/g_$name.safetensors" \
+          --precision $p $extra >>"$W/pc_$name.txt" 2>&1; then
+        echo "PASS $name"
+      else
+        echo "FAIL $name"; tail -5 "$W/pc_$name.txt"
+      fi
+    done 2>&1 | tee "$W/precision_checks.txt" ;;
   gpt2-peers)
     timeout 200 python3 bench/peers_bf16.py --only eager,compile --configs nanogpt \
       --out "$W/gpt2_peers.json" >/dev/null 2>"$W/gpt2_peers.err"

@@ -17,6 +17,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <set>
+#include <tuple>
+
 namespace dsc {
 #define GEN_PASS_DEF_DSCFUSEGEMMEPILOGUE
 #include "passes/Passes.h.inc"
@@ -254,7 +257,7 @@ std::optional<BiasedProduct> biasedProductAt(dsc::MatMulOp mm) {
   Type half = rt.getElementType();
   if (!isHalf(half) || mm.getTransposeLhs() || lt.getRank() < 2 ||
       !lt.hasStaticShape() || typeOf(mm.getRhs()).getRank() != 2 ||
-      !mm.getResult().hasOneUse() || mm->hasAttr("dsc.recomputed"))
+      !mm.getResult().hasOneUse())
     return std::nullopt;
   BiasedProduct bp;
   bp.product = mm;
@@ -278,9 +281,33 @@ std::optional<BiasedProduct> biasedProductAt(dsc::MatMulOp mm) {
     if (auto c = dyn_cast<dsc::CastOp>(user))
       if (c.getResult().getType() == mm.getResult().getType())
         bp.narrow.push_back(c);
-  if (bp.narrow.empty())
-    return std::nullopt;
   return bp;
+}
+
+/// Analysis: the biased products to rewrite. A layer's product is rewritten
+/// when one of its instances rounds the sum back to 16 bits; then every
+/// instance of it (same weight and bias: a clone dsc-recompute made for
+/// backward, or the forward original whose only reader is GELU) is, so
+/// that a recomputed value keeps the bits of the stored one.
+SmallVector<BiasedProduct> findBiasedProducts(Block &block) {
+  SmallVector<BiasedProduct> all;
+  for (auto mm : block.getOps<dsc::MatMulOp>())
+    if (std::optional<BiasedProduct> bp = biasedProductAt(mm))
+      all.push_back(*bp);
+  auto layer = [](BiasedProduct bp) {
+    return std::make_tuple(bp.product.getRhs().getAsOpaquePointer(),
+                           bp.bias16.getAsOpaquePointer(),
+                           bp.product.getTransposeRhs());
+  };
+  std::set<std::tuple<const void *, const void *, bool>> rounded;
+  for (const BiasedProduct &bp : all)
+    if (!bp.narrow.empty())
+      rounded.insert(layer(bp));
+  SmallVector<BiasedProduct> chosen;
+  for (BiasedProduct &bp : all)
+    if (rounded.count(layer(bp)))
+      chosen.push_back(bp);
+  return chosen;
 }
 
 /// Rewrite: the sum, rounded once, is one dsc.gemm over the rows (x as
@@ -308,14 +335,22 @@ void fuseBias(BiasedProduct &bp) {
   if (rt.getRank() != 2)
     sum = dsc::ReshapeOp::create(b, mm.getLoc(), sum,
                                  b.getDenseI64ArrayAttr(rt.getShape()));
+  // A recomputed clone (dsc-recompute) is rewritten as its original is, so
+  // both give the same bits, and stays marked as one.
+  if (Attribute mark = mm->getAttr("dsc.recomputed"))
+    for (Value v : {x, Value(gemm.getResult()), sum})
+      if (Operation *def = v.getDefiningOp())
+        def->setAttr("dsc.recomputed", mark);
   for (dsc::CastOp c : bp.narrow) {
     c.getResult().replaceAllUsesWith(sum);
     c->erase();
   }
   if (!bp.add.getResult().use_empty()) {
-    Value wide = dsc::CastOp::create(b, bp.add.getLoc(), sum,
-                                     TypeAttr::get(b.getF32Type()));
-    bp.add.getResult().replaceAllUsesWith(wide);
+    auto wide = dsc::CastOp::create(b, bp.add.getLoc(), sum,
+                                    TypeAttr::get(b.getF32Type()));
+    if (Attribute mark = bp.add->getAttr("dsc.recomputed"))
+      wide->setAttr("dsc.recomputed", mark);
+    bp.add.getResult().replaceAllUsesWith(wide.getResult());
   }
   bp.add->erase();
   bp.widen->erase();
@@ -339,11 +374,7 @@ struct FuseGemmEpilogue : dsc::impl::DscFuseGemmEpilogueBase<FuseGemmEpilogue> {
         continue;
       for (Pair p : findPairs(fn.getBody().front()))
         fuse(p);
-      SmallVector<BiasedProduct> biased;
-      for (auto mm : fn.getBody().front().getOps<dsc::MatMulOp>())
-        if (std::optional<BiasedProduct> bp = biasedProductAt(mm))
-          biased.push_back(*bp);
-      for (BiasedProduct &bp : biased)
+      for (BiasedProduct &bp : findBiasedProducts(fn.getBody().front()))
         fuseBias(bp);
     }
   }

@@ -171,3 +171,31 @@ func.func @forward_kept(%x: tensor<8x16xbf16>, %w: tensor<16x24xbf16>, %b: tenso
   return %t, %uh : tensor<8x24xf32>, tensor<8x24xbf16>
 }
 }
+
+// -----
+
+// Full recomputation: the forward original of the MLP's first layer feeds
+// only GELU (no cast back to bf16), its clone in backward (dsc.recomputed)
+// is rounded for the GELU gradient. Both become the same dsc.gemm, the
+// clone's still marked, so the recomputed value has the stored one's bits.
+// CHECK-LABEL: func.func @recomputed_clone
+// CHECK: %[[G:.*]] = dsc.gemm %arg0, %arg1, %arg2 : tensor<8x16xbf16>, tensor<16x24xbf16>, tensor<24xbf16> -> tensor<8x24xbf16>
+// CHECK: %[[W:.*]] = dsc.cast %[[G]] {to = f32}
+// CHECK: dsc.gelu %[[W]]
+// CHECK: %[[G2:.*]] = dsc.gemm %arg0, %arg1, %arg2 {dsc.recomputed = 1 : i64} : tensor<8x16xbf16>, tensor<16x24xbf16>, tensor<24xbf16> -> tensor<8x24xbf16>
+// CHECK-NOT: dsc.matmul
+// CHECK: return %{{.*}}, %[[G2]]
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @recomputed_clone(%x: tensor<8x16xbf16>, %w: tensor<16x24xbf16>, %b: tensor<24xbf16>) -> (tensor<8x24xf32>, tensor<8x24xbf16>) {
+  %bw = dsc.cast %b {to = f32} : tensor<24xbf16> -> tensor<24xf32>
+  %p = dsc.matmul %x, %w : tensor<8x16xbf16>, tensor<16x24xbf16> -> tensor<8x24xbf16>
+  %pw = dsc.cast %p {to = f32} : tensor<8x24xbf16> -> tensor<8x24xf32>
+  %s = dsc.add %pw, %bw : tensor<8x24xf32>, tensor<24xf32> -> tensor<8x24xf32>
+  %e = dsc.gelu %s {tanh_approximation = true} : tensor<8x24xf32>
+  %p2 = dsc.matmul %x, %w {dsc.recomputed = 1 : i64} : tensor<8x16xbf16>, tensor<16x24xbf16> -> tensor<8x24xbf16>
+  %pw2 = dsc.cast %p2 {dsc.recomputed = 1 : i64, to = f32} : tensor<8x24xbf16> -> tensor<8x24xf32>
+  %s2 = dsc.add %pw2, %bw {dsc.recomputed = 1 : i64} : tensor<8x24xf32>, tensor<24xf32> -> tensor<8x24xf32>
+  %h2 = dsc.cast %s2 {dsc.recomputed = 1 : i64, to = bf16} : tensor<8x24xf32> -> tensor<8x24xbf16>
+  return %e, %h2 : tensor<8x24xf32>, tensor<8x24xbf16>
+}
+}
