@@ -86,7 +86,10 @@ B=gpu-bundle/bin
 [ -x "$B/dsc-cuda-tests" ] || [ ! -f gpu-bundle.tar.xz ] || tar -xJf gpu-bundle.tar.xz
 mkdir -p "$B"
 for f in gpu-bundle-extra/*.xz; do
-  [ -f "$f" ] && xz -dc "$f" >"$B/$(basename "$f" .xz)" && chmod +x "$B/$(basename "$f" .xz)"
+  case $f in
+  *.tar.xz) tar -xJf "$f" -C "$B" ;; # several programs (they share the runtime: xz finds it once)
+  *) [ -f "$f" ] && xz -dc "$f" >"$B/$(basename "$f" .xz)" && chmod +x "$B/$(basename "$f" .xz)" ;;
+  esac
 done
 LD=$(python3 -c "import glob,site;print(':'.join(glob.glob(site.getsitepackages()[0]+'/nvidia/*/lib')))")
 export LD_LIBRARY_PATH=$LD:${LD_LIBRARY_PATH:-}

@@ -236,8 +236,13 @@ Status buildPlan(const Problem &p, const Alignments &al, const void *bias,
   cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(rd.lt, plan.op, plan.a, plan.b, plan.d,
                                      plan.d, pref.p, 1, &result, &returned);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED)
-    return Status(); // no algorithm: found stays false
+  // No algorithm: found stays false. For an epilogue cuBLASLt also
+  // answers INVALID_VALUE where it has none (an f16 BGRADB with an f32
+  // bias vector, small bf16 ones on an H100): the caller then runs the
+  // product and the epilogue's work apart.
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+      (st == CUBLAS_STATUS_INVALID_VALUE && (p.bias || p.summing())))
+    return Status();
   if (st != CUBLAS_STATUS_SUCCESS)
     return check(st, "cublasLtMatmulAlgoGetHeuristic");
   if (returned > 0 && result.state == CUBLAS_STATUS_SUCCESS &&
