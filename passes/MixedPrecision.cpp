@@ -72,7 +72,7 @@ PrecisionClass precisionClassOf(Operation *op) {
           AttentionOp, AttentionBackwardOp>(op))
     return PrecisionClass::Low;
   if (isa<ReshapeOp, TransposeOp, ExpandOp, SliceOp, ConcatOp, SplitOp,
-          InsertSliceOp, GatherOp, WaitOp, shard::AllGatherOp,
+          InsertSliceOp, GatherOp, RotateHalfOp, WaitOp, shard::AllGatherOp,
           shard::AllSliceOp>(op))
     return PrecisionClass::Follow;
   return PrecisionClass::F32;

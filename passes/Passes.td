@@ -559,6 +559,21 @@ def DscRaiseGelu : Pass<"dsc-raise-gelu", "mlir::ModuleOp"> {
 }
 
 
+def DscRaiseRotateHalf : Pass<"dsc-raise-rotate-half", "mlir::ModuleOp"> {
+  let summary = "Recognize rotary embedding's rotate_half and make it "
+                "dsc.rotate_half";
+  let description = [{
+    HF's rotary embeddings (Llama, Mistral, Qwen, Gemma, ...) export
+    `rotate_half(x) = cat(-x2, x1)` as two slices of the last dim, a neg
+    and a concat; their gradient is two pads or insert_slices, a neg and a
+    split. Each `concat(neg(slice(x, [h, 2h))), slice(x, [0, h)))` over the
+    last dim of x (2h wide, the slices taking all of the other dims)
+    becomes one `dsc.rotate_half`, exact, whose gradient is
+    `rotate_half(-g)`: one copy kernel each way. Runs before dsc-autodiff.
+  }];
+}
+
+
 def DscRaiseRmsNorm : Pass<"dsc-raise-rms-norm", "mlir::ModuleOp"> {
   let summary = "Recognize RMSNorm written out as a formula and make it "
                 "dsc.layer_norm {rms}";

@@ -125,6 +125,10 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
                                 cppDouble(o.getValue().convertToDouble()),
                                 ctx.view(o.getResult())});
       })
+      .Case([&](RotateHalfOp o) {
+        return call("rt::rotateHalf",
+                    {ctx.view(o.getInput()), ctx.view(o.getResult())});
+      })
       .Case([&](TriluOp o) {
         return call("rt::trilu", {ctx.view(o.getInput()), cppBool(o.getUpper()),
                                   cppInt(static_cast<int64_t>(o.getK())),

@@ -100,6 +100,7 @@ Status gatherIndexError(const Call &call, int64_t value, int64_t at,
 
 Status checkPad(Call &call, const Tensor &input, I64s pads, const Tensor &out);
 
+Status checkRotateHalf(Call &call, const Tensor &input, const Tensor &out);
 Status checkTrilu(Call &call, const Tensor &input, int64_t k,
                   const Tensor &out);
 

@@ -486,6 +486,17 @@ Status checkPad(Call &call, const Tensor &input, I64s pads, const Tensor &out) {
   return padLayout(call, input, pads, out);
 }
 
+Status checkRotateHalf(Call &call, const Tensor &input, const Tensor &out) {
+  call.arg("input", input).arg("out", out);
+  if (Status st = checkRanks(call, {&input, &out}); !st.ok())
+    return st;
+  if (!isFloat(input.dtype) || input.rank < 1 || !sameShape(input, out) ||
+      input.dtype != out.dtype || input.shape[input.rank - 1] % 2 != 0)
+    return call.fail("needs a float tensor whose last dim is even and a "
+                     "result like it");
+  return Status();
+}
+
 Status checkTrilu(Call &call, const Tensor &input, int64_t k,
                   const Tensor &out) {
   call.arg("input", input).arg("k", k).arg("out", out);
@@ -616,6 +627,28 @@ Status padBackward(const Tensor &gradOut, I64s pads, const Tensor &gradIn) {
       std::memcpy(dst + es * i, src + es * off, es);
     else
       std::memset(dst + es * i, 0, es); // cropped away: no gradient
+  }
+  return Status();
+}
+
+Status rotateHalf(const Tensor &input, const Tensor &out) {
+  Call call("rotate_half");
+  if (Status st = checkRotateHalf(call, input, out); !st.ok())
+    return st;
+  size_t es = dtypeSize(input.dtype);
+  int64_t d = input.shape[input.rank - 1], h = d / 2;
+  int64_t lines = d != 0 ? input.numel() / d : 0;
+  const unsigned char *src = input.as<unsigned char>();
+  unsigned char *dst = out.as<unsigned char>();
+  // The sign bit is the top bit of the element's last byte (little endian).
+  for (int64_t l = 0; l < lines; ++l) {
+    const unsigned char *x = src + size_t(l * d) * es;
+    unsigned char *y = dst + size_t(l * d) * es;
+    std::memmove(y + size_t(h) * es, x, size_t(h) * es);
+    for (int64_t i = 0; i < h; ++i) {
+      std::memmove(y + size_t(i) * es, x + size_t(i + h) * es, es);
+      y[size_t(i) * es + es - 1] ^= 0x80;
+    }
   }
   return Status();
 }

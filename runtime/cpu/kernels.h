@@ -389,6 +389,10 @@ Status padBackward(const Tensor &gradOut, I64s pads, const Tensor &gradIn);
 /// Keeps j - i >= k (upper) or j - i <= k (lower) in the last two dims; its
 /// backward is trilu of the gradient.
 Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out);
+/// dsc.rotate_half: over the last dim (d = 2h), out[i] = -input[i + h] for
+/// i < h, input[i - h] otherwise; the negation flips the sign bit (as
+/// dsc.neg), so the result is exact. Float dtypes; out like input.
+Status rotateHalf(const Tensor &input, const Tensor &out);
 /// Running sum along `axis` (ONNX CumSum): f32, f64, i32, i64; one
 /// sequential sum per line, so results do not depend on threading.
 Status cumsum(const Tensor &input, int64_t axis, bool exclusive, bool reverse,

@@ -524,6 +524,38 @@ Status launchTrilu(const Tensor &input, bool upper, int64_t k,
   return Status();
 }
 
+/// rotate_half over lines of `d` elements (h = d / 2): element i of a line
+/// is element i + h negated for i < h, element i - h otherwise. Bits only:
+/// the negation flips the sign bit (`sign`, in T = the element's unsigned
+/// integer), as dsc.neg does.
+template <typename T>
+__global__ void rotateHalfKernel(const T *__restrict__ x, T *__restrict__ y,
+                                 int64_t n, int64_t d, T sign) {
+  const int64_t h = d / 2;
+  DSC_GRID_STRIDE(e, n) {
+    int64_t col = e % d;
+    y[e] = col < h ? T(x[e + h] ^ sign) : x[e - h];
+  }
+}
+
+/// The same over 16-byte chunks (h a multiple of a chunk's elements, both
+/// buffers 16-byte aligned): `sign` holds the sign bits of a chunk's 32-bit
+/// words.
+__global__ void rotateHalfChunkKernel(const uint4 *__restrict__ x,
+                                      uint4 *__restrict__ y, int64_t chunks,
+                                      int64_t perLine, uint4 sign) {
+  const int64_t half = perLine / 2;
+  DSC_GRID_STRIDE(c, chunks) {
+    int64_t col = c % perLine;
+    if (col < half) {
+      uint4 v = x[c + half];
+      y[c] = make_uint4(v.x ^ sign.x, v.y ^ sign.y, v.z ^ sign.z, v.w ^ sign.w);
+    } else {
+      y[c] = x[c - half];
+    }
+  }
+}
+
 /// One thread per line: the same sequential sum as the CPU kernel, so both
 /// give the same bits. Lines are short in the models that use it (position
 /// ids from a [batch, tokens] mask).
@@ -805,6 +837,40 @@ Status cumsum(const Tensor &input, int64_t axis, bool exclusive, bool reverse,
   default:
     return launchCumSum<int64_t>(input, out, l, exclusive, reverse);
   }
+}
+
+Status rotateHalf(const Tensor &input, const Tensor &out) {
+  Call call("rotate_half");
+  if (Status st = cpu::detail::checkRotateHalf(call, input, out); !st.ok())
+    return st;
+  int64_t n = input.numel(), d = input.shape[input.rank - 1];
+  if (n == 0)
+    return Status();
+  size_t es = dtypeSize(input.dtype);
+  int64_t perChunk = int64_t(16 / es);
+  bool aligned = reinterpret_cast<uintptr_t>(input.data) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(out.data) % 16 == 0;
+  if (aligned && (d / 2) % perChunk == 0) {
+    uint32_t s16 = 0x80008000u, s32 = 0x80000000u;
+    uint4 sign = es == 2   ? make_uint4(s16, s16, s16, s16)
+                 : es == 4 ? make_uint4(s32, s32, s32, s32)
+                           : make_uint4(0, s32, 0, s32);
+    int64_t chunks = n / perChunk;
+    rotateHalfChunkKernel<<<grid(chunks), kThreads, 0, stream()>>>(
+        ptr<const uint4>(input), ptr<uint4>(out), chunks, d / perChunk, sign);
+  } else if (es == 2) {
+    rotateHalfKernel<uint16_t><<<grid(n), kThreads, 0, stream()>>>(
+        ptr<const uint16_t>(input), ptr<uint16_t>(out), n, d, 0x8000);
+  } else if (es == 4) {
+    rotateHalfKernel<uint32_t><<<grid(n), kThreads, 0, stream()>>>(
+        ptr<const uint32_t>(input), ptr<uint32_t>(out), n, d, 0x80000000u);
+  } else {
+    rotateHalfKernel<uint64_t><<<grid(n), kThreads, 0, stream()>>>(
+        ptr<const uint64_t>(input), ptr<uint64_t>(out), n, d,
+        uint64_t(1) << 63);
+  }
+  DSC_CUDA_LAUNCHED("rotate_half");
+  return Status();
 }
 
 Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out) {

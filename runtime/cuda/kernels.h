@@ -65,6 +65,8 @@ Status fill(const Tensor &out, double value);
 Status dropout(const Tensor &input, double ratio, uint64_t seed,
                const Tensor &out, const Tensor &mask);
 Status trilu(const Tensor &input, bool upper, int64_t k, const Tensor &out);
+/// As cpu::rotateHalf (16-byte chunks where the halves allow).
+Status rotateHalf(const Tensor &input, const Tensor &out);
 Status cumsum(const Tensor &input, int64_t axis, bool exclusive, bool reverse,
               const Tensor &out);
 

@@ -177,3 +177,21 @@ func.func @forward(%g: tensor<4x8xf32> {dsc.param = "g"},
       : tensor<4x8xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// rotate_half's gradient is rotate_half of the negated output gradient
+// (its transpose): one op each way, no slices, pads or concats.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[R:.*]] = dsc.rotate_half %arg0 : tensor<3x8xf32>
+// CHECK: %[[N:.*]] = dsc.neg %{{.*}} : tensor<3x8xf32>
+// CHECK-NEXT: %[[G:.*]] = dsc.rotate_half %[[N]] : tensor<3x8xf32>
+// CHECK: return %{{.*}}, %[[G]]
+func.func @forward(%q: tensor<3x8xf32> {dsc.param = "q"},
+                   %c: tensor<3x8xf32> {dsc.input = "c"})
+    -> (tensor<f32> {dsc.output = "loss"}) {
+  %r = dsc.rotate_half %q : tensor<3x8xf32>
+  %p = dsc.mul %r, %c : tensor<3x8xf32>, tensor<3x8xf32> -> tensor<3x8xf32>
+  %l = dsc.reduce_sum %p {axes = array<i64: 0, 1>, keepdims = false} : tensor<3x8xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -932,6 +932,7 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
     pm.addPass(createDscRaiseRmsNorm());
   if (o.raiseSwiglu)
     pm.addPass(createDscRaiseSwiglu());
+  pm.addPass(createDscRaiseRotateHalf());
   pm.addPass(createDscGlobalMeanLoss());
   pm.addPass(createDscAutodiff());
   if (!add("dsc-optimizer{" + o.optimizerPipeline + "}", "optimizer options"))

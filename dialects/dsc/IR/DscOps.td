@@ -538,6 +538,21 @@ def Dsc_ReduceProdOp : Dsc_ReduceOp<"reduce_prod">;
 // Data movement
 //===----------------------------------------------------------------------===//
 
+def Dsc_RotateHalfOp : Dsc_DiffOp<"rotate_half"> {
+  let summary = "rotary embedding's rotate_half over the last dim";
+  let description = [{
+    With h half the last dim: `result[..., i] = -input[..., i + h]` for
+    i < h and `input[..., i - h]` for i >= h, i.e. `concat(-x2, x1)` of the
+    two halves, as HF Llama's `rotate_half` (exact: a move and a sign flip).
+    dsc-raise-rotate-half forms it from the exported slices, neg and concat;
+    its gradient is `rotate_half(-g)`: one kernel each way instead of two
+    slices, a negation and a concatenation (and their gradients).
+  }];
+  let arguments = (ins Dsc_FloatTensor:$input);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
 def Dsc_ReshapeOp : Dsc_DiffOp<"reshape"> {
   let summary = "reshape to a static shape (ONNX Reshape, Flatten, Squeeze, "
                 "Unsqueeze)";

@@ -884,6 +884,19 @@ bool MatMulBiasGradOp::isCompatibleReturnTypes(TypeRange inferred,
 // Data movement
 //===----------------------------------------------------------------------===//
 
+LogicalResult RotateHalfOp::inferReturnTypes(MLIRContext *ctx,
+                                             std::optional<Location> loc,
+                                             Adaptor a,
+                                             SmallVectorImpl<Type> &results) {
+  auto x = rankedType(a.getInput());
+  if (!x || x.getRank() < 1 || x.isDynamicDim(x.getRank() - 1) ||
+      x.getShape().back() % 2 != 0)
+    return fail(loc, "rotate_half needs a ranked input whose last dim is "
+                     "static and even");
+  results.push_back(x);
+  return success();
+}
+
 LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *ctx,
                                           std::optional<Location> loc,
                                           Adaptor a,

@@ -678,6 +678,14 @@ DSC_VJP(ReshapeOp) {
   return success();
 }
 
+DSC_VJP(RotateHalfOp) {
+  // rotate_half is linear and its transpose is its negation.
+  GradBuilder g{builder, getLoc()};
+  operandGrads.assign(
+      {RotateHalfOp::create(builder, getLoc(), g.neg(resultGrads[0]))});
+  return success();
+}
+
 DSC_VJP(TransposeOp) {
   GradBuilder g{builder, getLoc()};
   ArrayRef<int64_t> perm = getPerm();

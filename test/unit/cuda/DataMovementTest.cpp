@@ -643,5 +643,24 @@ TEST(CudaReduce, NanEmptyAndErrors) {
   EXPECT_EQ(cs.message(), gs.message());
 }
 
+// rotate_half on the device, bit for bit the CPU's: 16-byte chunks (halves
+// of 32 bf16 or f32, 64 of a Llama head) and element by element (halves of
+// 3), f32, f64, bf16 and f16; the CPU's error for an odd last dim.
+TEST(CudaDataMovement, RotateHalf) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16})
+    for (Shape shape : {Shape{2, 4, 5, 64}, Shape{3, 6}, Shape{7, 16}}) {
+      DevTensor in = randomTensor(dt, shape, 31);
+      DevTensor c = result(dt, shape), g = result(dt, shape);
+      DSC_ASSERT_OK(cpu::rotateHalf(in.host(), c.host()));
+      DSC_ASSERT_OK(cuda::rotateHalf(in.dev(), g.dev()));
+      expectSame(c, g, name(dt) + " " + describe(in.host()));
+    }
+  DevTensor odd = randomTensor(DType::F32, {2, 3}, 32);
+  DevTensor r = result(DType::F32, {2, 3});
+  EXPECT_EQ(cuda::rotateHalf(odd.dev(), r.dev()).message(),
+            cpu::rotateHalf(odd.host(), r.host()).message());
+}
+
 } // namespace
 } // namespace dsc::cuda::test

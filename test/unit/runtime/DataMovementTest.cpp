@@ -235,3 +235,57 @@ TEST(DataMovement, Trilu) {
       },
       {0});
 }
+
+// rotate_half: bit for bit the exported form (the halves of the last dim,
+// the second negated, concatenated first), -0 and nan included, in f32 and
+// f64; bf16 (which the CPU negates only through f32) as the f32 result
+// rounded, exact; an odd last dim or a result of another shape is an error.
+TEST(DataMovement, RotateHalfIsSliceNegConcat) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-3, 3);
+  const std::vector<int64_t> shape = {2, 3, 8}, half = {2, 3, 4};
+  auto exported = [&](const Tensor &x, DType dt,
+                      std::vector<unsigned char> &out) {
+    size_t es = dtypeSize(dt);
+    std::vector<unsigned char> a(24 * es), b(24 * es), nb(24 * es);
+    Tensor at = Tensor::of(a.data(), dt, half),
+           bt = Tensor::of(b.data(), dt, half),
+           nbt = Tensor::of(nb.data(), dt, half);
+    DSC_ASSERT_OK(slice(x, {0, 0, 0}, {1, 1, 1}, at));
+    DSC_ASSERT_OK(slice(x, {0, 0, 4}, {1, 1, 1}, bt));
+    DSC_ASSERT_OK(unary(UnaryOp::Neg, bt, nbt));
+    const Tensor parts[] = {nbt, at};
+    DSC_ASSERT_OK(concat(parts, 2, 2, Tensor::of(out.data(), dt, shape)));
+  };
+  for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
+    size_t es = dtypeSize(dt);
+    F wide({2, 3, 8}, DType::F32);
+    for (float &v : wide.v)
+      v = u(rng);
+    wide.v[1] = -0.0f;
+    if (dt != DType::BF16)
+      wide.v[6] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<unsigned char> x(48 * es), y(48 * es), want(48 * es);
+    Tensor xt = Tensor::of(x.data(), dt, shape),
+           yt = Tensor::of(y.data(), dt, shape);
+    DSC_ASSERT_OK(cast(wide.t(), xt));
+    DSC_ASSERT_OK(rotateHalf(xt, yt));
+    if (dt == DType::BF16) {
+      F back({2, 3, 8}, DType::F32);
+      DSC_ASSERT_OK(cast(xt, back.t()));
+      std::vector<unsigned char> w32(48 * 4);
+      exported(back.t(), DType::F32, w32);
+      DSC_ASSERT_OK(cast(Tensor::of(w32.data(), DType::F32, shape),
+                         Tensor::of(want.data(), dt, shape)));
+    } else {
+      exported(xt, dt, want);
+    }
+    EXPECT_EQ(y, want) << dtypeName(dt);
+  }
+  F odd({2, 3}, DType::F32), r({2, 3}, DType::F32);
+  EXPECT_EQ(rotateHalf(odd.t(), r.t()).message(),
+            "rotate_half(input=f32[2,3], out=f32[2,3]): needs a float tensor "
+            "whose last dim is even and a result like it");
+  F even({3, 2}, DType::F32), bad({2, 3}, DType::F32);
+  EXPECT_FALSE(rotateHalf(even.t(), bad.t()).ok());
+}
