@@ -71,7 +71,8 @@
 #                shape (bench/llama_1b.py deepspeed-offload; .whl carried)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
 #                .whl carried: bench/install_deepspeed.sh)
-# BREAKDOWN=0 leaves the per-kernel breakdowns out; VARIANT_BREAKDOWN=1
+# PAIR=graph runs dsc's programs with the graph only (no --no-cuda-graph
+# twin: a short call). BREAKDOWN=0 leaves the per-kernel breakdowns out; VARIANT_BREAKDOWN=1
 # adds one for each llama-r* variant. Programs in
 # gpu-bundle-extra/ (carried, ignored by git) replace the bundle's of the
 # same name. Everything lands in $OUT/results.tgz (the device tool returns few files).
@@ -102,7 +103,7 @@ tokens() { # FILE VOCAB DTYPE
 dsc_pair() { # NAME PROGRAM STEPS ARGS...: with and without the CUDA graph
   local name=$1 prog=$2 steps=$3
   shift 3
-  for g in graph nograph; do
+  for g in ${PAIR:-graph nograph}; do
     local flag=--cuda-graph
     [ $g = nograph ] && flag=--no-cuda-graph
     timeout 200 "$prog" "$@" --steps "$steps" --print-every 4 $flag \
@@ -111,13 +112,14 @@ dsc_pair() { # NAME PROGRAM STEPS ARGS...: with and without the CUDA graph
     tail -4 "$W/${name}_$g.txt"
   done
   python3 - "$W/${name}_graph.jsonl" "$W/${name}_nograph.jsonl" <<'PY'
-import json, statistics, sys
-runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+import json, os, statistics, sys
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:] if os.path.exists(p)]
 for p, r in zip(sys.argv[1:], runs):
     t = [s["step_time_s"] for s in r[3:]]
     print(p, "median ms/step over steps 4..%d:" % len(r), round(statistics.median(t) * 1e3, 2) if t else None)
-same = [a["loss"] == b["loss"] for a, b in zip(*runs)]
-print("losses bitwise equal with and without the graph:", all(same) and len(same) > 0, len(same), "steps")
+if len(runs) == 2:
+    same = [a["loss"] == b["loss"] for a, b in zip(*runs)]
+    print("losses bitwise equal with and without the graph:", all(same) and len(same) > 0, len(same), "steps")
 PY
 }
 
