@@ -18,6 +18,9 @@
 // gemm adds c through cuBLASLt's C (same shape), its bias epilogue (a row
 // vector with beta = 1), or after broadcasting it into the result. With
 // beta = 0, c is not read (no 0 * inf = NaN, unlike the CPU reference).
+// matmulBiasGrad sums an operand over K in the BGRADB/BGRADA epilogue (a
+// linear layer's bias gradient beside its weight gradient). Where the
+// heuristic has no algorithm for an epilogue, its work runs apart.
 //
 // cuBLASLt reduces each output element in an order fixed by the algorithm,
 // which depends on the problem only, so results are deterministic.
