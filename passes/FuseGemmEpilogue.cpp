@@ -1,12 +1,14 @@
 //===- FuseGemmEpilogue.cpp - bias gradients as GEMM epilogues ------------===//
 //
-// dsc-fuse-gemm-epilogue (Passes.td): a linear layer's bias gradient (a
-// reduce_sum of its output gradient over every dim but the last) and its
-// weight gradient (a matmul reading that gradient, as [T, C], transposed)
-// become one dsc.matmul_bias_grad, which the target's GEMM computes with the
-// sum in its epilogue. In two steps per function, as upstream fusion passes
-// do: find the pairs and where the fused op can stand (analysis), then
-// build it and erase the pair (rewrite).
+// dsc-fuse-gemm-epilogue (Passes.td), two rewrites, each in two steps per
+// function as upstream fusion passes do (analysis, then rewrite):
+// - backward: a linear layer's bias gradient (a reduce_sum of its output
+//   gradient over every dim but the last) and its weight gradient (a matmul
+//   reading that gradient as [T, C]) become one dsc.matmul_bias_grad, which
+//   the target's GEMM computes with the sum in its epilogue;
+// - forward: a 16-bit product plus a widened 16-bit bias, rounded back to
+//   16 bits, becomes a dsc.gemm with the bias as C (the GEMM's bias
+//   epilogue, one rounding).
 //
 //===----------------------------------------------------------------------===//
 

@@ -483,9 +483,10 @@ def DscFuseElementwise : Pass<"dsc-fuse-elementwise", "mlir::ModuleOp"> {
     that op, when everything else it reads is ready there and the values
     it spares are at least as many bytes as it writes, and joins the
     earlier chain (SwiGLU's backward: `dP * u` is never written). Last, a
-    widening cast that no chain took, of a 16-bit `dsc.matmul` read by
-    nothing else, becomes the product's epilogue: the matmul's result is
-    f32 (the GEMM writes its accumulator) and the cast is gone.
+    widening cast that no chain took, of a 16-bit `dsc.matmul` (or the
+    weight gradient of a `dsc.matmul_bias_grad`) read by nothing else,
+    becomes the product's epilogue: the product's result is f32 (the GEMM
+    writes its accumulator) and the cast is gone.
 
     ```mlir
     %0 = dsc.cast %x {to = f32} : tensor<4x8xbf16> -> tensor<4x8xf32>

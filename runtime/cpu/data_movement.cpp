@@ -640,15 +640,16 @@ Status rotateHalf(const Tensor &input, const Tensor &out) {
   int64_t lines = d != 0 ? input.numel() / d : 0;
   const unsigned char *src = input.as<unsigned char>();
   unsigned char *dst = out.as<unsigned char>();
-  // The sign bit is the top bit of the element's last byte (little endian).
+  // The halves swap places; the sign bit, the top bit of an element's last
+  // byte (little endian), flips in the first half.
+  const size_t halfBytes = size_t(h) * es;
   for (int64_t l = 0; l < lines; ++l) {
     const unsigned char *x = src + size_t(l * d) * es;
     unsigned char *y = dst + size_t(l * d) * es;
-    std::memmove(y + size_t(h) * es, x, size_t(h) * es);
-    for (int64_t i = 0; i < h; ++i) {
-      std::memmove(y + size_t(i) * es, x + size_t(i + h) * es, es);
+    std::memmove(y, x + halfBytes, halfBytes);
+    std::memmove(y + halfBytes, x, halfBytes);
+    for (int64_t i = 0; i < h; ++i)
       y[size_t(i) * es + es - 1] ^= 0x80;
-    }
   }
   return Status();
 }

@@ -2101,6 +2101,24 @@ nllLossBackwardImpl(const Call &call, const Tensor &input, const Tensor &labels,
   return check ? checkLabelFlag(call, lv) : Status();
 }
 
+/// Calls f(S(), G()) with the scores' storage type S and the gradient's G:
+/// 16-bit scores write a gradient of their dtype or f32 (the checks), f32
+/// and f64 scores one of their own type.
+template <typename F>
+Status byScoreAndGradTypes(DType scores, DType grad, F &&f) {
+  bool f32Grad = grad == DType::F32;
+  switch (scores) {
+  case DType::F32:
+    return f(float(), float());
+  case DType::BF16:
+    return f32Grad ? f(Bf16S(), float()) : f(Bf16S(), Bf16S());
+  case DType::F16:
+    return f32Grad ? f(F16S(), float()) : f(F16S(), F16S());
+  default:
+    return f(double(), double());
+  }
+}
+
 } // namespace
 
 Status softmaxCrossEntropy(const Tensor &scores, const Tensor &labels,
@@ -2142,32 +2160,12 @@ Status softmaxCrossEntropyBackward(const Tensor &scores, const Tensor &labels,
           gradScores, l, /*hostLabels=*/nullptr);
       !st.ok())
     return st;
-  // 16-bit scores write a gradient of their dtype or f32 (the checks).
-  bool f32Grad = gradScores.dtype == DType::F32;
-  switch (scores.dtype) {
-  case DType::F32:
-    return crossEntropyBackwardImpl<float, float>(call, scores, labels, weights,
-                                                  reduction, ignoreIndex,
-                                                  gradLoss, gradScores, l);
-  case DType::BF16:
-    return f32Grad ? crossEntropyBackwardImpl<Bf16S, float>(
-                         call, scores, labels, weights, reduction, ignoreIndex,
-                         gradLoss, gradScores, l)
-                   : crossEntropyBackwardImpl<Bf16S, Bf16S>(
-                         call, scores, labels, weights, reduction, ignoreIndex,
-                         gradLoss, gradScores, l);
-  case DType::F16:
-    return f32Grad ? crossEntropyBackwardImpl<F16S, float>(
-                         call, scores, labels, weights, reduction, ignoreIndex,
-                         gradLoss, gradScores, l)
-                   : crossEntropyBackwardImpl<F16S, F16S>(
-                         call, scores, labels, weights, reduction, ignoreIndex,
-                         gradLoss, gradScores, l);
-  default:
-    return crossEntropyBackwardImpl<double, double>(
-        call, scores, labels, weights, reduction, ignoreIndex, gradLoss,
-        gradScores, l);
-  }
+  return byScoreAndGradTypes(
+      scores.dtype, gradScores.dtype, [&](auto s, auto g) {
+        return crossEntropyBackwardImpl<decltype(s), decltype(g)>(
+            call, scores, labels, weights, reduction, ignoreIndex, gradLoss,
+            gradScores, l);
+      });
 }
 
 Status softmaxCrossEntropyWithBackward(const Tensor &scores,
@@ -2191,33 +2189,16 @@ Status softmaxCrossEntropyWithBackward(const Tensor &scores,
       !st.ok())
     return st;
   bool done = false;
-  Status st;
-  bool f32Grad = gradScores.dtype == DType::F32;
-  switch (scores.dtype) {
-  case DType::F32:
-    st = crossEntropyWithBackwardImpl<float, float>(call, scores, labels,
-                                                    ignoreIndex, gradLoss, loss,
-                                                    gradScores, l, &done);
-    break;
-  case DType::BF16:
-    st = f32Grad ? crossEntropyWithBackwardImpl<Bf16S, float>(
-                       call, scores, labels, ignoreIndex, gradLoss, loss,
-                       gradScores, l, &done)
-                 : crossEntropyWithBackwardImpl<Bf16S, Bf16S>(
-                       call, scores, labels, ignoreIndex, gradLoss, loss,
-                       gradScores, l, &done);
-    break;
-  case DType::F16:
-    st = f32Grad ? crossEntropyWithBackwardImpl<F16S, float>(
-                       call, scores, labels, ignoreIndex, gradLoss, loss,
-                       gradScores, l, &done)
-                 : crossEntropyWithBackwardImpl<F16S, F16S>(
-                       call, scores, labels, ignoreIndex, gradLoss, loss,
-                       gradScores, l, &done);
-    break;
-  default:
-    break; // f64: the two calls
-  }
+  Status st =
+      byScoreAndGradTypes(scores.dtype, gradScores.dtype, [&](auto s, auto g) {
+        using S = decltype(s);
+        if constexpr (std::is_same_v<S, double>)
+          return Status(); // f64: the two calls
+        else
+          return crossEntropyWithBackwardImpl<S, decltype(g)>(
+              call, scores, labels, ignoreIndex, gradLoss, loss, gradScores, l,
+              &done);
+      });
   if (!st.ok() || done)
     return st;
   if (Status st2 = cuda::softmaxCrossEntropy(scores, labels, Tensor(),

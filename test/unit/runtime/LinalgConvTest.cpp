@@ -103,7 +103,7 @@ TEST(MatmulBiasGrad, MatmulThenColumnSums) {
             "matmul_bias_grad(lhs=f32[37,12], rhs=f32[37,20], "
             "out=f32[12,20], bias_grad=f32[13]): bias_grad must be f32 [M] "
             "for lhs [T, M]");
-  EXPECT_EQ(matmulBiasGrad(x.t(), g.t(), true, wr.t(), b2.t()).ok(), true);
+  EXPECT_TRUE(matmulBiasGrad(x.t(), g.t(), true, wr.t(), b2.t()).ok());
   EXPECT_FALSE(matmulBiasGrad(x.t(), g.t(), true, wr.t(), bad.t()).ok());
   F rows({36, 20}, DType::F32);
   EXPECT_FALSE(matmulBiasGrad(g.t(), rows.t(), false, w.t(), b.t()).ok());
