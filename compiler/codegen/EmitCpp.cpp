@@ -57,7 +57,7 @@ using codegen::Storage;
 
 constexpr int kMaxRank = 8;         // dsc::kMaxRank of the runtime
 constexpr int64_t kSmallSplat = 16; // splats up to this size stay arrays
-constexpr uint64_t kAlignment = 64; // of arena ranges and constant arrays
+constexpr uint64_t kAlignment = 64; // of constant arrays
 
 //===----------------------------------------------------------------------===//
 // Element types
@@ -1080,7 +1080,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   codegen::PlanOptions planOptions;
   planOptions.reuse = options_.reuseMemory;
   planOptions.aliasReshapes = options_.aliasReshapes;
-  planOptions.alignment = kAlignment;
+  planOptions.alignment = target_.bufferAlignment;
   planOptions.asyncCollectives = target_.asyncCollectives;
   planOptions.separateHost = target_.deviceMemory;
   if (failed(emitFusedKernels(func)))

@@ -23,6 +23,7 @@ FailureOr<TargetDescription> TargetDescription::forName(StringRef name,
       t.arch = "sm_90a";
     t.generatedKernels = t.deviceMemory = t.asyncCollectives =
         t.stridedAttention = t.gemmEpilogues = true;
+    t.bufferAlignment = 256;
     return t;
   }
   error = "unknown target \"" + name.str() + "\" (known: cpu, cuda)";
@@ -53,6 +54,15 @@ FailureOr<TargetDescription> TargetDescription::of(ModuleOp module) {
         return module.emitError("dsc.target: `") << key << "` must be a string";
       continue;
     }
+    if (key == "buffer_alignment") {
+      auto v = dyn_cast<IntegerAttr>(a.getValue());
+      if (!v || v.getInt() < 1 || v.getInt() > 4096 ||
+          (v.getInt() & (v.getInt() - 1)) != 0)
+        return module.emitError("dsc.target: `buffer_alignment` must be a "
+                                "power of two from 1 to 4096");
+      t->bufferAlignment = uint64_t(v.getInt());
+      continue;
+    }
     bool *flag = key == "generated_kernels"   ? &t->generatedKernels
                  : key == "device_memory"     ? &t->deviceMemory
                  : key == "async_collectives" ? &t->asyncCollectives
@@ -64,7 +74,8 @@ FailureOr<TargetDescription> TargetDescription::of(ModuleOp module) {
       return module.emitError("dsc.target: unknown or non-boolean key `")
              << key
              << "` (known: name, arch, generated_kernels, device_memory, "
-                "async_collectives, strided_attention, gemm_epilogues)";
+                "async_collectives, strided_attention, gemm_epilogues, "
+                "buffer_alignment)";
     *flag = value.getValue();
   }
   return t;
@@ -86,6 +97,8 @@ DictionaryAttr TargetDescription::toAttr(MLIRContext *ctx) const {
       b.getNamedAttr("strided_attention", b.getBoolAttr(stridedAttention)));
   attrs.push_back(
       b.getNamedAttr("gemm_epilogues", b.getBoolAttr(gemmEpilogues)));
+  attrs.push_back(b.getNamedAttr(
+      "buffer_alignment", b.getI64IntegerAttr(int64_t(bufferAlignment))));
   return b.getDictionaryAttr(attrs);
 }
 

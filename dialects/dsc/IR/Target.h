@@ -49,6 +49,12 @@ struct TargetDescription {
   /// (dsc.matmul_bias_grad) and the bias gradient is summed from the
   /// 16-bit gradient the GEMM reads.
   bool gemmEpilogues = false;
+  /// `buffer_alignment`: every arena range starts at a multiple of this
+  /// many bytes. On CUDA 256, what cudaMalloc gives: cuBLASLt picks its
+  /// algorithm by its operands' alignment, so with every buffer as aligned
+  /// as any, a GEMM's kernel (and so its bits) does not depend on where
+  /// the plan put its operands (with or without recomputation, offload).
+  uint64_t bufferAlignment = 64;
 
   /// The defaults of a known target; failure (with a message in `error`)
   /// for an unknown name.
