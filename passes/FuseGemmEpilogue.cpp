@@ -1,6 +1,6 @@
-//===- FuseGemmEpilogue.cpp - bias gradients as GEMM epilogues ------------===//
+//===- FuseGemmEpilogue.cpp - bias, bias gradient and GELU as GEMM epilogues ===//
 //
-// dsc-fuse-gemm-epilogue (Passes.td), two rewrites, each in two steps per
+// dsc-fuse-gemm-epilogue (Passes.td), four rewrites, each in two steps per
 // function as upstream fusion passes do (analysis, then rewrite):
 // - backward: a linear layer's bias gradient (a reduce_sum of its output
 //   gradient over every dim but the last) and its weight gradient (a matmul
@@ -8,7 +8,13 @@
 //   the target's GEMM computes with the sum in its epilogue;
 // - forward: a 16-bit product plus a widened 16-bit bias, rounded back to
 //   16 bits, becomes a dsc.gemm with the bias as C (the GEMM's bias
-//   epilogue, one rounding).
+//   epilogue, one rounding);
+// - forward: such a product through GELU's tanh approximation, rounded to
+//   16 bits, becomes a dsc.gemm_gelu (GELU in the epilogue, which also
+//   writes GELU's input for backward);
+// - backward: GELU's input gradient, a 16-bit GEMM times GELU's derivative
+//   (found by evaluating the expression autodiff wrote), becomes a
+//   dsc.matmul_gelu_grad (the derivative in the epilogue).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,7 +24,11 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 
+#include <cmath>
+#include <functional>
 #include <set>
 #include <tuple>
 
@@ -362,6 +372,326 @@ void fuseBias(BiasedProduct &bp) {
     bp.biasWide.getDefiningOp()->erase();
 }
 
+//===----------------------------------------------------------------------===//
+// GELU (tanh approximation) and its derivative in the GEMM's epilogue
+//===----------------------------------------------------------------------===//
+
+/// `v` with reshapes looked through (a reshape keeps the row-major order).
+Value throughReshapes(Value v) {
+  while (auto r = v.getDefiningOp<dsc::ReshapeOp>())
+    v = r.getInput();
+  return v;
+}
+
+/// `v` as `shape` (a reshape when it is not), created at `b`.
+Value reshapedTo(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
+  if (typeOf(v).getShape() == shape)
+    return v;
+  return dsc::ReshapeOp::create(b, loc, v, b.getDenseI64ArrayAttr(shape));
+}
+
+/// Erases `op` and then, transitively, the ops that only it read. An op is
+/// in the worklist at most once (an op reading one value twice names its
+/// producer twice), and an erased op is never named again: it was read by
+/// nothing.
+void eraseDeadChain(Operation *op) {
+  llvm::SetVector<Operation *> work;
+  work.insert(op);
+  while (!work.empty()) {
+    Operation *o = work.pop_back_val();
+    if (!isOpTriviallyDead(o))
+      continue;
+    SmallVector<Operation *> defs;
+    for (Value v : o->getOperands())
+      if (Operation *def = v.getDefiningOp())
+        defs.push_back(def);
+    o->erase();
+    work.insert(defs.begin(), defs.end());
+  }
+}
+
+/// A 16-bit GEMM the epilogue can take: a dsc.matmul over [.., K] rows with
+/// a 2-D rhs, or a dsc.gemm with a [N] bias as C (alpha and beta 1), its
+/// result not widened. Its operands as the fused ops read them.
+struct Product {
+  Operation *op = nullptr;
+  Value a, b, bias; // a as stored ([.., K]), b 2-D, bias [N] or null
+  bool transB = false;
+};
+
+std::optional<Product> productOf(Value v) {
+  Product p;
+  p.op = v.getDefiningOp();
+  RankedTensorType rt = typeOf(v);
+  if (!p.op || !rt || !isHalf(rt.getElementType()) || !rt.hasStaticShape())
+    return std::nullopt;
+  if (auto mm = dyn_cast<dsc::MatMulOp>(p.op)) {
+    if (mm.getTransposeLhs() || typeOf(mm.getRhs()).getRank() != 2 ||
+        !typeOf(mm.getLhs()).hasStaticShape())
+      return std::nullopt;
+    p.a = mm.getLhs(), p.b = mm.getRhs(), p.transB = mm.getTransposeRhs();
+    return p;
+  }
+  auto g = dyn_cast<dsc::GemmOp>(p.op);
+  if (!g || g.getTransA() || g.getAlpha().convertToDouble() != 1.0)
+    return std::nullopt;
+  if (Value c = g.getC()) {
+    RankedTensorType ct = typeOf(c);
+    if (g.getBeta().convertToDouble() != 1.0 || !ct || ct.getRank() != 1 ||
+        ct != RankedTensorType::get({rt.getShape().back()},
+                                    rt.getElementType()))
+      return std::nullopt;
+    p.bias = c;
+  }
+  p.a = g.getA(), p.b = g.getB(), p.transB = g.getTransB();
+  return p;
+}
+
+/// The product's rows: `a` as [M, K].
+std::pair<int64_t, int64_t> rowsAndK(const Product &p) {
+  RankedTensorType at = typeOf(p.a);
+  int64_t k = at.getShape().back();
+  return {at.getNumElements() / std::max<int64_t>(k, 1), k};
+}
+
+/// Marks the ops defining `values` as recomputed when `from` is a clone
+/// dsc-recompute made (so they stay bitwise the originals and marked).
+void keepRecomputedMark(Operation *from, ArrayRef<Value> values) {
+  if (Attribute mark = from->getAttr("dsc.recomputed"))
+    for (Value v : values)
+      if (Operation *def = v.getDefiningOp())
+        def->setAttr("dsc.recomputed", mark);
+}
+
+/// Forward: a 16-bit product widened, through GELU (tanh), rounded back.
+struct GeluProduct {
+  Product product;
+  dsc::GeluOp gelu;
+  SmallVector<dsc::CastOp> narrow; // every reader of gelu: a 16-bit cast
+};
+
+/// The GELUs that read `v` through reshapes and widening casts.
+SmallVector<dsc::GeluOp> gelusReading(Value v) {
+  SmallVector<dsc::GeluOp> found;
+  SmallVector<Value> work = {v};
+  while (!work.empty())
+    for (Operation *user : work.pop_back_val().getUsers()) {
+      if (auto g = dyn_cast<dsc::GeluOp>(user))
+        found.push_back(g);
+      else if (isa<dsc::ReshapeOp>(user) ||
+               (isa<dsc::CastOp>(user) &&
+                typeOf(user->getResult(0)).getElementType().isF32()))
+        work.push_back(user->getResult(0));
+    }
+  return found;
+}
+
+/// Analysis: the GELU whose input widens a fused-able product, read only
+/// by casts back to the product's type. A product that another GELU reads
+/// too (a clone dsc-recompute made of the GELU alone, which computes it
+/// from the rounded product) stays apart, so that the recomputed value
+/// keeps the stored one's bits.
+std::optional<GeluProduct> geluProductAt(dsc::GeluOp g) {
+  auto widen = g.getInput().getDefiningOp<dsc::CastOp>();
+  if (!g.getTanhApproximation() || !widen || g.getResult().use_empty())
+    return std::nullopt;
+  Value s = throughReshapes(widen.getInput());
+  std::optional<Product> p = productOf(s);
+  if (!p || gelusReading(s).size() != 1)
+    return std::nullopt;
+  GeluProduct gp{*p, g, {}};
+  Type half = typeOf(s).getElementType();
+  for (Operation *user : g.getResult().getUsers()) {
+    auto c = dyn_cast<dsc::CastOp>(user);
+    if (!c || typeOf(c.getResult()).getElementType() != half)
+      return std::nullopt;
+    gp.narrow.push_back(c);
+  }
+  return gp;
+}
+
+/// Rewrite: one dsc.gemm_gelu; the product's readers (backward's GELU
+/// derivative) read its `pre`, the casts its result.
+void fuseGelu(GeluProduct &gp) {
+  Product &p = gp.product;
+  OpBuilder b(p.op);
+  Location loc = b.getFusedLoc({p.op->getLoc(), gp.gelu.getLoc()});
+  auto [m, k] = rowsAndK(p);
+  RankedTensorType st = typeOf(p.op->getResult(0));
+  auto t2 =
+      RankedTensorType::get({m, st.getShape().back()}, st.getElementType());
+  Value a = reshapedTo(b, p.op->getLoc(), p.a, {m, k});
+  auto fused = dsc::GemmGeluOp::create(b, loc, TypeRange{t2, t2}, a, p.b,
+                                       p.bias, b.getBoolAttr(p.transB));
+  Value pre = reshapedTo(b, p.op->getLoc(), fused.getPre(), st.getShape());
+  keepRecomputedMark(p.op, {a, fused.getResult(), pre});
+  for (dsc::CastOp c : gp.narrow) {
+    b.setInsertionPoint(c);
+    Value r = reshapedTo(b, c.getLoc(), fused.getResult(),
+                         typeOf(c.getResult()).getShape());
+    keepRecomputedMark(p.op, {r});
+    c.getResult().replaceAllUsesWith(r);
+    c->erase();
+  }
+  p.op->getResult(0).replaceAllUsesWith(pre);
+  p.op->erase();
+  eraseDeadChain(gp.gelu);
+}
+
+/// Backward: GELU's input gradient, a 16-bit GEMM widened times GELU's
+/// derivative at a widened 16-bit value, rounded back to 16 bits.
+struct GeluGradProduct {
+  Product product;
+  Value pre;           // GELU's 16-bit input, as the derivative reads it
+  dsc::CastOp narrow;  // the rounded gradient
+};
+
+/// GELU's (tanh approximation) derivative.
+double tanhGeluDerivative(double x) {
+  const double c = std::sqrt(2.0 / M_PI), k = 0.044715;
+  double t = std::tanh(c * (x + k * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x);
+}
+
+/// Whether `d`, an f32 elementwise expression of `shape` over scalar
+/// constants and the widening of one 16-bit value, is GELU's (tanh)
+/// derivative at that value: the expression is evaluated at sample points
+/// (it is what autodiff wrote for dsc.gelu, in whatever order the passes
+/// since left it). Sets `pre` to the 16-bit value.
+bool isTanhGeluDerivative(Value d, ArrayRef<int64_t> shape, Value &pre) {
+  constexpr size_t kMaxNodes = 64;
+  SmallVector<Value> nodes; // post-order
+  llvm::DenseSet<Value> seen;
+  pre = Value();
+  std::function<bool(Value)> visit = [&](Value v) {
+    if (!seen.insert(v).second)
+      return true;
+    if (seen.size() > kMaxNodes)
+      return false;
+    Operation *def = v.getDefiningOp();
+    RankedTensorType t = typeOf(v);
+    if (!def || !t || !t.getElementType().isF32())
+      return false;
+    if (auto c = dyn_cast<dsc::ConstantOp>(def)) {
+      auto attr = dyn_cast<DenseElementsAttr>(c.getValue());
+      if (!attr || !attr.isSplat() || t.getNumElements() != 1)
+        return false;
+    } else if (t.getShape() != shape) {
+      return false;
+    } else if (auto c = dyn_cast<dsc::CastOp>(def)) {
+      Value in = c.getInput();
+      if (!isHalf(typeOf(in).getElementType()) || (pre && pre != in))
+        return false;
+      pre = in;
+    } else if (isa<dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp,
+                   dsc::TanhOp, dsc::NegOp>(def)) {
+      for (Value o : def->getOperands())
+        if (!visit(o))
+          return false;
+    } else {
+      return false;
+    }
+    nodes.push_back(v);
+    return true;
+  };
+  if (!visit(d) || !pre)
+    return false;
+  for (double x : {-4.0, -2.0, -1.3, -0.5, -0.1, 0.0, 0.3, 0.9, 1.7, 3.5}) {
+    llvm::DenseMap<Value, double> val;
+    for (Value v : nodes) {
+      Operation *def = v.getDefiningOp();
+      auto at = [&](unsigned i) { return val.lookup(def->getOperand(i)); };
+      double r = 0;
+      if (auto c = dyn_cast<dsc::ConstantOp>(def))
+        r = cast<DenseElementsAttr>(c.getValue())
+                .getSplatValue<APFloat>()
+                .convertToDouble();
+      else if (isa<dsc::CastOp>(def))
+        r = x;
+      else if (isa<dsc::AddOp>(def))
+        r = at(0) + at(1);
+      else if (isa<dsc::SubOp>(def))
+        r = at(0) - at(1);
+      else if (isa<dsc::MulOp>(def))
+        r = at(0) * at(1);
+      else if (isa<dsc::DivOp>(def))
+        r = at(0) / at(1);
+      else if (isa<dsc::TanhOp>(def))
+        r = std::tanh(at(0));
+      else
+        r = -at(0);
+      val[v] = r;
+    }
+    double want = tanhGeluDerivative(x);
+    if (!(std::abs(val[d] - want) <= 1e-5 * std::max(1.0, std::abs(want))))
+      return false;
+  }
+  return true;
+}
+
+/// Analysis: the rounded GELU input gradient `narrow`, if it is a product
+/// times GELU's derivative.
+std::optional<GeluGradProduct> geluGradAt(dsc::CastOp narrow) {
+  Type half = typeOf(narrow.getResult()).getElementType();
+  Value prod = throughReshapes(narrow.getInput());
+  auto mul = prod.getDefiningOp<dsc::MulOp>();
+  if (!isHalf(half) || !mul || !typeOf(prod).getElementType().isF32() ||
+      !prod.hasOneUse())
+    return std::nullopt;
+  ArrayRef<int64_t> shape = typeOf(prod).getShape();
+  for (unsigned i : {0u, 1u}) {
+    Value g = mul.getOperand(i), d = mul.getOperand(1 - i);
+    auto widen = g.getDefiningOp<dsc::CastOp>();
+    if (!widen || typeOf(g).getShape() != shape || !g.hasOneUse())
+      continue;
+    Value s = throughReshapes(widen.getInput());
+    std::optional<Product> p = productOf(s);
+    Value pre;
+    if (!p || typeOf(s).getElementType() != half || !s.hasOneUse() ||
+        !widen.getInput().hasOneUse() || !isTanhGeluDerivative(d, shape, pre) ||
+        typeOf(pre).getNumElements() != typeOf(s).getNumElements() ||
+        typeOf(pre).getElementType() != half)
+      continue;
+    return GeluGradProduct{*p, pre, narrow};
+  }
+  return std::nullopt;
+}
+
+/// Rewrite: one dsc.matmul_gelu_grad where the rounding stood.
+void fuseGeluGrad(GeluGradProduct &gg) {
+  Product &p = gg.product;
+  OpBuilder b(gg.narrow);
+  Location loc = b.getFusedLoc({p.op->getLoc(), gg.narrow.getLoc()});
+  auto [m, k] = rowsAndK(p);
+  int64_t n = typeOf(p.op->getResult(0)).getShape().back();
+  Value a = reshapedTo(b, p.op->getLoc(), p.a, {m, k});
+  Value pre = reshapedTo(b, gg.narrow.getLoc(), gg.pre, {m, n});
+  auto fused = dsc::MatMulGeluGradOp::create(
+      b, loc, typeOf(p.op->getResult(0)).clone(ArrayRef<int64_t>{m, n}), a,
+      p.b, pre, b.getBoolAttr(p.transB));
+  Value r = reshapedTo(b, gg.narrow.getLoc(), fused.getResult(),
+                       typeOf(gg.narrow.getResult()).getShape());
+  gg.narrow.getResult().replaceAllUsesWith(r);
+  eraseDeadChain(gg.narrow);
+}
+
+/// Both GELU rewrites over a block: the analyses first, then the rewrites
+/// (the backward's reads GELU's input, which the forward's replaces).
+void fuseGelus(Block &block) {
+  SmallVector<GeluGradProduct> grads;
+  for (auto c : block.getOps<dsc::CastOp>())
+    if (std::optional<GeluGradProduct> gg = geluGradAt(c))
+      grads.push_back(*gg);
+  SmallVector<GeluProduct> gelus;
+  for (auto g : block.getOps<dsc::GeluOp>())
+    if (std::optional<GeluProduct> gp = geluProductAt(g))
+      gelus.push_back(*gp);
+  for (GeluGradProduct &gg : grads)
+    fuseGeluGrad(gg);
+  for (GeluProduct &gp : gelus)
+    fuseGelu(gp);
+}
+
 struct FuseGemmEpilogue : dsc::impl::DscFuseGemmEpilogueBase<FuseGemmEpilogue> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -378,6 +708,7 @@ struct FuseGemmEpilogue : dsc::impl::DscFuseGemmEpilogueBase<FuseGemmEpilogue> {
         fuse(p);
       for (BiasedProduct &bp : findBiasedProducts(fn.getBody().front()))
         fuseBias(bp);
+      fuseGelus(fn.getBody().front());
     }
   }
 };

@@ -500,8 +500,9 @@ def DscFuseElementwise : Pass<"dsc-fuse-elementwise", "mlir::ModuleOp"> {
 
 
 def DscFuseGemmEpilogue : Pass<"dsc-fuse-gemm-epilogue", "mlir::ModuleOp"> {
-  let summary = "A linear layer's bias gradient as its weight-gradient GEMM's "
-                "epilogue (dsc.matmul_bias_grad)";
+  let summary = "Bias, bias gradient, GELU and GELU's derivative as GEMM "
+                "epilogues (dsc.gemm, dsc.matmul_bias_grad, dsc.gemm_gelu, "
+                "dsc.matmul_gelu_grad)";
   let description = [{
     For a target whose GEMMs reduce an operand over K in their epilogue
     (`dsc.target` says `gemm_epilogues`; nothing happens otherwise): a
@@ -528,6 +529,20 @@ def DscFuseGemmEpilogue : Pass<"dsc-fuse-gemm-epilogue", "mlir::ModuleOp"> {
     the bias and GELU's chain writes only its output. Runs before
     dsc-fuse-elementwise, which widens the weight gradient's result to f32
     as it does a matmul's.
+
+    GELU (tanh approximation; GPT-2's `gelu_new`): a 16-bit product (that
+    `dsc.gemm` with its bias, or a `dsc.matmul`) widened, through
+    `dsc.gelu`, and rounded back becomes one `dsc.gemm_gelu` whose epilogue
+    applies GELU to the f32 sum and also writes the rounded sum (`pre`),
+    which backward reads for the derivative. Not where another GELU reads
+    the same product (a clone of GELU alone that dsc-recompute made: it
+    computes GELU from the rounded sum, so the two would differ). In
+    backward, the rounding of a 16-bit product widened times GELU's
+    derivative at a widened 16-bit value becomes one `dsc.matmul_gelu_grad`
+    (the derivative in the epilogue, the product not rounded before it).
+    The derivative is recognized by value: an f32 expression of that one
+    widened value and scalar constants that equals GELU's derivative at
+    sample points, in whatever form autodiff and the passes since left it.
 
     ```mlir
     %b = dsc.reduce_sum %g {axes = array<i64: 0, 1>} : tensor<4x8x16xbf16> -> tensor<1x1x16xf32>

@@ -56,7 +56,7 @@ Value halfOf(Value v, int64_t lo) {
 Value match(dsc::ConcatOp concat) {
   auto t = dyn_cast<RankedTensorType>(concat.getResult().getType());
   if (!t || concat.getInputs().size() != 2 ||
-      concat.getAxis() != t.getRank() - 1)
+      static_cast<int64_t>(concat.getAxis()) != t.getRank() - 1)
     return {};
   auto neg = concat.getInputs()[0].getDefiningOp<dsc::NegOp>();
   if (!neg)

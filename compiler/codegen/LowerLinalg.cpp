@@ -3,6 +3,8 @@
 // Forward ops map one to one onto rt::matmul, gemm, conv, maxPool, ...;
 // dsc.matmul_bias_grad onto rt::matmulBiasGrad (the GEMM's epilogue sums the
 // bias gradient where the backend can, else a reduction follows it);
+// dsc.gemm_gelu and dsc.matmul_gelu_grad onto rt::gemmGelu and
+// rt::matmulGeluGrad (GELU or its derivative in the GEMM's epilogue);
 // the gradient ops onto rt::convBackwardInput / convBackwardWeight
 // (step_kernels.h) and rt::maxPoolBackward / avgPoolBackward.
 //
@@ -61,6 +63,18 @@ LowerResult lowerLinalg(Operation *op, const LowerContext &ctx) {
                     {ctx.view(o.getLhs()), ctx.view(o.getRhs()),
                      cppBool(o.getSumRhs()), ctx.view(o.getResult()),
                      ctx.view(o.getBiasGrad())});
+      })
+      .Case([&](GemmGeluOp o) {
+        return call("rt::gemmGelu",
+                    {ctx.view(o.getA()), ctx.view(o.getB()),
+                     cppBool(o.getTransB()), optionalView(ctx, o.getBias()),
+                     ctx.view(o.getResult()), ctx.view(o.getPre())});
+      })
+      .Case([&](MatMulGeluGradOp o) {
+        return call("rt::matmulGeluGrad",
+                    {ctx.view(o.getA()), ctx.view(o.getB()),
+                     cppBool(o.getTransB()), ctx.view(o.getPre()),
+                     ctx.view(o.getResult())});
       })
       .Case([&](GemmOp o) {
         std::string attrs =

@@ -95,6 +95,12 @@ private:
                  numel(l.getGradWeight().getType()) /
                  std::max(1.0, double(dim(l.getInput(), -1)));
         })
+        .Case([&](GemmGeluOp g) {
+          return 2 * numel(g.getResult().getType()) * double(dim(g.getA(), 1));
+        })
+        .Case([&](MatMulGeluGradOp g) {
+          return 2 * numel(g.getResult().getType()) * double(dim(g.getA(), 1));
+        })
         .Case([&](GemmOp g) {
           int64_t k = g.getTransA() ? dim(g.getA(), 0) : dim(g.getA(), 1);
           return 2 * numel(g.getResult().getType()) * double(k);

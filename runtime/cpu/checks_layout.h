@@ -182,6 +182,67 @@ inline Status checkMatmulBiasGrad(const Call &call, const Tensor &lhs,
   return Status();
 }
 
+/// The product of gemmGelu and matmulGeluGrad: a [M, K] @ op(b) (b [K, N],
+/// or [N, K] with transB) into out and pre [M, N], all of one dtype in
+/// `types`. Only an empty tensor may lack data.
+inline Status checkGeluProduct(const Call &call, const Tensor &a,
+                               const Tensor &b, bool transB, const Tensor &out,
+                               const Tensor &pre, FloatTypes types) {
+  for (const Tensor *t : {&a, &b, &out, &pre})
+    if (!validRank(*t) || t->rank != 2)
+      return call.fail("a, b, out and pre must be of rank 2");
+  if (b.dtype != a.dtype || out.dtype != a.dtype || pre.dtype != a.dtype ||
+      !takesFloat(types, a.dtype))
+    return call.fail(std::string("expects ") + floatNames(types) +
+                     " operands of one dtype");
+  int64_t m = a.shape[0], k = a.shape[1];
+  int64_t k2 = transB ? b.shape[1] : b.shape[0];
+  int64_t n = transB ? b.shape[0] : b.shape[1];
+  if (k != k2)
+    return call.fail("inner dims " + std::to_string(k) + " vs " +
+                     std::to_string(k2));
+  if (!shapeIs(out, {m, n}) || !shapeIs(pre, {m, n}))
+    return call.fail("out and pre must be " + describe({m, n}));
+  for (const Tensor *t : {&a, &b, &out, &pre})
+    if (!t->present() && t->numel() > 0)
+      return call.fail("missing data");
+  return Status();
+}
+
+/// gemmGelu's operands: checkGeluProduct's, and bias [N] of a's dtype or
+/// absent (no data).
+inline Status checkGemmGelu(Call &call, const Tensor &a, const Tensor &b,
+                            bool transB, const Tensor &bias, const Tensor &out,
+                            const Tensor &pre, FloatTypes types) {
+  call.arg("a", a)
+      .arg("b", b)
+      .raw("trans_b", transB ? "true" : "false")
+      .arg("bias", bias)
+      .arg("out", out)
+      .arg("pre", pre);
+  if (Status st = checkGeluProduct(call, a, b, transB, out, pre, types);
+      !st.ok())
+    return st;
+  int64_t n = out.shape[1];
+  if (bias.present() &&
+      (!validRank(bias) || !shapeIs(bias, {n}) || bias.dtype != a.dtype))
+    return call.fail(std::string("bias must be ") + dtypeName(a.dtype) +
+                     describe({n}) + " or absent");
+  return Status();
+}
+
+/// matmulGeluGrad's operands: checkGeluProduct's.
+inline Status checkMatmulGeluGrad(Call &call, const Tensor &a, const Tensor &b,
+                                  bool transB, const Tensor &pre,
+                                  const Tensor &out, FloatTypes types) {
+  call.arg("a", a)
+      .arg("b", b)
+      .raw("trans_b", transB ? "true" : "false")
+      .arg("pre", pre)
+      .arg("out", out);
+  return checkGeluProduct(call, a, b, transB, out, pre, types);
+}
+
 /// out [m, n] = op(a) [m, k] @ op(b) [k, n]; cStrides: c's broadcast
 /// strides over out's dims when c is present.
 struct GemmLayout {

@@ -8,6 +8,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/checks_math.h"
+#include "cpu/gelu_math.h"
 #include "cpu/kernel_util.h"
 
 #include <cmath>
@@ -124,26 +125,6 @@ template <typename T> T unaryDerivative(UnaryOp op, T x) {
     return sigmoidOf(x);
   }
   return T(0);
-}
-
-template <typename T> T geluOf(T x, bool tanhApprox) {
-  if (tanhApprox) {
-    T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
-    return T(0.5) * x * (T(1) + std::tanh(u));
-  }
-  return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
-}
-
-template <typename T> T geluDerivative(T x, bool tanhApprox) {
-  if (tanhApprox) {
-    const T c = T(0.7978845608028654);
-    T u = c * (x + T(0.044715) * x * x * x);
-    T t = std::tanh(u);
-    return T(0.5) * (T(1) + t) +
-           T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * x * x);
-  }
-  return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) +
-         x * std::exp(T(-0.5) * x * x) * T(0.3989422804014327); // 1/sqrt(2pi)
 }
 
 /// Checks an elementwise call: float input, out of the same dtype and shape.

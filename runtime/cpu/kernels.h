@@ -129,6 +129,21 @@ Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
 Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
                       const Tensor &out, const Tensor &biasGrad,
                       int threads = 0);
+/// dsc.gemm_gelu: s = a @ op(b) + bias, summed in f32 (f64 for f64
+/// operands); pre = round(s) and out = round(gelu_tanh(s)), both [M, N] in
+/// a's dtype. a is [M, K]; b is [K, N], or [N, K] with transB; bias is [N]
+/// in a's dtype, or absent (no data): then s = a @ op(b).
+/// gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as gelu.
+/// f32, f64, f16 and bf16 (16-bit operands widened exactly).
+Status gemmGelu(const Tensor &a, const Tensor &b, bool transB,
+                const Tensor &bias, const Tensor &out, const Tensor &pre,
+                int threads = 0);
+/// dsc.matmul_gelu_grad: out = round((a @ op(b)) * gelu_tanh'(pre)), the
+/// product summed in f32 (f64) and not rounded before the multiplication;
+/// pre and out [M, N] in a's dtype (16-bit pre read as f32). Shapes and
+/// dtypes as gemmGelu's.
+Status matmulGeluGrad(const Tensor &a, const Tensor &b, bool transB,
+                      const Tensor &pre, const Tensor &out, int threads = 0);
 /// gradLhs = gradOut @ rhs^T, gradRhs = lhs^T @ gradOut, each summed over
 /// the batch dims its operand was broadcast along. Either may be absent.
 Status matmulBackward(const Tensor &lhs, const Tensor &rhs,

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/checks_layout.h"
+#include "cpu/gelu_math.h"
 #include "cpu/half_emulation.h"
 #include "cpu/kernel_util.h"
 #include "cpu/kernels.h"
@@ -256,6 +257,85 @@ Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
   const int64_t rows[] = {0};
   return reduce(ReduceOp::Sum, sumRhs ? rhs : lhs, I64s(rows, 1), false,
                 biasGrad);
+}
+
+namespace {
+
+/// s = a @ op(b) in `storage`, summed in f32 (16-bit operands widened
+/// exactly) or f64 and not rounded: what a GEMM's epilogue sees.
+Status wideProduct(const Tensor &a, const Tensor &b, bool transB,
+                   std::vector<double> &storage, Tensor &s, int threads) {
+  HalfAsF32 h;
+  Tensor wa = h.in(a), wb = h.in(b);
+  int64_t m = a.shape[0], n = transB ? b.shape[0] : b.shape[1];
+  storage.assign(size_t(m * n), 0.0); // room for f64 too
+  s = Tensor::of(storage.data(), wa.dtype, {m, n});
+  return matmulTransposed(wa, false, wb, transB, s, threads);
+}
+
+/// v[i] = fn(v[i], i) over the f32 or f64 elements of `s`.
+template <typename Fn> void updateEach(const Tensor &s, int threads, Fn fn) {
+  dispatchFloat(s.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T *v = s.as<T>();
+    parallelFor(s.numel(), threads, int64_t(1) << 14,
+                [&](int64_t i0, int64_t i1) {
+                  for (int64_t i = i0; i < i1; ++i)
+                    v[i] = fn(v[i], i);
+                });
+  });
+}
+
+} // namespace
+
+Status gemmGelu(const Tensor &a, const Tensor &b, bool transB,
+                const Tensor &bias, const Tensor &out, const Tensor &pre,
+                int threads) {
+  Call call("gemm_gelu");
+  if (Status st = checkGemmGelu(call, a, b, transB, bias, out, pre,
+                                FloatTypes::F32F64F16BF16);
+      !st.ok())
+    return st;
+  if (out.numel() == 0)
+    return Status();
+  std::vector<double> storage;
+  Tensor s;
+  if (Status st = wideProduct(a, b, transB, storage, s, threads); !st.ok())
+    return st;
+  HalfAsF32 h;
+  if (bias.present()) {
+    Tensor wideBias = h.in(bias);
+    int64_t n = out.shape[1];
+    updateEach(s, threads, [&](auto x, int64_t i) {
+      return x + wideBias.as<decltype(x)>()[i % n];
+    });
+  }
+  // pre and out each round s (or its GELU) once, as the epilogue does.
+  if (Status st = cast(s, pre); !st.ok())
+    return st;
+  updateEach(s, threads, [](auto x, int64_t) { return geluOf(x, true); });
+  return cast(s, out);
+}
+
+Status matmulGeluGrad(const Tensor &a, const Tensor &b, bool transB,
+                      const Tensor &pre, const Tensor &out, int threads) {
+  Call call("matmul_gelu_grad");
+  if (Status st = checkMatmulGeluGrad(call, a, b, transB, pre, out,
+                                      FloatTypes::F32F64F16BF16);
+      !st.ok())
+    return st;
+  if (out.numel() == 0)
+    return Status();
+  std::vector<double> storage;
+  Tensor s;
+  if (Status st = wideProduct(a, b, transB, storage, s, threads); !st.ok())
+    return st;
+  HalfAsF32 h;
+  Tensor x = h.in(pre);
+  updateEach(s, threads, [&](auto v, int64_t i) {
+    return v * geluDerivative(x.as<decltype(v)>()[i], true);
+  });
+  return cast(s, out);
 }
 
 Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,

@@ -138,6 +138,19 @@ template <typename T> __device__ inline T geluOf(T x, bool tanhApprox) {
   return T(0.5) * x * (T(1) + mErf(x * T(0.7071067811865476)));
 }
 
+/// d/dx geluOf: the CPU's geluDerivative (cpu/gelu_math.h), term for term.
+template <typename T> __device__ inline T geluDerivative(T x, bool tanhApprox) {
+  if (tanhApprox) {
+    const T c = T(0.7978845608028654);
+    T u = c * (x + T(0.044715) * x * x * x);
+    T t = mTanh(u);
+    return T(0.5) * (T(1) + t) +
+           T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * x * x);
+  }
+  return T(0.5) * (T(1) + mErf(x * T(0.7071067811865476))) +
+         x * mExp(T(-0.5) * x * x) * T(0.3989422804014327); // 1/sqrt(2pi)
+}
+
 template <typename T> __device__ inline T wrapAdd(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;

@@ -105,6 +105,21 @@ Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
 /// algorithm.
 Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
                       const Tensor &out, const Tensor &biasGrad);
+/// As cpu::gemmGelu: one cuBLASLt call whose GELU_AUX_BIAS (GELU_AUX without
+/// a bias) epilogue writes out = round(gelu(s)) and, as its aux matrix,
+/// pre = round(s). Where cuBLASLt has no such algorithm (N not a multiple
+/// of 8, a misaligned pre), the product (and bias) goes into pre, then a
+/// kernel writes out = round(gelu(f32(pre))): s is rounded once more than
+/// the epilogue rounds it (16-bit out may differ by an ulp). f32, f16 and
+/// bf16; f64 fails as Unimplemented (no GELU epilogue).
+Status gemmGelu(const Tensor &a, const Tensor &b, bool transB,
+                const Tensor &bias, const Tensor &out, const Tensor &pre);
+/// As cpu::matmulGeluGrad: one cuBLASLt call with the DGELU epilogue (aux =
+/// pre). The fallback writes the product into out, then out =
+/// round(f32(out) * gelu'(f32(pre))): the product rounded once more.
+/// Dtypes as gemmGelu's.
+Status matmulGeluGrad(const Tensor &a, const Tensor &b, bool transB,
+                      const Tensor &pre, const Tensor &out);
 /// As cpu::matmulAccumulate: a 16-bit product into f32 is one cuBLASLt call
 /// with f32 C and D (beta 1 when accumulating).
 Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,

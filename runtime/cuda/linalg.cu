@@ -19,8 +19,10 @@
 // vector with beta = 1), or after broadcasting it into the result. With
 // beta = 0, c is not read (no 0 * inf = NaN, unlike the CPU reference).
 // matmulBiasGrad sums an operand over K in the BGRADB/BGRADA epilogue (a
-// linear layer's bias gradient beside its weight gradient). Where the
-// heuristic has no algorithm for an epilogue, its work runs apart.
+// linear layer's bias gradient beside its weight gradient). gemmGelu and
+// matmulGeluGrad run the GELU_AUX(_BIAS) and DGELU epilogues, whose aux
+// matrix is the GELU input (pre, [M, N] with ld N). Where the heuristic has
+// no algorithm for an epilogue, its work runs apart.
 //
 // cuBLASLt reduces each output element in an order fixed by the algorithm,
 // which depends on the problem only, so results are deterministic.
@@ -30,6 +32,7 @@
 #include "cpu/checks_layout.h"
 #include "cpu/linear_cross_entropy.h"
 #include "cuda/common.cuh"
+#include "cuda/elementwise_ops.cuh"
 #include "cuda/kernels.h"
 
 #include <algorithm>
@@ -91,6 +94,11 @@ struct Problem {
   enum class BiasGrad { None, OfA, OfB } biasGrad = BiasGrad::None;
   bool summing() const { return biasGrad != BiasGrad::None; }
   bool wideOut = false;             // C and D f32 (A and B 16-bit)
+  // A GELU epilogue with an aux matrix of D's layout and dtype: Forward
+  // writes aux = the sum (bias added) and D = its GELU; Backward writes
+  // D = product * gelu'(aux).
+  enum class Gelu { None, Forward, Backward } gelu = Gelu::None;
+  bool epilogue() const { return bias || summing() || gelu != Gelu::None; }
 };
 
 int64_t rowsA(const Problem &p) { return p.transA ? p.k : p.m; }
@@ -102,6 +110,7 @@ int64_t colsB(const Problem &p) { return p.transB ? p.k : p.n; }
 struct Launch {
   const void *a, *b, *c;
   void *d;
+  const void *aux = nullptr; // a GELU epilogue's aux matrix
 };
 
 /// The cached cuBLASLt state of one problem. `found` is false when the
@@ -163,11 +172,59 @@ Status makeLayout(cublasLtMatrixLayout_t *out, cudaDataType_t type,
 
 struct Alignments {
   uint32_t a = 256, b = 256, c = 256, d = 256;
+  uint32_t aux = 256; // of a GELU epilogue's aux matrix (256 without one)
 };
+
+/// cuBLASLt's epilogue for `p`. Our A is cuBLASLt's B and our B its A (see
+/// the file comment).
+uint32_t epilogueOf(const Problem &p) {
+  if (p.gelu == Problem::Gelu::Forward)
+    return p.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                  : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (p.gelu == Problem::Gelu::Backward)
+    return CUBLASLT_EPILOGUE_DGELU;
+  if (p.bias)
+    return CUBLASLT_EPILOGUE_BIAS;
+  return p.biasGrad == Problem::BiasGrad::OfA ? CUBLASLT_EPILOGUE_BGRADB
+                                              : CUBLASLT_EPILOGUE_BGRADA;
+}
+
+/// Sets the epilogue of `p` (if any) on `op`. The heuristic reads the
+/// alignment of the bias and aux pointers; runProduct sets them again per
+/// call.
+Status setEpilogue(const Problem &p, cudaDataType_t type, const void *bias,
+                   const void *aux, cublasLtMatmulDesc_t op) {
+  if (!p.epilogue())
+    return Status();
+  uint32_t epilogue = epilogueOf(p);
+  DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (p.summing()) {
+    int32_t biasType = CUDA_R_32F;
+    DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
+        op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType, sizeof(biasType)));
+  }
+  if (p.bias || p.summing())
+    DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
+        op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (p.gelu == Problem::Gelu::None)
+    return Status();
+  // The aux matrix is laid out as D: N x M column-major, ld N.
+  int64_t ld = p.n;
+  int32_t auxType = type;
+  DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+  DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &auxType,
+      sizeof(auxType)));
+  DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  return Status();
+}
 
 /// Builds the descriptors of `p` and asks the heuristic for an algorithm.
 Status buildPlan(const Problem &p, const Alignments &al, const void *bias,
-                 LtPlan &plan) {
+                 const void *aux, LtPlan &plan) {
   RankDevice &rd = current();
   cudaDataType_t type = cudaTypeOf(p.dtype);
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -187,24 +244,8 @@ Status buildPlan(const Problem &p, const Alignments &al, const void *bias,
       plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
   DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
       plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
-  if (p.bias || p.summing()) {
-    // Our A is cuBLASLt's B and our B its A (see the file comment).
-    uint32_t epilogue = p.bias ? CUBLASLT_EPILOGUE_BIAS
-                        : p.biasGrad == Problem::BiasGrad::OfA
-                            ? CUBLASLT_EPILOGUE_BGRADB
-                            : CUBLASLT_EPILOGUE_BGRADA;
-    DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
-        plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (p.summing()) {
-      int32_t biasType = CUDA_R_32F;
-      DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
-          plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
-          sizeof(biasType)));
-    }
-    // The heuristic reads the pointer's alignment.
-    DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
-        plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  }
+  if (Status st = setEpilogue(p, type, bias, aux, plan.op); !st.ok())
+    return st;
   // Row-major R x C with pitch ld is column-major C x R with that ld.
   if (Status st = makeLayout(&plan.a, type, colsB(p), rowsB(p), colsB(p),
                              p.batch, p.strideB);
@@ -244,7 +285,7 @@ Status buildPlan(const Problem &p, const Alignments &al, const void *bias,
   // bias vector, small bf16 ones on an H100): the caller then runs the
   // product and the epilogue's work apart.
   if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
-      (st == CUBLAS_STATUS_INVALID_VALUE && (p.bias || p.summing())))
+      (st == CUBLAS_STATUS_INVALID_VALUE && p.epilogue()))
     return Status();
   if (st != CUBLAS_STATUS_SUCCESS)
     return check(st, "cublasLtMatmulAlgoGetHeuristic");
@@ -278,9 +319,11 @@ Staging stagingFor(const Problem &p, size_t launches) {
   bool tensorCores = p.dtype == DType::F16 || p.dtype == DType::BF16 ||
                      (p.dtype == DType::F32 && allowTf32());
   // A wide (f32) D is not staged: its copies would need D's element size;
-  // nor a bias gradient (the padded rows would be summed).
-  if (!tensorCores || p.wideOut || p.summing() || launches != 1 ||
-      p.batch != 1 || p.m * p.n * p.k < kStageMinWork)
+  // nor a bias gradient (the padded rows would be summed), nor a GELU
+  // epilogue (its aux matrix would need a copy too).
+  if (!tensorCores || p.wideOut || p.summing() ||
+      p.gelu != Problem::Gelu::None || launches != 1 || p.batch != 1 ||
+      p.m * p.n * p.k < kStageMinWork)
     return s;
   int64_t q = int64_t(16 / dtypeSize(p.dtype));
   auto up = [q](int64_t v) { return (v + q - 1) / q * q; };
@@ -344,6 +387,7 @@ Status runProduct(const Problem &problem, std::vector<Launch> launches,
     al.b = std::min(al.b, stage.b ? 256u : alignmentOf(l.b));
     al.c = std::min(al.c, stage.d ? 256u : alignmentOf(l.c));
     al.d = std::min(al.d, stage.d ? 256u : alignmentOf(l.d));
+    al.aux = std::min(al.aux, alignmentOf(l.aux));
   }
   if (p.batch > 1) {
     // Every matrix of a strided batch must be as aligned as the first.
@@ -373,14 +417,16 @@ Status runProduct(const Problem &problem, std::vector<Launch> launches,
                               al.b,
                               al.c,
                               al.d,
-                              biasAlign};
+                              biasAlign,
+                              int64_t(p.gelu),
+                              al.aux};
   auto &cache = planCache();
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() >= kMaxCachedPlans)
       cache.clear();
     auto plan = std::make_unique<LtPlan>();
-    if (Status st = buildPlan(p, al, bias, *plan); !st.ok())
+    if (Status st = buildPlan(p, al, bias, launches[0].aux, *plan); !st.ok())
       return st;
     it = cache.emplace(std::move(key), std::move(plan)).first;
   }
@@ -450,11 +496,16 @@ Status runProduct(const Problem &problem, std::vector<Launch> launches,
   const void *alphaP = &alphaF, *betaP = &betaF;
   if (p.dtype == DType::F64)
     alphaP = &alpha, betaP = &beta;
-  for (const Launch &l : launches)
+  for (const Launch &l : launches) {
+    if (p.gelu != Problem::Gelu::None)
+      DSC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
+          plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &l.aux,
+          sizeof(l.aux)));
     DSC_CUDA_CHECK(cublasLtMatmul(rd.lt, plan.op, alphaP, l.b, plan.a, l.a,
                                   plan.b, betaP, l.c, plan.d, l.d, plan.d,
                                   &plan.algo, rd.ltWorkspace,
                                   kGemmWorkspaceBytes, rd.compute));
+  }
   DSC_CUDA_LAUNCHED("cublasLtMatmul");
   if (stage.d)
     if (Status st = copyRows(orig.d, problem.n, launches[0].d, p.n, problem.m,
@@ -728,6 +779,119 @@ Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
   const int64_t rows[] = {0};
   return cuda::reduce(ReduceOp::Sum, sumRhs ? rhs : lhs, I64s(rows, 1), false,
                       biasGrad);
+}
+
+namespace {
+
+/// out = round(gelu(f32(pre))), or with `backward` out = round(f32(out) *
+/// gelu'(f32(pre))): a GELU epilogue's work where cuBLASLt has none. This
+/// file is not built with -fmad=false (unlike elementwise.cu), so the f32
+/// math may contract multiply-adds: within an f32 ulp or so of the CPU's.
+template <typename T>
+__global__ void geluEpilogueKernel(const T *pre, T *out, int64_t n,
+                                   bool backward) {
+  DSC_GRID_STRIDE(i, n) {
+    float x = float(toDouble(pre[i]));
+    float y = backward ? float(toDouble(out[i])) * ops::geluDerivative(x, true)
+                       : ops::geluOf(x, true);
+    out[i] = fromDouble<T>(y);
+  }
+}
+
+Status geluEpilogue(const Tensor &pre, const Tensor &out, bool backward) {
+  int64_t n = out.numel();
+  cudaStream_t s = stream();
+  unsigned blocks = blocksFor(n);
+  switch (out.dtype) {
+  case DType::F32:
+    geluEpilogueKernel<<<blocks, kThreads, 0, s>>>(
+        pre.as<const float>(), out.as<float>(), n, backward);
+    break;
+  case DType::F16:
+    geluEpilogueKernel<<<blocks, kThreads, 0, s>>>(
+        pre.as<const __half>(), out.as<__half>(), n, backward);
+    break;
+  default:
+    geluEpilogueKernel<<<blocks, kThreads, 0, s>>>(
+        pre.as<const __nv_bfloat16>(), out.as<__nv_bfloat16>(), n, backward);
+    break;
+  }
+  DSC_CUDA_LAUNCHED("gemm_gelu_epilogue");
+  return Status();
+}
+
+/// The checked product of gemmGelu / matmulGeluGrad: a [M, K] @ op(b).
+Problem geluProblem(const Tensor &a, bool transB, const Tensor &out,
+                    Problem::Gelu gelu) {
+  Problem p;
+  p.dtype = a.dtype;
+  p.m = out.shape[0], p.n = out.shape[1], p.k = a.shape[1];
+  p.transB = transB;
+  p.gelu = gelu;
+  return p;
+}
+
+/// One cuBLASLt call with the GELU epilogue of `p` (aux = pre), where
+/// cuBLASLt takes it: its aux ld (N) must be a multiple of 8. `*ran` is
+/// false otherwise.
+Status runGeluEpilogue(const Problem &p, const Tensor &a, const Tensor &b,
+                       const void *bias, const Tensor &pre, const Tensor &out,
+                       bool *ran) {
+  *ran = false;
+  if (p.k == 0 || p.n % 8 != 0)
+    return Status();
+  return runProduct(p, {{a.data, b.data, out.data, out.data, pre.data}}, 1.0,
+                    0.0, bias, ran);
+}
+
+} // namespace
+
+Status gemmGelu(const Tensor &a, const Tensor &b, bool transB,
+                const Tensor &bias, const Tensor &out, const Tensor &pre) {
+  Call call("gemm_gelu");
+  if (Status st = cpu::detail::checkGemmGelu(call, a, b, transB, bias, out, pre,
+                                             kGemmTypes);
+      !st.ok())
+    return st;
+  Problem p = geluProblem(a, transB, out, Problem::Gelu::Forward);
+  p.bias = bias.present();
+  if (p.dtype == DType::F64)
+    return noAlgorithm(call, p); // cuBLASLt has no f64 GELU epilogue
+  if (p.m == 0 || p.n == 0)
+    return Status();
+  bool ran = false;
+  if (Status st = runGeluEpilogue(p, a, b, bias.data, pre, out, &ran);
+      !st.ok() || ran)
+    return st;
+  // The product plus bias into pre, as gemm adds a row vector c, then the
+  // GELU of its rounded values.
+  GemmAttrs attrs;
+  attrs.transB = transB;
+  if (Status st = cuda::gemm(a, b, bias, attrs, pre); !st.ok())
+    return st;
+  return geluEpilogue(pre, out, false);
+}
+
+Status matmulGeluGrad(const Tensor &a, const Tensor &b, bool transB,
+                      const Tensor &pre, const Tensor &out) {
+  Call call("matmul_gelu_grad");
+  if (Status st = cpu::detail::checkMatmulGeluGrad(call, a, b, transB, pre, out,
+                                                   kGemmTypes);
+      !st.ok())
+    return st;
+  Problem p = geluProblem(a, transB, out, Problem::Gelu::Backward);
+  if (p.dtype == DType::F64)
+    return noAlgorithm(call, p); // cuBLASLt has no f64 GELU epilogue
+  if (p.m == 0 || p.n == 0)
+    return Status();
+  bool ran = false;
+  if (Status st = runGeluEpilogue(p, a, b, nullptr, pre, out, &ran);
+      !st.ok() || ran)
+    return st;
+  // The product rounded into out, then scaled there in place.
+  if (Status st = matmulTransposed(a, false, b, transB, out); !st.ok())
+    return st;
+  return geluEpilogue(pre, out, true);
 }
 
 Status matmulAccumulate(const Tensor &lhs, bool transLhs, const Tensor &rhs,

@@ -199,3 +199,105 @@ func.func @recomputed_clone(%x: tensor<8x16xbf16>, %w: tensor<16x24xbf16>, %b: t
   return %e, %h2 : tensor<8x24xf32>, tensor<8x24xbf16>
 }
 }
+
+// -----
+
+// GELU (tanh) in the epilogues. Forward: the bf16 dsc.gemm (bias as C),
+// widened, through GELU, rounded back: one dsc.gemm_gelu whose `pre`
+// (the rounded sum) is what backward's derivative reads. Backward: the
+// next layer's input gradient (a bf16 matmul) widened, times GELU's
+// derivative at the widened pre, as autodiff writes it, rounded: one
+// dsc.matmul_gelu_grad reading pre as [T, N]; nothing of the derivative's
+// chain is left.
+// CHECK-LABEL: func.func @gelu_mlp
+// CHECK: %[[Y:.*]], %[[PRE:.*]] = dsc.gemm_gelu %arg0, %arg1, %arg2 : tensor<8x16xbf16>, tensor<16x24xbf16>, tensor<24xbf16> -> tensor<8x24xbf16>, tensor<8x24xbf16>
+// CHECK: %[[P3:.*]] = dsc.reshape %[[PRE]] {shape = array<i64: 2, 4, 24>}
+// CHECK: %[[H:.*]] = dsc.reshape %[[Y]] {shape = array<i64: 2, 4, 24>}
+// CHECK: %[[DY:.*]] = dsc.reshape %arg4 {shape = array<i64: 8, 16>}
+// CHECK: %[[P2:.*]] = dsc.reshape %[[P3]] {shape = array<i64: 8, 24>}
+// CHECK: %[[DX:.*]] = dsc.matmul_gelu_grad %[[DY]], %arg3, %[[P2]] {trans_b = true} : tensor<8x16xbf16>, tensor<24x16xbf16>, tensor<8x24xbf16> -> tensor<8x24xbf16>
+// CHECK: %[[DX3:.*]] = dsc.reshape %[[DX]] {shape = array<i64: 2, 4, 24>}
+// CHECK-NOT: dsc.tanh
+// CHECK-NOT: dsc.gelu
+// CHECK: return %[[H]], %[[DX3]]
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @gelu_mlp(%x: tensor<8x16xbf16>, %w: tensor<16x24xbf16>, %b: tensor<24xbf16>, %w2: tensor<24x16xbf16>, %dy: tensor<2x4x16xbf16>) -> (tensor<2x4x24xbf16>, tensor<2x4x24xbf16>) {
+  %s = dsc.gemm %x, %w, %b : tensor<8x16xbf16>, tensor<16x24xbf16>, tensor<24xbf16> -> tensor<8x24xbf16>
+  %s3 = dsc.reshape %s {shape = array<i64: 2, 4, 24>} : tensor<8x24xbf16> -> tensor<2x4x24xbf16>
+  %sw = dsc.cast %s3 {to = f32} : tensor<2x4x24xbf16> -> tensor<2x4x24xf32>
+  %e = dsc.gelu %sw {tanh_approximation = true} : tensor<2x4x24xf32>
+  %h = dsc.cast %e {to = bf16} : tensor<2x4x24xf32> -> tensor<2x4x24xbf16>
+  %m = dsc.matmul %dy, %w2 {transpose_rhs = true} : tensor<2x4x16xbf16>, tensor<24x16xbf16> -> tensor<2x4x24xbf16>
+  %g = dsc.cast %m {to = f32} : tensor<2x4x24xbf16> -> tensor<2x4x24xf32>
+  %x0 = dsc.cast %s3 {dsc.recompute, to = f32} : tensor<2x4x24xbf16> -> tensor<2x4x24xf32>
+  %x2 = dsc.mul %x0, %x0 : tensor<2x4x24xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %x3 = dsc.mul %x2, %x0 : tensor<2x4x24xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %c1 = dsc.constant dense<4.471500e-02> : tensor<f32>
+  %a1 = dsc.mul %x3, %c1 : tensor<2x4x24xf32>, tensor<f32> -> tensor<2x4x24xf32>
+  %a2 = dsc.add %x0, %a1 : tensor<2x4x24xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %k = dsc.constant dense<0.797884583> : tensor<f32>
+  %u = dsc.mul %a2, %k : tensor<2x4x24xf32>, tensor<f32> -> tensor<2x4x24xf32>
+  %t = dsc.tanh %u : tensor<2x4x24xf32>
+  %c3 = dsc.constant dense<1.341450e-01> : tensor<f32>
+  %d1 = dsc.mul %x2, %c3 : tensor<2x4x24xf32>, tensor<f32> -> tensor<2x4x24xf32>
+  %one = dsc.constant dense<1.000000e+00> : tensor<f32>
+  %d2 = dsc.add %one, %d1 : tensor<f32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %du = dsc.mul %d2, %k : tensor<2x4x24xf32>, tensor<f32> -> tensor<2x4x24xf32>
+  %tt = dsc.mul %t, %t : tensor<2x4x24xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %s1 = dsc.sub %one, %tt : tensor<f32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %s2 = dsc.mul %s1, %du : tensor<2x4x24xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %half = dsc.constant dense<5.000000e-01> : tensor<f32>
+  %xh = dsc.mul %x0, %half : tensor<2x4x24xf32>, tensor<f32> -> tensor<2x4x24xf32>
+  %r1 = dsc.mul %xh, %s2 : tensor<2x4x24xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %r2 = dsc.add %one, %t : tensor<f32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %r3 = dsc.mul %r2, %half : tensor<2x4x24xf32>, tensor<f32> -> tensor<2x4x24xf32>
+  %d = dsc.add %r3, %r1 : tensor<2x4x24xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %gd = dsc.mul %g, %d : tensor<2x4x24xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  %dx = dsc.cast %gd {to = bf16} : tensor<2x4x24xf32> -> tensor<2x4x24xbf16>
+  return %h, %dx : tensor<2x4x24xbf16>, tensor<2x4x24xbf16>
+}
+}
+
+// -----
+
+// Left alone: GELU's exact form (cuBLASLt's epilogue is the tanh one); a
+// product that a second GELU reads too (a clone of GELU alone, as
+// selective recomputation makes: it computes GELU from the rounded sum,
+// which the epilogue does not, so neither is fused); a product times
+// something that is not GELU's derivative (the constant 0.5 of its first
+// term is 0.25 here); an f32 GEMM.
+// CHECK-LABEL: func.func @gelu_kept
+// CHECK-NOT: dsc.gemm_gelu
+// CHECK-NOT: dsc.matmul_gelu_grad
+// CHECK: return
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @gelu_kept(%x: tensor<8x16xbf16>, %w: tensor<16x24xbf16>, %dy: tensor<8x16xbf16>, %w2: tensor<24x16xbf16>, %xf: tensor<8x16xf32>, %wf: tensor<16x24xf32>) -> (tensor<8x24xbf16>, tensor<8x24xbf16>, tensor<8x24xbf16>, tensor<8x24xbf16>, tensor<8x24xbf16>) {
+  %p = dsc.matmul %x, %w : tensor<8x16xbf16>, tensor<16x24xbf16> -> tensor<8x24xbf16>
+  %pw = dsc.cast %p {to = f32} : tensor<8x24xbf16> -> tensor<8x24xf32>
+  %e = dsc.gelu %pw : tensor<8x24xf32>
+  %h = dsc.cast %e {to = bf16} : tensor<8x24xf32> -> tensor<8x24xbf16>
+  %q = dsc.matmul %dy, %w : tensor<8x16xbf16>, tensor<16x24xbf16> -> tensor<8x24xbf16>
+  %qw = dsc.cast %q {to = f32} : tensor<8x24xbf16> -> tensor<8x24xf32>
+  %e1 = dsc.gelu %qw {tanh_approximation = true} : tensor<8x24xf32>
+  %h1 = dsc.cast %e1 {to = bf16} : tensor<8x24xf32> -> tensor<8x24xbf16>
+  %qw2 = dsc.cast %q {dsc.recomputed = 1 : i64, to = f32} : tensor<8x24xbf16> -> tensor<8x24xf32>
+  %e2 = dsc.gelu %qw2 {dsc.recomputed = 1 : i64, tanh_approximation = true} : tensor<8x24xf32>
+  %h2 = dsc.cast %e2 {to = bf16} : tensor<8x24xf32> -> tensor<8x24xbf16>
+  %m = dsc.matmul %dy, %w2 {transpose_rhs = true} : tensor<8x16xbf16>, tensor<24x16xbf16> -> tensor<8x24xbf16>
+  %g = dsc.cast %m {to = f32} : tensor<8x24xbf16> -> tensor<8x24xf32>
+  %x0 = dsc.cast %h {to = f32} : tensor<8x24xbf16> -> tensor<8x24xf32>
+  %k = dsc.constant dense<0.797884583> : tensor<f32>
+  %u = dsc.mul %x0, %k : tensor<8x24xf32>, tensor<f32> -> tensor<8x24xf32>
+  %t = dsc.tanh %u : tensor<8x24xf32>
+  %one = dsc.constant dense<1.000000e+00> : tensor<f32>
+  %quarter = dsc.constant dense<2.500000e-01> : tensor<f32>
+  %r2 = dsc.add %one, %t : tensor<f32>, tensor<8x24xf32> -> tensor<8x24xf32>
+  %d = dsc.mul %r2, %quarter : tensor<8x24xf32>, tensor<f32> -> tensor<8x24xf32>
+  %gd = dsc.mul %g, %d : tensor<8x24xf32>, tensor<8x24xf32> -> tensor<8x24xf32>
+  %dx = dsc.cast %gd {to = bf16} : tensor<8x24xf32> -> tensor<8x24xbf16>
+  %pf = dsc.matmul %xf, %wf : tensor<8x16xf32>, tensor<16x24xf32> -> tensor<8x24xf32>
+  %ef = dsc.gelu %pf {tanh_approximation = true} : tensor<8x24xf32>
+  %hf = dsc.cast %ef {to = bf16} : tensor<8x24xf32> -> tensor<8x24xbf16>
+  return %h, %h1, %h2, %dx, %hf : tensor<8x24xbf16>, tensor<8x24xbf16>, tensor<8x24xbf16>, tensor<8x24xbf16>, tensor<8x24xbf16>
+}
+}

@@ -309,6 +309,57 @@ def Dsc_MatMulBiasGradOp : Dsc_Op<"matmul_bias_grad"> {
   }];
 }
 
+def Dsc_GemmGeluOp : Dsc_Op<"gemm_gelu"> {
+  let summary = "a linear layer and its tanh GELU in one GEMM (GELU epilogue)";
+  let description = [{
+    A decision of dsc-fuse-gemm-epilogue that the IR shows: a 16-bit linear
+    layer whose output goes through GELU's tanh approximation, in one GEMM
+    whose epilogue applies GELU and also writes its input (cuBLASLt's
+    GELU_AUX_BIAS), the value backward reads:
+    ```
+    s[m, n] = sum over k: a[m, k] * op(b)[k, n]  + bias[n]   (f32 sums)
+    pre     = round(s)
+    result  = round(gelu_tanh(s))
+    ```
+    `a` is [M, K], `b` [K, N] (or [N, K] with `trans_b`), `bias` [N] or
+    absent; `result` and `pre` are [M, N], all of one element type. A
+    backend without the epilogue computes `pre` first and GELU from it (one
+    rounding more).
+  }];
+  let arguments = (ins Dsc_FloatTensor:$a, Dsc_FloatTensor:$b,
+                   Optional<Dsc_FloatTensor>:$bias,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+  let results = (outs Dsc_FloatTensor:$result, Dsc_FloatTensor:$pre);
+  let assemblyFormat = [{
+    $a `,` $b (`,` $bias^)? attr-dict `:` type(operands) `->` type($result)
+    `,` type($pre)
+  }];
+}
+
+def Dsc_MatMulGeluGradOp : Dsc_Op<"matmul_gelu_grad"> {
+  let summary = "an input-gradient GEMM with GELU's derivative as epilogue";
+  let description = [{
+    A decision of dsc-fuse-gemm-epilogue that the IR shows: the gradient of
+    GELU's (tanh approximation) input, where GELU's output gradient is a
+    GEMM (the next layer's input gradient), in one GEMM whose epilogue
+    multiplies by GELU's derivative at `pre` (cuBLASLt's DGELU):
+    ```
+    result[m, n] = round((sum over k: a[m, k] * op(b)[k, n]) * gelu_tanh'(pre[m, n]))
+    ```
+    with the product in f32, not rounded before the multiplication. `a` is
+    [M, K], `b` [K, N] (or [N, K] with `trans_b`), `pre` and `result`
+    [M, N], all of one 16-bit element type. A backend without the epilogue
+    rounds the product first.
+  }];
+  let arguments = (ins Dsc_FloatTensor:$a, Dsc_FloatTensor:$b,
+                   Dsc_FloatTensor:$pre,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+  let results = (outs Dsc_FloatTensor:$result);
+  let assemblyFormat = [{
+    $a `,` $b `,` $pre attr-dict `:` type(operands) `->` type($result)
+  }];
+}
+
 def Dsc_GemmOp : Dsc_DiffOp<"gemm"> {
   let summary = "alpha * op(A) * op(B) + beta * C (ONNX Gemm)";
   let arguments = (ins Dsc_FloatTensor:$a, Dsc_FloatTensor:$b,

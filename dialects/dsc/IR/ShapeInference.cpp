@@ -873,6 +873,59 @@ MatMulBiasGradOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+/// The [M, N] product of a GELU epilogue's `a` [M, K] and `b` ([K, N], or
+/// [N, K] transposed), of their one element type; `what` names the op.
+static FailureOr<RankedTensorType> geluProductType(std::optional<Location> loc,
+                                                   const char *what, Value a,
+                                                   Value b, bool transB) {
+  auto at = rankedType(a), bt = rankedType(b);
+  if (!at || !bt || at.getRank() != 2 || bt.getRank() != 2)
+    return fail(loc, Twine(what) + " takes 2-D operands a and b");
+  if (failed(sameElementTypes(loc, a, b)))
+    return failure();
+  int64_t k = bt.getDimSize(transB ? 1 : 0), n = bt.getDimSize(transB ? 0 : 1);
+  if (at.getDimSize(1) != k)
+    return fail(loc, Twine(what) + " contracting dims differ: " +
+                         Twine(at.getDimSize(1)) + " vs " + Twine(k));
+  return RankedTensorType::get({at.getDimSize(0), n}, at.getElementType());
+}
+
+LogicalResult GemmGeluOp::inferReturnTypes(MLIRContext *ctx,
+                                           std::optional<Location> loc,
+                                           Adaptor a,
+                                           SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<GemmGeluOp>(ctx, loc, a)))
+    return failure();
+  FailureOr<RankedTensorType> t =
+      geluProductType(loc, "gemm_gelu", a.getA(), a.getB(), a.getTransB());
+  if (failed(t))
+    return failure();
+  if (Value bias = a.getBias()) {
+    auto bt = rankedType(bias);
+    if (!bt || bt.getRank() != 1 || bt.getDimSize(0) != t->getDimSize(1) ||
+        bt.getElementType() != t->getElementType())
+      return fail(loc, "gemm_gelu bias must be [" + Twine(t->getDimSize(1)) +
+                           "] of the operands' element type");
+  }
+  results.append({*t, *t});
+  return success();
+}
+
+LogicalResult MatMulGeluGradOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor a,
+    SmallVectorImpl<Type> &results) {
+  if (failed(completeAttrs<MatMulGeluGradOp>(ctx, loc, a)))
+    return failure();
+  FailureOr<RankedTensorType> t = geluProductType(
+      loc, "matmul_gelu_grad", a.getA(), a.getB(), a.getTransB());
+  if (failed(t))
+    return failure();
+  if (rankedType(a.getPre()) != *t)
+    return fail(loc, "matmul_gelu_grad pre must be the product's type");
+  results.push_back(*t);
+  return success();
+}
+
 bool MatMulBiasGradOp::isCompatibleReturnTypes(TypeRange inferred,
                                                TypeRange actual) {
   return inferred.size() == 2 && actual.size() == 2 &&

@@ -9,7 +9,10 @@
 
 #include "TestUtil.h"
 
+#include <cmath>
+#include <iostream>
 #include <random>
+#include <string>
 
 using namespace dsc;
 using dsc::cuda::test::DevTensor;
@@ -249,6 +252,123 @@ TEST(CudaMatmul, BiasGradEpilogue) {
                 .message(),
             cpu::matmulBiasGrad(g.host(), x.host(), false, w.host(), bad.host())
                 .message());
+}
+
+namespace {
+
+/// A GELU epilogue case: a [M, K] @ op(b) ([K, N], or [N, K] transposed).
+struct GeluCase {
+  DType dtype;
+  int64_t m, n, k;
+  bool transB;
+  std::vector<int64_t> bShape() const {
+    return transB ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+  }
+  std::string what() const {
+    return std::string(dtypeName(dtype)) + " M=" + std::to_string(m) +
+           " N=" + std::to_string(n) + " K=" + std::to_string(k) +
+           (transB ? " b^T" : "");
+  }
+};
+
+/// The largest |got - want| in ulps of got's dtype at max(|want|, 2^-6),
+/// failing a 16-bit element beyond 2 such ulps plus 1e-2 (the summation
+/// order, and the fallback's extra rounding of s, where |gelu'| is small
+/// against |gelu|); f32 against the TF32-aware tolerance.
+double expectGelu(const DevTensor &want, const DevTensor &got, int64_t k,
+                  const std::string &what) {
+  std::vector<char> bytes = got.download();
+  Tensor g = got.host();
+  g.data = bytes.data();
+  int digits = g.dtype == DType::BF16 ? 8 : g.dtype == DType::F16 ? 11 : 24;
+  double worst = 0;
+  int reported = 0;
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    double w = DevTensor::get(want.host(), i), d = DevTensor::get(g, i);
+    int e = 0;
+    std::frexp(std::max(std::fabs(w), 1.0 / 64), &e);
+    double ulp = std::ldexp(1.0, e - digits), err = std::fabs(d - w);
+    worst = std::max(worst, err / ulp);
+    double tol = g.dtype == DType::F32 ? atolF32(k) + rtolF32() * std::fabs(w)
+                                       : 2 * ulp + 1e-2;
+    if (!(err <= tol) && reported++ < 5)
+      ADD_FAILURE() << what << " element " << i << ": cpu " << w << ", cuda "
+                    << d;
+  }
+  std::cout << "[ gelu ulps ] " << what << ": " << worst << "\n";
+  return worst;
+}
+
+/// cuda::gemmGelu against cpu::gemmGelu in f32 on the rounded operands.
+void expectGemmGelu(const GeluCase &c, bool withBias) {
+  DevTensor a = rnd(c.dtype, {c.m, c.k}, 31), b = rnd(c.dtype, c.bShape(), 32);
+  DevTensor bias = rnd(c.dtype, {c.n}, 33);
+  DevTensor a32 = widen(a), b32 = widen(b), bias32 = widen(bias);
+  DevTensor want(DType::F32, {c.m, c.n}), wantPre(DType::F32, {c.m, c.n});
+  DevTensor got(c.dtype, {c.m, c.n}), gotPre(c.dtype, {c.m, c.n});
+  DSC_ASSERT_OK(cpu::gemmGelu(a32.host(), b32.host(), c.transB,
+                              withBias ? bias32.host() : Tensor(), want.host(),
+                              wantPre.host()));
+  DSC_ASSERT_OK(cuda::gemmGelu(a.dev(), b.dev(), c.transB,
+                               withBias ? bias.dev() : Tensor(), got.dev(),
+                               gotPre.dev()));
+  std::string what = c.what() + (withBias ? " bias" : "");
+  expectGelu(wantPre, gotPre, c.k, "gemm_gelu pre " + what);
+  expectGelu(want, got, c.k, "gemm_gelu out " + what);
+}
+
+/// cuda::matmulGeluGrad against cpu::matmulGeluGrad in f32 on the rounded
+/// operands.
+void expectMatmulGeluGrad(const GeluCase &c) {
+  DevTensor a = rnd(c.dtype, {c.m, c.k}, 34), b = rnd(c.dtype, c.bShape(), 35);
+  DevTensor pre(c.dtype, {c.m, c.n});
+  pre.random(-3, 3, 36);
+  DevTensor a32 = widen(a), b32 = widen(b), pre32 = widen(pre);
+  DevTensor want(DType::F32, {c.m, c.n}), got(c.dtype, {c.m, c.n});
+  DSC_ASSERT_OK(cpu::matmulGeluGrad(a32.host(), b32.host(), c.transB,
+                                    pre32.host(), want.host()));
+  DSC_ASSERT_OK(
+      cuda::matmulGeluGrad(a.dev(), b.dev(), c.transB, pre.dev(), got.dev()));
+  expectGelu(want, got, c.k, "matmul_gelu_grad " + c.what());
+}
+
+} // namespace
+
+// dsc.gemm_gelu and dsc.matmul_gelu_grad: cuBLASLt's GELU_AUX(_BIAS) and
+// DGELU epilogues (N = 10 is no multiple of 8: the product, then a GELU
+// kernel) against the CPU on the same rounded values. Prints each result's
+// largest error in ulps of its dtype.
+TEST(CudaMatmul, GeluEpilogues) {
+  DSC_REQUIRE_GPU();
+  const int64_t shapes[][3] = {
+      {1024, 768, 256}, {4096, 3072, 768}, {37, 10, 12}};
+  for (auto dtype : {DType::BF16, DType::F16, DType::F32})
+    for (const auto &s : shapes)
+      for (bool transB : {false, true}) {
+        GeluCase c{dtype, s[0], s[1], s[2], transB};
+        expectGemmGelu(c, false);
+        expectGemmGelu(c, true);
+        expectMatmulGeluGrad(c);
+      }
+  DevTensor a(DType::F32, {8, 4}), b(DType::F32, {4, 16});
+  DevTensor out(DType::F32, {8, 16}), pre(DType::F32, {8, 16});
+  DevTensor badBias(DType::F32, {15}), badPre(DType::F32, {8, 15});
+  EXPECT_EQ(cuda::gemmGelu(a.dev(), b.dev(), false, badBias.dev(), out.dev(),
+                           pre.dev())
+                .message(),
+            cpu::gemmGelu(a.host(), b.host(), false, badBias.host(), out.host(),
+                          pre.host())
+                .message());
+  EXPECT_EQ(
+      cuda::matmulGeluGrad(a.dev(), b.dev(), true, badPre.dev(), out.dev())
+          .message(),
+      cpu::matmulGeluGrad(a.host(), b.host(), true, badPre.host(), out.host())
+          .message());
+  DevTensor d(DType::F64, {8, 4}), e(DType::F64, {4, 16});
+  DevTensor o(DType::F64, {8, 16}), p(DType::F64, {8, 16});
+  EXPECT_EQ(cuda::gemmGelu(d.dev(), e.dev(), false, Tensor(), o.dev(), p.dev())
+                .code(),
+            StatusCode::Unimplemented);
 }
 
 TEST(CudaMatmul, HalfUnalignedRowsStaged) {

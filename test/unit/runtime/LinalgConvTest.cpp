@@ -3,6 +3,8 @@
 #include "GradCheck.h"
 #include "cpu/kernels.h"
 
+#include <string>
+
 using namespace dsc;
 using namespace dsc::cpu;
 using namespace dsc::test;
@@ -107,6 +109,212 @@ TEST(MatmulBiasGrad, MatmulThenColumnSums) {
   EXPECT_FALSE(matmulBiasGrad(x.t(), g.t(), true, wr.t(), bad.t()).ok());
   F rows({36, 20}, DType::F32);
   EXPECT_FALSE(matmulBiasGrad(g.t(), rows.t(), false, w.t(), b.t()).ok());
+}
+
+namespace {
+
+/// A matrix of `dt` (f32 or bf16), and its stored values as doubles for the
+/// naive references.
+struct Mat {
+  std::vector<float> f;
+  std::vector<uint16_t> h;
+  std::vector<double> d;
+  std::vector<int64_t> shape;
+  DType dt;
+  Mat(DType dtype, std::vector<int64_t> s) : shape(std::move(s)), dt(dtype) {
+    size_t n = 1;
+    for (int64_t x : shape)
+      n *= size_t(x);
+    f.assign(n, 0);
+    h.assign(n, 0);
+    d.assign(n, 0);
+  }
+  /// Uniform values in [lo, hi), rounded to dt.
+  Mat &random(std::mt19937_64 &rng, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    for (size_t i = 0; i < f.size(); ++i) {
+      f[i] = u(rng);
+      h[i] = floatToBfloat16(f[i]);
+    }
+    return read();
+  }
+  /// d from the stored values (after a kernel wrote them).
+  Mat &read() {
+    for (size_t i = 0; i < d.size(); ++i)
+      d[i] = dt == DType::BF16 ? bfloat16ToFloat(h[i]) : f[i];
+    return *this;
+  }
+  Tensor t() {
+    void *p = dt == DType::BF16 ? static_cast<void *>(h.data()) : f.data();
+    return Tensor::of(p, dt, shape);
+  }
+};
+
+double geluRef(double x) {
+  return 0.5 * x *
+         (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+double geluRefDerivative(double x) {
+  const double c = 0.7978845608028654;
+  double t = std::tanh(c * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+}
+
+/// sum_k a(m, k) op(b)(k, n) in double.
+double naiveProduct(const Mat &a, const Mat &b, bool transB, int64_t m,
+                    int64_t n) {
+  int64_t k = a.shape[1], cols = b.shape[1];
+  double acc = 0;
+  for (int64_t kk = 0; kk < k; ++kk)
+    acc += a.d[size_t(m * k + kk)] *
+           b.d[size_t(transB ? n * cols + kk : kk * cols + n)];
+  return acc;
+}
+
+/// An f32 result within the error of a short f32 sum; a bf16 one within
+/// half an ulp of its exact value (rounded once) and that error.
+double tolerance(DType dt, double want, int64_t k) {
+  double rel = dt == DType::BF16 ? std::ldexp(1.0, -8) : 1e-6;
+  return rel * std::fabs(want) + 1e-5 * double(std::max<int64_t>(k, 1));
+}
+
+struct GeluCase {
+  int64_t m, n, k;
+  DType dt;
+  bool transB;
+  std::string what() const {
+    return std::string(dtypeName(dt)) + " M=" + std::to_string(m) +
+           " N=" + std::to_string(n) + " K=" + std::to_string(k) +
+           (transB ? " b^T" : "");
+  }
+};
+
+void expectGemmGelu(const GeluCase &c, bool withBias) {
+  std::mt19937_64 rng(uint64_t(c.m * c.k + c.n));
+  Mat a(c.dt, {c.m, c.k}), b(c.dt, c.transB ? std::vector<int64_t>{c.n, c.k}
+                                            : std::vector<int64_t>{c.k, c.n});
+  Mat bias(c.dt, {c.n}), out(c.dt, {c.m, c.n}), pre(c.dt, {c.m, c.n});
+  a.random(rng, -1, 1);
+  b.random(rng, -1, 1);
+  bias.random(rng, -1, 1);
+  DSC_ASSERT_OK(gemmGelu(a.t(), b.t(), c.transB, withBias ? bias.t() : Tensor(),
+                         out.t(), pre.t(), 2));
+  out.read();
+  pre.read();
+  std::string what = c.what() + (withBias ? " bias" : "");
+  for (int64_t m = 0; m < c.m; ++m)
+    for (int64_t n = 0; n < c.n; ++n) {
+      double s = naiveProduct(a, b, c.transB, m, n) +
+                 (withBias ? bias.d[size_t(n)] : 0.0);
+      size_t i = size_t(m * c.n + n);
+      ASSERT_NEAR(pre.d[i], s, tolerance(c.dt, s, c.k)) << what;
+      ASSERT_NEAR(out.d[i], geluRef(s), tolerance(c.dt, geluRef(s), c.k))
+          << what;
+    }
+}
+
+void expectMatmulGeluGrad(const GeluCase &c) {
+  std::mt19937_64 rng(uint64_t(c.m + c.n * c.k));
+  Mat a(c.dt, {c.m, c.k}), b(c.dt, c.transB ? std::vector<int64_t>{c.n, c.k}
+                                            : std::vector<int64_t>{c.k, c.n});
+  Mat pre(c.dt, {c.m, c.n}), out(c.dt, {c.m, c.n});
+  a.random(rng, -1, 1);
+  b.random(rng, -1, 1);
+  pre.random(rng, -3, 3);
+  DSC_ASSERT_OK(matmulGeluGrad(a.t(), b.t(), c.transB, pre.t(), out.t(), 2));
+  out.read();
+  for (int64_t m = 0; m < c.m; ++m)
+    for (int64_t n = 0; n < c.n; ++n) {
+      size_t i = size_t(m * c.n + n);
+      double want =
+          naiveProduct(a, b, c.transB, m, n) * geluRefDerivative(pre.d[i]);
+      ASSERT_NEAR(out.d[i], want, tolerance(c.dt, want, c.k)) << c.what();
+    }
+}
+
+/// A failure whose message starts with `prefix` (the call and its args)
+/// and ends with `reason`.
+void expectError(const Status &st, const std::string &prefix,
+                 const std::string &reason) {
+  ASSERT_FALSE(st.ok()) << prefix;
+  const std::string &msg = st.message();
+  EXPECT_EQ(msg.rfind(prefix, 0), 0u) << msg;
+  EXPECT_TRUE(msg.size() >= reason.size() &&
+              msg.compare(msg.size() - reason.size(), reason.size(), reason) ==
+                  0)
+      << msg;
+}
+
+} // namespace
+
+// dsc.gemm_gelu and dsc.matmul_gelu_grad on the CPU against naive double
+// loops: the product summed unrounded, bias added, each result rounded
+// once (f32 and bf16, b stored either way).
+TEST(GemmGelu, AgainstNaiveLoops) {
+  const int64_t shapes[][3] = {{7, 12, 5}, {33, 40, 17}};
+  for (const auto &s : shapes)
+    for (DType dt : {DType::F32, DType::BF16})
+      for (bool transB : {false, true}) {
+        GeluCase c{s[0], s[1], s[2], dt, transB};
+        expectGemmGelu(c, false);
+        expectGemmGelu(c, true);
+        expectMatmulGeluGrad(c);
+      }
+}
+
+// K == 0: s is the bias (or 0); M == 0: nothing to do.
+TEST(GemmGelu, EmptyProducts) {
+  Mat a(DType::F32, {3, 0}), b(DType::F32, {0, 4}), bias(DType::F32, {4});
+  Mat out(DType::F32, {3, 4}), pre(DType::F32, {3, 4});
+  std::mt19937_64 rng(3);
+  bias.random(rng, -2, 2);
+  DSC_ASSERT_OK(gemmGelu(a.t(), b.t(), false, bias.t(), out.t(), pre.t()));
+  for (size_t i = 0; i < out.f.size(); ++i) {
+    EXPECT_EQ(pre.f[i], bias.f[i % 4]);
+    EXPECT_NEAR(out.f[i], geluRef(bias.f[i % 4]), 1e-6);
+  }
+  Mat g(DType::F32, {3, 4});
+  g.random(rng, -1, 1);
+  DSC_ASSERT_OK(matmulGeluGrad(a.t(), b.t(), false, pre.t(), g.t()));
+  for (float v : g.f)
+    EXPECT_EQ(v, 0.0f);
+  Mat e(DType::F32, {0, 5}), f(DType::F32, {5, 4}), o(DType::F32, {0, 4});
+  DSC_EXPECT_OK(gemmGelu(e.t(), f.t(), false, Tensor(), o.t(), o.t()));
+  DSC_EXPECT_OK(matmulGeluGrad(e.t(), f.t(), false, o.t(), o.t()));
+}
+
+TEST(GemmGelu, ArgumentErrors) {
+  Mat a(DType::F32, {7, 5}), b(DType::F32, {5, 12}), bias(DType::F32, {12});
+  Mat out(DType::F32, {7, 12}), pre(DType::F32, {7, 12});
+  Mat badBias(DType::F32, {13}), badPre(DType::F32, {7, 13});
+  Mat halfB(DType::BF16, {5, 12}), halfBias(DType::BF16, {12});
+  EXPECT_EQ(
+      gemmGelu(a.t(), b.t(), false, badBias.t(), out.t(), pre.t()).message(),
+      "gemm_gelu(a=f32[7,5], b=f32[5,12], trans_b=false, "
+      "bias=f32[13], out=f32[7,12], pre=f32[7,12]): bias must be "
+      "f32[12] or absent");
+  expectError(gemmGelu(a.t(), b.t(), false, halfBias.t(), out.t(), pre.t()),
+              "gemm_gelu(a=f32[7,5]", "bias must be f32[12] or absent");
+  expectError(gemmGelu(a.t(), b.t(), false, bias.t(), out.t(), badPre.t()),
+              "gemm_gelu(a=f32[7,5]", "out and pre must be [7,12]");
+  expectError(gemmGelu(a.t(), halfB.t(), false, bias.t(), out.t(), pre.t()),
+              "gemm_gelu(a=f32[7,5], b=bf16[5,12]",
+              "expects f32, f64, f16 or bf16 operands of one dtype");
+  expectError(gemmGelu(a.t(), b.t(), true, Tensor(), out.t(), pre.t()),
+              "gemm_gelu(a=f32[7,5], b=f32[5,12], trans_b=true, bias=none",
+              "inner dims 5 vs 12");
+  expectError(gemmGelu(a.t(), b.t(), false, bias.t(),
+                       Tensor::of(nullptr, DType::F32, {7, 12}), pre.t()),
+              "gemm_gelu(", "missing data");
+  expectError(matmulGeluGrad(a.t(), b.t(), false, badPre.t(), out.t()),
+              "matmul_gelu_grad(a=f32[7,5], b=f32[5,12], trans_b=false, "
+              "pre=f32[7,13], out=f32[7,12])",
+              "out and pre must be [7,12]");
+  expectError(matmulGeluGrad(a.t(), halfB.t(), false, pre.t(), out.t()),
+              "matmul_gelu_grad(", "operands of one dtype");
+  expectError(matmulGeluGrad(a.t(), bias.t(), false, pre.t(), out.t()),
+              "matmul_gelu_grad(", "a, b, out and pre must be of rank 2");
 }
 
 TEST(Gemm, ForwardAndBackwardAllTransposes) {
