@@ -12,6 +12,9 @@
 # out of time still returns what the others measured):
 #   checks       scripts/gpu-check.sh run (every kernel against the CPU, the
 #                fixtures' gradients against PyTorch, ZeRO stages, NCCL)
+#   exports      the training graphs of GPT-2 124M (vocab 50304) and the
+#                Llama shape, weights left out, written to $OUT/exports/
+#                (the GPU machine has torch; dsc compiles them here)
 #   kernels      dsc-cuda-tests alone (every CUDA kernel and the graph
 #                tests against the CPU), when checks is too long for a call
 #   gpt2         GPT-2 124M bf16, 16 x 1024: dsc with its CUDA graph and
@@ -60,6 +63,11 @@
 #                picks for --memory-budget 22GiB (llama_1b_bf16_ovr; 21.53
 #                GiB planned): losses bitwise against
 #                llama-off's (ov) and close to llama's
+#   llama-off-ovr_rsel, llama-off-ovr_rfull
+#                --offload-overlap --offload-ratio auto --memory-budget 22GiB
+#                with --recompute selective or full (llama_1b_bf16_ovr_rsel,
+#                _ovr_rfull): recomputation's freed memory keeps more of the
+#                optimizer on the GPU
 #   llama-off-rsel
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
 #   llama7b-off, llama7b
@@ -151,6 +159,12 @@ for part in "$@"; do
     echo "rc=$?" >>"$W/checks.txt"
     grep -E "FAIL|all passed|FAILED|rc=" "$W/checks.txt" | tail -20
     cp "$W/gc/summary.txt" "$W/checks_summary.txt" 2>/dev/null ;;
+  exports)
+    mkdir -p "$O/exports"
+    timeout 240 python3 bench/gpt2_124m.py export --vocab 50304 "$O/exports/gpt2_124m.onnx" >"$W/exports.txt" 2>&1
+    timeout 240 python3 bench/llama_1b.py export "$O/exports/llama_1b.onnx" >>"$W/exports.txt" 2>&1
+    echo "rc=$?" >>"$W/exports.txt"
+    tail -4 "$W/exports.txt"; ls -la "$O/exports" ;;
   kernels)
     timeout 200 "$B/dsc-cuda-tests" >"$W/kernels.txt" 2>&1
     echo "rc=$?" >>"$W/kernels.txt"
@@ -268,9 +282,12 @@ for part in "$@"; do
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_r "$B/llama_1b_bf16_off_r" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32
     python3 bench/close_losses.py "$W/llama_off_r.jsonl" "$W/llama_graph.jsonl" ;;
-  llama-off-ov | llama-off-ovr)
+  llama-off-ov | llama-off-ovr | llama-off-ovr_rsel | llama-off-ovr_rfull)
     # --offload-overlap (the host AdamW during backward): the same bits as
     # llama-off's run (run that part first), and the GPU AdamW's losses.
+    # ovr_rsel, ovr_rfull: --offload-ratio auto at 22GiB with --recompute
+    # selective or full (the memory recomputation frees keeps more of the
+    # optimizer on the GPU).
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     v=${part#llama-off-}
     dsc_variant llama_off_$v "$B/llama_1b_bf16_$v" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32
