@@ -1,4 +1,5 @@
-//===- FuseGemmEpilogue.cpp - bias, bias gradient and GELU as GEMM epilogues ===//
+//===- FuseGemmEpilogue.cpp - bias, bias gradient and GELU as GEMM epilogues
+//===//
 //
 // dsc-fuse-gemm-epilogue (Passes.td), four rewrites, each in two steps per
 // function as upstream fusion passes do (analysis, then rewrite):
@@ -438,8 +439,8 @@ std::optional<Product> productOf(Value v) {
   if (Value c = g.getC()) {
     RankedTensorType ct = typeOf(c);
     if (g.getBeta().convertToDouble() != 1.0 || !ct || ct.getRank() != 1 ||
-        ct != RankedTensorType::get({rt.getShape().back()},
-                                    rt.getElementType()))
+        ct !=
+            RankedTensorType::get({rt.getShape().back()}, rt.getElementType()))
       return std::nullopt;
     p.bias = c;
   }
@@ -542,8 +543,8 @@ void fuseGelu(GeluProduct &gp) {
 /// derivative at a widened 16-bit value, rounded back to 16 bits.
 struct GeluGradProduct {
   Product product;
-  Value pre;           // GELU's 16-bit input, as the derivative reads it
-  dsc::CastOp narrow;  // the rounded gradient
+  Value pre;          // GELU's 16-bit input, as the derivative reads it
+  dsc::CastOp narrow; // the rounded gradient
 };
 
 /// GELU's (tanh approximation) derivative.
@@ -583,8 +584,8 @@ bool isTanhGeluDerivative(Value d, ArrayRef<int64_t> shape, Value &pre) {
       if (!isHalf(typeOf(in).getElementType()) || (pre && pre != in))
         return false;
       pre = in;
-    } else if (isa<dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp,
-                   dsc::TanhOp, dsc::NegOp>(def)) {
+    } else if (isa<dsc::AddOp, dsc::SubOp, dsc::MulOp, dsc::DivOp, dsc::TanhOp,
+                   dsc::NegOp>(def)) {
       for (Value o : def->getOperands())
         if (!visit(o))
           return false;
@@ -667,8 +668,8 @@ void fuseGeluGrad(GeluGradProduct &gg) {
   Value a = reshapedTo(b, p.op->getLoc(), p.a, {m, k});
   Value pre = reshapedTo(b, gg.narrow.getLoc(), gg.pre, {m, n});
   auto fused = dsc::MatMulGeluGradOp::create(
-      b, loc, typeOf(p.op->getResult(0)).clone(ArrayRef<int64_t>{m, n}), a,
-      p.b, pre, b.getBoolAttr(p.transB));
+      b, loc, typeOf(p.op->getResult(0)).clone(ArrayRef<int64_t>{m, n}), a, p.b,
+      pre, b.getBoolAttr(p.transB));
   Value r = reshapedTo(b, gg.narrow.getLoc(), fused.getResult(),
                        typeOf(gg.narrow.getResult()).getShape());
   gg.narrow.getResult().replaceAllUsesWith(r);

@@ -911,9 +911,10 @@ LogicalResult GemmGeluOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
-LogicalResult MatMulGeluGradOp::inferReturnTypes(
-    MLIRContext *ctx, std::optional<Location> loc, Adaptor a,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+MatMulGeluGradOp::inferReturnTypes(MLIRContext *ctx,
+                                   std::optional<Location> loc, Adaptor a,
+                                   SmallVectorImpl<Type> &results) {
   if (failed(completeAttrs<MatMulGeluGradOp>(ctx, loc, a)))
     return failure();
   FailureOr<RankedTensorType> t = geluProductType(
