@@ -1,5 +1,4 @@
-//===- FuseGemmEpilogue.cpp - bias, bias gradient and GELU as GEMM epilogues
-//===//
+//===- FuseGemmEpilogue.cpp - bias, bias gradient, GELU in GEMM epilogues ===//
 //
 // dsc-fuse-gemm-epilogue (Passes.td), four rewrites, each in two steps per
 // function as upstream fusion passes do (analysis, then rewrite):
