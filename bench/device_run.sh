@@ -173,9 +173,9 @@ for part in "$@"; do
     tokens "$W/tok.bin" 50257 uint16
     dsc_pair gpt2 "$B/gpt2_124m_bf16" 20 --init random --data "$W/tok.bin" | tee "$W/gpt2_summary.txt"
     [ "${BREAKDOWN:-1}" = 0 ] && continue
-    timeout 120 python3 bench/kernel_breakdown.py --out "$W/gpt2_kernels.json" -- \
+    timeout 120 python3 bench/kernel_breakdown.py --top ${TOP:-15} --out "$W/gpt2_kernels.json" -- \
       "$B/gpt2_124m_bf16" --init random --data "$W/tok.bin" --steps 1 --quiet >"$W/gpt2_kernels.txt" 2>&1
-    head -30 "$W/gpt2_kernels.txt" ;;
+    head -$((15 + ${TOP:-15})) "$W/gpt2_kernels.txt" ;;
   gpt2-base)
     # The GPT-2 program of the commit before a change (gpu-bundle-extra/
     # gpt2_124m_bf16_base), in the same call: its ms/step and how close the
@@ -215,7 +215,7 @@ for part in "$@"; do
     tokens "$W/tokl.bin" 128256 int32
     dsc_pair llama "$B/llama_1b_bf16" 12 --init random --data "$W/tokl.bin" --data-dtype int32 | tee "$W/llama_summary.txt"
     [ "${BREAKDOWN:-1}" = 0 ] && continue
-    timeout 150 python3 bench/kernel_breakdown.py --out "$W/llama_kernels.json" -- \
+    timeout 150 python3 bench/kernel_breakdown.py --top ${TOP:-15} --out "$W/llama_kernels.json" -- \
       "$B/llama_1b_bf16" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
       >"$W/llama_kernels.txt" 2>&1
     head -24 "$W/llama_kernels.txt" ;;
@@ -228,7 +228,7 @@ for part in "$@"; do
     v=${part#llama-}
     dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32
     [ "${BREAKDOWN:-1}" = 0 ] || [ "${VARIANT_BREAKDOWN:-0}" = 0 ] && continue
-    timeout 150 python3 bench/kernel_breakdown.py --out "$W/llama_${v}_kernels.json" -- \
+    timeout 150 python3 bench/kernel_breakdown.py --top ${TOP:-15} --out "$W/llama_${v}_kernels.json" -- \
       "$B/llama_1b_bf16_$v" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
       >"$W/llama_${v}_kernels.txt" 2>&1
     head -14 "$W/llama_${v}_kernels.txt" ;;

@@ -3,7 +3,9 @@
 // Rewrites that every backend profits from and that keep results bit for
 // bit: transposes folded into the matmuls that read them, a transpose of a
 // matmul computed as the swapped product, exact cast pairs removed, layout
-// ops moved in 16 bits rather than in a widened copy. The
+// ops moved in 16 bits rather than in a widened copy, elementwise chains
+// (rotary embeddings) run in the layout that lets the transposes around
+// them cancel or fold into the attention. The
 // standard `canonicalize` pass applies them (dsc compile runs it after the
 // step is complete, so --print-ir-after-all shows what they did).
 //
@@ -15,6 +17,8 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/IR/TypeUtilities.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 using namespace dsc;
@@ -502,6 +506,225 @@ struct AttentionBackwardReadsTokensFirst
   }
 };
 
+/// Ops whose result element i is computed from the operands' elements at i
+/// (with broadcasting) alone, or, for rotate_half, from the last dim's
+/// elements: a chain of them gives the same bits on permuted operands.
+bool movesWithLayout(Operation *op) {
+  if (op->getNumResults() != 1 || op->getNumRegions() || !isPure(op))
+    return false;
+  return isa<CastOp, NegOp, AbsOp, ExpOp, LogOp, SqrtOp, ReciprocalOp, TanhOp,
+             ErfOp, SigmoidOp, ReluOp, FloorOp, CeilOp, SinOp, CosOp,
+             SoftplusOp, GeluOp, LeakyReluOp, AddOp, SubOp, MulOp, DivOp, PowOp,
+             MaxOp, MinOp, SwigluOp, WhereOp, RotateHalfOp>(op);
+}
+
+/// The shape `shape` (numpy-aligned to rank `rank`) permuted by `perm`:
+/// dim i of the result is dim perm[i] of the padded shape.
+SmallVector<int64_t> permutedShape(ArrayRef<int64_t> shape, int64_t rank,
+                                   ArrayRef<int64_t> perm) {
+  SmallVector<int64_t> padded(rank - shape.size(), 1);
+  padded.append(shape.begin(), shape.end());
+  SmallVector<int64_t> r;
+  for (int64_t d : perm)
+    r.push_back(padded[d]);
+  return r;
+}
+
+/// Whether `perm` applied to a value of `shape` only moves dims of size 1,
+/// i.e. is a reshape.
+bool permuteIsReshape(ArrayRef<int64_t> shape, int64_t rank,
+                      ArrayRef<int64_t> perm) {
+  SmallVector<int64_t> padded(rank - shape.size(), 1);
+  padded.append(shape.begin(), shape.end());
+  int64_t last = -1;
+  for (int64_t d : perm) {
+    if (padded[d] == 1)
+      continue;
+    if (d < last)
+      return false;
+    last = d;
+  }
+  return true;
+}
+
+/// An elementwise chain ("cone") that computes `root` from leaves: full-size
+/// ones that are transposes undone by `perm` (their inputs are read instead)
+/// and broadcast ones whose permutation is a reshape. The chain computed on
+/// the transposes' inputs is transpose(root, perm) without a copy.
+struct LayoutCone {
+  SmallVector<int64_t> perm;
+  SmallVector<Operation *> ops;          // defs before uses, root's last
+  llvm::MapVector<Value, Value> sources; // full leaf -> the transpose's input
+  llvm::SetVector<Value> broadcasts;     // leaves moved by a reshape
+};
+
+/// Whether transpose(l, perm) is the input of the transpose l.
+Value undoneBy(Value l, ArrayRef<int64_t> perm, Operation *user) {
+  auto t = l.getDefiningOp<TransposeOp>();
+  if (!t || t.getPerm().size() != perm.size() ||
+      releasedBetween(t.getInput(), t, user))
+    return Value();
+  for (auto [i, d] : llvm::enumerate(perm))
+    if (t.getPerm()[d] != static_cast<int64_t>(i))
+      return Value();
+  return t.getInput();
+}
+
+/// Collects the cone of `v` (post order) into `cone`; false when some value
+/// is neither a leaf nor computed by an op that moves with the layout.
+bool collectCone(Value v, ArrayRef<int64_t> rootShape, Operation *user,
+                 DictionaryAttr markers, LayoutCone &cone,
+                 llvm::SmallPtrSetImpl<Operation *> &seen) {
+  if (cone.sources.count(v) || cone.broadcasts.contains(v))
+    return true;
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  int64_t rank = static_cast<int64_t>(rootShape.size());
+  if (!type || type.getRank() > rank)
+    return false;
+  if (type.getShape() != rootShape) {
+    if (!permuteIsReshape(type.getShape(), rank, cone.perm))
+      return false;
+    cone.broadcasts.insert(v);
+    return true;
+  }
+  if (Value x = undoneBy(v, cone.perm, user)) {
+    cone.sources[v] = x;
+    return true;
+  }
+  Operation *op = v.getDefiningOp();
+  if (!op || !movesWithLayout(op) || markersOf(op) != markers)
+    return false;
+  if (seen.contains(op))
+    return true;
+  if (isa<RotateHalfOp>(op) && cone.perm.back() != rank - 1)
+    return false;
+  if (cone.ops.size() >= 64) // a bound on the work, well above rotary's
+    return false;
+  for (Value operand : op->getOperands())
+    if (!collectCone(operand, rootShape, user, markers, cone, seen))
+      return false;
+  seen.insert(op);
+  cone.ops.push_back(op);
+  return true;
+}
+
+/// The cone of `root` under `perm`, if it reads at least one transpose it
+/// undoes and no op of it but the root's is read outside it.
+std::optional<LayoutCone> layoutCone(Value root, ArrayRef<int64_t> perm,
+                                     Operation *user) {
+  Operation *rootOp = root.getDefiningOp();
+  auto type = dyn_cast<RankedTensorType>(root.getType());
+  if (!rootOp || !type || !movesWithLayout(rootOp) ||
+      static_cast<int64_t>(perm.size()) != type.getRank())
+    return std::nullopt;
+  LayoutCone cone;
+  cone.perm.assign(perm.begin(), perm.end());
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  if (!collectCone(root, type.getShape(), user, markersOf(rootOp), cone,
+                   seen) ||
+      cone.sources.empty())
+    return std::nullopt;
+  for (Operation *op : cone.ops)
+    if (op != rootOp)
+      for (Operation *u : op->getUsers())
+        if (!seen.contains(u))
+          return std::nullopt;
+  return cone;
+}
+
+/// The cone computed on the transposes' inputs, before `at`: its root is
+/// transpose(root, perm).
+Value rebuildCone(PatternRewriter &rewriter, Operation *at,
+                  const LayoutCone &cone) {
+  OpBuilder::InsertionGuard guard(rewriter);
+  rewriter.setInsertionPoint(at);
+  IRMapping map;
+  for (auto [leaf, x] : cone.sources)
+    map.map(leaf, x);
+  int64_t rank = static_cast<int64_t>(cone.perm.size());
+  for (Value b : cone.broadcasts) {
+    auto type = cast<RankedTensorType>(b.getType());
+    SmallVector<int64_t> shape =
+        permutedShape(type.getShape(), rank, cone.perm);
+    if (type.getRank() == rank && ArrayRef<int64_t>(shape) == type.getShape())
+      continue; // read as it is
+    if (type.getRank() < rank && type.getNumElements() == 1)
+      continue; // a scalar broadcasts either way
+    auto moved = ReshapeOp::create(rewriter, b.getLoc(), type.clone(shape), b,
+                                   rewriter.getDenseI64ArrayAttr(shape));
+    map.map(b, moved.getResult());
+  }
+  for (Operation *op : cone.ops) {
+    Operation *c = rewriter.clone(*op, map);
+    auto type = cast<RankedTensorType>(op->getResult(0).getType());
+    c->getResult(0).setType(
+        type.clone(permutedShape(type.getShape(), rank, cone.perm)));
+  }
+  return map.lookup(cone.ops.back()->getResult(0));
+}
+
+/// transpose(chain(transpose(x), ...), p) -> chain(x, ...) where the inner
+/// transposes undo p: the elementwise chain runs on the untransposed values
+/// and both copies go (Llama's rotary gradient between the attention's and
+/// the projection's layouts). Broadcast operands are reshaped; the chain's
+/// values other than its result must have no other reader.
+struct TransposeOfLayoutCone : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    Value root = op.getInput();
+    if (!root.hasOneUse())
+      return failure();
+    auto cone = layoutCone(root, op.getPerm(), op);
+    if (!cone)
+      return failure();
+    rewriter.replaceOp(op, rebuildCone(rewriter, op, *cone));
+    return success();
+  }
+};
+
+/// attention(chain(transpose(q), ...), ...) where a chain of elementwise
+/// ops (rotary: casts, products with cos and sin, rotate_half) sits between
+/// the heads-first transpose of a [B, T, H, D] projection and the
+/// attention: the chain runs on the projection as it is and its result is
+/// transposed instead, which AttentionReadsTokensFirst then folds into the
+/// kernel (seq_major). Only when each of q, k and v then reads tokens
+/// first, and every reader of a chain's result is an attention (forward or
+/// backward), which reads the transpose the same way.
+struct AttentionOperandsTokensFirst : OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getSeqMajor() || !readsTokensFirst(op))
+      return failure();
+    const int64_t heads[] = {0, 2, 1, 3};
+    SmallVector<std::pair<Value, LayoutCone>> cones;
+    for (Value v : {op.getQuery(), op.getKey(), op.getValue()}) {
+      if (tokensFirstSource(v, op))
+        continue;
+      if (llvm::any_of(v.getUsers(), [](Operation *u) {
+            return !isa<AttentionOp, AttentionBackwardOp>(u);
+          }))
+        return failure();
+      auto cone = layoutCone(v, heads, op);
+      if (!cone)
+        return failure();
+      if (llvm::none_of(cones, [&](auto &c) { return c.first == v; }))
+        cones.emplace_back(v, std::move(*cone));
+    }
+    if (cones.empty())
+      return failure();
+    for (auto &[root, cone] : cones) {
+      Operation *rootOp = root.getDefiningOp();
+      Value tokensFirst = rebuildCone(rewriter, rootOp, cone);
+      rewriter.setInsertionPoint(rootOp);
+      Value t = headsFirst(rewriter, rootOp->getLoc(), tokensFirst);
+      rewriter.replaceAllUsesWith(root, t);
+    }
+    return success();
+  }
+};
+
 /// sum_squares(1, (mul(x0, s), mul(x1, s), ...)) -> sum_squares(s, (x0,
 /// x1, ...)) for one scalar f32 s and f32 tensors: the op multiplies each
 /// element by its scale and rounds as the mul does, so the bits stay. The
@@ -547,7 +770,7 @@ struct FoldCommonScale : OpRewritePattern<SumSquaresOp> {
 
 void AttentionOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                               MLIRContext *context) {
-  results.add<AttentionReadsTokensFirst>(context);
+  results.add<AttentionReadsTokensFirst, AttentionOperandsTokensFirst>(context);
 }
 
 void AttentionBackwardOp::getCanonicalizationPatterns(
@@ -567,7 +790,8 @@ void SumSquaresOp::getCanonicalizationPatterns(RewritePatternSet &results,
 
 void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                               MLIRContext *context) {
-  results.add<SwapTransposedProduct, ComposeTransposes>(context);
+  results.add<SwapTransposedProduct, ComposeTransposes, TransposeOfLayoutCone>(
+      context);
 }
 
 void CastOp::getCanonicalizationPatterns(RewritePatternSet &results,

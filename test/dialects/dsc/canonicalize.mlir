@@ -264,6 +264,95 @@ func.func @attention_cpu_target(%q: tensor<2x8x4x16xbf16>) -> tensor<2x4x8x16xbf
 
 // -----
 
+// Rotary embeddings between the heads-first transposes and the attention
+// (HF Llama, GQA: 4 query heads, 2 kv heads): the elementwise chain runs
+// on the projections as they are ([B, T, H, D]; cos and sin [1, 1, T, D]
+// reshaped to [1, T, 1, D]), the attention reads tokens first, and in the
+// backward the gradient's chain likewise, between the attention's layout
+// and the transposes back: no transpose is left.
+// CHECK-LABEL: func.func @rotary_tokens_first
+// CHECK-NOT: dsc.transpose
+// CHECK-DAG: %[[COS:.*]] = dsc.reshape %arg3 {shape = array<i64: 1, 8, 1, 16>} : tensor<1x1x8x16xf32> -> tensor<1x8x1x16xf32>
+// CHECK-DAG: %[[SIN:.*]] = dsc.reshape %arg4 {shape = array<i64: 1, 8, 1, 16>} : tensor<1x1x8x16xf32> -> tensor<1x8x1x16xf32>
+// CHECK-DAG: %[[RQ:.*]] = dsc.rotate_half %arg0 : tensor<2x8x4x16xbf16>
+// CHECK-DAG: %[[RK:.*]] = dsc.rotate_half %arg1 : tensor<2x8x2x16xbf16>
+// CHECK: %[[O:.*]], %[[L:.*]] = dsc.attention %{{.*}}, %{{.*}}, %arg2 {causal = true, scale = 1.250000e-01 : f64, seq_major = true} : tensor<2x8x4x16xbf16>, tensor<2x8x2x16xbf16>, tensor<2x8x2x16xbf16>
+// CHECK: %[[GQ:.*]], %[[GK:.*]], %[[GV:.*]] = dsc.attention_backward %arg5, %{{.*}}, %{{.*}}, %arg2, %[[O]], %[[L]] {{.*}}seq_major = true
+// CHECK: dsc.mul %{{.*}}, %{{.*}} : tensor<2x8x4x16xf32>, tensor<1x8x1x16xf32> -> tensor<2x8x4x16xf32>
+// CHECK: dsc.rotate_half %{{.*}} : tensor<2x8x4x16xf32>
+// CHECK-NOT: dsc.transpose
+// CHECK: return %[[O]], %{{.*}}, %[[GV]] : tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x2x16xbf16>
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @rotary_tokens_first(%q: tensor<2x8x4x16xbf16>, %k: tensor<2x8x2x16xbf16>, %v: tensor<2x8x2x16xbf16>, %cos: tensor<1x1x8x16xf32>, %sin: tensor<1x1x8x16xf32>, %dy: tensor<2x8x4x16xbf16>)
+    -> (tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x2x16xbf16>) {
+  %qt = dsc.transpose %q {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
+  %kt = dsc.transpose %k {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x2x16xbf16> -> tensor<2x2x8x16xbf16>
+  %vt = dsc.transpose %v {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x2x16xbf16> -> tensor<2x2x8x16xbf16>
+  %rq = dsc.rotate_half %qt : tensor<2x4x8x16xbf16>
+  %q32 = dsc.cast %qt {to = f32} : tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xf32>
+  %rq32 = dsc.cast %rq {to = f32} : tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xf32>
+  %qc = dsc.mul %q32, %cos : tensor<2x4x8x16xf32>, tensor<1x1x8x16xf32> -> tensor<2x4x8x16xf32>
+  %qs = dsc.mul %rq32, %sin : tensor<2x4x8x16xf32>, tensor<1x1x8x16xf32> -> tensor<2x4x8x16xf32>
+  %qe32 = dsc.add %qc, %qs : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>
+  %qe = dsc.cast %qe32 {to = bf16} : tensor<2x4x8x16xf32> -> tensor<2x4x8x16xbf16>
+  %rk = dsc.rotate_half %kt : tensor<2x2x8x16xbf16>
+  %k32 = dsc.cast %kt {to = f32} : tensor<2x2x8x16xbf16> -> tensor<2x2x8x16xf32>
+  %rk32 = dsc.cast %rk {to = f32} : tensor<2x2x8x16xbf16> -> tensor<2x2x8x16xf32>
+  %kc = dsc.mul %k32, %cos : tensor<2x2x8x16xf32>, tensor<1x1x8x16xf32> -> tensor<2x2x8x16xf32>
+  %ks = dsc.mul %rk32, %sin : tensor<2x2x8x16xf32>, tensor<1x1x8x16xf32> -> tensor<2x2x8x16xf32>
+  %ke32 = dsc.add %kc, %ks : tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32> -> tensor<2x2x8x16xf32>
+  %ke = dsc.cast %ke32 {to = bf16} : tensor<2x2x8x16xf32> -> tensor<2x2x8x16xbf16>
+  %o, %lse = dsc.attention %qe, %ke, %vt {causal = true, scale = 0.125 : f64} : tensor<2x4x8x16xbf16>, tensor<2x2x8x16xbf16>, tensor<2x2x8x16xbf16> -> tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>
+  %y = dsc.transpose %o {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x8x16xbf16> -> tensor<2x8x4x16xbf16>
+  %dot = dsc.transpose %dy {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
+  %dq, %dk, %dv = dsc.attention_backward %dot, %qe, %ke, %vt, %o, %lse {causal = true, scale = 0.125 : f64} : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x2x8x16xbf16>, tensor<2x2x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8xf32> -> tensor<2x4x8x16xbf16>, tensor<2x2x8x16xbf16>, tensor<2x2x8x16xbf16>
+  // The rotary's gradient of q: dq * cos + rotate_half(-(dq * sin)).
+  %dq32 = dsc.cast %dq {to = f32} : tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xf32>
+  %dqs = dsc.mul %dq32, %sin : tensor<2x4x8x16xf32>, tensor<1x1x8x16xf32> -> tensor<2x4x8x16xf32>
+  %ndqs = dsc.neg %dqs : tensor<2x4x8x16xf32>
+  %rdq = dsc.rotate_half %ndqs : tensor<2x4x8x16xf32>
+  %dqc = dsc.mul %dq32, %cos : tensor<2x4x8x16xf32>, tensor<1x1x8x16xf32> -> tensor<2x4x8x16xf32>
+  %gq32 = dsc.add %rdq, %dqc : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>
+  %gq = dsc.cast %gq32 {to = bf16} : tensor<2x4x8x16xf32> -> tensor<2x4x8x16xbf16>
+  %gqt = dsc.transpose %gq {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x8x16xbf16> -> tensor<2x8x4x16xbf16>
+  %dvt = dsc.transpose %dv {perm = array<i64: 0, 2, 1, 3>} : tensor<2x2x8x16xbf16> -> tensor<2x8x2x16xbf16>
+  return %y, %gqt, %dvt : tensor<2x8x4x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x8x2x16xbf16>
+}
+}
+
+// -----
+
+// The chains stay where moving them would not remove a copy or would
+// compute part of them twice: a value of the chain also returned (its
+// transpose stays); a broadcast operand whose permutation is not a reshape
+// ([1, 4, 8, 1] -> [1, 8, 4, 1] moves two dims of size > 1); rotate_half
+// under a permutation that moves its last dim.
+// CHECK-LABEL: func.func @chains_stay
+// CHECK: dsc.transpose %arg0
+// CHECK: dsc.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.250000e-01 : f64} : tensor<2x4x8x16xbf16>
+// CHECK: %[[S:.*]] = dsc.mul %{{.*}}, %arg1
+// CHECK: dsc.transpose %[[S]]
+// CHECK: %[[M:.*]] = dsc.transpose %arg2
+// CHECK: %[[R:.*]] = dsc.rotate_half %[[M]]
+// CHECK: dsc.transpose %[[R]]
+// CHECK: return
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @chains_stay(%q: tensor<2x8x4x16xbf16>, %w: tensor<1x4x8x1xbf16>, %m: tensor<2x4x16x8xf32>)
+    -> (tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x4x16x8xf32>) {
+  %qt = dsc.transpose %q {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xbf16> -> tensor<2x4x8x16xbf16>
+  %n = dsc.neg %qt : tensor<2x4x8x16xbf16>
+  %o, %lse = dsc.attention %n, %qt, %qt {scale = 0.125 : f64} : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>
+  %s = dsc.mul %qt, %w : tensor<2x4x8x16xbf16>, tensor<1x4x8x1xbf16> -> tensor<2x4x8x16xbf16>
+  %st = dsc.transpose %s {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x8x16xbf16> -> tensor<2x8x4x16xbf16>
+  %mt = dsc.transpose %m {perm = array<i64: 0, 1, 3, 2>} : tensor<2x4x16x8xf32> -> tensor<2x4x8x16xf32>
+  %r = dsc.rotate_half %mt : tensor<2x4x8x16xf32>
+  %rt = dsc.transpose %r {perm = array<i64: 0, 1, 3, 2>} : tensor<2x4x8x16xf32> -> tensor<2x4x16x8xf32>
+  return %o, %n, %st, %rt : tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x8x4x16xbf16>, tensor<2x4x16x8xf32>
+}
+}
+
+// -----
+
 // A sum of squares of grads that all share one scalar scale (the loss
 // normalizer) reads them unscaled, the scale its own (the same bits: it
 // rounds each product as the mul does). The muls stay for their other
