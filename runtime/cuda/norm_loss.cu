@@ -975,55 +975,86 @@ __global__ void layerNormColumnSumKernel(const double *__restrict__ partials,
 }
 
 //===----------------------------------------------------------------------===//
-// Layer norm over long rows held in registers (f32 math, 8 | cols)
+// Layer norm over rows held in registers (f32 math, 8 | cols)
 //===----------------------------------------------------------------------===//
 //
-// The block-per-row kernels above read a row once per statistic and once
-// more for the result (the backward twice more), element by element. When
-// the math is f32, a row is longer than 1024 columns (a warp's kernels
-// above keep up with the memory there: measured on GPT-2's 768, these were
-// slower), its length is a multiple of 8 and the buffers are 16-byte
-// aligned, these take each row once, in chunks of 8 (16-byte loads; an f32
-// chunk is two), keep them in registers (at most kRowChunks a thread) and
-// write the result in 16-byte stores: Llama's 2048-wide RMS norms took half
-// the time (bench/results/2026-12-04-h200-held-norm.md). Chunk c of a row
-// goes to thread c % blockDim of the row's block (32 * ceil(chunks / 128)
-// threads, so rows up to 16384 columns), which takes its chunks in order:
-// the statistics are summed in double per thread, then over the block, in
-// an order fixed by the shape alone, so a 16-bit input gives bitwise what
-// its f32 widening gives, and a 16-bit result is the f32 result rounded.
+// The kernels above read a row once per statistic and once more for the
+// result (the backward twice more, and the column sums once again in their
+// own kernel), element by element. When the math is f32, a row's length is
+// a multiple of 8 and the buffers are 16-byte aligned, these take each row
+// once, in chunks of 8 (16-byte loads; an f32 chunk is two), keep them in
+// registers and write the result in 16-byte stores:
+//  - rows up to 1024 columns (GPT-2's 768) go to a warp each, kN = 1..4
+//    chunks a lane; the backward also sums the scale's and bias's column
+//    partials of its rows in registers (kWarpRows rows a warp, the block's
+//    warps added in order through shared memory), so the column pass that
+//    read x and g once more is gone: one partial row per block of
+//    kWarpRows * kWarpsPerBlock rows, summed by layerNormColumnSumKernel;
+//  - longer rows (Llama's 2048-wide RMS norms, which took half the time
+//    this way: bench/results/2026-12-04-h200-held-norm.md) go to a block
+//    each, at most kRowChunks chunks a thread (32 * ceil(chunks / 128)
+//    threads, so rows up to 16384 columns).
+// Chunk c of a row goes to lane c % size of the row's group, which takes its
+// chunks in order: the statistics are summed in double per thread, then over
+// the group, in an order fixed by the shape alone, so a 16-bit input gives
+// bitwise what its f32 widening gives, and a 16-bit result is the f32 result
+// rounded.
 
 constexpr int kRowChunks = 4;
+constexpr int kWarpRows = 8, kWarpsPerBlock = 4;
 
-/// The launch of a held-row kernel, or threads == 0 when the rows do not
-/// fit one.
+/// The launch of a held-row kernel: a warp per row holding warpChunks chunks
+/// a lane (warpChunks > 0), a block of `threads` per row (threads > 0), or
+/// neither when the rows do not fit one.
 struct HeldRows {
-  unsigned grid = 0, threads = 0;
+  unsigned threads = 0;
+  int warpChunks = 0;
 };
 
-HeldRows pickHeldRows(int64_t rows, int64_t cols,
+HeldRows pickHeldRows(int64_t cols,
                       std::initializer_list<const void *> buffers) {
-  if (cols <= 1024 || cols % kChunk != 0)
+  if (cols == 0 || cols % kChunk != 0)
     return {};
   for (const void *p : buffers)
     if (p && !aligned16(p))
       return {};
   int64_t chunks = cols / kChunk;
+  if (cols <= 1024)
+    return {0, int((chunks + 31) / 32)};
   int64_t threads = (chunks + kRowChunks - 1) / kRowChunks;
   threads = (threads + 31) / 32 * 32;
   if (threads > 512)
     return {};
-  return {gridFor(rows), unsigned(threads)};
+  return {unsigned(threads), 0};
 }
 
-/// The row's chunks this thread holds (widened), and their count.
-template <typename XS>
+/// Calls launch(std::integral_constant<int, n>()) for n in 1..4.
+template <typename Launch> void byWarpChunks(int n, Launch &&launch) {
+  switch (n) {
+  case 1:
+    launch(std::integral_constant<int, 1>());
+    break;
+  case 2:
+    launch(std::integral_constant<int, 2>());
+    break;
+  case 3:
+    launch(std::integral_constant<int, 3>());
+    break;
+  default:
+    launch(std::integral_constant<int, 4>());
+    break;
+  }
+}
+
+/// The row's chunks this thread holds (widened), and their count: chunk
+/// lane + k * size for k < kN.
+template <int kN, typename XS>
 __device__ inline int loadRowChunks(const XS *__restrict__ xr, int64_t chunks,
                                     int lane, int size,
-                                    float (&v)[kRowChunks][kChunk]) {
+                                    float (&v)[kN][kChunk]) {
   int n = 0;
 #pragma unroll
-  for (int k = 0; k < kRowChunks; ++k) {
+  for (int k = 0; k < kN; ++k) {
     int64_t c = lane + int64_t(k) * size;
     if (c < chunks) {
       loadFullChunk<false>(xr + c * kChunk, v[k]);
@@ -1034,48 +1065,49 @@ __device__ inline int loadRowChunks(const XS *__restrict__ xr, int64_t chunks,
 }
 
 /// mean (zero for an RMS norm) and 1 / sqrt(var + eps) of a row held in
-/// registers, as rowStats computes them.
-__device__ inline void heldRowStats(const float (&v)[kRowChunks][kChunk],
-                                    int held, int64_t cols, float eps, bool rms,
+/// registers over a group (a warp or the block), as rowStats computes them.
+template <int kMode, int kN>
+__device__ inline void heldRowStats(const float (&v)[kN][kChunk], int held,
+                                    int64_t cols, float eps, bool rms,
                                     float &mean, float &inv) {
   mean = 0.f;
   if (!rms) {
     double a = 0;
 #pragma unroll
-    for (int k = 0; k < kRowChunks; ++k)
+    for (int k = 0; k < kN; ++k)
       if (k < held)
 #pragma unroll
         for (int u = 0; u < kChunk; ++u)
           a += double(v[k][u]);
-    mean = float(blockReduce<false>(a) / double(cols));
+    mean = float(groupSum<kMode>(a) / double(cols));
   }
   double q = 0;
 #pragma unroll
-  for (int k = 0; k < kRowChunks; ++k)
+  for (int k = 0; k < kN; ++k)
     if (k < held)
 #pragma unroll
       for (int u = 0; u < kChunk; ++u) {
         float d = v[k][u] - mean;
         q += double(d) * double(d);
       }
-  inv = 1.f / dSqrt(float(blockReduce<false>(q) / double(cols)) + eps);
+  inv = 1.f / dSqrt(float(groupSum<kMode>(q) / double(cols)) + eps);
 }
 
-template <typename YS>
+template <int kMode, int kN, typename YS>
 __global__ void __launch_bounds__(512)
     layerNormHeldKernel(const float *__restrict__ x,
                         const float *__restrict__ w,
                         const float *__restrict__ b, YS *__restrict__ y,
                         int64_t rows, int64_t cols, float eps, bool rms) {
-  LineGroup<kBlockLine> grp;
+  LineGroup<kMode> grp;
   const int64_t chunks = cols / kChunk;
   for (int64_t r = grp.first; r < rows; r += grp.step) {
-    float v[kRowChunks][kChunk];
-    int held = loadRowChunks(x + r * cols, chunks, grp.lane, grp.size, v);
+    float v[kN][kChunk];
+    int held = loadRowChunks<kN>(x + r * cols, chunks, grp.lane, grp.size, v);
     float mean, inv;
-    heldRowStats(v, held, cols, eps, rms, mean, inv);
+    heldRowStats<kMode>(v, held, cols, eps, rms, mean, inv);
 #pragma unroll
-    for (int k = 0; k < kRowChunks; ++k) {
+    for (int k = 0; k < kN; ++k) {
       if (k >= held)
         continue;
       int64_t j0 = (grp.lane + int64_t(k) * grp.size) * kChunk;
@@ -1091,6 +1123,58 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+/// One row's backward, held: v (the row) becomes xhat, gv holds g; gx (if
+/// any) written; mean and inv returned for the column sums.
+template <int kMode, int kN, typename XS>
+__device__ inline int
+heldRowBackward(const XS *__restrict__ xr, const float *__restrict__ w,
+                const float *__restrict__ gr, float *__restrict__ gxr,
+                int64_t cols, float eps, bool rms, int lane, int size,
+                float (&v)[kN][kChunk], float (&gv)[kN][kChunk], float &mean,
+                float &inv) {
+  const int64_t chunks = cols / kChunk;
+  int held = loadRowChunks<kN>(xr, chunks, lane, size, v);
+  heldRowStats<kMode>(v, held, cols, eps, rms, mean, inv);
+  double sw = 0, swx = 0;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    if (k >= held)
+      continue;
+    int64_t j0 = (lane + int64_t(k) * size) * kChunk;
+    float wv[kChunk];
+    loadFullChunk<true>(gr + j0, gv[k]);
+    loadFullChunk<false>(w + j0, wv);
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u) {
+      float gw = gv[k][u] * wv[u];
+      v[k][u] = (v[k][u] - mean) * inv;
+      sw += double(gw);
+      swx += double(gw * v[k][u]);
+    }
+  }
+  if (!gxr)
+    return held;
+  // An RMS norm takes no mean out: no sum(g * w) term.
+  float sumGW = rms ? 0.f : float(groupSum<kMode>(sw)),
+        sumGWX = float(groupSum<kMode>(swx));
+  const float d = static_cast<float>(cols);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    if (k >= held)
+      continue;
+    int64_t j0 = (lane + int64_t(k) * size) * kChunk;
+    float wv[kChunk], out[kChunk];
+    loadFullChunk<false>(w + j0, wv);
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u)
+      out[u] = inv / d * (d * (gv[k][u] * wv[u]) - sumGW - v[k][u] * sumGWX);
+    storeNarrowChunk(gxr + j0, out);
+  }
+  return held;
+}
+
+/// Long rows, a block each: gradIn (if any) and each row's statistics for
+/// the column kernels.
 template <typename XS>
 __global__ void __launch_bounds__(512)
     layerNormBackwardHeldKernel(const XS *__restrict__ x,
@@ -1101,49 +1185,84 @@ __global__ void __launch_bounds__(512)
                                 float *__restrict__ rowMean,
                                 float *__restrict__ rowInv) {
   LineGroup<kBlockLine> grp;
-  const int64_t chunks = cols / kChunk;
-  const float d = static_cast<float>(cols);
   for (int64_t r = grp.first; r < rows; r += grp.step) {
-    float v[kRowChunks][kChunk];
-    int held = loadRowChunks(x + r * cols, chunks, grp.lane, grp.size, v);
-    float mean, inv;
-    heldRowStats(v, held, cols, eps, rms, mean, inv);
+    float v[kRowChunks][kChunk], gv[kRowChunks][kChunk], mean, inv;
+    heldRowBackward<kBlockLine, kRowChunks>(
+        x + r * cols, w, g + r * cols, gx ? gx + r * cols : nullptr, cols, eps,
+        rms, grp.lane, grp.size, v, gv, mean, inv);
     if (rowMean && grp.lane == 0)
       rowMean[r] = mean, rowInv[r] = inv;
-    if (!gx)
-      continue;
-    // v becomes xhat, gw = g * w is kept for the result.
-    float gw[kRowChunks][kChunk];
-    double sw = 0, swx = 0;
+  }
+}
+
+/// Rows up to 1024 columns, a warp each, kWarpRows rows a warp and
+/// kWarpsPerBlock warps a block: gradIn (if any) and, into partials (if
+/// any), the block's column sums of g * xhat and g: each warp's in f32 over
+/// its rows (in shared memory, so the registers keep to the rows), then the
+/// warps' added in order and stored as double: partials[{0, 1}][q][j] for
+/// the block's q-th chunk of rows.
+template <int kN, typename XS>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock)
+    layerNormBackwardWarpKernel(const XS *__restrict__ x,
+                                const float *__restrict__ w,
+                                const float *__restrict__ g,
+                                float *__restrict__ gx, int64_t rows,
+                                int64_t cols, float eps, bool rms,
+                                int64_t rowChunks,
+                                double *__restrict__ partials) {
+  constexpr int kCols = kN * 32 * kChunk;
+  __shared__ __align__(16) float acc[kWarpsPerBlock][2][kCols];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  constexpr int64_t kChunkRows = kWarpRows * kWarpsPerBlock;
+  float(&cs)[kCols] = acc[warp][0];
+  float(&cb)[kCols] = acc[warp][1];
+  for (int64_t q = blockIdx.x; q < rowChunks; q += gridDim.x) {
+    // Column j = chunk (lane + 32 k) * 8 + u is this lane's alone.
 #pragma unroll
-    for (int k = 0; k < kRowChunks; ++k) {
-      if (k >= held)
-        continue;
-      int64_t j0 = (grp.lane + int64_t(k) * grp.size) * kChunk;
-      float gv[kChunk], wv[kChunk];
-      loadFullChunk<true>(g + r * cols + j0, gv);
-      loadFullChunk<false>(w + j0, wv);
-#pragma unroll
-      for (int u = 0; u < kChunk; ++u) {
-        gw[k][u] = gv[u] * wv[u];
-        v[k][u] = (v[k][u] - mean) * inv;
-        sw += double(gw[k][u]);
-        swx += double(gw[k][u] * v[k][u]);
-      }
-    }
-    float sumGW = rms ? 0.f : float(blockReduce<false>(sw)),
-          sumGWX = float(blockReduce<false>(swx));
-#pragma unroll
-    for (int k = 0; k < kRowChunks; ++k) {
-      if (k >= held)
-        continue;
-      int64_t j0 = (grp.lane + int64_t(k) * grp.size) * kChunk;
-      float out[kChunk];
+    for (int k = 0; k < kN; ++k)
 #pragma unroll
       for (int u = 0; u < kChunk; ++u)
-        out[u] = inv / d * (d * gw[k][u] - sumGW - v[k][u] * sumGWX);
-      storeNarrowChunk(gx + r * cols + j0, out);
+        cs[(lane + 32 * k) * kChunk + u] = cb[(lane + 32 * k) * kChunk + u] =
+            0.f;
+    int64_t r0 = q * kChunkRows + warp * kWarpRows;
+    int64_t r1 = minI64(rows, r0 + kWarpRows);
+    for (int64_t r = r0; r < r1; ++r) {
+      float v[kN][kChunk], gv[kN][kChunk], mean, inv;
+      int held = heldRowBackward<kWarpLine, kN>(
+          x + r * cols, w, g + r * cols, gx ? gx + r * cols : nullptr, cols,
+          eps, rms, lane, 32, v, gv, mean, inv);
+      if (!partials)
+        continue;
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        if (k >= held)
+          continue;
+        // 16-byte shared accesses: a lane's chunk is 32 contiguous bytes.
+        float4 *ps = reinterpret_cast<float4 *>(cs + (lane + 32 * k) * kChunk);
+        float4 *pb = reinterpret_cast<float4 *>(cb + (lane + 32 * k) * kChunk);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float *a = gv[k] + 4 * h, *xh = v[k] + 4 * h;
+          float4 s4 = ps[h], b4 = pb[h];
+          s4.x += a[0] * xh[0], s4.y += a[1] * xh[1];
+          s4.z += a[2] * xh[2], s4.w += a[3] * xh[3];
+          b4.x += a[0], b4.y += a[1], b4.z += a[2], b4.w += a[3];
+          ps[h] = s4, pb[h] = b4;
+        }
+      }
     }
+    if (!partials)
+      continue;
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      float s = acc[0][0][j], b = acc[0][1][j];
+#pragma unroll
+      for (int k = 1; k < kWarpsPerBlock; ++k)
+        s += acc[k][0][j], b += acc[k][1][j];
+      partials[q * cols + j] = double(s);
+      partials[(rowChunks + q) * cols + j] = double(b);
+    }
+    __syncthreads(); // acc is read before the next chunk clears it
   }
 }
 
@@ -1156,11 +1275,23 @@ Status layerNormImpl(const Tensor &input, const Tensor &scale,
   YS *y = static_cast<YS *>(out.data);
   if constexpr (std::is_same_v<T, float>) {
     HeldRows h =
-        pickHeldRows(rows, cols, {input.data, scale.data, bias.data, out.data});
-    if (h.threads) {
-      layerNormHeldKernel<YS><<<h.grid, h.threads, 0, stream()>>>(
+        pickHeldRows(cols, {input.data, scale.data, bias.data, out.data});
+    auto args = [&](auto kernel, unsigned grid, unsigned threads) {
+      kernel<<<grid, threads, 0, stream()>>>(
           input.as<float>(), scale.as<float>(), bias.as<float>(), y, rows, cols,
           float(epsilon), rms);
+    };
+    if (h.warpChunks) {
+      byWarpChunks(h.warpChunks, [&](auto n) {
+        args(layerNormHeldKernel<kWarpLine, decltype(n)::value, YS>,
+             blocksFor(rows, 8), 256);
+      });
+      DSC_CUDA_LAUNCHED("layer_norm");
+      return Status();
+    }
+    if (h.threads) {
+      args(layerNormHeldKernel<kBlockLine, kRowChunks, YS>, gridFor(rows),
+           h.threads);
       DSC_CUDA_LAUNCHED("layer_norm");
       return Status();
     }
@@ -1177,6 +1308,49 @@ Status layerNormImpl(const Tensor &input, const Tensor &scale,
   return Status();
 }
 
+/// The scale's and bias's gradients from `chunks` partial rows (in scratch).
+template <typename T>
+Status layerNormColumnSums(const double *partials, int64_t cols, int64_t chunks,
+                           const Tensor &gradScale, const Tensor &gradBias) {
+  layerNormColumnSumKernel<T><<<blocksFor(cols, 8), 256, 0, stream()>>>(
+      partials, cols, chunks, gradScale.as<T>(), gradBias.as<T>());
+  DSC_CUDA_LAUNCHED("layer_norm_backward_column_sums");
+  return Status();
+}
+
+/// The warp-held backward (rows up to 1024 columns), column sums included.
+template <typename XS>
+Status layerNormBackwardWarp(const XS *x, const Tensor &scale, double epsilon,
+                             bool rms, const Tensor &gradOut,
+                             const Tensor &gradIn, const Tensor &gradScale,
+                             const Tensor &gradBias, int64_t rows, int64_t cols,
+                             int warpChunks) {
+  bool columns = gradScale.present() || gradBias.present();
+  constexpr int64_t kChunkRows = kWarpRows * kWarpsPerBlock;
+  int64_t rowChunks =
+      std::max<int64_t>(1, (rows + kChunkRows - 1) / kChunkRows);
+  double *partials = nullptr;
+  if (columns) {
+    void *base = nullptr;
+    if (Status st = scratch(sizeof(double) * 2 * rowChunks * cols, &base,
+                            "layer norm backward partials");
+        !st.ok())
+      return st;
+    partials = static_cast<double *>(base);
+  }
+  byWarpChunks(warpChunks, [&](auto n) {
+    layerNormBackwardWarpKernel<decltype(n)::value, XS>
+        <<<gridFor(rowChunks), 32 * kWarpsPerBlock, 0, stream()>>>(
+            x, scale.as<float>(), gradOut.as<float>(), gradIn.as<float>(), rows,
+            cols, float(epsilon), rms, rowChunks, partials);
+  });
+  DSC_CUDA_LAUNCHED("layer_norm_backward");
+  if (!columns)
+    return Status();
+  return layerNormColumnSums<float>(partials, cols, rowChunks, gradScale,
+                                    gradBias);
+}
+
 template <typename T, typename XS = T>
 Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
                              double epsilon, bool rms, const Tensor &gradOut,
@@ -1186,6 +1360,15 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
   bool columns = gradScale.present() || gradBias.present();
   if (cols == 0 || (!columns && (rows == 0 || !gradIn.present())))
     return Status();
+  const XS *x = static_cast<const XS *>(input.data);
+  HeldRows h;
+  if constexpr (std::is_same_v<T, float>) {
+    h = pickHeldRows(cols, {input.data, scale.data, gradOut.data, gradIn.data});
+    if (h.warpChunks && rows > 0)
+      return layerNormBackwardWarp(x, scale, epsilon, rms, gradOut, gradIn,
+                                   gradScale, gradBias, rows, cols,
+                                   h.warpChunks);
+  }
   // Fixed by the shape alone: about 32 rows per chunk, at most 1024 chunks.
   int64_t chunks = std::clamp<int64_t>((rows + 31) / 32, 1, 1024);
   int64_t rowsPerChunk = (rows + chunks - 1) / chunks;
@@ -1203,30 +1386,26 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
     rowMean = carve<T>(base, pMean), rowInv = carve<T>(base, pInv);
     partials = carve<double>(base, pPartials);
   }
-  const XS *x = static_cast<const XS *>(input.data);
-  bool held = false;
-  if constexpr (std::is_same_v<T, float>) {
-    HeldRows h = pickHeldRows(
-        rows, cols, {input.data, scale.data, gradOut.data, gradIn.data});
-    if (rows > 0 && h.threads) {
-      layerNormBackwardHeldKernel<XS><<<h.grid, h.threads, 0, stream()>>>(
-          x, scale.as<float>(), gradOut.as<float>(), gradIn.as<float>(), rows,
-          cols, float(epsilon), rms, rowMean, rowInv);
-      DSC_CUDA_LAUNCHED("layer_norm_backward");
-      held = true;
+  if (rows > 0) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (h.threads)
+        layerNormBackwardHeldKernel<XS>
+            <<<gridFor(rows), h.threads, 0, stream()>>>(
+                x, scale.as<float>(), gradOut.as<float>(), gradIn.as<float>(),
+                rows, cols, float(epsilon), rms, rowMean, rowInv);
     }
-  }
-  if (rows > 0 && !held) {
-    if (cols <= 1024)
-      layerNormBackwardKernel<T, kWarpLine>
-          <<<blocksFor(rows, 8), 256, 0, stream()>>>(
-              x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
-              T(epsilon), rms, rowMean, rowInv);
-    else
-      layerNormBackwardKernel<T, kBlockLine>
-          <<<gridFor(rows), 512, 0, stream()>>>(
-              x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
-              T(epsilon), rms, rowMean, rowInv);
+    if (!h.threads) {
+      if (cols <= 1024)
+        layerNormBackwardKernel<T, kWarpLine>
+            <<<blocksFor(rows, 8), 256, 0, stream()>>>(
+                x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
+                T(epsilon), rms, rowMean, rowInv);
+      else
+        layerNormBackwardKernel<T, kBlockLine>
+            <<<gridFor(rows), 512, 0, stream()>>>(
+                x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
+                T(epsilon), rms, rowMean, rowInv);
+    }
     DSC_CUDA_LAUNCHED("layer_norm_backward");
   }
   if (!columns)
@@ -1236,10 +1415,7 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
          stream()>>>(x, gradOut.as<T>(), rowMean, rowInv, rows, cols,
                      rowsPerChunk, chunks, partials);
   DSC_CUDA_LAUNCHED("layer_norm_backward_columns");
-  layerNormColumnSumKernel<T><<<blocksFor(cols, 8), 256, 0, stream()>>>(
-      partials, cols, chunks, gradScale.as<T>(), gradBias.as<T>());
-  DSC_CUDA_LAUNCHED("layer_norm_backward_column_sums");
-  return Status();
+  return layerNormColumnSums<T>(partials, cols, chunks, gradScale, gradBias);
 }
 
 } // namespace
