@@ -218,7 +218,7 @@ for part in "$@"; do
     timeout 150 python3 bench/kernel_breakdown.py --top ${TOP:-15} --out "$W/llama_kernels.json" -- \
       "$B/llama_1b_bf16" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
       >"$W/llama_kernels.txt" 2>&1
-    head -24 "$W/llama_kernels.txt" ;;
+    head -$((15 + ${TOP:-15})) "$W/llama_kernels.txt" ;;
   gpt2-rsel | gpt2-rfull | gpt2-rew)
     [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
     v=${part#gpt2-}

@@ -162,32 +162,31 @@ std::optional<std::string> splatLiteral(Value v) {
   return std::nullopt;
 }
 
-/// The 4-wide variant of a fused kernel: each thread computes 4
-/// consecutive elements, loading and storing them with one vector access per
-/// tensor (float4, 4 x 16-bit, 4 bytes); the element body is the scalar
-/// kernel's, so the bits are the same. Possible when the count is a multiple
-/// of 4 and every input is of the result's shape, a scalar, or broadcast
-/// along leading dims only with an inner size that is a multiple of 4 (a
-/// bias); the launcher takes it when every pointer is aligned for its
-/// vector access, and the scalar kernel otherwise.
+/// The vector variant of a fused kernel: each thread computes `width`
+/// consecutive elements, loading and storing them with vector accesses of
+/// up to 16 bytes per tensor (detail::loadLanes / storeLanes: 8 lanes when
+/// the chain reads or writes a 16-bit or bool tensor, so that those take
+/// 16-byte (8-byte) accesses too, else 4: a float4); the element body is the
+/// scalar kernel's, so the bits are the same. Possible when the count is a
+/// multiple of the width and every input is of the result's shape, a
+/// scalar, or broadcast along leading dims only with an inner size that is
+/// a multiple of the width (a bias); the launcher takes it when every
+/// pointer is aligned for its vector access, and the scalar kernel
+/// otherwise.
 struct VectorKernel {
+  int width = 4;
   bool possible = false;
   /// " *__restrict__ ", or " *" where an output is written over an input
   /// (dsc.overwrites): the two pointers alias.
   std::string pointer = " *__restrict__ ";
   std::string params, before, laneIn, laneOut, after, hostArgs, aligned;
 
-  static const char *vecType(Value v) {
-    return isBool(v) ? "uchar4" : isHalf(v) ? "uint2" : "float4";
+  static const char *storage(Value v) {
+    return isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
   }
-  static int vecBytes(Value v) { return isBool(v) ? 4 : isHalf(v) ? 8 : 16; }
-  /// The element l of vector q of v's storage, as its scalar C type.
-  static std::string lane(Value v, const std::string &q, int l) {
-    static const char *xyzw[] = {"x", "y", "z", "w"};
-    if (isHalf(v))
-      return "uint16_t((" + q + "." + (l < 2 ? "x" : "y") + " >> " +
-             (l % 2 ? "16" : "0") + ") & 0xffffu)";
-    return q + "." + xyzw[l];
+  int vecBytes(Value v) const {
+    int bytes = width * (isBool(v) ? 1 : isHalf(v) ? 2 : 4);
+    return bytes < 16 ? bytes : 16;
   }
   /// The register value of a stored element `raw` of v.
   static std::string toRegister(Value v, const std::string &raw) {
@@ -209,8 +208,9 @@ struct VectorKernel {
     if (!possible)
       return;
     auto t = typeOf(v);
-    std::string cT = isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
+    std::string cT = storage(v);
     std::string rT = isBool(v) ? "bool" : "float";
+    std::string w = std::to_string(width);
     params += "const " + cT + pointer + in + ", ";
     hostArgs += "static_cast<const " + cT + " *>(" + in + ".data), ";
     if (t.getNumElements() == 1) { // one value for every lane
@@ -224,26 +224,55 @@ struct VectorKernel {
     while (!s.empty() && s.front() == 1)
       s = s.drop_front();
     std::string index = "j";
+    bool small = n < (int64_t(1) << 31);
     if (t.getShape() != shape) {
       bool trailing = s.size() <= shape.size() &&
                       shape.take_back(s.size()) == s;
       int64_t inner = t.getNumElements();
-      if (!trailing || inner % 4 != 0) {
-        possible = false;
-        return;
-      }
-      index = n < (int64_t(1) << 31)
-                  ? "(uint32_t(j) * 4u % " + std::to_string(inner) + "u) / 4u"
-                  : "(j * 4 % " + std::to_string(inner) + ") / 4";
+      if (!trailing || inner % width != 0)
+        return addStrided(v, in, reg, shape, small);
+      index = small ? "(uint32_t(j) * " + w + "u % " + std::to_string(inner) +
+                          "u) / " + w + "u"
+                    : "(j * " + w + " % " + std::to_string(inner) + ") / " + w;
     }
-    std::string q = reg + "v";
-    before += "    const " + std::string(vecType(v)) + " " + q +
-              " = reinterpret_cast<const " + vecType(v) + " *>(" + in + ")[" +
-              index + "];\n";
-    before += "    const " + cT + " " + reg + "s[4] = {";
-    for (int l = 0; l < 4; ++l)
-      before += (l ? ", " : "") + lane(v, q, l);
-    before += "};\n";
+    before += "    " + cT + " " + reg + "s[" + w + "];\n";
+    before += "    detail::loadLanes<" + w + ">(" + in + ", " + index + ", " +
+              reg + "s);\n";
+    laneIn += "      const " + rT + " " + reg + " = " +
+              toRegister(v, reg + "s[l]") + ";\n";
+    addAligned(v, in);
+  }
+
+  /// Any other broadcast, where the result's last dim is a multiple of the
+  /// width: a vector's lanes share every index but the last, so they read
+  /// `width` consecutive elements of the input (its last dim whole: the
+  /// first lane's offset, by the input's strides, is a multiple of the
+  /// width) or one element (its last dim broadcast). Rotary's cos and sin
+  /// ([1, T, 1, D] over [B, T, H, D]), a per-row scale ([B, T, 1]).
+  void addStrided(Value v, const std::string &in, const std::string &reg,
+                  ArrayRef<int64_t> shape, bool small) {
+    auto t = typeOf(v);
+    int64_t last = t.getRank() ? t.getShape().back() : 1;
+    if (shape.empty() || shape.back() % width != 0 ||
+        (last != shape.back() && last != 1)) {
+      possible = false;
+      return;
+    }
+    std::string cT = storage(v), rT = isBool(v) ? "bool" : "float";
+    std::string w = std::to_string(width);
+    params += "detail::Dims " + in + "Dims, ";
+    hostArgs += "detail::simplified(detail::broadcastDims(" + in + ", out0)), ";
+    std::string offset =
+        small ? "detail::offsetOf32(uint32_t(j) * " + w + "u, " + in + "Dims)"
+              : "detail::offsetOf(j * " + w + ", " + in + "Dims)";
+    if (last == 1) {
+      before += "    const " + rT + " " + reg + " = " +
+                toRegister(v, in + "[" + offset + "]") + ";\n";
+      return;
+    }
+    before += "    " + cT + " " + reg + "s[" + w + "];\n";
+    before += "    detail::loadLanes<" + w + ">(" + in + ", " + offset + " / " +
+              w + ", " + reg + "s);\n";
     laneIn += "      const " + rT + " " + reg + " = " +
               toRegister(v, reg + "s[l]") + ";\n";
     addAligned(v, in);
@@ -252,23 +281,19 @@ struct VectorKernel {
   void addOutput(Value v, const std::string &out, const std::string &value) {
     if (!possible)
       return;
-    std::string cT = isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
+    std::string cT = storage(v);
+    std::string w = std::to_string(width);
     params += cT + pointer + out + ", ";
     hostArgs += "static_cast<" + cT + " *>(" + out + ".data), ";
-    before += "    " + cT + " " + out + "s[4];\n";
+    before += "    " + cT + " " + out + "s[" + w + "];\n";
     laneOut += "      " + out + "s[l] = " + value + ";\n";
-    std::string packed;
-    if (isHalf(v))
-      packed = "make_uint2(uint32_t(" + out + "s[0]) | (uint32_t(" + out +
-               "s[1]) << 16), uint32_t(" + out + "s[2]) | (uint32_t(" + out +
-               "s[3]) << 16))";
-    else
-      packed = std::string(isBool(v) ? "make_uchar4(" : "make_float4(") +
-               out + "s[0], " + out + "s[1], " + out + "s[2], " + out +
-               "s[3])";
-    after += "    reinterpret_cast<" + std::string(vecType(v)) + " *>(" + out +
-             ")[j] = " + packed + ";\n";
+    after +=
+        "    detail::storeLanes<" + w + ">(" + out + ", j, " + out + "s);\n";
     addAligned(v, out);
+  }
+
+  std::string kernelName(const std::string &name) const {
+    return name + "_vec" + std::to_string(width) + "_kernel";
   }
 
   std::string kernel(const std::string &name, const std::string &body) const {
@@ -276,20 +301,21 @@ struct VectorKernel {
     std::string inner;
     for (StringRef line : llvm::split(StringRef(body).rtrim('\n'), '\n'))
       inner += "  " + line.str() + "\n";
-    return "__global__ void __launch_bounds__(256)\n    " + name +
-           "_vec4_kernel(" + params + "int64_t n4) {\n" +
-           "  DSC_GRID_STRIDE(j, n4) {\n" + before +
-           "#pragma unroll\n    for (int l = 0; l < 4; ++l) {\n" + laneIn +
-           inner + laneOut + "    }\n" + after + "  }\n}\n\n";
+    return "__global__ void __launch_bounds__(256)\n    " + kernelName(name) +
+           "(" + params + "int64_t nv) {\n" + "  DSC_GRID_STRIDE(j, nv) {\n" +
+           before + "#pragma unroll\n    for (int l = 0; l < " +
+           std::to_string(width) + "; ++l) {\n" + laneIn + inner + laneOut +
+           "    }\n" + after + "  }\n}\n\n";
   }
 
   std::string launch(const std::string &name,
                      const std::string &opsList) const {
-    return "  if (true" + aligned + ") {\n    " + name +
-           "_vec4_kernel<<<detail::blocksFor(n / 4), 256, 0, "
-           "dsc::cuda::stream()>>>(" +
-           hostArgs + "n / 4);\n    return dsc::cuda::checkLaunch(\"" + name +
-           " (" + opsList + ", 4-wide)\");\n  }\n";
+    std::string w = std::to_string(width);
+    return "  if (true" + aligned + ") {\n    " + kernelName(name) +
+           "<<<detail::blocksFor(n / " + w +
+           "), 256, 0, dsc::cuda::stream()>>>(" + hostArgs + "n / " + w +
+           ");\n    return dsc::cuda::checkLaunch(\"" + name + " (" + opsList +
+           ", " + w + "-wide)\");\n  }\n";
   }
 };
 
@@ -324,9 +350,13 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
   // each lane reads its elements before it writes them) aliases it.
   const std::string pointer =
       op->hasAttr("dsc.overwrites") ? " *" : " *__restrict__ ";
-  VectorKernel vec;
-  vec.possible = n % 4 == 0;
-  vec.pointer = pointer;
+  // Both widths are tried as the tensors are added; the 8-wide one is
+  // taken where it is possible and some tensor is narrower than f32.
+  VectorKernel vec8, vec4;
+  vec8.width = 8, vec4.width = 4;
+  vec8.possible = n % 8 == 0, vec4.possible = n % 4 == 0;
+  vec8.pointer = vec4.pointer = pointer;
+  bool narrow = false;
   llvm::DenseMap<Value, std::string> expr;
   for (auto [k, v] : llvm::enumerate(group.inputs)) {
     std::string in = "in" + std::to_string(k);
@@ -334,7 +364,9 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
     params += std::string("const ") + cType(v) + pointer + in + ", ";
     hostArgs +=
         "static_cast<const " + std::string(cType(v)) + " *>(" + in + ".data), ";
-    vec.addInput(v, in, "x" + std::to_string(k), shape, n);
+    vec8.addInput(v, in, "x" + std::to_string(k), shape, n);
+    vec4.addInput(v, in, "x" + std::to_string(k), shape, n);
+    narrow |= !isF32(v);
     std::string index;
     if (t.getShape() == shape)
       index = "i";
@@ -399,7 +431,9 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
                                              : "detail::floatToHalfBits(") +
                            expr[v] + ")";
     stores += "    " + out + "[i] = " + value + ";\n";
-    vec.addOutput(v, out, value);
+    vec8.addOutput(v, out, value);
+    vec4.addOutput(v, out, value);
+    narrow |= !isF32(v);
   }
   std::string launcherParams;
   for (size_t k = 0; k < group.inputs.size(); ++k)
@@ -422,6 +456,7 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
   s += "__global__ void __launch_bounds__(256)\n    " + name + "_kernel(" +
        params + "int64_t n) {\n";
   s += "  DSC_GRID_STRIDE(i, n) {\n" + loads + body + stores + "  }\n}\n\n";
+  const VectorKernel &vec = narrow && vec8.possible ? vec8 : vec4;
   if (vec.possible)
     s += vec.kernel(name, body);
   s += "Status " + name + "(" + launcherParams + ") {\n";

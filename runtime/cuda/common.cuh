@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace dsc::cuda::detail {
 
@@ -313,6 +314,55 @@ __device__ inline void storeDouble(void *p, DType dt, int64_t i, double v) {
     v = fmin(v, 9.2233720368547748e18);
     storeInt(p, dt, i, static_cast<int64_t>(v));
     break;
+  }
+}
+
+/// The W elements of vector j of p (elements j * W .. j * W + W - 1) in
+/// `lanes`, through the widest aligned accesses up to 16 bytes: p + j * W
+/// must be aligned to min(16, W * sizeof(T)) (generated fused kernels).
+template <int W, typename T>
+__device__ __forceinline__ void loadLanes(const T *p, int64_t j,
+                                          T (&lanes)[W]) {
+  constexpr int kBytes = W * int(sizeof(T));
+  const char *src = reinterpret_cast<const char *>(p + j * W);
+  if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int k = 0; k < kBytes / 16; ++k) {
+      uint4 w = reinterpret_cast<const uint4 *>(src)[k];
+      memcpy(reinterpret_cast<char *>(lanes) + 16 * k, &w, 16);
+    }
+  } else if constexpr (kBytes == 8) {
+    uint2 w = *reinterpret_cast<const uint2 *>(src);
+    memcpy(lanes, &w, 8);
+  } else {
+    static_assert(kBytes == 4, "a vector of 4, 8 or a multiple of 16 bytes");
+    uint32_t w = *reinterpret_cast<const uint32_t *>(src);
+    memcpy(lanes, &w, 4);
+  }
+}
+
+/// Stores `lanes` as vector j of p, as loadLanes reads it.
+template <int W, typename T>
+__device__ __forceinline__ void storeLanes(T *p, int64_t j,
+                                           const T (&lanes)[W]) {
+  constexpr int kBytes = W * int(sizeof(T));
+  char *dst = reinterpret_cast<char *>(p + j * W);
+  if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int k = 0; k < kBytes / 16; ++k) {
+      uint4 w;
+      memcpy(&w, reinterpret_cast<const char *>(lanes) + 16 * k, 16);
+      reinterpret_cast<uint4 *>(dst)[k] = w;
+    }
+  } else if constexpr (kBytes == 8) {
+    uint2 w;
+    memcpy(&w, lanes, 8);
+    *reinterpret_cast<uint2 *>(dst) = w;
+  } else {
+    static_assert(kBytes == 4, "a vector of 4, 8 or a multiple of 16 bytes");
+    uint32_t w;
+    memcpy(&w, lanes, 4);
+    *reinterpret_cast<uint32_t *>(dst) = w;
   }
 }
 
