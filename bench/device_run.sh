@@ -25,6 +25,10 @@
 #                ms/step and the changed program's losses against it
 #   llama-base   likewise for the Llama shape (llama_1b_bf16_base), after
 #                llama
+#   gpt2-nondet, llama-nondet
+#                the same program with cuDNN's non-deterministic attention
+#                backward (DSC_ATTENTION_NONDETERMINISTIC=1), after gpt2
+#                (llama): ms/step and a breakdown
 #   precision-checks
 #                gpu-check.sh's mixed-precision gradient checks for the
 #                fixture programs carried in gpu-bundle-extra/
@@ -182,6 +186,19 @@ for part in "$@"; do
     # changed program's losses are to it.
     dsc_variant gpt2_base "$B/gpt2_124m_bf16_base" 20 gpt2 --init random --data "$W/tok.bin"
     python3 bench/close_losses.py "$W/gpt2_graph.jsonl" "$W/gpt2_base.jsonl" ;;
+  gpt2-nondet | llama-nondet)
+    # The same program with cuDNN's non-deterministic attention backward
+    # (DSC_ATTENTION_NONDETERMINISTIC=1, dQ by atomics as PyTorch's
+    # default): what the deterministic dQ kernel costs. After gpt2 (llama).
+    m=${part%-nondet}
+    if [ $m = gpt2 ]; then prog=gpt2_124m_bf16 steps=20 data="--data $W/tok.bin"
+    else prog=llama_1b_bf16 steps=12 data="--data $W/tokl.bin --data-dtype int32"; fi
+    DSC_ATTENTION_NONDETERMINISTIC=1 dsc_variant ${m}_nondet "$B/$prog" $steps $m --init random $data
+    [ "${BREAKDOWN:-1}" = 0 ] && continue
+    DSC_ATTENTION_NONDETERMINISTIC=1 timeout 150 python3 bench/kernel_breakdown.py --top 12 \
+      --out "$W/${m}_nondet_kernels.json" -- "$B/$prog" --init random $data --steps 1 --quiet \
+      >"$W/${m}_nondet_kernels.txt" 2>&1
+    head -27 "$W/${m}_nondet_kernels.txt" ;;
   llama-base)
     # As gpt2-base, for the Llama shape (llama_1b_bf16_base), after llama.
     dsc_variant llama_base "$B/llama_1b_bf16_base" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32

@@ -263,10 +263,18 @@ std::string buildBackward(const GraphPtr &g, const Request &r,
   TensorPtr dO = tensor(g, "dO", kDO, r.o(), sm);
   TensorPtr stats = tensor(g, "stats", kStats, r.stats());
   stats->set_data_type(fe::DataType_t::FLOAT);
+  // Deterministic (dQ without atomics, a separate dQ kernel), so that a
+  // step repeats bit for bit; DSC_ATTENTION_NONDETERMINISTIC=1 lets cuDNN
+  // add dQ with atomics (PyTorch's default), a measurement of what the
+  // determinism costs (bench/device_run.sh gpt2-nondet).
+  static const bool deterministic = [] {
+    const char *v = std::getenv("DSC_ATTENTION_NONDETERMINISTIC");
+    return !(v && std::strcmp(v, "1") == 0);
+  }();
   auto opts = fe::graph::SDPA_backward_attributes()
                   .set_name("dsc_attention_backward")
                   .set_attn_scale(float(r.attrs.scale))
-                  .set_deterministic_algorithm(true);
+                  .set_deterministic_algorithm(deterministic);
   applyMasking(opts, r, g);
   auto [dQ, dK, dV] = g->sdpa_backward(q, k, v, o, dO, stats, opts);
   markOutput(dQ, kDQ, r.q(), sm);
