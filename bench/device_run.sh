@@ -25,6 +25,9 @@
 #                ms/step and the changed program's losses against it
 #   llama-base   likewise for the Llama shape (llama_1b_bf16_base), after
 #                llama
+#   gpt2-biasapart
+#                the GPT-2 program with its bias gradients summed apart from
+#                the GEMM (DSC_BIAS_GRAD_APART=1), after gpt2
 #   gpt2-nondet, llama-nondet
 #                the same program with cuDNN's non-deterministic attention
 #                backward (DSC_ATTENTION_NONDETERMINISTIC=1), after gpt2
@@ -186,6 +189,22 @@ for part in "$@"; do
     # changed program's losses are to it.
     dsc_variant gpt2_base "$B/gpt2_124m_bf16_base" 20 gpt2 --init random --data "$W/tok.bin"
     python3 bench/close_losses.py "$W/gpt2_graph.jsonl" "$W/gpt2_base.jsonl" ;;
+  gpt2-biasapart)
+    # GPT-2 with its bias gradients summed by the runtime's column-sum
+    # kernels instead of cuBLASLt's BGRAD epilogue (DSC_BIAS_GRAD_APART=1):
+    # the kernels checked against the CPU that way, then ms/step, losses
+    # against the gpt2 part's and a breakdown. After gpt2.
+    DSC_BIAS_GRAD_APART=1 timeout 100 "$B/dsc-cuda-tests" --gtest_filter='CudaMatmul.BiasGrad*' \
+      >"$W/biasapart_tests.txt" 2>&1
+    echo "rc=$?" >>"$W/biasapart_tests.txt"
+    grep -E "^\[  (PASSED|FAILED) |rc=" "$W/biasapart_tests.txt"
+    DSC_BIAS_GRAD_APART=1 dsc_variant gpt2_biasapart "$B/gpt2_124m_bf16" 20 gpt2 --init random --data "$W/tok.bin"
+    python3 bench/close_losses.py "$W/gpt2_graph.jsonl" "$W/gpt2_biasapart.jsonl"
+    [ "${BREAKDOWN:-1}" = 0 ] && continue
+    DSC_BIAS_GRAD_APART=1 timeout 120 python3 bench/kernel_breakdown.py --top 12 \
+      --out "$W/gpt2_biasapart_kernels.json" -- "$B/gpt2_124m_bf16" --init random \
+      --data "$W/tok.bin" --steps 1 --quiet >"$W/gpt2_biasapart_kernels.txt" 2>&1
+    head -27 "$W/gpt2_biasapart_kernels.txt" ;;
   gpt2-nondet | llama-nondet)
     # The same program with cuDNN's non-deterministic attention backward
     # (DSC_ATTENTION_NONDETERMINISTIC=1, dQ by atomics as PyTorch's

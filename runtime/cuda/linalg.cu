@@ -36,6 +36,8 @@
 #include "cuda/kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
@@ -747,6 +749,110 @@ Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
   return ran ? Status() : noAlgorithm(call, p);
 }
 
+namespace {
+
+/// Column sums of a 16-bit [rows, cols] matrix into f32 [cols] (a bias
+/// gradient): a thread takes 8 adjacent columns (one 16-byte load a row)
+/// over its share of a chunk of kColRows rows, summing in f32; the block's
+/// kColGroups row groups are added in order through shared memory and each
+/// chunk's sums stored as double; columnChunkSumKernel adds the chunks in
+/// order. Fixed by the shape: the same bits on every run.
+constexpr int kColGroups = 8, kColRows = 256;
+
+template <bool kBf16> __device__ __forceinline__ float widen16(uint32_t bits) {
+  return kBf16 ? bf16BitsToFloat(uint16_t(bits))
+               : halfBitsToFloat(uint16_t(bits));
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(32 * kColGroups)
+    columnChunkKernel(const uint16_t *__restrict__ x, int64_t rows,
+                      int64_t cols, double *__restrict__ partials) {
+  __shared__ float part[kColGroups][32 * 8];
+  const int lane = threadIdx.x % 32, group = threadIdx.x / 32;
+  const int64_t c0 = (int64_t(blockIdx.x) * 32 + lane) * 8;
+  const int64_t chunk = blockIdx.y;
+  const int64_t r0 = chunk * kColRows, r1 = min(rows, r0 + kColRows);
+  float acc[8] = {};
+  if (c0 < cols)
+    for (int64_t r = r0 + group; r < r1; r += kColGroups) {
+      uint4 w = __ldcs(reinterpret_cast<const uint4 *>(x + r * cols + c0));
+      const uint32_t h[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        acc[2 * k] += widen16<kBf16>(h[k] & 0xffffu);
+        acc[2 * k + 1] += widen16<kBf16>(h[k] >> 16);
+      }
+    }
+#pragma unroll
+  for (int u = 0; u < 8; ++u)
+    part[group][lane * 8 + u] = acc[u];
+  __syncthreads();
+  // Thread t sums column t of the block's 256 over the groups, in order.
+  int64_t c = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (c < cols) {
+    float sum = part[0][threadIdx.x];
+#pragma unroll
+    for (int g = 1; g < kColGroups; ++g)
+      sum += part[g][threadIdx.x];
+    partials[chunk * cols + c] = double(sum);
+  }
+}
+
+__global__ void columnChunkSumKernel(const double *__restrict__ partials,
+                                     int64_t cols, int64_t chunks,
+                                     float *__restrict__ out) {
+  DSC_GRID_STRIDE(c, cols) {
+    double s = 0;
+    for (int64_t k = 0; k < chunks; ++k)
+      s += partials[k * cols + c];
+    out[c] = float(s);
+  }
+}
+
+/// Whether a 16-bit bias gradient takes columnSums16 instead of cuBLASLt's
+/// BGRAD epilogue (DSC_BIAS_GRAD_APART=1: a measurement, device_run.sh).
+bool biasGradApart() {
+  static const bool on = [] {
+    const char *v = std::getenv("DSC_BIAS_GRAD_APART");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+/// out[c] = sum over rows of x[r, c] (16-bit x, f32 out), or false in
+/// *done when x is not a 16-bit matrix with 8 | cols and 16-byte rows.
+Status columnSums16(const Tensor &x, const Tensor &out, bool *done) {
+  *done = false;
+  if ((x.dtype != DType::BF16 && x.dtype != DType::F16) || x.rank != 2 ||
+      out.dtype != DType::F32 || x.shape[1] % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(x.data) % 16 != 0)
+    return Status();
+  int64_t rows = x.shape[0], cols = x.shape[1];
+  int64_t chunks = std::max<int64_t>(1, (rows + kColRows - 1) / kColRows);
+  if (chunks > 65535)
+    return Status();
+  void *base = nullptr;
+  if (Status st = scratch(sizeof(double) * chunks * cols, &base,
+                          "bias gradient partials");
+      !st.ok())
+    return st;
+  double *partials = static_cast<double *>(base);
+  dim3 grid(unsigned((cols + 255) / 256), unsigned(chunks));
+  auto kernel = x.dtype == DType::BF16 ? columnChunkKernel<true>
+                                       : columnChunkKernel<false>;
+  kernel<<<grid, 32 * kColGroups, 0, stream()>>>(x.as<const uint16_t>(), rows,
+                                                 cols, partials);
+  DSC_CUDA_LAUNCHED("bias_grad_columns");
+  columnChunkSumKernel<<<blocksFor(cols), kThreads, 0, stream()>>>(
+      partials, cols, chunks, out.as<float>());
+  DSC_CUDA_LAUNCHED("bias_grad_column_sums");
+  *done = true;
+  return Status();
+}
+
+} // namespace
+
 Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
                       const Tensor &out, const Tensor &biasGrad) {
   Call call("matmul_bias_grad");
@@ -765,7 +871,8 @@ Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
   p.wideOut = out.dtype != lhs.dtype;
   p.biasGrad = sumRhs ? Problem::BiasGrad::OfB : Problem::BiasGrad::OfA;
   bool ran = false;
-  if (p.m != 0 && p.n != 0 && p.k != 0 && p.dtype != DType::F64) {
+  if (p.m != 0 && p.n != 0 && p.k != 0 && p.dtype != DType::F64 &&
+      !biasGradApart()) {
     if (Status st = runProduct(p, {{lhs.data, rhs.data, out.data, out.data}},
                                1.0, 0.0, biasGrad.data, &ran);
         !st.ok())
@@ -775,6 +882,10 @@ Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
     return Status();
   // No epilogue for this problem: the product, then the column sums.
   if (Status st = matmulTransposed(lhs, true, rhs, false, out); !st.ok())
+    return st;
+  bool done = false;
+  if (Status st = columnSums16(sumRhs ? rhs : lhs, biasGrad, &done);
+      !st.ok() || done)
     return st;
   const int64_t rows[] = {0};
   return cuda::reduce(ReduceOp::Sum, sumRhs ? rhs : lhs, I64s(rows, 1), false,
