@@ -169,10 +169,11 @@ std::optional<std::string> splatLiteral(Value v) {
 /// 16-byte (8-byte) accesses too, else 4: a float4); the element body is the
 /// scalar kernel's, so the bits are the same. Possible when the count is a
 /// multiple of the width and every input is of the result's shape, a
-/// scalar, or broadcast along leading dims only with an inner size that is
-/// a multiple of the width (a bias); the launcher takes it when every
-/// pointer is aligned for its vector access, and the scalar kernel
-/// otherwise.
+/// scalar, broadcast along leading dims only with an inner size that is a
+/// multiple of the width (a bias), or any other broadcast whose last dim is
+/// whole or 1 over a result whose last dim is a multiple of the width
+/// (addStrided); the launcher takes it when every pointer is aligned for
+/// its vector access, and the scalar kernel otherwise.
 struct VectorKernel {
   int width = 4;
   bool possible = false;

@@ -518,13 +518,19 @@ bool movesWithLayout(Operation *op) {
              MaxOp, MinOp, SwigluOp, WhereOp, RotateHalfOp>(op);
 }
 
+/// `shape` with 1s in front up to `rank` dims, as numpy broadcasting aligns
+/// it.
+SmallVector<int64_t> paddedShape(ArrayRef<int64_t> shape, int64_t rank) {
+  SmallVector<int64_t> padded(rank - shape.size(), 1);
+  padded.append(shape.begin(), shape.end());
+  return padded;
+}
+
 /// The shape `shape` (numpy-aligned to rank `rank`) permuted by `perm`:
 /// dim i of the result is dim perm[i] of the padded shape.
 SmallVector<int64_t> permutedShape(ArrayRef<int64_t> shape, int64_t rank,
                                    ArrayRef<int64_t> perm) {
-  SmallVector<int64_t> padded(rank - shape.size(), 1);
-  padded.append(shape.begin(), shape.end());
-  SmallVector<int64_t> r;
+  SmallVector<int64_t> padded = paddedShape(shape, rank), r;
   for (int64_t d : perm)
     r.push_back(padded[d]);
   return r;
@@ -534,8 +540,7 @@ SmallVector<int64_t> permutedShape(ArrayRef<int64_t> shape, int64_t rank,
 /// i.e. is a reshape.
 bool permuteIsReshape(ArrayRef<int64_t> shape, int64_t rank,
                       ArrayRef<int64_t> perm) {
-  SmallVector<int64_t> padded(rank - shape.size(), 1);
-  padded.append(shape.begin(), shape.end());
+  SmallVector<int64_t> padded = paddedShape(shape, rank);
   int64_t last = -1;
   for (int64_t d : perm) {
     if (padded[d] == 1)
@@ -646,10 +651,8 @@ Value rebuildCone(PatternRewriter &rewriter, Operation *at,
     auto type = cast<RankedTensorType>(b.getType());
     SmallVector<int64_t> shape =
         permutedShape(type.getShape(), rank, cone.perm);
-    if (type.getRank() == rank && ArrayRef<int64_t>(shape) == type.getShape())
-      continue; // read as it is
-    if (type.getRank() < rank && type.getNumElements() == 1)
-      continue; // a scalar broadcasts either way
+    if (shape == paddedShape(type.getShape(), rank))
+      continue; // broadcasts the same either way: read as it is
     auto moved = ReshapeOp::create(rewriter, b.getLoc(), type.clone(shape), b,
                                    rewriter.getDenseI64ArrayAttr(shape));
     map.map(b, moved.getResult());
