@@ -16,7 +16,8 @@
 #                Llama shape, weights left out, written to $OUT/exports/
 #                (the GPU machine has torch; dsc compiles them here)
 #   kernels      dsc-cuda-tests alone (every CUDA kernel and the graph
-#                tests against the CPU), when checks is too long for a call
+#                tests against the CPU), when checks is too long for a call;
+#                KERNELS_FILTER=PATTERN runs only the gtests it matches
 #   gpt2         GPT-2 124M bf16, 16 x 1024: dsc with its CUDA graph and
 #                with --no-cuda-graph, 20 steps each; a per-kernel breakdown
 #                of one step (bench/kernel_breakdown.py)
@@ -111,6 +112,12 @@ LD=$(python3 -c "import glob,site;print(':'.join(glob.glob(site.getsitepackages(
 export LD_LIBRARY_PATH=$LD:${LD_LIBRARY_PATH:-}
 nvidia-smi -L >"$W/gpu.txt" 2>&1
 date -u +%FT%TZ >>"$W/gpu.txt"
+# Clocks, power and throttle reasons every 200 ms through the whole call
+# (smi.csv; bench/smi_summary.py reads it per part): a step that is slower
+# than its kernels' sum may be a card held below its boost clock.
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv,noheader -lms 200 >"$W/smi.csv" 2>/dev/null &
+SMI=$!
 
 tokens() { # FILE VOCAB DTYPE
   python3 -c "import numpy as np;np.random.default_rng(0).integers(0,$2,size=4_000_000,dtype=np.$3).tofile('$1')"
@@ -160,6 +167,7 @@ PY
 
 for part in "$@"; do
   echo "== $part ($(date -u +%T))"
+  echo "$(date -u +%Y/%m/%d\ %T) $part" >>"$W/parts.txt"
   case $part in
   checks)
     OUT=$W/gc timeout ${CHECKS_TIMEOUT:-420} bash scripts/gpu-check.sh run >"$W/checks.txt" 2>&1
@@ -173,7 +181,7 @@ for part in "$@"; do
     echo "rc=$?" >>"$W/exports.txt"
     tail -4 "$W/exports.txt"; ls -la "$O/exports" ;;
   kernels)
-    timeout 200 "$B/dsc-cuda-tests" >"$W/kernels.txt" 2>&1
+    timeout 200 "$B/dsc-cuda-tests" ${KERNELS_FILTER:+--gtest_filter="$KERNELS_FILTER"} >"$W/kernels.txt" 2>&1
     echo "rc=$?" >>"$W/kernels.txt"
     grep -E "^\[  (PASSED|FAILED) |rc=" "$W/kernels.txt" | tail -12 ;;
   gpt2)
@@ -370,6 +378,8 @@ PY
   esac
 done
 rm -f "$W/tok.bin" "$W/tokl.bin" "$W/tok7.bin"
+kill $SMI 2>/dev/null
+python3 bench/smi_summary.py "$W/smi.csv" "$W/parts.txt" 2>&1 | tee "$W/smi_summary.txt"
 mkdir -p "$O"
 tar -czf "$O/results.tgz" -C "$W" --exclude="gc/tmp" . 2>/dev/null
 ls -la "$O"

@@ -36,6 +36,20 @@ namespace {
 /// broadcast) will do; the first that dies there is taken.
 SmallVector<unsigned> overwritableOperands(Operation *op) {
   SmallVector<unsigned> ks;
+  // A scatter_add into init adds each indexed slice to init's, element by
+  // element (reading it first); the others stay as init left them.
+  if (auto scatter = dyn_cast<dsc::ScatterAddOp>(op)) {
+    if (scatter.getInit())
+      ks.push_back(scatter.getInitMutable()[0].getOperandNumber());
+    return ks;
+  }
+  // A norm backward adding the residual's gradient reads each element of
+  // it before it writes the input gradient's (dsc-fuse-norm-residual).
+  if (auto norm = dyn_cast<dsc::LayerNormBackwardOp>(op)) {
+    if (norm.getResidual())
+      ks.push_back(norm.getResidualMutable()[0].getOperandNumber());
+    return ks;
+  }
   if (auto back = dyn_cast<dsc::ClassLossBackwardOp>(op)) {
     if (back.getKind() == "softmax_cross_entropy" && op->getNumResults() == 1)
       ks.push_back(back.getInputMutable().getOperandNumber());

@@ -461,6 +461,32 @@ def DscMixedPrecision : Pass<"dsc-mixed-precision", "mlir::ModuleOp"> {
 }
 
 
+def DscFuseNormResidual : Pass<"dsc-fuse-norm-residual", "mlir::ModuleOp"> {
+  let summary = "Add the residual stream's gradient in the norm backward's "
+                "epilogue";
+  let description = [{
+    In backward, a pre-norm block's residual stream gets two gradients: the
+    one flowing past the block and the norm's input gradient. After
+    dsc-fuse-elementwise they meet in a fused chain `add(r, gx)`, often
+    with a 16-bit cast of the sum for the next GEMM:
+
+    ```mlir
+    %gx, %gs, %gb = dsc.layer_norm_backward %g, %x, %w : ...
+    %s:2 = dsc.fused "elementwise"(%r, %gx) : ... -> (f32, bf16) {
+      add; cast to bf16; yield both }
+    // becomes
+    %gx, %gs, %gb, %c = dsc.layer_norm_backward %g, %x, %w residual %r
+        {copy_type = bf16} : ...
+    ```
+
+    The norm's kernels add the residual and write the 16-bit copy as they
+    write the input gradient, so the input gradient is never written on its
+    own and read back (the same bits: one f32 add, one rounding). Only for
+    a target with generated kernels, on chains that are exactly that add
+    (and its cast) of an f32 norm gradient read by nothing else.
+  }];
+}
+
 def DscFuseElementwise : Pass<"dsc-fuse-elementwise", "mlir::ModuleOp"> {
   let summary = "Group elementwise chains into dsc.fused ops (one kernel each)";
   let description = [{

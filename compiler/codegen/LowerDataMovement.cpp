@@ -2,7 +2,8 @@
 //
 // reduce_*, reshape (when it is not an alias, see EmitCpp.cpp), transpose,
 // expand, slice, concat, split, gather, pad, trilu, cumsum, and the gradient
-// ops scatter_add (rt::gatherBackward) and insert_slice (rt::sliceBackward).
+// ops scatter_add (rt::gatherBackward, or rt::gatherBackwardInto with an
+// init) and insert_slice (rt::sliceBackward).
 //
 //===----------------------------------------------------------------------===//
 
@@ -115,6 +116,11 @@ LowerResult lowerDataMovement(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getResult())});
       })
       .Case([&](ScatterAddOp o) {
+        if (o.getInit())
+          return call("rt::gatherBackwardInto",
+                      {ctx.view(o.getGrad()), ctx.view(o.getIndices()),
+                       cppInt(static_cast<int64_t>(o.getAxis())),
+                       ctx.view(o.getInit()), ctx.view(o.getResult())});
         return call("rt::gatherBackward",
                     {ctx.view(o.getGrad()), ctx.view(o.getIndices()),
                      cppInt(static_cast<int64_t>(o.getAxis())),

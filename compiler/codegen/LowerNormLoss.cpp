@@ -140,19 +140,24 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getResult())});
       })
       .Case([&](LayerNormBackwardOp o) {
-        if (o.getRms())
-          return call("rt::rmsNormBackward",
-                      {ctx.view(o.getInput()), ctx.view(o.getScale()),
-                       cppInt(static_cast<int64_t>(o.getAxis())),
-                       cppDouble(toDouble(o.getEpsilon())),
-                       ctx.view(o.getGrad()), ctx.view(o.getGradInput()),
-                       ctx.view(o.getGradScale())});
-        return call("rt::layerNormBackward",
-                    {ctx.view(o.getInput()), ctx.view(o.getScale()),
-                     cppInt(static_cast<int64_t>(o.getAxis())),
-                     cppDouble(toDouble(o.getEpsilon())), ctx.view(o.getGrad()),
-                     ctx.view(o.getGradInput()), ctx.view(o.getGradScale()),
-                     ctx.view(o.getGradBias())});
+        // dsc-fuse-norm-residual's epilogue, when the op has one.
+        std::vector<std::string> epilogue;
+        if (o.getResidual() || o.getGradInputCopy())
+          epilogue = {optionalView(ctx, o.getResidual()),
+                      optionalView(ctx, o.getGradInputCopy())};
+        std::vector<std::string> args = {
+            ctx.view(o.getInput()),
+            ctx.view(o.getScale()),
+            cppInt(static_cast<int64_t>(o.getAxis())),
+            cppDouble(toDouble(o.getEpsilon())),
+            ctx.view(o.getGrad()),
+            ctx.view(o.getGradInput()),
+            ctx.view(o.getGradScale())};
+        if (!o.getRms())
+          args.push_back(ctx.view(o.getGradBias()));
+        args.insert(args.end(), epilogue.begin(), epilogue.end());
+        return call(
+            o.getRms() ? "rt::rmsNormBackward" : "rt::layerNormBackward", args);
       })
       .Case([&](SoftmaxOp o) {
         return call("rt::softmax", {ctx.view(o.getInput()),

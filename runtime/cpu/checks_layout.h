@@ -91,9 +91,11 @@ struct GatherLayout {
 /// reports one outside [-dim, dim) with gatherIndexError.
 Status checkGather(Call &call, const Tensor &data, const Tensor &indices,
                    int64_t axis, const Tensor &out, GatherLayout &layout);
+/// `init` (gatherBackwardInto): of gradData's dtype and shape.
 Status checkGatherBackward(Call &call, const Tensor &gradOut,
                            const Tensor &indices, int64_t axis,
-                           const Tensor &gradData, GatherLayout &layout);
+                           const Tensor &gradData, GatherLayout &layout,
+                           const Tensor *init = nullptr);
 /// The OutOfRange failure of index `value` at position `at`.
 Status gatherIndexError(const Call &call, int64_t value, int64_t at,
                         int64_t dim);

@@ -106,6 +106,11 @@ Status checkLayerNormBackward(Call &call, const Tensor &input,
                               const Tensor &gradOut, const Tensor &gradIn,
                               const Tensor &gradScale, const Tensor &gradBias,
                               int64_t &rows, int64_t &cols);
+/// The backward's epilogue (both absent: none): an f32 gradIn, an f32
+/// residual and a bf16/f16 copy of gradIn's shape.
+Status checkNormGradEpilogue(Call &call, const Tensor &gradOut,
+                             const Tensor &gradIn, const Tensor &residual,
+                             const Tensor &gradInCopy);
 
 /// Softmaxes (plain or log, by the call's name) see their tensor as
 /// [outer, dim, inner] around the axis.

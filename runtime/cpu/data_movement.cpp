@@ -391,11 +391,18 @@ Status checkGather(Call &call, const Tensor &data, const Tensor &indices,
 
 Status checkGatherBackward(Call &call, const Tensor &gradOut,
                            const Tensor &indices, int64_t axis,
-                           const Tensor &gradData, GatherLayout &layout) {
+                           const Tensor &gradData, GatherLayout &layout,
+                           const Tensor *init) {
   call.arg("grad_out", gradOut)
       .arg("indices", indices)
       .arg("axis", axis)
       .arg("grad_data", gradData);
+  if (init) {
+    call.arg("init", *init);
+    if (init->dtype != gradData.dtype || !sameShape(*init, gradData) ||
+        (init->numel() > 0 && !init->data))
+      return call.fail("init must be a tensor of grad_data's dtype and shape");
+  }
   return gatherLayout(call, gradData, indices, axis, gradOut, layout);
 }
 
@@ -428,34 +435,73 @@ Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
   return Status();
 }
 
-Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
-                      int64_t axis, const Tensor &gradData) {
-  Call call("gather_backward");
+namespace {
+
+/// gradData = (init or zeros) + the scatter-add of gradOut: each indexed
+/// slice summed from zero in index order, then added to init's (an
+/// unindexed slice is init's as it is).
+Status scatterAdd(Call &call, const Tensor &gradOut, const Tensor &indices,
+                  int64_t axis, const Tensor *init, const Tensor &gradData) {
   GatherLayout l;
   if (Status st =
-          checkGatherBackward(call, gradOut, indices, axis, gradData, l);
+          checkGatherBackward(call, gradOut, indices, axis, gradData, l, init);
       !st.ok())
     return st;
   std::vector<int64_t> idx;
   if (Status st = resolveIndices(call, indices, l.dim, idx); !st.ok())
     return st;
-  int64_t outer = l.outer, inner = l.inner;
+  int64_t outer = l.outer, inner = l.inner, dim = l.dim;
+  int64_t m = static_cast<int64_t>(idx.size());
+  // The positions of each index in increasing order (a counting sort).
+  std::vector<int64_t> begin(static_cast<size_t>(dim) + 1, 0), order(m);
+  for (int64_t j = 0; j < m; ++j)
+    ++begin[idx[j] + 1];
+  for (int64_t d = 0; d < dim; ++d)
+    begin[d + 1] += begin[d];
+  std::vector<int64_t> next(begin.begin(), begin.end() - 1);
+  for (int64_t j = 0; j < m; ++j)
+    order[next[idx[j]]++] = j;
   if (!dispatchFloat(gradData.dtype, [&](auto tag) {
         using T = decltype(tag);
         T *gd = gradData.as<T>();
         const T *g = gradOut.as<T>();
-        std::fill(gd, gd + gradData.numel(), T(0));
-        int64_t dim = l.dim, m = idx.size();
+        if (!init)
+          std::fill(gd, gd + gradData.numel(), T(0));
+        else if (init->data != gradData.data)
+          std::memmove(gd, init->data, gradData.nbytes());
+        std::vector<T> sum(static_cast<size_t>(inner));
         for (int64_t o = 0; o < outer; ++o)
-          for (int64_t j = 0; j < m; ++j) {
-            T *dst = gd + (o * dim + idx[j]) * inner;
-            const T *src = g + (o * m + j) * inner;
+          for (int64_t d = 0; d < dim; ++d) {
+            if (begin[d] == begin[d + 1])
+              continue;
+            std::fill(sum.begin(), sum.end(), T(0));
+            for (int64_t k = begin[d]; k < begin[d + 1]; ++k) {
+              const T *src = g + (o * m + order[k]) * inner;
+              for (int64_t i = 0; i < inner; ++i)
+                sum[i] += src[i];
+            }
+            T *dst = gd + (o * dim + d) * inner;
             for (int64_t i = 0; i < inner; ++i)
-              dst[i] += src[i];
+              dst[i] = init ? dst[i] + sum[i] : sum[i];
           }
       }))
     return call.fail("expects f32 or f64", StatusCode::Unimplemented);
   return Status();
+}
+
+} // namespace
+
+Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
+                      int64_t axis, const Tensor &gradData) {
+  Call call("gather_backward");
+  return scatterAdd(call, gradOut, indices, axis, nullptr, gradData);
+}
+
+Status gatherBackwardInto(const Tensor &gradOut, const Tensor &indices,
+                          int64_t axis, const Tensor &init,
+                          const Tensor &gradData) {
+  Call call("gather_backward_into");
+  return scatterAdd(call, gradOut, indices, axis, &init, gradData);
 }
 
 namespace {

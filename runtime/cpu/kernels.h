@@ -252,16 +252,23 @@ Status batchNormBackward(const Tensor &input, const Tensor &scale,
 /// scale and bias (optional) have the shape of dims [axis, rank).
 Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
                  int64_t axis, double epsilon, const Tensor &out);
+/// With `residual` (f32, may be gradIn itself) gradIn is residual + the
+/// input gradient, rounded as that f32 add; with `gradInCopy` (bf16 or
+/// f16) it is also written there, rounded (dsc-fuse-norm-residual).
 Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                          double epsilon, const Tensor &gradOut,
                          const Tensor &gradIn, const Tensor &gradScale,
-                         const Tensor &gradBias);
+                         const Tensor &gradBias,
+                         const Tensor &residual = Tensor(),
+                         const Tensor &gradInCopy = Tensor());
 /// RMSNorm: x / sqrt(mean(x^2) + epsilon) * scale over dims [axis, rank).
 Status rmsNorm(const Tensor &input, const Tensor &scale, int64_t axis,
                double epsilon, const Tensor &out);
 Status rmsNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                        double epsilon, const Tensor &gradOut,
-                       const Tensor &gradIn, const Tensor &gradScale);
+                       const Tensor &gradIn, const Tensor &gradScale,
+                       const Tensor &residual = Tensor(),
+                       const Tensor &gradInCopy = Tensor());
 
 Status softmax(const Tensor &input, int64_t axis, const Tensor &out);
 Status logSoftmax(const Tensor &input, int64_t axis, const Tensor &out);
@@ -398,6 +405,12 @@ Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
 /// Scatter-adds gradOut into zeros in index order (deterministic); float.
 Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
                       int64_t axis, const Tensor &gradData);
+/// gradData = init + gatherBackward(gradOut), rounded as that add: each
+/// indexed slice summed from zero in index order, then added to init's; an
+/// unindexed slice is init's. init may be gradData (in place).
+Status gatherBackwardInto(const Tensor &gradOut, const Tensor &indices,
+                          int64_t axis, const Tensor &init,
+                          const Tensor &gradData);
 /// pads = [begin..., end...]; negative amounts crop.
 Status pad(const Tensor &input, I64s pads, double value, const Tensor &out);
 Status padBackward(const Tensor &gradOut, I64s pads, const Tensor &gradIn);

@@ -412,17 +412,41 @@ Status detail::checkLayerNormBackward(
   return Status();
 }
 
+Status detail::checkNormGradEpilogue(Call &call, const Tensor &gradOut,
+                                     const Tensor &gradIn,
+                                     const Tensor &residual,
+                                     const Tensor &gradInCopy) {
+  if (!residual.present() && !gradInCopy.present())
+    return Status();
+  call.arg("residual", residual).arg("grad_in_copy", gradInCopy);
+  if (!gradIn.present() || gradOut.dtype != DType::F32)
+    return call.fail("a residual or a 16-bit copy needs an f32 grad_in");
+  if (residual.present() &&
+      (residual.dtype != DType::F32 || !sameShape(residual, gradIn)))
+    return call.fail("residual must be f32 of grad_in's shape");
+  if (gradInCopy.present() &&
+      ((gradInCopy.dtype != DType::BF16 && gradInCopy.dtype != DType::F16) ||
+       !sameShape(gradInCopy, gradIn)))
+    return call.fail("grad_in_copy must be bf16 or f16 of grad_in's shape");
+  return Status();
+}
+
 namespace {
 
 Status normBackward(const char *name, const Tensor &input, const Tensor &scale,
                     int64_t axis, double epsilon, bool rms,
                     const Tensor &gradOut, const Tensor &gradIn,
-                    const Tensor &gradScale, const Tensor &gradBias) {
+                    const Tensor &gradScale, const Tensor &gradBias,
+                    const Tensor &residual, const Tensor &gradInCopy) {
   Call call(name);
   int64_t rows, cols;
   if (Status st =
           checkLayerNormBackward(call, input, scale, axis, gradOut, gradIn,
                                  gradScale, gradBias, rows, cols);
+      !st.ok())
+    return st;
+  if (Status st =
+          checkNormGradEpilogue(call, gradOut, gradIn, residual, gradInCopy);
       !st.ok())
     return st;
   dispatchFloat(input.dtype, [&](auto tag) {
@@ -447,8 +471,21 @@ Status normBackward(const char *name, const Tensor &input, const Tensor &scale,
       T *gx = gradIn.as<T>() + r * cols, d = static_cast<T>(cols);
       if (rms)
         sumGW = T(0);
-      for (int64_t j = 0; j < cols; ++j)
-        gx[j] = inv / d * (d * g[j] * w[j] - sumGW - xhat[j] * sumGWX);
+      // The epilogue (f32 only, checked): the residual's gradient added,
+      // each element read before it is written (gradIn may be residual),
+      // and the sum's 16-bit copy.
+      const T *res = residual.present() ? residual.as<T>() + r * cols : nullptr;
+      for (int64_t j = 0; j < cols; ++j) {
+        T v = inv / d * (d * g[j] * w[j] - sumGW - xhat[j] * sumGWX);
+        gx[j] = res ? res[j] + v : v;
+      }
+      if (gradInCopy.present()) {
+        uint16_t *c = gradInCopy.as<uint16_t>() + r * cols;
+        bool bf16 = gradInCopy.dtype == DType::BF16;
+        for (int64_t j = 0; j < cols; ++j)
+          c[j] =
+              bf16 ? floatToBfloat16(float(gx[j])) : floatToHalf(float(gx[j]));
+      }
     }
     if (gradScale.present())
       std::copy(gs.begin(), gs.end(), gradScale.as<T>());
@@ -463,16 +500,20 @@ Status normBackward(const char *name, const Tensor &input, const Tensor &scale,
 Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                          double epsilon, const Tensor &gradOut,
                          const Tensor &gradIn, const Tensor &gradScale,
-                         const Tensor &gradBias) {
+                         const Tensor &gradBias, const Tensor &residual,
+                         const Tensor &gradInCopy) {
   return normBackward("layer_norm_backward", input, scale, axis, epsilon,
-                      /*rms=*/false, gradOut, gradIn, gradScale, gradBias);
+                      /*rms=*/false, gradOut, gradIn, gradScale, gradBias,
+                      residual, gradInCopy);
 }
 
 Status rmsNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                        double epsilon, const Tensor &gradOut,
-                       const Tensor &gradIn, const Tensor &gradScale) {
+                       const Tensor &gradIn, const Tensor &gradScale,
+                       const Tensor &residual, const Tensor &gradInCopy) {
   return normBackward("rms_norm_backward", input, scale, axis, epsilon,
-                      /*rms=*/true, gradOut, gradIn, gradScale, Tensor());
+                      /*rms=*/true, gradOut, gradIn, gradScale, Tensor(),
+                      residual, gradInCopy);
 }
 
 //===----------------------------------------------------------------------===//

@@ -620,7 +620,9 @@ template <typename T, int V> struct alignas(sizeof(T) * V) Vec { T v[V]; };
 /// gradData[o, d, c] = sum over the run of d, in position order, of
 /// gradOut[o, position, c]; zero where d has no index. Rows of `inner`
 /// vectors of V elements, each element summed on its own (the CPU's order).
-template <typename T, int V>
+/// kInto: the sum is added to gradData's element (which holds init's), and
+/// a row without index is left as it is.
+template <typename T, int V, bool kInto>
 __global__ void scatterAddKernel(const Vec<T, V> *__restrict__ gradOut,
                                  const uint32_t *__restrict__ positions,
                                  const uint32_t *__restrict__ begin,
@@ -631,6 +633,8 @@ __global__ void scatterAddKernel(const Vec<T, V> *__restrict__ gradOut,
   DSC_ROWS(r, outer * dim) {
     int64_t o = r / dim, d = r - o * dim;
     uint32_t first = begin[d], last = end[d];
+    if (kInto && first == last)
+      continue;
     const Vec<T, V> *src = gradOut + o * m * inner;
     Vec<T, V> *dst = gradData + r * inner;
     DSC_COLS(c, inner) {
@@ -644,35 +648,53 @@ __global__ void scatterAddKernel(const Vec<T, V> *__restrict__ gradOut,
         for (int u = 0; u < V; ++u)
           acc.v[u] += x.v[u];
       }
+      if (kInto) {
+        Vec<T, V> y = dst[c];
+#pragma unroll
+        for (int u = 0; u < V; ++u)
+          acc.v[u] = y.v[u] + acc.v[u];
+      }
       dst[c] = acc;
     }
   }
 }
 
-template <typename T, int V>
+template <typename T, int V, bool kInto>
 Status launchScatterAddAs(const Tensor &gradOut, const uint32_t *positions,
                           const uint32_t *begin, const uint32_t *end,
                           const Tensor &gradData, int64_t outer, int64_t m,
                           int64_t dim, int64_t inner) {
   RowsCols rc = rowsCols(outer * dim, inner / V);
-  scatterAddKernel<T, V><<<rc.grid, rc.block, 0, stream()>>>(
+  scatterAddKernel<T, V, kInto><<<rc.grid, rc.block, 0, stream()>>>(
       gradOut.as<const Vec<T, V>>(), positions, begin, end,
       gradData.as<Vec<T, V>>(), outer, m, dim, inner / V);
   DSC_CUDA_LAUNCHED("gather_backward");
   return Status();
 }
 
-template <typename T>
+template <typename T, bool kInto>
 Status launchScatterAdd(const Tensor &gradOut, const uint32_t *positions,
                         const uint32_t *begin, const uint32_t *end,
                         const Tensor &gradData, int64_t outer, int64_t m,
                         int64_t dim, int64_t inner) {
   constexpr int V = 16 / sizeof(T);
   if (inner % V == 0 && aligned(gradOut.data, 16) && aligned(gradData.data, 16))
-    return launchScatterAddAs<T, V>(gradOut, positions, begin, end, gradData,
-                                    outer, m, dim, inner);
-  return launchScatterAddAs<T, 1>(gradOut, positions, begin, end, gradData,
-                                  outer, m, dim, inner);
+    return launchScatterAddAs<T, V, kInto>(gradOut, positions, begin, end,
+                                           gradData, outer, m, dim, inner);
+  return launchScatterAddAs<T, 1, kInto>(gradOut, positions, begin, end,
+                                         gradData, outer, m, dim, inner);
+}
+
+template <bool kInto>
+Status launchScatterAddOf(const Tensor &gradOut, const uint32_t *positions,
+                          const uint32_t *begin, const uint32_t *end,
+                          const Tensor &gradData, int64_t outer, int64_t m,
+                          int64_t dim, int64_t inner) {
+  if (gradData.dtype == DType::F32)
+    return launchScatterAdd<float, kInto>(gradOut, positions, begin, end,
+                                          gradData, outer, m, dim, inner);
+  return launchScatterAdd<double, kInto>(gradOut, positions, begin, end,
+                                         gradData, outer, m, dim, inner);
 }
 
 size_t alignUp(size_t n) { return (n + 255) & ~size_t(255); }
@@ -911,12 +933,16 @@ Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
   }
 }
 
-Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
-                      int64_t axis, const Tensor &gradData) {
-  Call call("gather_backward");
+namespace {
+
+/// gradData = (init or zeros) + the scatter-add of gradOut (cpu::
+/// gatherBackward and gatherBackwardInto). With init, only the indexed rows
+/// are touched once init is in gradData.
+Status scatterAdd(Call &call, const Tensor &gradOut, const Tensor &indices,
+                  int64_t axis, const Tensor *init, const Tensor &gradData) {
   GatherLayout l;
   if (Status st =
-          checkGatherBackward(call, gradOut, indices, axis, gradData, l);
+          checkGatherBackward(call, gradOut, indices, axis, gradData, l, init);
       !st.ok())
     return st;
   int64_t outer = l.outer, dim = l.dim, inner = l.inner;
@@ -969,9 +995,13 @@ Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
     return call.fail("expects f32 or f64", StatusCode::Unimplemented);
   if (gradData.numel() == 0)
     return Status();
+  if (init && init->data != gradData.data)
+    DSC_CUDA_CHECK(cudaMemcpyAsync(gradData.data, init->data, gradData.nbytes(),
+                                   cudaMemcpyDeviceToDevice, stream()));
   if (m == 0) {
-    DSC_CUDA_CHECK(
-        cudaMemsetAsync(gradData.data, 0, gradData.nbytes(), stream()));
+    if (!init)
+      DSC_CUDA_CHECK(
+          cudaMemsetAsync(gradData.data, 0, gradData.nbytes(), stream()));
     return Status();
   }
   DSC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
@@ -982,11 +1012,26 @@ Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
   runBoundsKernel<<<blocksFor(m), kThreads, 0, stream()>>>(sortedKeys, m, begin,
                                                            end);
   DSC_CUDA_LAUNCHED("gather_backward_runs");
-  if (gradData.dtype == DType::F32)
-    return launchScatterAdd<float>(gradOut, sortedPositions, begin, end,
+  if (init)
+    return launchScatterAddOf<true>(gradOut, sortedPositions, begin, end,
+                                    gradData, outer, m, dim, inner);
+  return launchScatterAddOf<false>(gradOut, sortedPositions, begin, end,
                                    gradData, outer, m, dim, inner);
-  return launchScatterAdd<double>(gradOut, sortedPositions, begin, end,
-                                  gradData, outer, m, dim, inner);
+}
+
+} // namespace
+
+Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
+                      int64_t axis, const Tensor &gradData) {
+  Call call("gather_backward");
+  return scatterAdd(call, gradOut, indices, axis, nullptr, gradData);
+}
+
+Status gatherBackwardInto(const Tensor &gradOut, const Tensor &indices,
+                          int64_t axis, const Tensor &init,
+                          const Tensor &gradData) {
+  Call call("gather_backward_into");
+  return scatterAdd(call, gradOut, indices, axis, &init, gradData);
 }
 
 Status pad(const Tensor &input, I64s pads, double value, const Tensor &out) {

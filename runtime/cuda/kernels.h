@@ -85,6 +85,9 @@ Status gather(const Tensor &data, const Tensor &indices, int64_t axis,
               const Tensor &out);
 Status gatherBackward(const Tensor &gradOut, const Tensor &indices,
                       int64_t axis, const Tensor &gradData);
+Status gatherBackwardInto(const Tensor &gradOut, const Tensor &indices,
+                          int64_t axis, const Tensor &init,
+                          const Tensor &gradData);
 Status pad(const Tensor &input, I64s pads, double value, const Tensor &out);
 Status reduce(ReduceOp op, const Tensor &input, I64s axes, bool keepdims,
               const Tensor &out);
@@ -183,16 +186,23 @@ Status batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
                  const Tensor &out);
 Status layerNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
                  int64_t axis, double epsilon, const Tensor &out);
+/// With `residual` (f32, may be gradIn itself) gradIn is residual + the
+/// input gradient, rounded as that f32 add; with `gradInCopy` (bf16 or
+/// f16) it is also written there, rounded (dsc-fuse-norm-residual).
 Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                          double epsilon, const Tensor &gradOut,
                          const Tensor &gradIn, const Tensor &gradScale,
-                         const Tensor &gradBias);
+                         const Tensor &gradBias,
+                         const Tensor &residual = Tensor(),
+                         const Tensor &gradInCopy = Tensor());
 /// RMSNorm: x / sqrt(mean(x^2) + epsilon) * scale over dims [axis, rank).
 Status rmsNorm(const Tensor &input, const Tensor &scale, int64_t axis,
                double epsilon, const Tensor &out);
 Status rmsNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                        double epsilon, const Tensor &gradOut,
-                       const Tensor &gradIn, const Tensor &gradScale);
+                       const Tensor &gradIn, const Tensor &gradScale,
+                       const Tensor &residual = Tensor(),
+                       const Tensor &gradInCopy = Tensor());
 Status softmax(const Tensor &input, int64_t axis, const Tensor &out);
 Status logSoftmax(const Tensor &input, int64_t axis, const Tensor &out);
 /// From the forward result y: gradIn = y * (g - sum(g * y)).

@@ -894,13 +894,58 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+/// dsc-fuse-norm-residual's epilogue of the input gradient (f32 math
+/// only, which the calls check): the residual stream's gradient added to it
+/// (read before the element is written: `residual` may be gx itself) and
+/// the sum's 16-bit copy, each at the same offsets as gx. Absent: nulls.
+struct GradEpilogue {
+  const float *residual = nullptr;
+  uint16_t *copy = nullptr;
+  bool copyBf16 = true;
+
+  /// The epilogue of the row starting at element `offset`.
+  __host__ __device__ GradEpilogue at(int64_t offset) const {
+    return {residual ? residual + offset : nullptr,
+            copy ? copy + offset : nullptr, copyBf16};
+  }
+};
+
+/// gx[j] (one element, T = float when the epilogue is there).
+template <typename T>
+__device__ inline void storeGrad(T *gx, int64_t j, T v, const GradEpilogue &e) {
+  if (e.residual)
+    v = T(e.residual[j]) + v;
+  gx[j] = v;
+  if (e.copy)
+    e.copy[j] =
+        e.copyBf16 ? floatToBf16Bits(float(v)) : floatToHalfBits(float(v));
+}
+
+/// gx's chunk at j0 (16-byte aligned), as storeGrad.
+__device__ inline void storeGradChunk(float *gx, int64_t j0, float (&v)[kChunk],
+                                      const GradEpilogue &e) {
+  if (e.residual) {
+    float r[kChunk];
+    loadFullChunk<true>(e.residual + j0, r);
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u)
+      v[u] = r[u] + v[u];
+  }
+  storeNarrowChunk(gx + j0, v);
+  if (e.copy && e.copyBf16)
+    storeNarrowChunk(reinterpret_cast<Bf16S *>(e.copy) + j0, v);
+  else if (e.copy)
+    storeNarrowChunk(reinterpret_cast<F16S *>(e.copy) + j0, v);
+}
+
 /// gradIn (if any) per row, and each row's statistics for the column sums.
 template <typename T, int kMode, typename XS = T>
 __global__ void __launch_bounds__(512)
     layerNormBackwardKernel(const XS *__restrict__ x, const T *__restrict__ w,
-                            const T *__restrict__ g, T *__restrict__ gx,
-                            int64_t rows, int64_t cols, T eps, bool rms,
-                            T *__restrict__ rowMean, T *__restrict__ rowInv) {
+                            const T *__restrict__ g, T *gx, int64_t rows,
+                            int64_t cols, T eps, bool rms,
+                            T *__restrict__ rowMean, T *__restrict__ rowInv,
+                            GradEpilogue e) {
   LineGroup<kMode> grp;
   for (int64_t r = grp.first; r < rows; r += grp.step) {
     const XS *xr = x + r * cols;
@@ -922,9 +967,11 @@ __global__ void __launch_bounds__(512)
       sumGWX = T(groupSum<kMode>(swx));
     T d = static_cast<T>(cols);
     T *gxr = gx + r * cols;
+    GradEpilogue er = e.at(r * cols);
     for (int64_t j = grp.lane; j < cols; j += grp.size) {
       T xhat = (T(widen(xr[j])) - mean) * inv;
-      gxr[j] = inv / d * (d * gr[j] * w[j] - sumGW - xhat * sumGWX);
+      storeGrad(gxr, j, inv / d * (d * gr[j] * w[j] - sumGW - xhat * sumGWX),
+                er);
     }
   }
 }
@@ -1128,10 +1175,10 @@ __global__ void __launch_bounds__(512)
 template <int kMode, int kN, typename XS>
 __device__ inline int
 heldRowBackward(const XS *__restrict__ xr, const float *__restrict__ w,
-                const float *__restrict__ gr, float *__restrict__ gxr,
-                int64_t cols, float eps, bool rms, int lane, int size,
-                float (&v)[kN][kChunk], float (&gv)[kN][kChunk], float &mean,
-                float &inv) {
+                const float *__restrict__ gr, float *gxr,
+                const GradEpilogue &er, int64_t cols, float eps, bool rms,
+                int lane, int size, float (&v)[kN][kChunk],
+                float (&gv)[kN][kChunk], float &mean, float &inv) {
   const int64_t chunks = cols / kChunk;
   int held = loadRowChunks<kN>(xr, chunks, lane, size, v);
   heldRowStats<kMode>(v, held, cols, eps, rms, mean, inv);
@@ -1168,7 +1215,7 @@ heldRowBackward(const XS *__restrict__ xr, const float *__restrict__ w,
 #pragma unroll
     for (int u = 0; u < kChunk; ++u)
       out[u] = inv / d * (d * (gv[k][u] * wv[u]) - sumGW - v[k][u] * sumGWX);
-    storeNarrowChunk(gxr + j0, out);
+    storeGradChunk(gxr, j0, out, er);
   }
   return held;
 }
@@ -1179,17 +1226,16 @@ template <typename XS>
 __global__ void __launch_bounds__(512)
     layerNormBackwardHeldKernel(const XS *__restrict__ x,
                                 const float *__restrict__ w,
-                                const float *__restrict__ g,
-                                float *__restrict__ gx, int64_t rows,
-                                int64_t cols, float eps, bool rms,
+                                const float *__restrict__ g, float *gx,
+                                int64_t rows, int64_t cols, float eps, bool rms,
                                 float *__restrict__ rowMean,
-                                float *__restrict__ rowInv) {
+                                float *__restrict__ rowInv, GradEpilogue e) {
   LineGroup<kBlockLine> grp;
   for (int64_t r = grp.first; r < rows; r += grp.step) {
     float v[kRowChunks][kChunk], gv[kRowChunks][kChunk], mean, inv;
     heldRowBackward<kBlockLine, kRowChunks>(
-        x + r * cols, w, g + r * cols, gx ? gx + r * cols : nullptr, cols, eps,
-        rms, grp.lane, grp.size, v, gv, mean, inv);
+        x + r * cols, w, g + r * cols, gx ? gx + r * cols : nullptr,
+        e.at(r * cols), cols, eps, rms, grp.lane, grp.size, v, gv, mean, inv);
     if (rowMean && grp.lane == 0)
       rowMean[r] = mean, rowInv[r] = inv;
   }
@@ -1205,11 +1251,10 @@ template <int kN, typename XS>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     layerNormBackwardWarpKernel(const XS *__restrict__ x,
                                 const float *__restrict__ w,
-                                const float *__restrict__ g,
-                                float *__restrict__ gx, int64_t rows,
-                                int64_t cols, float eps, bool rms,
+                                const float *__restrict__ g, float *gx,
+                                int64_t rows, int64_t cols, float eps, bool rms,
                                 int64_t rowChunks,
-                                double *__restrict__ partials) {
+                                double *__restrict__ partials, GradEpilogue e) {
   constexpr int kCols = kN * 32 * kChunk;
   __shared__ __align__(16) float acc[kWarpsPerBlock][2][kCols];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -1229,8 +1274,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     for (int64_t r = r0; r < r1; ++r) {
       float v[kN][kChunk], gv[kN][kChunk], mean, inv;
       int held = heldRowBackward<kWarpLine, kN>(
-          x + r * cols, w, g + r * cols, gx ? gx + r * cols : nullptr, cols,
-          eps, rms, lane, 32, v, gv, mean, inv);
+          x + r * cols, w, g + r * cols, gx ? gx + r * cols : nullptr,
+          e.at(r * cols), cols, eps, rms, lane, 32, v, gv, mean, inv);
       if (!partials)
         continue;
 #pragma unroll
@@ -1324,7 +1369,7 @@ Status layerNormBackwardWarp(const XS *x, const Tensor &scale, double epsilon,
                              bool rms, const Tensor &gradOut,
                              const Tensor &gradIn, const Tensor &gradScale,
                              const Tensor &gradBias, int64_t rows, int64_t cols,
-                             int warpChunks) {
+                             int warpChunks, const GradEpilogue &e) {
   bool columns = gradScale.present() || gradBias.present();
   constexpr int64_t kChunkRows = kWarpRows * kWarpsPerBlock;
   int64_t rowChunks =
@@ -1342,7 +1387,7 @@ Status layerNormBackwardWarp(const XS *x, const Tensor &scale, double epsilon,
     layerNormBackwardWarpKernel<decltype(n)::value, XS>
         <<<gridFor(rowChunks), 32 * kWarpsPerBlock, 0, stream()>>>(
             x, scale.as<float>(), gradOut.as<float>(), gradIn.as<float>(), rows,
-            cols, float(epsilon), rms, rowChunks, partials);
+            cols, float(epsilon), rms, rowChunks, partials, e);
   });
   DSC_CUDA_LAUNCHED("layer_norm_backward");
   if (!columns)
@@ -1355,19 +1400,20 @@ template <typename T, typename XS = T>
 Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
                              double epsilon, bool rms, const Tensor &gradOut,
                              const Tensor &gradIn, const Tensor &gradScale,
-                             const Tensor &gradBias, int64_t rows,
-                             int64_t cols) {
+                             const Tensor &gradBias, int64_t rows, int64_t cols,
+                             const GradEpilogue &e) {
   bool columns = gradScale.present() || gradBias.present();
   if (cols == 0 || (!columns && (rows == 0 || !gradIn.present())))
     return Status();
   const XS *x = static_cast<const XS *>(input.data);
   HeldRows h;
   if constexpr (std::is_same_v<T, float>) {
-    h = pickHeldRows(cols, {input.data, scale.data, gradOut.data, gradIn.data});
+    h = pickHeldRows(cols, {input.data, scale.data, gradOut.data, gradIn.data,
+                            e.residual, e.copy});
     if (h.warpChunks && rows > 0)
       return layerNormBackwardWarp(x, scale, epsilon, rms, gradOut, gradIn,
                                    gradScale, gradBias, rows, cols,
-                                   h.warpChunks);
+                                   h.warpChunks, e);
   }
   // Fixed by the shape alone: about 32 rows per chunk, at most 1024 chunks.
   int64_t chunks = std::clamp<int64_t>((rows + 31) / 32, 1, 1024);
@@ -1392,19 +1438,19 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
         layerNormBackwardHeldKernel<XS>
             <<<gridFor(rows), h.threads, 0, stream()>>>(
                 x, scale.as<float>(), gradOut.as<float>(), gradIn.as<float>(),
-                rows, cols, float(epsilon), rms, rowMean, rowInv);
+                rows, cols, float(epsilon), rms, rowMean, rowInv, e);
     }
     if (!h.threads) {
       if (cols <= 1024)
         layerNormBackwardKernel<T, kWarpLine>
             <<<blocksFor(rows, 8), 256, 0, stream()>>>(
                 x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
-                T(epsilon), rms, rowMean, rowInv);
+                T(epsilon), rms, rowMean, rowInv, e);
       else
         layerNormBackwardKernel<T, kBlockLine>
             <<<gridFor(rows), 512, 0, stream()>>>(
                 x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
-                T(epsilon), rms, rowMean, rowInv);
+                T(epsilon), rms, rowMean, rowInv, e);
     }
     DSC_CUDA_LAUNCHED("layer_norm_backward");
   }
@@ -1453,7 +1499,8 @@ Status normForward(const char *name, const Tensor &input, const Tensor &scale,
 Status normBackward(const char *name, const Tensor &input, const Tensor &scale,
                     int64_t axis, double epsilon, bool rms,
                     const Tensor &gradOut, const Tensor &gradIn,
-                    const Tensor &gradScale, const Tensor &gradBias) {
+                    const Tensor &gradScale, const Tensor &gradBias,
+                    const Tensor &residual, const Tensor &gradInCopy) {
   Call call(name);
   int64_t rows, cols;
   // A 16-bit input to an f32 backward (the widening cast folded in):
@@ -1467,20 +1514,27 @@ Status normBackward(const char *name, const Tensor &input, const Tensor &scale,
                                  gradScale, gradBias, rows, cols);
       !st.ok())
     return st;
+  if (Status st =
+          checkNormGradEpilogue(call, gradOut, gradIn, residual, gradInCopy);
+      !st.ok())
+    return st;
+  GradEpilogue e{residual.as<const float>(), gradInCopy.as<uint16_t>(),
+                 gradInCopy.dtype == DType::BF16};
   if (wideIn && input.dtype == DType::BF16)
     return layerNormBackwardImpl<float, Bf16S>(input, scale, epsilon, rms,
                                                gradOut, gradIn, gradScale,
-                                               gradBias, rows, cols);
+                                               gradBias, rows, cols, e);
   if (wideIn)
     return layerNormBackwardImpl<float, F16S>(input, scale, epsilon, rms,
                                               gradOut, gradIn, gradScale,
-                                              gradBias, rows, cols);
+                                              gradBias, rows, cols, e);
   if (input.dtype == DType::F32)
     return layerNormBackwardImpl<float>(input, scale, epsilon, rms, gradOut,
-                                        gradIn, gradScale, gradBias, rows,
-                                        cols);
+                                        gradIn, gradScale, gradBias, rows, cols,
+                                        e);
   return layerNormBackwardImpl<double>(input, scale, epsilon, rms, gradOut,
-                                       gradIn, gradScale, gradBias, rows, cols);
+                                       gradIn, gradScale, gradBias, rows, cols,
+                                       e);
 }
 
 } // namespace
@@ -1500,16 +1554,20 @@ Status rmsNorm(const Tensor &input, const Tensor &scale, int64_t axis,
 Status layerNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                          double epsilon, const Tensor &gradOut,
                          const Tensor &gradIn, const Tensor &gradScale,
-                         const Tensor &gradBias) {
+                         const Tensor &gradBias, const Tensor &residual,
+                         const Tensor &gradInCopy) {
   return normBackward("layer_norm_backward", input, scale, axis, epsilon,
-                      /*rms=*/false, gradOut, gradIn, gradScale, gradBias);
+                      /*rms=*/false, gradOut, gradIn, gradScale, gradBias,
+                      residual, gradInCopy);
 }
 
 Status rmsNormBackward(const Tensor &input, const Tensor &scale, int64_t axis,
                        double epsilon, const Tensor &gradOut,
-                       const Tensor &gradIn, const Tensor &gradScale) {
+                       const Tensor &gradIn, const Tensor &gradScale,
+                       const Tensor &residual, const Tensor &gradInCopy) {
   return normBackward("rms_norm_backward", input, scale, axis, epsilon,
-                      /*rms=*/true, gradOut, gradIn, gradScale, Tensor());
+                      /*rms=*/true, gradOut, gradIn, gradScale, Tensor(),
+                      residual, gradInCopy);
 }
 
 //===----------------------------------------------------------------------===//

@@ -995,6 +995,7 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   if (o.fuse && !o.f64) {
     pm.addPass(createDscFuseGemmEpilogue());
     pm.addPass(createDscFuseElementwise());
+    pm.addPass(createDscFuseNormResidual());
   }
   // Last: they decide on the final order of the step.
   if (o.inPlaceUpdates) {

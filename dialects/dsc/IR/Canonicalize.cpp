@@ -771,6 +771,44 @@ struct FoldCommonScale : OpRewritePattern<SumSquaresOp> {
   }
 };
 
+/// add(x, scatter_add(g, i)) -> scatter_add(g, i) into x, for x of the
+/// result's type (no broadcast) and a scatter_add read by this add alone:
+/// a tied embedding's gradient, whose classifier half is added to the
+/// gather's. The op sums each indexed slice from zero and adds it to x's,
+/// as the add did (the same bits, IEEE addition being commutative), and
+/// touches only the indexed slices: the zeros of the whole [vocab, width]
+/// result and the pass of the add over all of it are gone.
+struct ScatterAddInto : OpRewritePattern<ScatterAddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ScatterAddOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getInit() || !op->hasOneUse())
+      return failure();
+    auto add = dyn_cast<AddOp>(*op->user_begin());
+    if (!add || add.getType() != op.getType() ||
+        add.getLhs().getType() != add.getRhs().getType() ||
+        releasedBetween(op.getGrad(), op, add) ||
+        releasedBetween(op.getIndices(), op, add))
+      return failure();
+    Value other = add.getLhs() == op.getResult() ? add.getRhs() : add.getLhs();
+    if (other == op.getResult())
+      return failure();
+    rewriter.setInsertionPoint(add);
+    auto into = ScatterAddOp::create(rewriter, add.getLoc(), op.getGrad(),
+                                     op.getIndices(), other, op.getAxisAttr(),
+                                     op.getShapeAttr());
+    copyMarkers(add, into);
+    rewriter.replaceOp(add, into.getResult());
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+void ScatterAddOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                               MLIRContext *context) {
+  results.add<ScatterAddInto>(context);
+}
+
 void AttentionOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                               MLIRContext *context) {
   results.add<AttentionReadsTokensFirst, AttentionOperandsTokensFirst>(context);

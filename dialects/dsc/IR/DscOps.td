@@ -823,14 +823,23 @@ def Dsc_LayerNormBackwardOp : Dsc_Op<"layer_norm_backward"> {
     float type of its shape, read as its exact f32 widening (the cast
     dsc-fuse-elementwise folds in); the input's gradient has the gradient's
     type. With `rms`, of the RMSNorm (grad_bias is then zero).
+
+    dsc-fuse-norm-residual's epilogue: with `residual` (the gradient's
+    type), grad_input is residual + the norm's input gradient, rounded as
+    that f32 add (the residual stream's gradient, which the kernel reads and
+    may write over); with `copy_type` (a 16-bit float type), a fourth result
+    holds grad_input cast to it (what the next GEMM reads).
   }];
   let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$input,
-                   Dsc_FloatTensor:$scale, I64Attr:$axis, F64Attr:$epsilon,
-                   UnitAttr:$rms);
+                   Dsc_FloatTensor:$scale, Optional<Dsc_FloatTensor>:$residual,
+                   I64Attr:$axis, F64Attr:$epsilon, UnitAttr:$rms,
+                   OptionalAttr<TypeAttr>:$copy_type);
   let results = (outs Dsc_FloatTensor:$grad_input, Dsc_FloatTensor:$grad_scale,
-                      Dsc_FloatTensor:$grad_bias);
+                      Dsc_FloatTensor:$grad_bias,
+                      Optional<Dsc_FloatTensor>:$grad_input_copy);
   let assemblyFormat = [{
-    $grad `,` $input `,` $scale attr-dict `:` type(operands)
+    $grad `,` $input `,` $scale (`residual` $residual^)? attr-dict `:`
+    type(operands)
   }];
 }
 
@@ -884,14 +893,27 @@ def Dsc_LinearCrossEntropyOp : Dsc_Op<"linear_cross_entropy"> {
 
 def Dsc_ScatterAddOp : Dsc_Op<"scatter_add"> {
   let summary = "gradient of dsc.gather: add slices of grad into zeros of "
-                "`shape` at indices along axis, in index order";
+                "`shape` (or into `init`) at indices along axis, in index "
+                "order";
+  let description = [{
+    Each slice of the result along `axis` is the sum, in index order from
+    zero, of the slices of `grad` whose index names it; with `init`, that
+    sum is then added to `init`'s slice (a slice no index names is
+    `init`'s as it is): `init + scatter_add(grad)`, rounded as that add
+    would be. `into` is what canonicalization makes of a tied embedding's
+    gradient added to another one (the classifier's), so that a kernel
+    touches only the indexed slices of the result rather than writing
+    zeros over all of it and then adding the whole of both.
+  }];
   let arguments = (ins Dsc_FloatTensor:$grad, Dsc_IndexTensor:$indices,
+                   Optional<Dsc_FloatTensor>:$init,
                    I64Attr:$axis, DenseI64ArrayAttr:$shape);
   let results = (outs Dsc_FloatTensor:$result);
   let assemblyFormat = [{
-    $grad `,` $indices attr-dict `:` type($grad) `,` type($indices)
-    `->` type($result)
+    $grad `,` $indices (`into` $init^)? attr-dict `:` type($grad) `,`
+    type($indices) (`,` type($init)^)? `->` type($result)
   }];
+  let hasCanonicalizer = 1;
 }
 
 def Dsc_InsertSliceOp : Dsc_Op<"insert_slice"> {

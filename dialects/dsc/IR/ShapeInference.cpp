@@ -1264,12 +1264,24 @@ LayerNormBackwardOp::inferReturnTypes(MLIRContext *ctx,
   if (failed(completeAttrs<LayerNormBackwardOp>(ctx, loc, a)))
     return failure();
   Value grad = a.getGrad(), input = a.getInput();
-  if (isNarrowedF32(grad.getType(), input.getType())) {
+  if (isNarrowedF32(grad.getType(), input.getType()))
     results.append(
         {grad.getType(), a.getScale().getType(), a.getScale().getType()});
-    return success();
+  else if (failed(inferNormBackward(loc, grad, input, a.getScale(), results)))
+    return failure();
+  // The epilogue: residual + the input gradient, and its 16-bit copy.
+  if (a.getResidual() && a.getResidual().getType() != grad.getType())
+    return fail(loc, "layer_norm_backward: the residual must have the "
+                     "gradient's type");
+  if (auto copy = a.getCopyTypeAttr()) {
+    auto g = rankedType(grad);
+    Type half = copy.getValue();
+    if (!g || !g.getElementType().isF32() || !(half.isBF16() || half.isF16()))
+      return fail(loc, "layer_norm_backward: copy_type must be bf16 or f16, "
+                       "of an f32 gradient");
+    results.push_back(g.clone(half));
   }
-  return inferNormBackward(loc, grad, input, a.getScale(), results);
+  return success();
 }
 
 LogicalResult
@@ -1325,9 +1337,13 @@ LogicalResult ScatterAddOp::inferReturnTypes(MLIRContext *ctx,
                                              std::optional<Location> loc,
                                              Adaptor a,
                                              SmallVectorImpl<Type> &results) {
-  if (failed(completeAttrs<ScatterAddOp>(ctx, loc, a)))
+  if (failed(completeAttrs<ScatterAddOp>(ctx, loc, a)) ||
+      failed(inferShaped(loc, a.getGrad(), a.getShape(), results)))
     return failure();
-  return inferShaped(loc, a.getGrad(), a.getShape(), results);
+  if (a.getInit() && a.getInit().getType() != results.front())
+    return emitOptionalError(loc, "scatter_add: init must be ", results.front(),
+                             ", got ", a.getInit().getType());
+  return success();
 }
 
 LogicalResult InsertSliceOp::inferReturnTypes(MLIRContext *ctx,

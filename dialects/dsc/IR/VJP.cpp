@@ -537,8 +537,9 @@ DSC_VJP(LayerNormOp) {
   if (s.getShape() != x.getShape().drop_front(axis))
     return emitOpError("gradient needs a scale of the normalized shape");
   auto op = LayerNormBackwardOp::create(
-      builder, getLoc(), resultGrads[0], getInput(), getScale(),
-      builder.getI64IntegerAttr(axis), getEpsilonAttr(), getRmsAttr());
+      builder, getLoc(), resultGrads[0], getInput(), getScale(), Value(),
+      builder.getI64IntegerAttr(axis), getEpsilonAttr(), getRmsAttr(),
+      TypeAttr());
   operandGrads.assign({op.getGradInput(), op.getGradScale()});
   if (getBias())
     operandGrads.push_back(op.getGradBias());
@@ -752,7 +753,7 @@ DSC_VJP(GatherOp) {
       (int64_t)getAxis() < 0 ? getAxis() + data.getRank() : getAxis();
   operandGrads.assign(
       {ScatterAddOp::create(builder, getLoc(), resultGrads[0], getIndices(),
-                            builder.getI64IntegerAttr(axis),
+                            Value(), builder.getI64IntegerAttr(axis),
                             builder.getDenseI64ArrayAttr(data.getShape())),
        Value()});
   return success();

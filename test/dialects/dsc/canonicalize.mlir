@@ -408,3 +408,43 @@ func.func @mixed_scales(%a: tensor<4xf32>, %b: tensor<4xf32>, %s: tensor<f32>, %
   %2 = dsc.sum_squares scale %t, (%x) : tensor<f32>, (tensor<4xf32>) -> tensor<f32>
   return %0, %1, %2 : tensor<f32>, tensor<f32>, tensor<f32>
 }
+
+// -----
+
+// A tied embedding's gradient: the classifier's half plus the gather's
+// scatter_add becomes one scatter_add into the classifier's half (either
+// operand order), which touches only the indexed rows.
+// CHECK-LABEL: func.func @tied_embedding
+// CHECK: %[[W:.*]] = dsc.matmul
+// CHECK-NEXT: %[[G:.*]] = dsc.scatter_add %arg1, %arg2 into %[[W]] {axis = 0 : i64, shape = array<i64: 10, 4>} : tensor<2x3x4xf32>, tensor<2x3xi64>, tensor<10x4xf32> -> tensor<10x4xf32>
+// CHECK-NEXT: %[[H:.*]] = dsc.scatter_add %arg1, %arg2 into %[[W]] {axis = 0 : i64
+// CHECK-NOT: dsc.add
+// CHECK: return %[[G]], %[[H]]
+func.func @tied_embedding(%x: tensor<6x10xf32>, %g: tensor<2x3x4xf32>, %i: tensor<2x3xi64>, %y: tensor<6x4xf32>)
+    -> (tensor<10x4xf32>, tensor<10x4xf32>) {
+  %w = dsc.matmul %x, %y {transpose_lhs = true} : tensor<6x10xf32>, tensor<6x4xf32> -> tensor<10x4xf32>
+  %s = dsc.scatter_add %g, %i {axis = 0 : i64, shape = array<i64: 10, 4>} : tensor<2x3x4xf32>, tensor<2x3xi64> -> tensor<10x4xf32>
+  %0 = dsc.add %w, %s : tensor<10x4xf32>, tensor<10x4xf32> -> tensor<10x4xf32>
+  %t = dsc.scatter_add %g, %i {axis = 0 : i64, shape = array<i64: 10, 4>} : tensor<2x3x4xf32>, tensor<2x3xi64> -> tensor<10x4xf32>
+  %1 = dsc.add %t, %w : tensor<10x4xf32>, tensor<10x4xf32> -> tensor<10x4xf32>
+  return %0, %1 : tensor<10x4xf32>, tensor<10x4xf32>
+}
+
+// -----
+
+// Not when the add broadcasts, nor when the scatter_add is read elsewhere
+// (its zeros then stay a value of their own).
+// CHECK-LABEL: func.func @scatter_stays
+// CHECK: %[[S:.*]] = dsc.scatter_add %arg0, %arg1 {axis
+// CHECK: dsc.add %[[S]], %arg2
+// CHECK: %[[T:.*]] = dsc.scatter_add %arg0, %arg1 {axis
+// CHECK: dsc.add %[[T]], %arg3
+// CHECK: return
+func.func @scatter_stays(%g: tensor<2x3x4xf32>, %i: tensor<2x3xi64>, %b: tensor<4xf32>, %w: tensor<10x4xf32>)
+    -> (tensor<10x4xf32>, tensor<10x4xf32>, tensor<10x4xf32>) {
+  %s = dsc.scatter_add %g, %i {axis = 0 : i64, shape = array<i64: 10, 4>} : tensor<2x3x4xf32>, tensor<2x3xi64> -> tensor<10x4xf32>
+  %0 = dsc.add %s, %b : tensor<10x4xf32>, tensor<4xf32> -> tensor<10x4xf32>
+  %t = dsc.scatter_add %g, %i {axis = 0 : i64, shape = array<i64: 10, 4>} : tensor<2x3x4xf32>, tensor<2x3xi64> -> tensor<10x4xf32>
+  %1 = dsc.add %t, %w : tensor<10x4xf32>, tensor<10x4xf32> -> tensor<10x4xf32>
+  return %0, %1, %t : tensor<10x4xf32>, tensor<10x4xf32>, tensor<10x4xf32>
+}

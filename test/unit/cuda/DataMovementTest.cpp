@@ -387,6 +387,19 @@ TEST(CudaDataMovement, GatherBackward) {
           cuda::gatherBackward(gradOut.dev(), idx.dev(), k.axis, g2.dev()));
       std::vector<char> a = g.download(), b = g2.download();
       EXPECT_EQ(a, b);
+      // Into init (a tied embedding's other gradient): into another tensor
+      // and in place, the CPU's bits both ways.
+      DevTensor init = randomTensor(dt, k.data, 22),
+                same = randomTensor(dt, k.data, 22);
+      DevTensor ci = result(dt, k.data), gi = result(dt, k.data);
+      DSC_ASSERT_OK(cpu::gatherBackwardInto(gradOut.host(), idx.host(), k.axis,
+                                            init.host(), ci.host()));
+      DSC_ASSERT_OK(cuda::gatherBackwardInto(gradOut.dev(), idx.dev(), k.axis,
+                                             init.dev(), gi.dev()));
+      DSC_ASSERT_OK(cuda::gatherBackwardInto(gradOut.dev(), idx.dev(), k.axis,
+                                             same.dev(), same.dev()));
+      expectSame(ci, gi, "gather_backward_into " + name(dt));
+      expectSame(ci, same, "gather_backward_into in place " + name(dt));
     }
   // bf16 is not summed: Unimplemented, as on the CPU.
   DevTensor idx(DType::I64, {2});

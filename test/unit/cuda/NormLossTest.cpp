@@ -444,6 +444,118 @@ TEST(CudaNormLoss, LayerNormBackward) {
   }
 }
 
+/// dsc-fuse-norm-residual's epilogue: the backward with a residual (f32)
+/// and a 16-bit copy is, bit for bit, the plain backward followed by the
+/// f32 add of the residual and the cast the step did before (a 16-bit
+/// input, as the step has it), into another buffer or over the residual;
+/// and on the CPU too, the CPU's plain backward, add and cast.
+void checkNormEpilogue(DType half, const Shape &shape, int64_t axis, bool rms,
+                       bool inPlace) {
+  SCOPED_TRACE(shapeName(half, shape) + " axis " + std::to_string(axis) +
+               (rms ? " rms" : "") + (inPlace ? " in place" : ""));
+  Shape params = tail(shape, axis);
+  DevTensor x32 = randomTensor(DType::F32, shape, -2, 3, 81);
+  DevTensor xh(half, shape);
+  DSC_ASSERT_OK(cuda::cast(x32.dev(), xh.dev()));
+  DevTensor scale = randomTensor(DType::F32, params, 0.5, 1.5, 82);
+  DevTensor g = randomTensor(DType::F32, shape, -1, 1, 83);
+  DevTensor r = randomTensor(DType::F32, shape, -1, 1, 84);
+  DevTensor gx(DType::F32, shape), gs(DType::F32, params),
+      gb(DType::F32, params), sum(DType::F32, shape), copy(half, shape);
+  auto backward = [&](const Tensor &gradIn, const Tensor &gradScale,
+                      const Tensor &gradBias, const Tensor &res,
+                      const Tensor &c) {
+    return rms ? cuda::rmsNormBackward(xh.dev(), scale.dev(), axis, 1e-6,
+                                       g.dev(), gradIn, gradScale, res, c)
+               : cuda::layerNormBackward(xh.dev(), scale.dev(), axis, 1e-5,
+                                         g.dev(), gradIn, gradScale, gradBias,
+                                         res, c);
+  };
+  DSC_ASSERT_OK(backward(gx.dev(), gs.dev(), rms ? Tensor() : gb.dev(),
+                         Tensor(), Tensor()));
+  DSC_ASSERT_OK(cuda::binary(BinaryOp::Add, r.dev(), gx.dev(), sum.dev()));
+  DSC_ASSERT_OK(cuda::cast(sum.dev(), copy.dev()));
+
+  DevTensor r2 = randomTensor(DType::F32, shape, -1, 1, 84);
+  DevTensor gx2(DType::F32, shape), gs2(DType::F32, params),
+      gb2(DType::F32, params), copy2(half, shape);
+  const DevTensor &into = inPlace ? r2 : gx2;
+  DSC_ASSERT_OK(backward(into.dev(), gs2.dev(), rms ? Tensor() : gb2.dev(),
+                         r2.dev(), copy2.dev()));
+  EXPECT_EQ(sum.download(), into.download()) << "grad input + residual";
+  EXPECT_EQ(copy.download(), copy2.download()) << "16-bit copy";
+  EXPECT_EQ(gs.download(), gs2.download()) << "grad scale";
+  if (!rms) {
+    EXPECT_EQ(gb.download(), gb2.download()) << "grad bias";
+  }
+  // The residual alone (no copy).
+  DevTensor r3 = randomTensor(DType::F32, shape, -1, 1, 84);
+  DSC_ASSERT_OK(backward(r3.dev(), Tensor(), Tensor(), r3.dev(), Tensor()));
+  EXPECT_EQ(sum.download(), r3.download()) << "residual alone";
+
+  // The CPU, on the f32 widening of the 16-bit input.
+  DevTensor xw(DType::F32, shape);
+  DSC_ASSERT_OK(cuda::cast(xh.dev(), xw.dev()));
+  std::vector<char> wide = xw.download();
+  Tensor xc = xw.host();
+  xc.data = wide.data();
+  std::vector<float> cgx(size_t(xc.numel())), csum(cgx.size()),
+      cres(cgx.size()), cs(size_t(scale.host().numel())), cb(cs.size());
+  std::vector<uint16_t> ccopy(cgx.size()), ccopy2(cgx.size());
+  for (size_t i = 0; i < cres.size(); ++i)
+    cres[i] = float(DevTensor::get(r.host(), int64_t(i)));
+  auto view = [&](void *p, DType t) { return Tensor::of(p, t, shape); };
+  auto cpuBackward = [&](const Tensor &gradIn, const Tensor &res,
+                         const Tensor &c) {
+    Tensor sv = Tensor::of(cs.data(), DType::F32, params),
+           bv = Tensor::of(cb.data(), DType::F32, params);
+    return rms ? cpu::rmsNormBackward(xc, scale.host(), axis, 1e-6, g.host(),
+                                      gradIn, sv, res, c)
+               : cpu::layerNormBackward(xc, scale.host(), axis, 1e-5, g.host(),
+                                        gradIn, sv, bv, res, c);
+  };
+  DSC_ASSERT_OK(cpuBackward(view(cgx.data(), DType::F32), Tensor(), Tensor()));
+  DSC_ASSERT_OK(cpu::binary(BinaryOp::Add, r.host(),
+                            view(cgx.data(), DType::F32),
+                            view(csum.data(), DType::F32)));
+  DSC_ASSERT_OK(
+      cpu::cast(view(csum.data(), DType::F32), view(ccopy.data(), half)));
+  DSC_ASSERT_OK(cpuBackward(view(cres.data(), DType::F32),
+                            view(cres.data(), DType::F32),
+                            view(ccopy2.data(), half)));
+  EXPECT_EQ(csum, cres) << "cpu: grad input + residual";
+  EXPECT_EQ(ccopy, ccopy2) << "cpu: 16-bit copy";
+}
+
+TEST(CudaNormLoss, NormBackwardEpilogue) {
+  DSC_REQUIRE_GPU();
+  for (DType half : {DType::BF16, DType::F16})
+    for (bool rms : {false, true})
+      for (bool inPlace : {false, true}) {
+        checkNormEpilogue(half, {64, 768}, -1, rms, inPlace);  // warp rows
+        checkNormEpilogue(half, {8, 2048}, -1, rms, inPlace);  // block rows
+        checkNormEpilogue(half, {6, 5, 40}, -1, rms, inPlace); // short rows
+        checkNormEpilogue(half, {4, 3, 700}, 1, rms, inPlace); // not held
+      }
+  // Refused: a copy of an f64 gradient, a residual of another shape.
+  DevTensor x = randomTensor(DType::F64, {4, 8}, -1, 1, 85);
+  DevTensor s = randomTensor(DType::F64, {8}, 0.5, 1.5, 86);
+  DevTensor gx(DType::F64, {4, 8}), c(DType::BF16, {4, 8});
+  EXPECT_FALSE(cuda::layerNormBackward(x.dev(), s.dev(), -1, 1e-5, x.dev(),
+                                       gx.dev(), Tensor(), Tensor(), Tensor(),
+                                       c.dev())
+                   .ok());
+  DevTensor xf = randomTensor(DType::F32, {4, 8}, -1, 1, 87);
+  DevTensor sf = randomTensor(DType::F32, {8}, 0.5, 1.5, 88);
+  DevTensor gf(DType::F32, {4, 8}), rf(DType::F32, {4, 4});
+  Status st = cuda::layerNormBackward(xf.dev(), sf.dev(), -1, 1e-5, xf.dev(),
+                                      gf.dev(), Tensor(), Tensor(), rf.dev());
+  Status sc = cpu::layerNormBackward(xf.host(), sf.host(), -1, 1e-5, xf.host(),
+                                     gf.host(), Tensor(), Tensor(), rf.host());
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), sc.message());
+}
+
 /// RMSNorm (dsc.layer_norm {rms}) on the GPU against the CPU: the result,
 /// the input's and the scale's gradients, and the 16-bit result as the
 /// f32 one cast, bit for bit.

@@ -143,6 +143,27 @@ TEST(DataMovement, GatherWithNegativeIndicesAndScatterAdd) {
   EXPECT_EQ(gd[4], 0.0);
 }
 
+// init + scatter_add(g), the bits of that add: each indexed row summed from
+// zero in index order, then added to init's; unindexed rows are init's. Into
+// another tensor and in place (init is the result) alike.
+TEST(DataMovement, ScatterAddInto) {
+  std::mt19937_64 rng(7);
+  Buf<int64_t> idx({2, 3}, DType::I64, {4, 1, 4, -1, 0, 4});
+  D g = randD({2, 3, 5}, rng), init = randD({5, 5}, rng);
+  D scattered = zerosD({5, 5}), out = zerosD({5, 5});
+  DSC_ASSERT_OK(gatherBackward(g.t(), idx.t(), 0, scattered.t()));
+  DSC_ASSERT_OK(gatherBackwardInto(g.t(), idx.t(), 0, init.t(), out.t()));
+  for (int64_t i = 0; i < 25; ++i) {
+    bool indexed = i / 5 != 2 && i / 5 != 3;
+    EXPECT_EQ(out[i], indexed ? init[i] + scattered[i] : init[i]) << i;
+  }
+  D same = init;
+  DSC_ASSERT_OK(gatherBackwardInto(g.t(), idx.t(), 0, same.t(), same.t()));
+  EXPECT_EQ(same.v, out.v);
+  D wrong = zerosD({5, 4});
+  EXPECT_FALSE(gatherBackwardInto(g.t(), idx.t(), 0, wrong.t(), out.t()).ok());
+}
+
 TEST(DataMovement, PadConstantAndCrop) {
   D x = iota({2, 3}), y = zerosD({3, 4});
   // One row before, one column after, and crop nothing else.

@@ -94,6 +94,50 @@ TEST(LayerNorm, BackwardFiniteDifferences) {
   }
 }
 
+// dsc-fuse-norm-residual's epilogue on the CPU: the residual added to the
+// input gradient as one f32 add (in place over the residual or not), and
+// the sum's bf16 copy, as the plain backward, an add and a cast give them.
+TEST(LayerNorm, BackwardEpilogue) {
+  std::mt19937_64 rng(12);
+  auto rand = [&](std::vector<int64_t> shape) {
+    F t(std::move(shape), DType::F32);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (float &v : t.v)
+      v = u(rng);
+    return t;
+  };
+  F x = rand({3, 16}), w = rand({16}), g = rand({3, 16}), r = rand({3, 16});
+  for (bool rms : {false, true}) {
+    F gx({3, 16}, DType::F32), gs({16}, DType::F32), gb({16}, DType::F32);
+    auto back = [&](const Tensor &gi, const Tensor &res, const Tensor &c) {
+      return rms ? rmsNormBackward(x.t(), w.t(), -1, 1e-6, g.t(), gi, gs.t(),
+                                   res, c)
+                 : layerNormBackward(x.t(), w.t(), -1, 1e-5, g.t(), gi, gs.t(),
+                                     gb.t(), res, c);
+    };
+    DSC_ASSERT_OK(back(gx.t(), Tensor(), Tensor()));
+    F sum({3, 16}, DType::F32);
+    Buf<uint16_t> copy({3, 16}, DType::BF16), copy2({3, 16}, DType::BF16);
+    DSC_ASSERT_OK(binary(BinaryOp::Add, r.t(), gx.t(), sum.t()));
+    DSC_ASSERT_OK(cast(sum.t(), copy.t()));
+    F into({3, 16}, DType::F32), over = r;
+    DSC_ASSERT_OK(back(into.t(), r.t(), copy2.t()));
+    EXPECT_EQ(into.v, sum.v);
+    EXPECT_EQ(copy2.v, copy.v);
+    DSC_ASSERT_OK(back(over.t(), over.t(), Tensor()));
+    EXPECT_EQ(over.v, sum.v);
+  }
+  // A copy needs an f32 gradient of 16 bits; a residual of grad_in's shape.
+  F bad({3, 8}, DType::F32), gx({3, 16}, DType::F32);
+  Buf<uint16_t> wrong({3, 16}, DType::I32);
+  EXPECT_FALSE(layerNormBackward(x.t(), w.t(), -1, 1e-5, g.t(), gx.t(),
+                                 Tensor(), Tensor(), bad.t())
+                   .ok());
+  EXPECT_FALSE(layerNormBackward(x.t(), w.t(), -1, 1e-5, g.t(), gx.t(),
+                                 Tensor(), Tensor(), Tensor(), wrong.t())
+                   .ok());
+}
+
 TEST(RmsNorm, ForwardValues) {
   // Rows {3, 4} and {1, 1}: root mean squares sqrt(12.5) and 1.
   D x(std::vector<int64_t>{2, 2}, DType::F64, {3, 4, 1, 1});
