@@ -26,9 +26,9 @@
 #                ms/step and the changed program's losses against it
 #   llama-base   likewise for the Llama shape (llama_1b_bf16_base), after
 #                llama
-#   gpt2-biasapart
-#                the GPT-2 program with its bias gradients summed apart from
-#                the GEMM (DSC_BIAS_GRAD_APART=1), after gpt2
+#   gpt2-bgrad   the GPT-2 program with its bias gradients summed in
+#                cuBLASLt's BGRAD epilogue (DSC_BIAS_GRAD_EPILOGUE=1) rather
+#                than by the runtime's column sums, after gpt2
 #   gpt2-nondet, llama-nondet
 #                the same program with cuDNN's non-deterministic attention
 #                backward (DSC_ATTENTION_NONDETERMINISTIC=1), after gpt2
@@ -51,6 +51,11 @@
 #   llama-rsel, llama-rfull, llama-rew
 #                likewise for the Llama shape (llama_1b_bf16_rsel, _rfull,
 #                _rew)
+#   gpt2-nd, llama-nd
+#                the programs compiled with --nondeterministic-attention
+#                (gpt2_124m_bf16_nd, llama_1b_bf16_nd): ms/step, and their
+#                losses against the deterministic program's (close, not
+#                bitwise)
 #   offload-checks
 #                scripts/gpu-check.sh's offload checks alone (host AdamW
 #                against the GPU's; graph and resume bitwise)
@@ -197,22 +202,23 @@ for part in "$@"; do
     # changed program's losses are to it.
     dsc_variant gpt2_base "$B/gpt2_124m_bf16_base" 20 gpt2 --init random --data "$W/tok.bin"
     python3 bench/close_losses.py "$W/gpt2_graph.jsonl" "$W/gpt2_base.jsonl" ;;
-  gpt2-biasapart)
-    # GPT-2 with its bias gradients summed by the runtime's column-sum
-    # kernels instead of cuBLASLt's BGRAD epilogue (DSC_BIAS_GRAD_APART=1):
-    # the kernels checked against the CPU that way, then ms/step, losses
-    # against the gpt2 part's and a breakdown. After gpt2.
-    DSC_BIAS_GRAD_APART=1 timeout 100 "$B/dsc-cuda-tests" --gtest_filter='CudaMatmul.BiasGrad*' \
-      >"$W/biasapart_tests.txt" 2>&1
-    echo "rc=$?" >>"$W/biasapart_tests.txt"
-    grep -E "^\[  (PASSED|FAILED) |rc=" "$W/biasapart_tests.txt"
-    DSC_BIAS_GRAD_APART=1 dsc_variant gpt2_biasapart "$B/gpt2_124m_bf16" 20 gpt2 --init random --data "$W/tok.bin"
-    python3 bench/close_losses.py "$W/gpt2_graph.jsonl" "$W/gpt2_biasapart.jsonl"
+  gpt2-bgrad)
+    # GPT-2 with its bias gradients summed by cuBLASLt's BGRAD epilogue
+    # (DSC_BIAS_GRAD_EPILOGUE=1) instead of the runtime's column-sum
+    # kernels (the default since call C): the kernels checked against the
+    # CPU that way, then ms/step, losses against the gpt2 part's and a
+    # breakdown. After gpt2.
+    DSC_BIAS_GRAD_EPILOGUE=1 timeout 100 "$B/dsc-cuda-tests" --gtest_filter='CudaMatmul.BiasGrad*' \
+      >"$W/bgrad_tests.txt" 2>&1
+    echo "rc=$?" >>"$W/bgrad_tests.txt"
+    grep -E "^\[  (PASSED|FAILED) |rc=" "$W/bgrad_tests.txt"
+    DSC_BIAS_GRAD_EPILOGUE=1 dsc_variant gpt2_bgrad "$B/gpt2_124m_bf16" 20 gpt2 --init random --data "$W/tok.bin"
+    python3 bench/close_losses.py "$W/gpt2_graph.jsonl" "$W/gpt2_bgrad.jsonl"
     [ "${BREAKDOWN:-1}" = 0 ] && continue
-    DSC_BIAS_GRAD_APART=1 timeout 120 python3 bench/kernel_breakdown.py --top 12 \
-      --out "$W/gpt2_biasapart_kernels.json" -- "$B/gpt2_124m_bf16" --init random \
-      --data "$W/tok.bin" --steps 1 --quiet >"$W/gpt2_biasapart_kernels.txt" 2>&1
-    head -27 "$W/gpt2_biasapart_kernels.txt" ;;
+    DSC_BIAS_GRAD_EPILOGUE=1 timeout 120 python3 bench/kernel_breakdown.py --top 12 \
+      --out "$W/gpt2_bgrad_kernels.json" -- "$B/gpt2_124m_bf16" --init random \
+      --data "$W/tok.bin" --steps 1 --quiet >"$W/gpt2_bgrad_kernels.txt" 2>&1
+    head -27 "$W/gpt2_bgrad_kernels.txt" ;;
   gpt2-nondet | llama-nondet)
     # The same program with cuDNN's non-deterministic attention backward
     # (DSC_ATTENTION_NONDETERMINISTIC=1, dQ by atomics as PyTorch's
@@ -240,6 +246,7 @@ for part in "$@"; do
       [ -x "$prog" ] || continue
       name=$(basename "$prog") m=${name%_*} p=${name##*_} r=$m extra="--units 8"
       [ $m = gpt2 ] && r=gpt2_nodrop
+      r=${r%_nofnr} # a twin compiled with --no-fuse-norm-residual
       case $m in nanogpt | gpt2) extra="--units 4 --factor 2 --peer $ref/$r/grads_autocast_$p.safetensors" ;; esac
       onnx=test/fixtures/models/${r}_opset17.onnx
       if timeout 60 "$prog" --batch $ref/$r/batch.safetensors --init "$onnx" --steps 1 --quiet \
@@ -263,11 +270,11 @@ for part in "$@"; do
       "$B/llama_1b_bf16" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
       >"$W/llama_kernels.txt" 2>&1
     head -$((15 + ${TOP:-15})) "$W/llama_kernels.txt" ;;
-  gpt2-rsel | gpt2-rfull | gpt2-rew)
+  gpt2-rsel | gpt2-rfull | gpt2-rew | gpt2-nd)
     [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
     v=${part#gpt2-}
     dsc_variant gpt2_$v "$B/gpt2_124m_bf16_$v" 20 gpt2 --init random --data "$W/tok.bin" ;;
-  llama-rsel | llama-rfull | llama-rew)
+  llama-rsel | llama-rfull | llama-rew | llama-nd)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     v=${part#llama-}
     dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32

@@ -664,6 +664,11 @@ struct FuseAttentionPass
       ++fused;
     }
     eraseDead(forward);
+    if (nondeterministicBackward)
+      forward.walk([&](dsc::AttentionOp a) {
+        a->setAttr("dsc.nondeterministic_backward",
+                   UnitAttr::get(a.getContext()));
+      });
     if (fused)
       getOperation()->setAttr(
           "dsc.fused_attention",

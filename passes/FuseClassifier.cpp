@@ -11,6 +11,7 @@
 
 #include "dialects/dsc/IR/DscOps.h"
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -26,6 +27,9 @@ namespace dsc {
 using namespace mlir;
 
 namespace {
+
+using dsc::sameOrRecomputed;
+using dsc::storageRoot;
 
 /// The ops of one classifier and its loss, forward and backward.
 struct Classifier {
@@ -45,13 +49,6 @@ struct Classifier {
   }
 };
 
-/// `v` with the reshapes that view it removed.
-Value storageRoot(Value v) {
-  while (auto r = v.getDefiningOp<dsc::ReshapeOp>())
-    v = r.getInput();
-  return v;
-}
-
 /// The reshapes (and reshapes of those) that view `v`.
 void collectViews(Value v, SetVector<Operation *> &out) {
   for (Operation *user : v.getUsers())
@@ -69,31 +66,6 @@ void readersThroughReshapes(Value v, SmallVectorImpl<Operation *> &out) {
     else
       out.push_back(user);
   }
-}
-
-/// Whether `copy` is `v` or dsc-recompute's clone of it (or of a view of
-/// it): the same op on the same (or recomputed) operands, bitwise its value.
-bool sameOrRecomputed(Value v, Value copy, unsigned depth = 0) {
-  v = storageRoot(v);
-  copy = storageRoot(copy);
-  if (v == copy)
-    return true;
-  Operation *a = v.getDefiningOp(), *b = copy.getDefiningOp();
-  if (!a || !b || depth > 64 || !b->hasAttr("dsc.recomputed") ||
-      a->getName() != b->getName() ||
-      a->getNumOperands() != b->getNumOperands() || a->getNumRegions() != 0 ||
-      b->getNumRegions() != 0 || a->getResultTypes() != b->getResultTypes() ||
-      cast<OpResult>(v).getResultNumber() !=
-          cast<OpResult>(copy).getResultNumber())
-    return false;
-  NamedAttrList attrs(b->getAttrDictionary());
-  attrs.erase("dsc.recomputed");
-  if (attrs.getDictionary(a->getContext()) != a->getAttrDictionary())
-    return false;
-  for (auto [x, y] : llvm::zip(a->getOperands(), b->getOperands()))
-    if (x != y && !sameOrRecomputed(x, y, depth + 1))
-      return false;
-  return true;
 }
 
 /// Erases dsc-recompute's clones that nothing reads any more, from `v` up.

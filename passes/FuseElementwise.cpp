@@ -13,6 +13,7 @@
 #include "dialects/dsc/IR/DscOps.h"
 #include "dialects/dsc/IR/Target.h"
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -372,13 +373,23 @@ void foldNormCasts(Block &block) {
 /// backward reads in f32). One launch and a 16-bit copy less, and the
 /// value more exact than before (MatMulOp in DscOps.td). A cast that
 /// dsc-mixed-precision marked for recomputation stays: the product would
-/// then be kept in f32 for backward.
+/// then be kept in f32 for backward. So does a product dsc-recompute cloned
+/// (dsc.recomputed) and its original: the two must stay the same bits, and
+/// one of them may have other readers. Every other product folds as it
+/// does without recomputation, so a recomputing step computes what the
+/// plain step does, bit for bit.
 void foldProductCasts(Block &block) {
-  // With recomputation a product and its clones (dsc.recomputed) must stay
-  // the same bits, and one of them may have other readers: none is folded.
+  SmallVector<Value> clones; // the products dsc-recompute made
   for (Operation &op : block)
-    if (op.hasAttr("dsc.recomputed"))
-      return;
+    if (op.hasAttr("dsc.recomputed") &&
+        isa<dsc::MatMulOp, dsc::MatMulBiasGradOp>(op))
+      clones.push_back(op.getResult(0));
+  auto cloned = [&](Value product) {
+    return product.getDefiningOp()->hasAttr("dsc.recomputed") ||
+           llvm::any_of(clones, [&](Value c) {
+             return dsc::sameOrRecomputed(product, c);
+           });
+  };
   SmallVector<Operation *> dead;
   for (Operation &op : block) {
     auto c = dyn_cast<dsc::CastOp>(&op);
@@ -389,7 +400,8 @@ void foldProductCasts(Block &block) {
     auto product = dyn_cast_or_null<OpResult>(c.getInput());
     if (!product || product.getResultNumber() != 0 ||
         !isa<dsc::MatMulOp, dsc::MatMulBiasGradOp>(product.getOwner()) ||
-        product.getOwner()->getBlock() != &block || !product.hasOneUse())
+        product.getOwner()->getBlock() != &block || !product.hasOneUse() ||
+        cloned(product))
       continue;
     product.setType(c.getType());
     c.getResult().replaceAllUsesWith(product);

@@ -27,6 +27,8 @@ using namespace mlir;
 
 namespace {
 
+using dsc::storageRoot;
+
 /// The operands `op`'s kernels may write its result (its first, for a
 /// fused chain) over, element for element (every element of it read before
 /// it is written, on the CPU and on the GPU). A fused elementwise kernel,
@@ -64,13 +66,6 @@ SmallVector<unsigned> overwritableOperands(Operation *op) {
     if (u.get().getType() == op->getResult(0).getType())
       ks.push_back(u.getOperandNumber());
   return ks;
-}
-
-/// The value whose storage `v` is: through reshapes (views in the plan).
-Value storageRoot(Value v) {
-  while (auto r = v.getDefiningOp<dsc::ReshapeOp>())
-    v = r.getInput();
-  return v;
 }
 
 /// Whether nothing in `op`'s block reads `root`, nor a reshape of it, after

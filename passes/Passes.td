@@ -43,7 +43,10 @@ def DscFuseAttention : Pass<"dsc-fuse-attention", "mlir::ModuleOp"> {
     `causal`/`window` attributes; any other mask stays an operand (summed,
     rank 4, broadcast dims kept). A chain that computes anything else (a
     softmax over another axis, a mask that depends on a parameter) is left
-    as it is. The module gets `dsc.fused_attention = N`.
+    as it is. The module gets `dsc.fused_attention = N`. With
+    `nondeterministic-backward`, each gets the marker
+    `dsc.nondeterministic_backward`, which its gradient (dsc-autodiff) turns
+    into `deterministic = false` on the dsc.attention_backward.
 
     ```mlir
     %s = dsc.matmul %q, %kt : ... -> tensor<4x2x32x32xf32>
@@ -58,7 +61,10 @@ def DscFuseAttention : Pass<"dsc-fuse-attention", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"function", "function", "std::string", /*default=*/"\"forward\"",
-           "The function whose attention is fused">
+           "The function whose attention is fused">,
+    Option<"nondeterministicBackward", "nondeterministic-backward", "bool",
+           /*default=*/"false",
+           "Let the target's attention backward add dQ with atomics">
   ];
 }
 

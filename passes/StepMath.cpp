@@ -182,4 +182,33 @@ int64_t optimizerElements(Operation *op) {
   return n;
 }
 
+Value storageRoot(Value v) {
+  while (auto r = v.getDefiningOp<ReshapeOp>())
+    v = r.getInput();
+  return v;
+}
+
+bool sameOrRecomputed(Value v, Value copy, unsigned depth) {
+  v = storageRoot(v);
+  copy = storageRoot(copy);
+  if (v == copy)
+    return true;
+  Operation *a = v.getDefiningOp(), *b = copy.getDefiningOp();
+  if (!a || !b || depth > 64 || !b->hasAttr("dsc.recomputed") ||
+      a->getName() != b->getName() ||
+      a->getNumOperands() != b->getNumOperands() || a->getNumRegions() != 0 ||
+      b->getNumRegions() != 0 || a->getResultTypes() != b->getResultTypes() ||
+      cast<OpResult>(v).getResultNumber() !=
+          cast<OpResult>(copy).getResultNumber())
+    return false;
+  NamedAttrList attrs(b->getAttrDictionary());
+  attrs.erase("dsc.recomputed");
+  if (attrs.getDictionary(a->getContext()) != a->getAttrDictionary())
+    return false;
+  for (auto [x, y] : llvm::zip(a->getOperands(), b->getOperands()))
+    if (x != y && !sameOrRecomputed(x, y, depth + 1))
+      return false;
+  return true;
+}
+
 } // namespace dsc

@@ -66,6 +66,12 @@ int64_t optimizerElements(mlir::Operation *op);
 /// Erases the dsc ops without effects whose results nothing reads, in
 /// every function of `module` (users first).
 void eraseDeadOps(mlir::ModuleOp module);
+/// `v` with the reshapes that view it removed (the value whose storage it
+/// is, in the memory plan).
+mlir::Value storageRoot(mlir::Value v);
+/// Whether `copy` is `v` or dsc-recompute's clone of it (or of a view of
+/// it): the same op on the same (or recomputed) operands, bitwise its value.
+bool sameOrRecomputed(mlir::Value v, mlir::Value copy, unsigned depth = 0);
 
 } // namespace dsc
 

@@ -84,14 +84,21 @@ std::string attentionAttrs(AttentionLike o, int64_t workspaceLimit = 0) {
           ? "rt::dropoutSeed(ctx.seed, ctx.step, " + rngCall(o.getOperation()) +
                 ", " + cppInt(-1 - static_cast<int64_t>(o.getSeedId())) + ")"
           : "0";
-  bool seqMajor = o.getSeqMajor();
+  bool seqMajor = o.getSeqMajor(), deterministic = true;
+  if (auto back = dyn_cast<AttentionBackwardOp>(o.getOperation()))
+    deterministic = back.getDeterministic();
+  // The trailing fields only where one of them is not its default.
+  std::string tail;
+  if (!deterministic)
+    tail = std::string(", ") + cppBool(seqMajor) + ", false";
+  else if (seqMajor)
+    tail = ", true";
+  if (workspaceLimit > 0 || !tail.empty())
+    tail = ", " + cppInt(workspaceLimit) + tail;
   return "rt::AttentionAttrs{" + cppDouble(toDouble(o.getScale())) + ", " +
          cppBool(o.getCausal()) + ", " +
          cppInt(static_cast<int64_t>(o.getWindow())) + ", " +
-         cppDouble(dropout) + ", " + seed +
-         (workspaceLimit > 0 || seqMajor ? ", " + cppInt(workspaceLimit)
-                                         : std::string()) +
-         (seqMajor ? ", true" : "") + "}";
+         cppDouble(dropout) + ", " + seed + tail + "}";
 }
 
 } // namespace

@@ -334,6 +334,9 @@ struct AttentionAttrs {
   /// q, k, v, out and their gradients are [B, T, H, D] (tokens before
   /// heads) instead of [B, H, T, D]; lse and the mask keep their layout.
   bool seqMajor = false;
+  /// false: the backward may add dQ with atomics (CUDA, cuDNN), run to run
+  /// not bit for bit; the CPU's backward is deterministic either way.
+  bool deterministic = true;
 };
 
 /// out = softmax(scale * q k^T + mask) v per (batch, head), with the

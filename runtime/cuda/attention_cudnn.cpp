@@ -195,11 +195,11 @@ struct Request {
     int64_t scaleBits = 0;
     double scale = attrs.scale;
     std::memcpy(&scaleBits, &scale, sizeof scaleBits);
-    std::vector<int64_t> k = {direction,    int64_t(dtype),    s.batch,
-                              s.heads,      s.kvHeads,         s.queries,
-                              s.keys,       s.headDim,         s.valueDim,
-                              attrs.causal, attrs.window,      scaleBits,
-                              s.hasMask,    int64_t(maskType), attrs.seqMajor};
+    std::vector<int64_t> k = {
+        direction,  int64_t(dtype),    s.batch,        s.heads,
+        s.kvHeads,  s.queries,         s.keys,         s.headDim,
+        s.valueDim, attrs.causal,      attrs.window,   scaleBits,
+        s.hasMask,  int64_t(maskType), attrs.seqMajor, attrs.deterministic};
     if (s.hasMask)
       for (int64_t d : mask.dims())
         k.push_back(d);
@@ -264,17 +264,20 @@ std::string buildBackward(const GraphPtr &g, const Request &r,
   TensorPtr stats = tensor(g, "stats", kStats, r.stats());
   stats->set_data_type(fe::DataType_t::FLOAT);
   // Deterministic (dQ without atomics, a separate dQ kernel), so that a
-  // step repeats bit for bit; DSC_ATTENTION_NONDETERMINISTIC=1 lets cuDNN
-  // add dQ with atomics (PyTorch's default), a measurement of what the
-  // determinism costs (bench/device_run.sh gpt2-nondet).
-  static const bool deterministic = [] {
+  // step repeats bit for bit, unless the program was compiled with
+  // --nondeterministic-attention (attrs.deterministic false: dQ added with
+  // atomics, PyTorch's default). DSC_ATTENTION_NONDETERMINISTIC=1 does the
+  // same to a deterministic program, a measurement (bench/device_run.sh
+  // gpt2-nondet).
+  static const bool forced = [] {
     const char *v = std::getenv("DSC_ATTENTION_NONDETERMINISTIC");
-    return !(v && std::strcmp(v, "1") == 0);
+    return v && std::strcmp(v, "1") == 0;
   }();
-  auto opts = fe::graph::SDPA_backward_attributes()
-                  .set_name("dsc_attention_backward")
-                  .set_attn_scale(float(r.attrs.scale))
-                  .set_deterministic_algorithm(deterministic);
+  auto opts =
+      fe::graph::SDPA_backward_attributes()
+          .set_name("dsc_attention_backward")
+          .set_attn_scale(float(r.attrs.scale))
+          .set_deterministic_algorithm(r.attrs.deterministic && !forced);
   applyMasking(opts, r, g);
   auto [dQ, dK, dV] = g->sdpa_backward(q, k, v, o, dO, stats, opts);
   markOutput(dQ, kDQ, r.q(), sm);

@@ -810,28 +810,39 @@ __global__ void columnChunkSumKernel(const double *__restrict__ partials,
   }
 }
 
-/// Whether a 16-bit bias gradient takes columnSums16 instead of cuBLASLt's
-/// BGRAD epilogue (DSC_BIAS_GRAD_APART=1: a measurement, device_run.sh).
-bool biasGradApart() {
+/// Whether a bias gradient that columnSums16 can sum still takes cuBLASLt's
+/// BGRAD epilogue (DSC_BIAS_GRAD_EPILOGUE=1: a measurement, device_run.sh
+/// gpt2-bgrad). By default it does not: the epilogue's own reduction
+/// kernels took 1.33 ms of GPT-2 124M's step, columnSums16 0.47 ms, and the
+/// step went from 35.76 to 35.35 ms (H100, 2026-12-06, call C in
+/// bench/results/2026-12-07-h100-norm-residual.md).
+bool biasGradEpilogue() {
   static const bool on = [] {
-    const char *v = std::getenv("DSC_BIAS_GRAD_APART");
+    const char *v = std::getenv("DSC_BIAS_GRAD_EPILOGUE");
     return v && std::strcmp(v, "1") == 0;
   }();
   return on;
 }
 
-/// out[c] = sum over rows of x[r, c] (16-bit x, f32 out), or false in
-/// *done when x is not a 16-bit matrix with 8 | cols and 16-byte rows.
-Status columnSums16(const Tensor &x, const Tensor &out, bool *done) {
-  *done = false;
+/// The row chunks columnSums16 sums x's columns in, or 0 when it cannot
+/// take x: a 16-bit matrix with 8 | cols and 16-byte rows, an f32 out.
+int64_t columnSumChunks(const Tensor &x, const Tensor &out) {
   if ((x.dtype != DType::BF16 && x.dtype != DType::F16) || x.rank != 2 ||
       out.dtype != DType::F32 || x.shape[1] % 8 != 0 ||
       reinterpret_cast<uintptr_t>(x.data) % 16 != 0)
+    return 0;
+  int64_t chunks = std::max<int64_t>(1, (x.shape[0] + kColRows - 1) / kColRows);
+  return chunks > 65535 ? 0 : chunks;
+}
+
+/// out[c] = sum over rows of x[r, c] (16-bit x, f32 out), or false in
+/// *done when columnSumChunks cannot take x.
+Status columnSums16(const Tensor &x, const Tensor &out, bool *done) {
+  *done = false;
+  int64_t chunks = columnSumChunks(x, out);
+  if (chunks == 0)
     return Status();
   int64_t rows = x.shape[0], cols = x.shape[1];
-  int64_t chunks = std::max<int64_t>(1, (rows + kColRows - 1) / kColRows);
-  if (chunks > 65535)
-    return Status();
   void *base = nullptr;
   if (Status st = scratch(sizeof(double) * chunks * cols, &base,
                           "bias gradient partials");
@@ -871,8 +882,9 @@ Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
   p.wideOut = out.dtype != lhs.dtype;
   p.biasGrad = sumRhs ? Problem::BiasGrad::OfB : Problem::BiasGrad::OfA;
   bool ran = false;
-  if (p.m != 0 && p.n != 0 && p.k != 0 && p.dtype != DType::F64 &&
-      !biasGradApart()) {
+  bool epilogue =
+      biasGradEpilogue() || columnSumChunks(sumRhs ? rhs : lhs, biasGrad) == 0;
+  if (p.m != 0 && p.n != 0 && p.k != 0 && p.dtype != DType::F64 && epilogue) {
     if (Status st = runProduct(p, {{lhs.data, rhs.data, out.data, out.data}},
                                1.0, 0.0, biasGrad.data, &ran);
         !st.ok())

@@ -910,11 +910,16 @@ struct GradEpilogue {
   }
 };
 
+/// a + b rounded once: never contracted with the product that made b into
+/// an FMA, so the sum has the bits of the separate add it replaces.
+__device__ inline float addRn(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double addRn(double a, double b) { return __dadd_rn(a, b); }
+
 /// gx[j] (one element, T = float when the epilogue is there).
 template <typename T>
 __device__ inline void storeGrad(T *gx, int64_t j, T v, const GradEpilogue &e) {
   if (e.residual)
-    v = T(e.residual[j]) + v;
+    v = addRn(T(e.residual[j]), v);
   gx[j] = v;
   if (e.copy)
     e.copy[j] =
@@ -929,7 +934,7 @@ __device__ inline void storeGradChunk(float *gx, int64_t j0, float (&v)[kChunk],
     loadFullChunk<true>(e.residual + j0, r);
 #pragma unroll
     for (int u = 0; u < kChunk; ++u)
-      v[u] = r[u] + v[u];
+      v[u] = addRn(r[u], v[u]);
   }
   storeNarrowChunk(gx + j0, v);
   if (e.copy && e.copyBf16)

@@ -496,7 +496,7 @@ struct AttentionBackwardReadsTokensFirst
         (*src)[4], op.getLse(), op.getMask(), op.getScaleAttr(),
         op.getCausalAttr(), op.getWindowAttr(), op.getDropoutAttr(),
         op.getSeedIdAttr(), op.getWorkspaceLimitAttr(),
-        rewriter.getBoolAttr(true));
+        rewriter.getBoolAttr(true), op.getDeterministicAttr());
     copyMarkers(op, seq);
     SmallVector<Value> grads;
     for (Value g : seq.getResults())

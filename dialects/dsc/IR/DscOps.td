@@ -795,7 +795,10 @@ def Dsc_AttentionBackwardOp : Dsc_Op<"attention_backward"> {
     runtime then runs it over slices of the batch, same bits, somewhat
     slower (dsc/workspaces.h). 0: one call over the whole batch. With
     `seq_major`, grad, query, key, value, output and the three gradients
-    are [B, T, H, D].
+    are [B, T, H, D]. `deterministic = false` (dsc compile
+    --nondeterministic-attention) lets the target add the query's gradient
+    with atomics, as PyTorch's SDPA does: faster, but a step's gradients may
+    then differ in their last bits from one run to the next.
   }];
   let arguments = (ins Dsc_FloatTensor:$grad, Dsc_FloatTensor:$query,
                    Dsc_FloatTensor:$key, Dsc_FloatTensor:$value,
@@ -806,7 +809,8 @@ def Dsc_AttentionBackwardOp : Dsc_Op<"attention_backward"> {
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
                    DefaultValuedAttr<I64Attr, "0">:$seed_id,
                    DefaultValuedAttr<I64Attr, "0">:$workspace_limit,
-                   DefaultValuedAttr<BoolAttr, "false">:$seq_major);
+                   DefaultValuedAttr<BoolAttr, "false">:$seq_major,
+                   DefaultValuedAttr<BoolAttr, "true">:$deterministic);
   let results = (outs Dsc_FloatTensor:$grad_query, Dsc_FloatTensor:$grad_key,
                       Dsc_FloatTensor:$grad_value);
   let assemblyFormat = [{

@@ -607,7 +607,9 @@ DSC_VJP(AttentionOp) {
       builder, getLoc(), resultGrads[0], getQuery(), getKey(), getValue(),
       getResult(), getLse(), getMask(), getScaleAttr(), getCausalAttr(),
       getWindowAttr(), getDropoutAttr(), getSeedIdAttr(),
-      /*workspace_limit=*/builder.getI64IntegerAttr(0), getSeqMajorAttr());
+      /*workspace_limit=*/builder.getI64IntegerAttr(0), getSeqMajorAttr(),
+      // dsc-fuse-attention's marker (--nondeterministic-attention).
+      builder.getBoolAttr(!(*this)->hasAttr("dsc.nondeterministic_backward")));
   operandGrads.assign(
       {op.getGradQuery(), op.getGradKey(), op.getGradValue()});
   if (getMask())
