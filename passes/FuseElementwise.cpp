@@ -378,18 +378,8 @@ void foldNormCasts(Block &block) {
 /// one of them may have other readers. Every other product folds as it
 /// does without recomputation, so a recomputing step computes what the
 /// plain step does, bit for bit.
-void foldProductCasts(Block &block) {
-  SmallVector<Value> clones; // the products dsc-recompute made
-  for (Operation &op : block)
-    if (op.hasAttr("dsc.recomputed") &&
-        isa<dsc::MatMulOp, dsc::MatMulBiasGradOp>(op))
-      clones.push_back(op.getResult(0));
-  auto cloned = [&](Value product) {
-    return product.getDefiningOp()->hasAttr("dsc.recomputed") ||
-           llvm::any_of(clones, [&](Value c) {
-             return dsc::sameOrRecomputed(product, c);
-           });
-  };
+void foldProductCasts(Block &block,
+                      const llvm::DenseSet<Operation *> &twinned) {
   SmallVector<Operation *> dead;
   for (Operation &op : block) {
     auto c = dyn_cast<dsc::CastOp>(&op);
@@ -401,7 +391,7 @@ void foldProductCasts(Block &block) {
     if (!product || product.getResultNumber() != 0 ||
         !isa<dsc::MatMulOp, dsc::MatMulBiasGradOp>(product.getOwner()) ||
         product.getOwner()->getBlock() != &block || !product.hasOneUse() ||
-        cloned(product))
+        twinned.contains(product.getOwner()))
       continue;
     product.setType(c.getType());
     c.getResult().replaceAllUsesWith(product);
@@ -409,6 +399,25 @@ void foldProductCasts(Block &block) {
   }
   for (Operation *op : dead)
     op->erase();
+}
+
+/// The products (matmuls, weight-gradient GEMMs) dsc-recompute cloned and
+/// their originals, found before fusion: a clone's operands may become
+/// fused chains, which no longer carry the recomputation's marker.
+llvm::DenseSet<Operation *> twinnedProducts(Block &block) {
+  SmallVector<Operation *> products, clones;
+  for (Operation &op : block) {
+    if (!isa<dsc::MatMulOp, dsc::MatMulBiasGradOp>(op))
+      continue;
+    (op.hasAttr("dsc.recomputed") ? clones : products).push_back(&op);
+  }
+  llvm::DenseSet<Operation *> twinned(clones.begin(), clones.end());
+  for (Operation *p : products)
+    if (llvm::any_of(clones, [&](Operation *c) {
+          return dsc::sameOrRecomputed(p->getResult(0), c->getResult(0));
+        }))
+      twinned.insert(p);
+  return twinned;
 }
 
 struct FuseElementwise
@@ -424,12 +433,14 @@ struct FuseElementwise
     for (auto fn : module.getOps<func::FuncOp>()) {
       if (fn.isExternal())
         continue;
-      foldNormCasts(fn.getBody().front());
-      pullChainsUp(fn.getBody().front());
-      for (const Chain &c : findChains(fn.getBody().front()))
+      Block &block = fn.getBody().front();
+      llvm::DenseSet<Operation *> twinned = twinnedProducts(block);
+      foldNormCasts(block);
+      pullChainsUp(block);
+      for (const Chain &c : findChains(block))
         if (failed(fuse(c)))
           return signalPassFailure();
-      foldProductCasts(fn.getBody().front());
+      foldProductCasts(block, twinned);
     }
   }
 };

@@ -38,18 +38,28 @@ using dsc::storageRoot;
 /// broadcast) will do; the first that dies there is taken.
 SmallVector<unsigned> overwritableOperands(Operation *op) {
   SmallVector<unsigned> ks;
+  // Operand `k`, unless its storage is also another operand's: the
+  // kernels read that one after they write (a norm backward's column sums
+  // read the gradient and the input again).
+  auto alone = [&](unsigned k) {
+    Value root = storageRoot(op->getOperand(k));
+    for (OpOperand &u : op->getOpOperands())
+      if (u.getOperandNumber() != k && storageRoot(u.get()) == root)
+        return;
+    ks.push_back(k);
+  };
   // A scatter_add into init adds each indexed slice to init's, element by
   // element (reading it first); the others stay as init left them.
   if (auto scatter = dyn_cast<dsc::ScatterAddOp>(op)) {
     if (scatter.getInit())
-      ks.push_back(scatter.getInitMutable()[0].getOperandNumber());
+      alone(scatter.getInitMutable()[0].getOperandNumber());
     return ks;
   }
   // A norm backward adding the residual's gradient reads each element of
   // it before it writes the input gradient's (dsc-fuse-norm-residual).
   if (auto norm = dyn_cast<dsc::LayerNormBackwardOp>(op)) {
     if (norm.getResidual())
-      ks.push_back(norm.getResidualMutable()[0].getOperandNumber());
+      alone(norm.getResidualMutable()[0].getOperandNumber());
     return ks;
   }
   if (auto back = dyn_cast<dsc::ClassLossBackwardOp>(op)) {

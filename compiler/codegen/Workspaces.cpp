@@ -70,6 +70,18 @@ uint64_t attentionBackwardScratch(AttentionBackwardOp op, bool &cudnn) {
   return align256(uint64_t(slice * perElement)) + uint64_t(rows) * 4 + 1;
 }
 
+/// Scratch bytes of one matmul_bias_grad's column sums of a 16-bit
+/// gradient (rt::matmulBiasGrad's columnSums16: a double per column for
+/// each chunk of 256 rows); 0 where it takes cuBLASLt's BGRAD epilogue.
+uint64_t biasGradScratch(MatMulBiasGradOp op) {
+  Value summed = op.getSumRhs() ? op.getRhs() : op.getLhs();
+  ArrayRef<int64_t> x = shapeOf(summed);
+  if (x.size() != 2 || elementBytes(summed) != 2 || x[1] % 8 != 0)
+    return 0;
+  int64_t chunks = std::max<int64_t>(1, (x[0] + 255) / 256);
+  return chunks > 65535 ? 0 : align256(uint64_t(chunks * x[1]) * 8);
+}
+
 /// Scratch bytes of one layer norm backward call with scale or bias
 /// gradients (rows of the last axis).
 uint64_t layerNormBackwardScratch(LayerNormBackwardOp op) {
@@ -121,6 +133,8 @@ WorkspaceEstimate estimateWorkspaces(ModuleOp module) {
       need(layerNormBackwardScratch(n), "layer norm backward partials");
     } else if (auto s = dyn_cast<SumSquaresOp>(op)) {
       need(sumSquaresScratch(s), "sum of squares partials");
+    } else if (auto m = dyn_cast<MatMulBiasGradOp>(op)) {
+      need(biasGradScratch(m), "bias gradient partials");
     }
   });
   if (est.scratch)

@@ -102,10 +102,13 @@ Status matmulTransposed(const Tensor &lhs, bool transLhs, const Tensor &rhs,
                         bool transRhs, const Tensor &out);
 Status gemm(const Tensor &a, const Tensor &b, const Tensor &c,
             const GemmAttrs &attrs, const Tensor &out);
-/// As cpu::matmulBiasGrad: one cuBLASLt call whose BGRADB (lhs) or BGRADA
-/// (rhs) epilogue sums the operand over T into biasGrad (f32, cuBLASLt's
-/// order), or the product and a reduction where cuBLASLt has no such
-/// algorithm.
+/// As cpu::matmulBiasGrad: the product, then the 16-bit operand's column
+/// sums (16-byte loads, f32 within a thread, f64 across row chunks) into
+/// biasGrad; where those cannot take the operand (not 16-bit, 8 does not
+/// divide its columns, unaligned), one cuBLASLt call whose BGRADB (lhs) or
+/// BGRADA (rhs) epilogue sums it, or the product and a reduction where
+/// cuBLASLt has no such algorithm. DSC_BIAS_GRAD_EPILOGUE=1 prefers the
+/// epilogue (a measurement).
 Status matmulBiasGrad(const Tensor &lhs, const Tensor &rhs, bool sumRhs,
                       const Tensor &out, const Tensor &biasGrad);
 /// As cpu::gemmGelu: one cuBLASLt call whose GELU_AUX_BIAS (GELU_AUX without

@@ -18,8 +18,9 @@
 // gemm adds c through cuBLASLt's C (same shape), its bias epilogue (a row
 // vector with beta = 1), or after broadcasting it into the result. With
 // beta = 0, c is not read (no 0 * inf = NaN, unlike the CPU reference).
-// matmulBiasGrad sums an operand over K in the BGRADB/BGRADA epilogue (a
-// linear layer's bias gradient beside its weight gradient). gemmGelu and
+// matmulBiasGrad sums an operand over K with its own column-sum kernels, or
+// in the BGRADB/BGRADA epilogue where those cannot (a linear layer's bias
+// gradient beside its weight gradient). gemmGelu and
 // matmulGeluGrad run the GELU_AUX(_BIAS) and DGELU epilogues, whose aux
 // matrix is the GELU input (pre, [M, N] with ld N). Where the heuristic has
 // no algorithm for an epilogue, its work runs apart.

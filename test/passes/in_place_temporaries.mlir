@@ -62,3 +62,26 @@ func.func @fused_scale(%x: tensor<4x8xf32>, %s: tensor<f32>) -> (tensor<4x8xf32>
   }
   return %0#0, %1, %2, %k : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
 }
+
+// -----
+
+// A norm backward's residual (dsc-fuse-norm-residual) is written over when
+// it dies there, and not when its storage is also the gradient the norm
+// reads (y = x + norm(x): the column sums read the gradient again after
+// the input gradient is written). A scatter_add into init likewise.
+// CHECK-LABEL: func.func @norm_residual
+// CHECK: dsc.layer_norm_backward %[[G:.*]], %arg0, %arg1 residual %[[R:.*]] {axis = 1 : i64, dsc.overwrites = 3 : i64
+// CHECK: dsc.layer_norm_backward %[[G2:.*]], %arg0, %arg1 residual %[[G2]] {axis = 1 : i64, epsilon
+// CHECK: dsc.scatter_add %{{.*}}, %arg2 into %{{.*}} {axis = 0 : i64, dsc.overwrites = 2 : i64
+func.func @norm_residual(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %i: tensor<4xi64>)
+    -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<6x8xf32>) {
+  %g = dsc.exp %x : tensor<4x8xf32>
+  %r = dsc.sin %x : tensor<4x8xf32>
+  %a, %as, %ab = dsc.layer_norm_backward %g, %x, %w residual %r {axis = 1 : i64, epsilon = 1.0e-05 : f64} : tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>
+  %g2 = dsc.cos %x : tensor<4x8xf32>
+  %b, %bs, %bb = dsc.layer_norm_backward %g2, %x, %w residual %g2 {axis = 1 : i64, epsilon = 1.0e-05 : f64} : tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>
+  %z = dsc.constant dense<1.0> : tensor<6x8xf32>
+  %y = dsc.mul %z, %z : tensor<6x8xf32>, tensor<6x8xf32> -> tensor<6x8xf32>
+  %s = dsc.scatter_add %a, %i into %y {axis = 0 : i64, shape = array<i64: 6, 8>} : tensor<4x8xf32>, tensor<4xi64>, tensor<6x8xf32> -> tensor<6x8xf32>
+  return %a, %b, %as, %bs, %s : tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<6x8xf32>
+}

@@ -700,6 +700,10 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
   if (o.target != "cpu" && o.target != "cuda")
     return usageError("--target must be cpu or cuda, not '" + o.target + "'",
                       kCompileUsage);
+  if (o.nondeterministicAttention && (o.target != "cuda" || !o.fuseAttention))
+    llvm::errs() << "note: --nondeterministic-attention changes nothing here "
+                    "(it applies to the fused attention of --target cuda): "
+                    "the attention backward stays deterministic\n";
   if (o.target == "cuda") {
 #ifndef DSC_RUNTIME_CUDA_LIBRARY
     llvm::errs() << "error: --target cuda: this dsc was built without its "

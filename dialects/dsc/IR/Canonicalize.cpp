@@ -775,7 +775,9 @@ struct FoldCommonScale : OpRewritePattern<SumSquaresOp> {
 /// result's type (no broadcast) and a scatter_add read by this add alone:
 /// a tied embedding's gradient, whose classifier half is added to the
 /// gather's. The op sums each indexed slice from zero and adds it to x's,
-/// as the add did (the same bits, IEEE addition being commutative), and
+/// as the add did (the same bits, IEEE addition being commutative; a slice
+/// no index names keeps x's, where the add gave x + 0: only a -0 differs,
+/// which stays -0), and
 /// touches only the indexed slices: the zeros of the whole [vocab, width]
 /// result and the pass of the add over all of it are gone.
 struct ScatterAddInto : OpRewritePattern<ScatterAddOp> {

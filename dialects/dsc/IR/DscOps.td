@@ -284,8 +284,9 @@ def Dsc_MatMulBiasGradOp : Dsc_Op<"matmul_bias_grad"> {
     tokens T, and the bias gradient of the same layer, the column sums of
     the operand that is the output gradient (`lhs`, or `rhs` with
     `sum_rhs`: a layer that stores its weight [in, out], as GPT-2's
-    Conv1D), in one GEMM whose epilogue reduces that operand over the
-    GEMM's K dimension (cuBLASLt's BGRADB / BGRADA):
+    Conv1D), one op for the target: the CUDA runtime runs the GEMM and
+    sums that operand's columns in its own 16-byte kernel (or, where that
+    cannot take it, in cuBLASLt's BGRADB / BGRADA epilogue):
     ```
     result[m, n]  = sum over t: lhs[t, m] * rhs[t, n]
     bias_grad[m]  = sum over t: f32(lhs[t, m])   (or [n] from rhs; f32 sums)

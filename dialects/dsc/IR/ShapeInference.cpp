@@ -1270,9 +1270,10 @@ LayerNormBackwardOp::inferReturnTypes(MLIRContext *ctx,
   else if (failed(inferNormBackward(loc, grad, input, a.getScale(), results)))
     return failure();
   // The epilogue: residual + the input gradient, and its 16-bit copy.
-  if (a.getResidual() && a.getResidual().getType() != grad.getType())
+  if (a.getResidual() && (a.getResidual().getType() != grad.getType() ||
+                          !getElementTypeOrSelf(grad).isF32()))
     return fail(loc, "layer_norm_backward: the residual must have the "
-                     "gradient's type");
+                     "gradient's type, f32");
   if (auto copy = a.getCopyTypeAttr()) {
     auto g = rankedType(grad);
     Type half = copy.getValue();

@@ -43,8 +43,9 @@ struct TargetDescription {
   /// head transposes into dsc.attention (seq_major); elsewhere a seq_major
   /// call copies in the runtime, outside the memory plan.
   bool stridedAttention = false;
-  /// `gemm_epilogues`: the GEMM library reduces an operand over K in its
-  /// epilogue (cuBLASLt's BGRADB), so dsc-fuse-gemm-epilogue computes a
+  /// `gemm_epilogues`: the GEMM library has epilogues (bias, GELU, and an
+  /// operand reduced over K: cuBLASLt's BGRADB, which the runtime takes
+  /// where its own column sums cannot), so dsc-fuse-gemm-epilogue computes a
   /// linear layer's bias gradient with its weight gradient
   /// (dsc.matmul_bias_grad) and the bias gradient is summed from the
   /// 16-bit gradient the GEMM reads.

@@ -206,8 +206,9 @@ TEST(CudaMatmul, WidenedResult) {
 }
 
 // dsc.matmul_bias_grad: the weight gradient (f32 accumulator for 16-bit
-// operands) and the bias gradient (f32 column sums, cuBLASLt's BGRADB
-// epilogue where it has one, else a reduction) against the CPU on the
+// operands) and the bias gradient (f32 column sums: the runtime's 16-byte
+// kernels, cuBLASLt's BGRADB epilogue with DSC_BIAS_GRAD_EPILOGUE=1 or
+// where the kernels cannot, else a reduction) against the CPU on the
 // rounded values; rows of an odd count and C not a multiple of 8 too.
 TEST(CudaMatmul, BiasGradEpilogue) {
   DSC_REQUIRE_GPU();
