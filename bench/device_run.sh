@@ -29,10 +29,6 @@
 #   gpt2-bgrad   the GPT-2 program with its bias gradients summed in
 #                cuBLASLt's BGRAD epilogue (DSC_BIAS_GRAD_EPILOGUE=1) rather
 #                than by the runtime's column sums, after gpt2
-#   gpt2-nondet, llama-nondet
-#                the same program with cuDNN's non-deterministic attention
-#                backward (DSC_ATTENTION_NONDETERMINISTIC=1), after gpt2
-#                (llama): ms/step and a breakdown
 #   precision-checks
 #                gpu-check.sh's mixed-precision gradient checks for the
 #                fixture programs carried in gpu-bundle-extra/
@@ -53,9 +49,9 @@
 #                _rew)
 #   gpt2-nd, llama-nd
 #                the programs compiled with --nondeterministic-attention
-#                (gpt2_124m_bf16_nd, llama_1b_bf16_nd): ms/step, and their
-#                losses against the deterministic program's (close, not
-#                bitwise)
+#                (gpt2_124m_bf16_nd, llama_1b_bf16_nd; cuDNN's dQ by
+#                atomics, as PyTorch's default): ms/step, and their losses
+#                against the deterministic program's (close, not bitwise)
 #   offload-checks
 #                scripts/gpu-check.sh's offload checks alone (host AdamW
 #                against the GPU's; graph and resume bitwise)
@@ -219,19 +215,6 @@ for part in "$@"; do
       --out "$W/gpt2_bgrad_kernels.json" -- "$B/gpt2_124m_bf16" --init random \
       --data "$W/tok.bin" --steps 1 --quiet >"$W/gpt2_bgrad_kernels.txt" 2>&1
     head -27 "$W/gpt2_bgrad_kernels.txt" ;;
-  gpt2-nondet | llama-nondet)
-    # The same program with cuDNN's non-deterministic attention backward
-    # (DSC_ATTENTION_NONDETERMINISTIC=1, dQ by atomics as PyTorch's
-    # default): what the deterministic dQ kernel costs. After gpt2 (llama).
-    m=${part%-nondet}
-    if [ $m = gpt2 ]; then prog=gpt2_124m_bf16 steps=20 data="--data $W/tok.bin"
-    else prog=llama_1b_bf16 steps=12 data="--data $W/tokl.bin --data-dtype int32"; fi
-    DSC_ATTENTION_NONDETERMINISTIC=1 dsc_variant ${m}_nondet "$B/$prog" $steps $m --init random $data
-    [ "${BREAKDOWN:-1}" = 0 ] && continue
-    DSC_ATTENTION_NONDETERMINISTIC=1 timeout 150 python3 bench/kernel_breakdown.py --top 12 \
-      --out "$W/${m}_nondet_kernels.json" -- "$B/$prog" --init random $data --steps 1 --quiet \
-      >"$W/${m}_nondet_kernels.txt" 2>&1
-    head -27 "$W/${m}_nondet_kernels.txt" ;;
   llama-base)
     # As gpt2-base, for the Llama shape (llama_1b_bf16_base), after llama.
     dsc_variant llama_base "$B/llama_1b_bf16_base" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32

@@ -76,6 +76,8 @@ bool readBody(dsc::FusedOp chain, unsigned &lhs, unsigned &rhs, Match &m) {
     else
       return false;
   }
+  if (!m.copyResult) // a cast nothing reads: no copy to write
+    m.copyType = Type();
   lhs = a.getArgNumber(), rhs = b.getArgNumber();
   return m.sumResult.has_value();
 }
@@ -133,9 +135,7 @@ void rewrite(Match m) {
       b, n.getLoc(), n.getGrad(), n.getInput(), n.getScale(), m.residual,
       n.getAxisAttr(), n.getEpsilonAttr(), n.getRmsAttr(),
       m.copyType ? TypeAttr::get(m.copyType) : TypeAttr());
-  for (NamedAttribute a : n->getAttrs())
-    if (a.getName().strref().starts_with("dsc."))
-      fused->setAttr(a.getName(), a.getValue());
+  dsc::copyMarkers(n, fused);
   n.getGradScale().replaceAllUsesWith(fused.getGradScale());
   n.getGradBias().replaceAllUsesWith(fused.getGradBias());
   m.chain->getResult(*m.sumResult).replaceAllUsesWith(fused.getGradInput());

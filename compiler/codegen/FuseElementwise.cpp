@@ -39,6 +39,12 @@ bool isHalf(Value v) {
 bool isBF16(Value v) {
   return isHalf(v) && typeOf(v).getElementType().isBF16();
 }
+/// The C type a kernel stores an element of `v` as, and the one it
+/// computes with.
+const char *storageType(Value v) {
+  return isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
+}
+const char *registerType(Value v) { return isBool(v) ? "bool" : "float"; }
 bool isF32OrBool(Value v) { return isF32(v) || isBool(v); }
 
 /// A 16-bit (bf16, f16) value lives in a float register, holding a value of
@@ -182,9 +188,6 @@ struct VectorKernel {
   std::string pointer = " *__restrict__ ";
   std::string params, before, laneIn, laneOut, after, hostArgs, aligned;
 
-  static const char *storage(Value v) {
-    return isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
-  }
   int vecBytes(Value v) const {
     int bytes = width * (isBool(v) ? 1 : isHalf(v) ? 2 : 4);
     return bytes < 16 ? bytes : 16;
@@ -209,8 +212,7 @@ struct VectorKernel {
     if (!possible)
       return;
     auto t = typeOf(v);
-    std::string cT = storage(v);
-    std::string rT = isBool(v) ? "bool" : "float";
+    std::string cT = storageType(v), rT = registerType(v);
     std::string w = std::to_string(width);
     params += "const " + cT + pointer + in + ", ";
     hostArgs += "static_cast<const " + cT + " *>(" + in + ".data), ";
@@ -259,7 +261,7 @@ struct VectorKernel {
       possible = false;
       return;
     }
-    std::string cT = storage(v), rT = isBool(v) ? "bool" : "float";
+    std::string cT = storageType(v), rT = registerType(v);
     std::string w = std::to_string(width);
     params += "detail::Dims " + in + "Dims, ";
     hostArgs += "detail::simplified(detail::broadcastDims(" + in + ", out0)), ";
@@ -282,7 +284,7 @@ struct VectorKernel {
   void addOutput(Value v, const std::string &out, const std::string &value) {
     if (!possible)
       return;
-    std::string cT = storage(v);
+    std::string cT = storageType(v);
     std::string w = std::to_string(width);
     params += cT + pointer + out + ", ";
     hostArgs += "static_cast<" + cT + " *>(" + out + ".data), ";
@@ -338,15 +340,8 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
   Value first = group.outputs.front();
   ArrayRef<int64_t> shape = typeOf(first).getShape();
   int64_t n = typeOf(first).getNumElements();
-  auto cType = [](Value v) {
-    return isBool(v) ? "uint8_t" : isHalf(v) ? "uint16_t" : "float";
-  };
-  auto regType = [](Value v) { return isBool(v) ? "bool" : "float"; };
 
   std::string params, args, loads, body, stores, hostArgs, hostDims;
-  // The 4-wide variant (see VectorKernel): its parameters, loads before the
-  // element loop and per element, stores, host arguments, and the
-  // alignment its pointers need.
   // An output written over an input (dsc.overwrites, element for element:
   // each lane reads its elements before it writes them) aliases it.
   const std::string pointer =
@@ -362,9 +357,9 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
   for (auto [k, v] : llvm::enumerate(group.inputs)) {
     std::string in = "in" + std::to_string(k);
     auto t = typeOf(v);
-    params += std::string("const ") + cType(v) + pointer + in + ", ";
-    hostArgs +=
-        "static_cast<const " + std::string(cType(v)) + " *>(" + in + ".data), ";
+    params += std::string("const ") + storageType(v) + pointer + in + ", ";
+    hostArgs += "static_cast<const " + std::string(storageType(v)) + " *>(" +
+                in + ".data), ";
     vec8.addInput(v, in, "x" + std::to_string(k), shape, n);
     vec4.addInput(v, in, "x" + std::to_string(k), shape, n);
     narrow |= !isF32(v);
@@ -390,7 +385,7 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
                                     : "detail::halfBitsToFloat(") +
               value + ")";
     std::string reg = "x" + std::to_string(k);
-    loads += "    const " + std::string(regType(v)) + " " + reg + " = " +
+    loads += "    const " + std::string(registerType(v)) + " " + reg + " = " +
              value + ";\n";
     expr[v] = reg;
   }
@@ -415,16 +410,16 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
       return inner->emitOpError("in a dsc.fused body: result shape differs "
                                 "from the fused op's first result");
     std::string reg = "t" + std::to_string(k);
-    body += "    const " + std::string(regType(r)) + " " + reg + " = " + *e +
-            "; // " + inner->getName().getStringRef().str() + "\n";
+    body += "    const " + std::string(registerType(r)) + " " + reg + " = " +
+            *e + "; // " + inner->getName().getStringRef().str() + "\n";
     expr[r] = reg;
   }
   std::string outParams, outHost;
   for (auto [k, v] : llvm::enumerate(group.outputs)) {
     std::string out = "out" + std::to_string(k);
-    params += std::string(cType(v)) + pointer + out + ", ";
-    outHost +=
-        "static_cast<" + std::string(cType(v)) + " *>(" + out + ".data), ";
+    params += std::string(storageType(v)) + pointer + out + ", ";
+    outHost += "static_cast<" + std::string(storageType(v)) + " *>(" + out +
+               ".data), ";
     std::string value =
         isBool(v)    ? "uint8_t(" + expr[v] + ")"
         : !isHalf(v) ? expr[v]

@@ -147,11 +147,6 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                      ctx.view(o.getResult())});
       })
       .Case([&](LayerNormBackwardOp o) {
-        // dsc-fuse-norm-residual's epilogue, when the op has one.
-        std::vector<std::string> epilogue;
-        if (o.getResidual() || o.getGradInputCopy())
-          epilogue = {optionalView(ctx, o.getResidual()),
-                      optionalView(ctx, o.getGradInputCopy())};
         std::vector<std::string> args = {
             ctx.view(o.getInput()),
             ctx.view(o.getScale()),
@@ -162,7 +157,11 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
             ctx.view(o.getGradScale())};
         if (!o.getRms())
           args.push_back(ctx.view(o.getGradBias()));
-        args.insert(args.end(), epilogue.begin(), epilogue.end());
+        // dsc-fuse-norm-residual's epilogue, when the op has one.
+        if (o.getResidual() || o.getGradInputCopy()) {
+          args.push_back(optionalView(ctx, o.getResidual()));
+          args.push_back(optionalView(ctx, o.getGradInputCopy()));
+        }
         return call(
             o.getRms() ? "rt::rmsNormBackward" : "rt::layerNormBackward", args);
       })

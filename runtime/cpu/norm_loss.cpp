@@ -475,15 +475,14 @@ Status normBackward(const char *name, const Tensor &input, const Tensor &scale,
       // each element read before it is written (gradIn may be residual),
       // and the sum's 16-bit copy.
       const T *res = residual.present() ? residual.as<T>() + r * cols : nullptr;
+      uint16_t *copy =
+          gradInCopy.present() ? gradInCopy.as<uint16_t>() + r * cols : nullptr;
+      bool bf16 = gradInCopy.dtype == DType::BF16;
       for (int64_t j = 0; j < cols; ++j) {
         T v = inv / d * (d * g[j] * w[j] - sumGW - xhat[j] * sumGWX);
         gx[j] = res ? res[j] + v : v;
-      }
-      if (gradInCopy.present()) {
-        uint16_t *c = gradInCopy.as<uint16_t>() + r * cols;
-        bool bf16 = gradInCopy.dtype == DType::BF16;
-        for (int64_t j = 0; j < cols; ++j)
-          c[j] =
+        if (copy)
+          copy[j] =
               bf16 ? floatToBfloat16(float(gx[j])) : floatToHalf(float(gx[j]));
       }
     }

@@ -266,18 +266,11 @@ std::string buildBackward(const GraphPtr &g, const Request &r,
   // Deterministic (dQ without atomics, a separate dQ kernel), so that a
   // step repeats bit for bit, unless the program was compiled with
   // --nondeterministic-attention (attrs.deterministic false: dQ added with
-  // atomics, PyTorch's default). DSC_ATTENTION_NONDETERMINISTIC=1 does the
-  // same to a deterministic program, a measurement (bench/device_run.sh
-  // gpt2-nondet).
-  static const bool forced = [] {
-    const char *v = std::getenv("DSC_ATTENTION_NONDETERMINISTIC");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  auto opts =
-      fe::graph::SDPA_backward_attributes()
-          .set_name("dsc_attention_backward")
-          .set_attn_scale(float(r.attrs.scale))
-          .set_deterministic_algorithm(r.attrs.deterministic && !forced);
+  // atomics, PyTorch's default).
+  auto opts = fe::graph::SDPA_backward_attributes()
+                  .set_name("dsc_attention_backward")
+                  .set_attn_scale(float(r.attrs.scale))
+                  .set_deterministic_algorithm(r.attrs.deterministic);
   applyMasking(opts, r, g);
   auto [dQ, dK, dV] = g->sdpa_backward(q, k, v, o, dO, stats, opts);
   markOutput(dQ, kDQ, r.q(), sm);

@@ -813,10 +813,11 @@ __global__ void columnChunkSumKernel(const double *__restrict__ partials,
 
 /// Whether a bias gradient that columnSums16 can sum still takes cuBLASLt's
 /// BGRAD epilogue (DSC_BIAS_GRAD_EPILOGUE=1: a measurement, device_run.sh
-/// gpt2-bgrad). By default it does not: the epilogue's own reduction
-/// kernels took 1.33 ms of GPT-2 124M's step, columnSums16 0.47 ms, and the
-/// step went from 35.76 to 35.35 ms (H100, 2026-12-06, call C in
-/// bench/results/2026-12-07-h100-norm-residual.md).
+/// gpt2-bgrad). By default it does not: GPT-2 124M's step took 35.35 ms
+/// against 35.76 with the epilogue (H100, call C) and 35.53 against 35.90
+/// (call D; bench/results/2026-12-07-h100-norm-residual.md), although one
+/// step's kernels under Nsight Compute give the column sums 1.53 ms (1.05
+/// + 0.48) against 1.35 ms for the epilogue's reduction kernels.
 bool biasGradEpilogue() {
   static const bool on = [] {
     const char *v = std::getenv("DSC_BIAS_GRAD_EPILOGUE");

@@ -105,11 +105,11 @@ target and output:
   --nondeterministic-attention
                              cuda: cuDNN's attention backward adds the
                              query's gradient with atomics, as PyTorch's SDPA
-                             does by default: faster (GPT-2 124M -0.6 ms,
-                             Llama-3.2-1B -2.6 ms a step on an H100) and less
-                             workspace, but a step's gradients may differ in
-                             their last bits from run to run, and a captured
-                             step's losses from the uncaptured one's
+                             does by default: shorter steps (GPT-2 124M by
+                             0.2-0.6 ms, Llama-3.2-1B by 2.5 ms on an H100)
+                             and less workspace, but a step's gradients may
+                             differ in their last bits from run to run, and a
+                             captured step's losses from the uncaptured one's
                              (default: deterministic, bit for bit)
   --no-fuse-norm-residual    cuda: add the residual stream's gradient to a
                              norm's input gradient in a kernel of its own

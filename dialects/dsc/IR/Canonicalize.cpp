@@ -60,14 +60,6 @@ Value swappedSource(Value v, Operation *user) {
   return t.getInput();
 }
 
-/// Copies the markers passes leave on an op (dsc.recompute, ...), not its
-/// own attributes, onto its replacement.
-void copyMarkers(Operation *from, Operation *to) {
-  for (NamedAttribute a : from->getAttrs())
-    if (a.getName().strref().starts_with("dsc."))
-      to->setAttr(a.getName(), a.getValue());
-}
-
 /// The markers passes leave on an op (dsc.recomputed, ...), as one
 /// dictionary: ops whose markers differ are kept apart (CSE would merge a
 /// recomputed clone with its forward original).

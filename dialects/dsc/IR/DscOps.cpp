@@ -87,6 +87,12 @@ LogicalResult ReleaseOp::verify() {
   return success();
 }
 
+void dsc::copyMarkers(Operation *from, Operation *to) {
+  for (NamedAttribute a : from->getAttrs())
+    if (a.getName().strref().starts_with("dsc."))
+      to->setAttr(a.getName(), a.getValue());
+}
+
 std::pair<Value, Value> dsc::scaledByScalar(Value v) {
   auto mul = v.getDefiningOp<MulOp>();
   if (!mul)

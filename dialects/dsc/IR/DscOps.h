@@ -57,6 +57,11 @@ llvm::SmallVector<int64_t> attentionHeadsFirst(llvm::ArrayRef<int64_t> shape,
 /// of v's type: {x, s}; else {null, null}.
 std::pair<mlir::Value, mlir::Value> scaledByScalar(mlir::Value v);
 
+/// Copies the markers passes leave on an op (its `dsc.` attributes:
+/// dsc.recompute, dsc.recomputed, ...), not its own attributes, onto its
+/// replacement.
+void copyMarkers(mlir::Operation *from, mlir::Operation *to);
+
 } // namespace dsc
 
 #endif // DSC_DIALECTS_DSC_IR_DSCOPS_H
