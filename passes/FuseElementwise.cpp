@@ -1,7 +1,8 @@
 //===- FuseElementwise.cpp - elementwise chains as dsc.fused ops ----------===//
 //
 // dsc-fuse-elementwise (Passes.td): the casts beside layer norms folded
-// into them (the norm kernels read and write 16 bits), then in two steps
+// into them (the norm kernels read and write 16 bits) and rotate_half moved
+// onto what the chains read from memory (RotateHalfSinker), then in two steps
 // per function, as upstream fusion passes do: find the chains (analysis: which
 // ops, which values come from memory, which are written), then build one
 // dsc.fused op per chain where its last op stood and erase the chain
@@ -57,6 +58,13 @@ bool isFusible(Operation *op) {
       op->hasAttr("dsc.on_host"))
     return false;
   Value r = op->getResult(0);
+  // Read from memory at the partner element (dsc.fused): never of a value
+  // the chain computes (findChains), over an even last dim.
+  if (isa<dsc::RotateHalfOp>(op)) {
+    auto t = typeOf(r);
+    return (isF32(r) || isHalf(r)) && t.hasStaticShape() && t.getRank() > 0 &&
+           t.getShape().back() % 2 == 0;
+  }
   if (auto c = dyn_cast<dsc::CastOp>(op)) {
     Value in = c.getInput();
     bool halfCast = (isF32(in) && isHalf(r)) || (isHalf(in) && isF32(r));
@@ -136,7 +144,9 @@ std::vector<Chain> findChains(Block &block) {
     }
     std::optional<unsigned> join;
     bool canFuse = isFusible(op);
-    if (canFuse) {
+    // A rotate_half reads its input from memory: it starts a chain of its
+    // own and closes the one that computes its input (below).
+    if (canFuse && !isa<dsc::RotateHalfOp>(op)) {
       // The op joins the first open chain of its shape it reads from, and
       // merges the other open ones it reads into it: none of their values
       // has been used outside yet, so one kernel at this op computes all.
@@ -366,6 +376,122 @@ void foldNormCasts(Block &block) {
     op->erase();
 }
 
+/// Step 0b: rotate_half moved onto what the chains read from memory, an
+/// exact rewrite (a move and a sign flip commute with elementwise math):
+///
+///   rotate_half(neg x)   -> neg(rotate_half x)
+///   rotate_half(cast x)  -> cast(rotate_half x)
+///   rotate_half(x * b)   -> rotate_half(x) * swap(b)   (b broadcast)
+///
+/// where swap(b) exchanges b's halves: b itself when its last dim is 1, else
+/// rotate_half(b) * [-1 .. -1, 1 .. 1], one small tensor per b. A
+/// rotate_half of a value in memory then joins the chain that reads it
+/// (findChains): the fused kernel reads the partner element instead of a
+/// kernel writing a rotated copy. Rotary's gradient,
+/// rotate_half(-(g * sin)) + g * cos, becomes one kernel over g instead of
+/// three that wrote two f32 copies of it.
+class RotateHalfSinker {
+public:
+  explicit RotateHalfSinker(Block &block) : block(block) {}
+
+  void run() {
+    SmallVector<dsc::RotateHalfOp> work;
+    for (auto rh : block.getOps<dsc::RotateHalfOp>())
+      work.push_back(rh);
+    while (!work.empty()) {
+      dsc::RotateHalfOp rh = work.pop_back_val();
+      if (std::optional<dsc::RotateHalfOp> next = sinkOnce(rh))
+        work.push_back(*next);
+    }
+  }
+
+private:
+  /// The rewrite of `rh` through the op that defines its input, if one
+  /// applies; returns the new rotate_half (one step nearer memory).
+  std::optional<dsc::RotateHalfOp> sinkOnce(dsc::RotateHalfOp rh) {
+    Operation *def = rh.getInput().getDefiningOp();
+    if (!def || def->getBlock() != &block || def->getNumResults() != 1 ||
+        def->hasAttr("dsc.on_host"))
+      return std::nullopt;
+    unsigned through = 0; // the operand the rotation moves onto
+    Value swapped;        // the other factor's swap, for a product
+    if (isa<dsc::NegOp>(def)) {
+    } else if (auto c = dyn_cast<dsc::CastOp>(def)) {
+      if (!(isHalf(c.getInput()) || isF32(c.getInput())) ||
+          !(isHalf(c.getResult()) || isF32(c.getResult())))
+        return std::nullopt;
+    } else if (isa<dsc::MulOp>(def)) {
+      std::optional<unsigned> big = broadcastFactor(def);
+      if (!big)
+        return std::nullopt;
+      through = *big;
+      swapped = swapOf(def->getOperand(1 - through));
+      if (!swapped)
+        return std::nullopt;
+    } else {
+      return std::nullopt;
+    }
+    OpBuilder b(rh);
+    auto moved =
+        dsc::RotateHalfOp::create(b, rh.getLoc(), def->getOperand(through));
+    dsc::copyMarkers(rh, moved);
+    Operation *outer = b.clone(*def);
+    outer->setOperand(through, moved.getResult());
+    if (swapped)
+      outer->setOperand(1 - through, swapped);
+    rh.getResult().replaceAllUsesWith(outer->getResult(0));
+    rh.erase();
+    if (def->use_empty())
+      def->erase();
+    return moved;
+  }
+
+  /// The operand of a two-operand product that has the product's shape
+  /// while the other is broadcast to it (fewer elements, f32): the operand
+  /// the rotation moves onto.
+  static std::optional<unsigned> broadcastFactor(Operation *mul) {
+    auto r = typeOf(mul->getResult(0));
+    for (unsigned k = 0; k < 2; ++k) {
+      auto big = typeOf(mul->getOperand(k)),
+           small = typeOf(mul->getOperand(1 - k));
+      if (big && small && r && big == r && isF32(mul->getOperand(1 - k)) &&
+          small.hasStaticShape() && small.getNumElements() < r.getNumElements())
+        return k;
+    }
+    return std::nullopt;
+  }
+
+  /// b with its last dim's halves exchanged (broadcast over the product's
+  /// last dim when b's is 1), built once per b right after it.
+  Value swapOf(Value v) {
+    auto t = typeOf(v);
+    if (!t || t.getRank() == 0 || t.getShape().back() == 1)
+      return v;
+    int64_t d = t.getShape().back();
+    if (d % 2 != 0)
+      return nullptr;
+    if (Value known = swaps.lookup(v))
+      return known;
+    OpBuilder b(v.getContext());
+    if (Operation *def = v.getDefiningOp())
+      b.setInsertionPointAfter(def);
+    else
+      b.setInsertionPointToStart(&block);
+    SmallVector<float> sign(d, 1.f);
+    std::fill(sign.begin(), sign.begin() + d / 2, -1.f);
+    auto signType = RankedTensorType::get({d}, b.getF32Type());
+    Value signs = dsc::ConstantOp::create(
+        b, v.getLoc(), DenseElementsAttr::get(signType, ArrayRef(sign)));
+    Value rotated = dsc::RotateHalfOp::create(b, v.getLoc(), v);
+    Value swap = dsc::MulOp::create(b, v.getLoc(), rotated, signs);
+    swaps[v] = swap;
+    return swap;
+  }
+
+  Block &block;
+  llvm::DenseMap<Value, Value> swaps;
+};
+
 /// Step 3: a widening cast left alone after fusion (no chain took it) of a
 /// product read by nothing else becomes the product's epilogue: the GEMM
 /// writes its f32 accumulator instead of rounding it to 16 bits, and no
@@ -436,6 +562,7 @@ struct FuseElementwise
       Block &block = fn.getBody().front();
       llvm::DenseSet<Operation *> twinned = twinnedProducts(block);
       foldNormCasts(block);
+      RotateHalfSinker(block).run();
       pullChainsUp(block);
       for (const Chain &c : findChains(block))
         if (failed(fuse(c)))

@@ -72,8 +72,17 @@ SmallVector<unsigned> overwritableOperands(Operation *op) {
                      : dsc::writesLaneByLane(op) && op->getNumResults() == 1;
   if (!lanes || op->getNumResults() == 0)
     return ks;
+  // A lane of a fused kernel also reads the partner element of an input
+  // its body rotates (rotate_half), which another lane may have written:
+  // neither that input nor another view of its storage is written over.
+  llvm::SmallPtrSet<Value, 4> rotated;
+  if (fused)
+    for (auto rh : fused.getBody().getOps<dsc::RotateHalfOp>())
+      if (auto arg = dyn_cast<BlockArgument>(rh.getInput()))
+        rotated.insert(storageRoot(op->getOperand(arg.getArgNumber())));
   for (OpOperand &u : op->getOpOperands())
-    if (u.get().getType() == op->getResult(0).getType())
+    if (u.get().getType() == op->getResult(0).getType() &&
+        !rotated.contains(storageRoot(u.get())))
       ks.push_back(u.getOperandNumber());
   return ks;
 }

@@ -692,7 +692,8 @@ def DscFuseClassifier : Pass<"dsc-fuse-classifier", "mlir::ModuleOp"> {
     backward (a stage-3 re-gather) are left as they are.
   }];
   let options = [
-    Option<"chunkBytes", "chunk-bytes", "int64_t", "int64_t(256) << 20",
+    Option<"chunkBytes", "chunk-bytes", "int64_t",
+           "kDefaultClassifierChunkBytes",
            "bytes of logits one chunk may hold (0: do not fuse)">,
   ];
 }

@@ -281,6 +281,32 @@ struct VectorKernel {
     addAligned(v, in);
   }
 
+  /// A rotate_half of input `in` (of the result's shape): the vector's
+  /// partner, half a last dim away, is a whole vector when the half is a
+  /// multiple of the width; its lanes negated for the first half.
+  void addRotated(Value v, const std::string &in, const std::string &reg,
+                  ArrayRef<int64_t> shape) {
+    if (!possible)
+      return;
+    int64_t half = shape.back() / 2;
+    if (half % width != 0) {
+      possible = false;
+      return;
+    }
+    std::string w = std::to_string(width);
+    std::string perRow = std::to_string(2 * half / width),
+                shift = std::to_string(half / width);
+    before +=
+        "    " + std::string(storageType(v)) + " " + reg + "s[" + w + "];\n";
+    before +=
+        "    const bool " + reg + "neg = j % " + perRow + " < " + shift + ";\n";
+    before += "    detail::loadLanes<" + w + ">(" + in + ", " + reg +
+              "neg ? j + " + shift + " : j - " + shift + ", " + reg + "s);\n";
+    std::string x = toRegister(v, reg + "s[l]");
+    laneIn += "      const float " + reg + " = " + reg + "neg ? -" + x + " : " +
+              x + ";\n";
+  }
+
   void addOutput(Value v, const std::string &out, const std::string &value) {
     if (!possible)
       return;
@@ -321,6 +347,29 @@ struct VectorKernel {
            ", " + w + "-wide)\");\n  }\n";
   }
 };
+
+/// The register of a rotate_half in a fused body, after checking what the
+/// kernel can read rotated: a body argument of the result's shape over an
+/// even last dim, never one the op writes its result over (each lane reads
+/// its partner, which another lane may have written).
+FailureOr<std::string> rotatedInput(FusedOp op, RotateHalfOp rh, size_t k,
+                                    ArrayRef<int64_t> shape) {
+  auto arg = dyn_cast<BlockArgument>(rh.getInput());
+  if (!arg || typeOf(arg).getShape() != shape || shape.empty() ||
+      shape.back() % 2 != 0 || !(isF32(arg) || isHalf(arg)))
+    return rh.emitOpError(
+        "in a dsc.fused body must read a body argument of the result's "
+        "shape with an even last dim; dsc-fuse-elementwise should not have "
+        "fused it");
+  if (auto over = op->getAttrOfType<IntegerAttr>("dsc.overwrites");
+      over && over.getInt() == int64_t(arg.getArgNumber()))
+    return rh.emitOpError("in a dsc.fused body reads input ")
+           << arg.getArgNumber()
+           << " rotated, which the op writes its result over "
+              "(dsc.overwrites); dsc-in-place-temporaries should not have "
+              "chosen it";
+  return "r" + std::to_string(k);
+}
 
 } // namespace
 
@@ -390,6 +439,24 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
     expr[v] = reg;
   }
   for (auto [k, inner] : llvm::enumerate(group.ops)) {
+    if (auto rh = dyn_cast<RotateHalfOp>(inner)) {
+      FailureOr<std::string> reg = rotatedInput(op, rh, k, shape);
+      if (failed(reg))
+        return failure();
+      auto arg = cast<BlockArgument>(rh.getInput());
+      std::string in = "in" + std::to_string(arg.getArgNumber());
+      int64_t half = shape.back() / 2;
+      std::string h = std::to_string(half), d = std::to_string(2 * half);
+      std::string x = VectorKernel::toRegister(arg, in + "[i % " + d + " < " +
+                                                        h + " ? i + " + h +
+                                                        " : i - " + h + "]");
+      loads += "    const float " + *reg + " = i % " + d + " < " + h + " ? -" +
+               x + " : " + x + "; // dsc.rotate_half\n";
+      vec8.addRotated(arg, in, *reg, shape);
+      vec4.addRotated(arg, in, *reg, shape);
+      expr[rh.getResult()] = *reg;
+      continue;
+    }
     std::vector<std::string> in;
     for (Value v : inner->getOperands()) {
       if (auto it = expr.find(v); it != expr.end())

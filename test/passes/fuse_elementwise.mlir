@@ -268,3 +268,69 @@ func.func @product_casts(%x: tensor<8x4xbf16>, %dy: tensor<8x4xbf16>, %w: tensor
   return %1, %3, %2, %5, %8 : tensor<4x4xf32>, tensor<8x4xf32>, tensor<8x4xbf16>, tensor<8x4xf32>, tensor<8x4xf32>
 }
 }
+
+// -----
+
+// Rotary's gradient, as autodiff writes it: rotate_half(-(g * sin)) +
+// g * cos. The rotation moves through the negation, the product and the
+// widening cast onto g in memory (sin's halves exchanged once, by a small
+// kernel that reads sin rotated and flips the first half back), and one
+// kernel reads g twice, at the element and at its partner, and writes the
+// bf16 gradient: no rotated copy, no f32 copies of g.
+// CHECK-LABEL: func.func @rotary_backward
+// CHECK: %[[SIGN:.*]] = dsc.constant dense<[-1.000000e+00, -1.000000e+00, -1.000000e+00, -1.000000e+00, 1.000000e+00, 1.000000e+00, 1.000000e+00, 1.000000e+00]> : tensor<8xf32>
+// CHECK: %[[SWAP:.*]] = dsc.fused "elementwise"(%arg2, %[[SIGN]])
+// CHECK-NEXT: ^bb0(%[[S:.*]]: tensor<1x4x1x8xf32>, %[[P:.*]]: tensor<8xf32>):
+// CHECK-NEXT: %[[RS:.*]] = dsc.rotate_half %[[S]] : tensor<1x4x1x8xf32>
+// CHECK-NEXT: dsc.mul %[[RS]], %[[P]]
+// CHECK: dsc.fused "elementwise"(%arg0, %[[SWAP]], %arg1) : (tensor<2x4x2x8xbf16>, tensor<1x4x1x8xf32>, tensor<1x4x1x8xf32>) -> tensor<2x4x2x8xbf16>
+// CHECK-NEXT: ^bb0(%[[G:.*]]: tensor<2x4x2x8xbf16>, %{{.*}}: tensor<1x4x1x8xf32>, %{{.*}}: tensor<1x4x1x8xf32>):
+// CHECK-NEXT: dsc.cast %[[G]] {to = f32}
+// CHECK-NEXT: %[[RG:.*]] = dsc.rotate_half %[[G]] : tensor<2x4x2x8xbf16>
+// CHECK-NEXT: dsc.cast %[[RG]] {to = f32}
+// CHECK-NEXT: dsc.mul
+// CHECK-NEXT: dsc.neg
+// CHECK-NEXT: dsc.mul
+// CHECK-NEXT: dsc.add
+// CHECK-NEXT: dsc.cast {{.*}} {to = bf16}
+// CHECK-NEXT: dsc.yield
+// CHECK-NOT: dsc.rotate_half
+// CHECK: return
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @rotary_backward(%g: tensor<2x4x2x8xbf16>, %cos: tensor<1x4x1x8xf32>, %sin: tensor<1x4x1x8xf32>) -> tensor<2x4x2x8xbf16> {
+  %c = dsc.cast %g {to = f32} : tensor<2x4x2x8xbf16> -> tensor<2x4x2x8xf32>
+  %m = dsc.mul %c, %sin : tensor<2x4x2x8xf32>, tensor<1x4x1x8xf32> -> tensor<2x4x2x8xf32>
+  %n = dsc.neg %m : tensor<2x4x2x8xf32>
+  %r = dsc.rotate_half %n : tensor<2x4x2x8xf32>
+  %k = dsc.mul %c, %cos : tensor<2x4x2x8xf32>, tensor<1x4x1x8xf32> -> tensor<2x4x2x8xf32>
+  %a = dsc.add %r, %k : tensor<2x4x2x8xf32>, tensor<2x4x2x8xf32> -> tensor<2x4x2x8xf32>
+  %o = dsc.cast %a {to = bf16} : tensor<2x4x2x8xf32> -> tensor<2x4x2x8xbf16>
+  return %o : tensor<2x4x2x8xbf16>
+}
+}
+
+// -----
+
+// A factor broadcast along the last dim needs no exchange; a rotation of a
+// value a chain computes (a sum: not moved) reads it from memory, so the
+// chain that computes it ends there and the rotation starts another.
+// CHECK-LABEL: func.func @rotate_computed
+// CHECK-NOT: dsc.constant
+// CHECK: %[[SUM:[0-9]+]]:2 = dsc.fused "elementwise"(%arg0, %arg1)
+// CHECK-NOT: dsc.rotate_half
+// CHECK: dsc.yield
+// CHECK: dsc.fused "elementwise"(%[[SUM]]#0, %arg2)
+// CHECK-NEXT: ^bb0(%[[A:.*]]: tensor<2x8xf32>, %[[B:.*]]: tensor<2x1xf32>):
+// CHECK-NEXT: %[[R:.*]] = dsc.rotate_half %[[A]] : tensor<2x8xf32>
+// CHECK-NEXT: dsc.mul %[[R]], %[[B]]
+// CHECK-NEXT: dsc.exp
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @rotate_computed(%x: tensor<2x8xf32>, %y: tensor<2x8xf32>, %b: tensor<2x1xf32>) -> (tensor<2x8xf32>, tensor<2x8xf32>) {
+  %s = dsc.add %x, %y : tensor<2x8xf32>, tensor<2x8xf32> -> tensor<2x8xf32>
+  %e = dsc.exp %s : tensor<2x8xf32>
+  %m = dsc.mul %s, %b : tensor<2x8xf32>, tensor<2x1xf32> -> tensor<2x8xf32>
+  %r = dsc.rotate_half %m : tensor<2x8xf32>
+  %f = dsc.exp %r : tensor<2x8xf32>
+  return %e, %f : tensor<2x8xf32>, tensor<2x8xf32>
+}
+}

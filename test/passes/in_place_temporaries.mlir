@@ -85,3 +85,32 @@ func.func @norm_residual(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %i: tensor<4xi6
   %s = dsc.scatter_add %a, %i into %y {axis = 0 : i64, shape = array<i64: 6, 8>} : tensor<4x8xf32>, tensor<4xi64>, tensor<6x8xf32> -> tensor<6x8xf32>
   return %a, %b, %as, %bs, %s : tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<6x8xf32>
 }
+
+// -----
+
+// A fused kernel that reads an input rotated (rotate_half: each lane also
+// reads its partner, which another lane may have written) never writes its
+// result over that input, nor over another view of the same storage; an
+// input it reads only lane by lane still serves.
+// CHECK-LABEL: func.func @fused_rotated
+// CHECK: dsc.fused "elementwise"(%[[G:.*]], %[[V:.*]]) :
+// CHECK: dsc.fused "elementwise"(%[[A:.*]], %[[B:.*]]) {dsc.overwrites = 1 : i64}
+func.func @fused_rotated(%x: tensor<2x8xf32>) -> (tensor<2x8xf32>, tensor<2x8xf32>) {
+  %g = dsc.exp %x : tensor<2x8xf32>
+  %v = dsc.reshape %g {shape = array<i64: 2, 8>} : tensor<2x8xf32> -> tensor<2x8xf32>
+  %r = dsc.fused "elementwise"(%g, %v) : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32> {
+  ^bb0(%a: tensor<2x8xf32>, %b: tensor<2x8xf32>):
+    %0 = dsc.rotate_half %a : tensor<2x8xf32>
+    %1 = dsc.add %0, %b : tensor<2x8xf32>, tensor<2x8xf32> -> tensor<2x8xf32>
+    dsc.yield %1 : tensor<2x8xf32>
+  }
+  %p = dsc.exp %x : tensor<2x8xf32>
+  %q = dsc.sqrt %x : tensor<2x8xf32>
+  %s = dsc.fused "elementwise"(%p, %q) : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32> {
+  ^bb0(%a: tensor<2x8xf32>, %b: tensor<2x8xf32>):
+    %0 = dsc.rotate_half %a : tensor<2x8xf32>
+    %1 = dsc.add %0, %b : tensor<2x8xf32>, tensor<2x8xf32> -> tensor<2x8xf32>
+    dsc.yield %1 : tensor<2x8xf32>
+  }
+  return %r, %s : tensor<2x8xf32>, tensor<2x8xf32>
+}

@@ -94,7 +94,7 @@ target and output:
                              (dsc-fuse-classifier: the classifier matmul,
                              its summed cross-entropy and their gradients
                              in one op, the [tokens, vocab] logits never
-                             whole; default 256MiB, 0: not fused)
+                             whole; default 1GiB, 0: not fused)
   --no-raise-gelu            keep a GELU the exporter wrote as a formula
                              (0.5 x (1 + tanh(...)) or erf) as it is
                              instead of one dsc.gelu (dsc-raise-gelu)
@@ -284,7 +284,8 @@ struct CompileOptions {
   bool offloadRatioAuto = false;         // --offload-ratio auto
   bool offloadOverlap = false;           // dsc-offload's overlap=
   std::optional<uint64_t> memoryBudget; // --memory-budget
-  uint64_t classifierChunk = uint64_t(256) << 20; // --classifier-chunk
+  uint64_t classifierChunk =
+      uint64_t(dsc::kDefaultClassifierChunkBytes); // --classifier-chunk
   std::string precisionPipeline;  // dsc-mixed-precision options
   bool partition = false, hybridRequested = false;
   std::string arenaSvg;   // --arena-svg
