@@ -207,8 +207,10 @@ struct VectorKernel {
                std::to_string(vecBytes(v)) + " == 0";
   }
 
+  /// `direct`: the body reads the input at its own element (not only
+  /// rotated, addRotated): its lanes are loaded here.
   void addInput(Value v, const std::string &in, const std::string &reg,
-                ArrayRef<int64_t> shape, int64_t n) {
+                ArrayRef<int64_t> shape, int64_t n, bool direct) {
     if (!possible)
       return;
     auto t = typeOf(v);
@@ -216,6 +218,10 @@ struct VectorKernel {
     std::string w = std::to_string(width);
     params += "const " + cT + pointer + in + ", ";
     hostArgs += "static_cast<const " + cT + " *>(" + in + ".data), ";
+    if (!direct) { // of the result's shape (rotatedInput)
+      addAligned(v, in);
+      return;
+    }
     if (t.getNumElements() == 1) { // one value for every lane
       before += "    const " + rT + " " + reg + " = " +
                 toRegister(v, in + "[0]") + ";\n";
@@ -409,8 +415,11 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
     params += std::string("const ") + storageType(v) + pointer + in + ", ";
     hostArgs += "static_cast<const " + std::string(storageType(v)) + " *>(" +
                 in + ".data), ";
-    vec8.addInput(v, in, "x" + std::to_string(k), shape, n);
-    vec4.addInput(v, in, "x" + std::to_string(k), shape, n);
+    // Read at its own element by some op, or only rotated (rotate_half).
+    bool direct = llvm::any_of(
+        v.getUsers(), [](Operation *user) { return !isa<RotateHalfOp>(user); });
+    vec8.addInput(v, in, "x" + std::to_string(k), shape, n, direct);
+    vec4.addInput(v, in, "x" + std::to_string(k), shape, n, direct);
     narrow |= !isF32(v);
     std::string index;
     if (t.getShape() == shape)
@@ -434,8 +443,9 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
                                     : "detail::halfBitsToFloat(") +
               value + ")";
     std::string reg = "x" + std::to_string(k);
-    loads += "    const " + std::string(registerType(v)) + " " + reg + " = " +
-             value + ";\n";
+    if (direct)
+      loads += "    const " + std::string(registerType(v)) + " " + reg + " = " +
+               value + ";\n";
     expr[v] = reg;
   }
   for (auto [k, inner] : llvm::enumerate(group.ops)) {
