@@ -32,6 +32,9 @@
 #   precision-checks
 #                gpu-check.sh's mixed-precision gradient checks for the
 #                fixture programs carried in gpu-bundle-extra/
+#   autocast     PyTorch autocast-bf16 gradients of the HF fixtures in
+#                AUTOCAST_MODELS (default hf_t5), before precision-checks,
+#                which then holds those families to twice autocast's error
 #   gpt2-peers   torch.compile and eager on nanoGPT's module
 #                (bench/peers_bf16.py), the bf16 matmul ceiling
 #   llama        the Llama-3.2-1B shape bf16, 4 x 2048: dsc with and
@@ -47,6 +50,10 @@
 #   llama-rsel, llama-rfull, llama-rew
 #                likewise for the Llama shape (llama_1b_bf16_rsel, _rfull,
 #                _rew)
+#   gpt2-c256, llama-c256
+#                the programs compiled with --classifier-chunk 256MiB (the
+#                default before 1 GiB; gpt2_124m_bf16_c256, llama_1b_bf16_c256):
+#                ms/step and losses against the default program's
 #   gpt2-nd, llama-nd
 #                the programs compiled with --nondeterministic-attention
 #                (gpt2_124m_bf16_nd, llama_1b_bf16_nd; cuDNN's dQ by
@@ -231,6 +238,10 @@ for part in "$@"; do
       [ $m = gpt2 ] && r=gpt2_nodrop
       r=${r%_nofnr} # a twin compiled with --no-fuse-norm-residual
       case $m in nanogpt | gpt2) extra="--units 4 --factor 2 --peer $ref/$r/grads_autocast_$p.safetensors" ;; esac
+      # An HF family with autocast's gradients committed (hf_t5): 8 u, or
+      # at most twice autocast's own error.
+      [ "$extra" = "--units 8" ] && [ -f $ref/$r/grads_autocast_$p.safetensors ] &&
+        extra="--units 8 --factor 2 --peer $ref/$r/grads_autocast_$p.safetensors"
       onnx=test/fixtures/models/${r}_opset17.onnx
       if timeout 60 "$prog" --batch $ref/$r/batch.safetensors --init "$onnx" --steps 1 --quiet \
         --dump-grads "$W/g_$name.safetensors" >"$W/pc_$name.txt" 2>&1 &&
@@ -241,6 +252,21 @@ for part in "$@"; do
         echo "FAIL $name"; tail -5 "$W/pc_$name.txt"
       fi
     done 2>&1 | tee "$W/precision_checks.txt" ;;
+  autocast)
+    # PyTorch autocast-bf16 gradients of the HF fixtures named in
+    # AUTOCAST_MODELS (scripts/make_autocast_refs.py), written where
+    # precision-checks looks for them and copied to $O/autocast/ (to commit).
+    am=${AUTOCAST_MODELS:-hf_t5}
+    timeout 240 python3 scripts/make_autocast_refs.py test/fixtures/ref \
+      --models "$am" --precisions bf16 >"$W/autocast.txt" 2>&1
+    echo "rc=$?" >>"$W/autocast.txt"
+    tail -12 "$W/autocast.txt"
+    mkdir -p "$O/autocast"
+    for m in ${am//,/ }; do
+      [ -f test/fixtures/ref/$m/grads_autocast_bf16.safetensors ] &&
+        cp test/fixtures/ref/$m/grads_autocast_bf16.safetensors "$O/autocast/$m.safetensors"
+    done
+    cp test/fixtures/ref/autocast_refs.json "$O/autocast/" 2>/dev/null ;;
   gpt2-peers)
     timeout 200 python3 bench/peers_bf16.py --only eager,compile --configs nanogpt \
       --out "$W/gpt2_peers.json" >/dev/null 2>"$W/gpt2_peers.err"
@@ -253,11 +279,11 @@ for part in "$@"; do
       "$B/llama_1b_bf16" --init random --data "$W/tokl.bin" --data-dtype int32 --steps 1 --quiet \
       >"$W/llama_kernels.txt" 2>&1
     head -$((15 + ${TOP:-15})) "$W/llama_kernels.txt" ;;
-  gpt2-rsel | gpt2-rfull | gpt2-rew | gpt2-nd)
+  gpt2-rsel | gpt2-rfull | gpt2-rew | gpt2-nd | gpt2-c256)
     [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
     v=${part#gpt2-}
     dsc_variant gpt2_$v "$B/gpt2_124m_bf16_$v" 20 gpt2 --init random --data "$W/tok.bin" ;;
-  llama-rsel | llama-rfull | llama-rew | llama-nd)
+  llama-rsel | llama-rfull | llama-rew | llama-nd | llama-c256)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     v=${part#llama-}
     dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32

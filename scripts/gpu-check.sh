@@ -217,10 +217,16 @@ run() {
       --dump-grads $t/g_$m.safetensors --dump-params $t/p_$m.safetensors && \
       python3 test/e2e/check_against_torch.py --ref $ref/$m --exporter opset17 \
       --grads $t/g_$m.safetensors --params $t/p_$m.safetensors --grad-tol 1e-4 --param-tol $ptol"
+    # Within 8 u of float64, or (a family with PyTorch autocast's gradients
+    # committed: hf_t5, whose ReLU kinks cost autocast itself about 15 u)
+    # at most twice autocast's error.
+    local peer=""
+    [ -f $ref/$m/grads_autocast_bf16.safetensors ] &&
+      peer="--factor 2 --peer $ref/$m/grads_autocast_bf16.safetensors"
     check "grads_bf16_vs_f64_$m" bash -c "'$b/${m}_bf16' --batch $ref/$m/batch.safetensors \
       --init $fixtures/models/${m}_opset17.onnx --steps 1 --quiet \
       --dump-grads $t/g_${m}_bf16.safetensors && python3 test/e2e/compare_grads.py \
-      $ref/$m/grads_f64.safetensors $t/g_${m}_bf16.safetensors --precision bf16 --units 8"
+      $ref/$m/grads_f64.safetensors $t/g_${m}_bf16.safetensors --precision bf16 --units 8 $peer"
   done
   # Mixed precision: dsc's bf16 / fp16 gradients as accurate as PyTorch
   # autocast's on this GPU (scripts/make_autocast_refs.py; both against the
