@@ -296,13 +296,14 @@ void pullChainsUp(Block &block) {
   }
 }
 
-/// Step 2: the chain as one dsc.fused op where its last op stood. Its
+/// Step 2: the chain as one dsc.fused op where its last op stood (with
+/// the widening casts of what it reads that no chain holds, `chained`). Its
 /// inputs are read off the ops now, not at step 1: a chain fused before may
 /// have replaced a value this one reads (its ops read the fused op's result
 /// since), and the erased op's Value must not be looked at again — its
 /// storage may already hold the fused op created since, whose result would
 /// then alias another input.
-LogicalResult fuse(const Chain &c) {
+LogicalResult fuse(const Chain &c, const llvm::DenseSet<Operation *> &chained) {
   Operation *last = c.ops.back();
   OpBuilder b(last);
   SmallVector<Location> locs;
@@ -311,7 +312,19 @@ LogicalResult fuse(const Chain &c) {
   SmallVector<Type> types;
   for (Value v : c.outputs)
     types.push_back(v.getType());
-  llvm::SetVector<Value> inputs = inputsOf(c.ops);
+  // A 16-bit value the chain reads widened by a cast outside it (a bias
+  // or a norm weight widened from its compute copy: a shape of its own, so
+  // no chain took the cast) is read as it is and widened in registers,
+  // exactly as the cast widens it; the cast goes when nothing else reads it.
+  SmallVector<Operation *> widen;
+  for (Value v : inputsOf(c.ops))
+    if (auto cast = v.getDefiningOp<dsc::CastOp>();
+        cast && isHalf(cast.getInput()) && isF32(v) &&
+        !cast->hasAttr("dsc.on_host") && !chained.contains(cast))
+      widen.push_back(cast);
+  SmallVector<Operation *> ops(widen.begin(), widen.end());
+  ops.append(c.ops.begin(), c.ops.end());
+  llvm::SetVector<Value> inputs = inputsOf(ops);
   auto fused = dsc::FusedOp::create(b, FusedLoc::get(b.getContext(), locs),
                                     types, b.getStringAttr("elementwise"),
                                     inputs.getArrayRef());
@@ -321,7 +334,7 @@ LogicalResult fuse(const Chain &c) {
   for (Value v : inputs)
     map.map(v, body->addArgument(v.getType(), v.getLoc()));
   OpBuilder inner = OpBuilder::atBlockEnd(body);
-  for (Operation *op : c.ops) {
+  for (Operation *op : ops) {
     for (Value v : op->getOperands())
       if (!map.contains(v) && isSplatConstant(v))
         map.map(v, inner.clone(*v.getDefiningOp())->getResult(0));
@@ -341,6 +354,9 @@ LogicalResult fuse(const Chain &c) {
     Value(v).replaceAllUsesWith(fused.getResult(k));
   for (Operation *op : llvm::reverse(c.ops))
     op->erase();
+  for (Operation *cast : widen)
+    if (cast->use_empty())
+      cast->erase();
   return success();
 }
 
@@ -564,8 +580,12 @@ struct FuseElementwise
       foldNormCasts(block);
       RotateHalfSinker(block).run();
       pullChainsUp(block);
-      for (const Chain &c : findChains(block))
-        if (failed(fuse(c)))
+      std::vector<Chain> chains = findChains(block);
+      llvm::DenseSet<Operation *> chained;
+      for (const Chain &c : chains)
+        chained.insert(c.ops.begin(), c.ops.end());
+      for (const Chain &c : chains)
+        if (failed(fuse(c, chained)))
           return signalPassFailure();
       foldProductCasts(block, twinned);
     }

@@ -483,7 +483,13 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
           "has no device expression in a fused elementwise kernel (on these "
           "element types); dsc-fuse-elementwise should not have fused it");
     Value r = inner->getResult(0);
-    if (typeOf(r).getShape() != shape)
+    // A cast of an input may keep the input's broadcast shape (a bias
+    // widened as it is read): its register holds the element the lane
+    // reads.
+    bool widenedInput =
+        isa<CastOp>(inner) && isa<BlockArgument>(inner->getOperand(0)) &&
+        typeOf(inner->getOperand(0)).getShape() == typeOf(r).getShape();
+    if (typeOf(r).getShape() != shape && !widenedInput)
       return inner->emitOpError("in a dsc.fused body: result shape differs "
                                 "from the fused op's first result");
     std::string reg = "t" + std::to_string(k);

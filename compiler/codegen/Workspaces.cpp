@@ -94,8 +94,14 @@ uint64_t layerNormBackwardScratch(LayerNormBackwardOp op) {
   int64_t chunks = std::clamp<int64_t>((rows + 31) / 32, 1, 1024);
   // The statistics' type: f64 for f64 inputs, else f32.
   uint64_t t = elementBytes(op.getInput()) == 8 ? 8 : 4;
-  return align256(uint64_t(rows) * t) * 2 +
-         align256(uint64_t(2 * chunks * cols) * 8);
+  uint64_t rowKernels = align256(uint64_t(rows) * t) * 2 +
+                        align256(uint64_t(2 * chunks * cols) * 8);
+  // The held-row kernels (runtime/cuda/norm_loss.cu) write one partial row
+  // of the scale's and the bias's sums per block of rows: 32 rows a block
+  // for rows up to 1024 columns (layerNormBackwardWarp), 16 above
+  // (layerNormBackwardHeld, kHeldRows), unbounded in count.
+  int64_t held = (rows + 15) / 16;
+  return std::max(rowKernels, align256(uint64_t(2 * held * cols) * 8));
 }
 
 /// Scratch bytes of one sum_squares call: a double per chunk.

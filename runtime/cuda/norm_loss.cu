@@ -1005,6 +1005,8 @@ __global__ void __launch_bounds__(256)
   partials[(chunks + chunk) * cols + j] = b;
 }
 
+/// gradScale[j] and gradBias[j] (those present) from `chunks` partial rows
+/// of each, partials[{0, 1}][k][j]; the bias's are read only when wanted.
 template <typename T>
 __global__ void layerNormColumnSumKernel(const double *__restrict__ partials,
                                          int64_t cols, int64_t chunks,
@@ -1014,7 +1016,8 @@ __global__ void layerNormColumnSumKernel(const double *__restrict__ partials,
     double s = 0, b = 0;
     for (int64_t k = grp.lane; k < chunks; k += 32) {
       s += partials[k * cols + j];
-      b += partials[(chunks + k) * cols + j];
+      if (gradBias) // the held rows' kernel writes none otherwise
+        b += partials[(chunks + k) * cols + j];
     }
     s = warpSum(s), b = warpSum(b);
     if (grp.lane != 0)
@@ -1045,7 +1048,11 @@ __global__ void layerNormColumnSumKernel(const double *__restrict__ partials,
 //  - longer rows (Llama's 2048-wide RMS norms, which took half the time
 //    this way: bench/results/2026-12-04-h200-held-norm.md) go to a block
 //    each, at most kRowChunks chunks a thread (32 * ceil(chunks / 128)
-//    threads, so rows up to 16384 columns).
+//    threads, so rows up to 16384 columns); the backward folds its column
+//    sums in too: when they are wanted, a block takes kHeldRows rows in
+//    turn, each thread summing the columns of the chunks it holds in shared
+//    memory, one partial row (two with a bias) per block, summed by
+//    layerNormColumnSumKernel.
 // Chunk c of a row goes to lane c % size of the row's group, which takes its
 // chunks in order: the statistics are summed in double per thread, then over
 // the group, in an order fixed by the shape alone, so a 16-bit input gives
@@ -1054,6 +1061,9 @@ __global__ void layerNormColumnSumKernel(const double *__restrict__ partials,
 
 constexpr int kRowChunks = 4;
 constexpr int kWarpRows = 8, kWarpsPerBlock = 4;
+/// Rows a block of the held backward takes when it sums columns: 512
+/// blocks for Llama's 8192 rows.
+constexpr int kHeldRows = 16;
 
 /// The launch of a held-row kernel: a warp per row holding warpChunks chunks
 /// a lane (warpChunks > 0), a block of `threads` per row (threads > 0), or
@@ -1175,15 +1185,23 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+/// What heldRowBackward hands each chunk k it holds: nothing.
+struct NoChunkSink {
+  template <typename... A> __device__ void operator()(A &&...) const {}
+};
+
 /// One row's backward, held: v (the row) becomes xhat, gv holds g; gx (if
-/// any) written; mean and inv returned for the column sums.
-template <int kMode, int kN, typename XS>
+/// any) written; mean and inv returned for the column sums. sink(k, gv[k],
+/// v[k]) sees each chunk k held once its xhat is known (as gx's chunk is
+/// written, if any: the chunk's last use).
+template <int kMode, int kN, typename XS, typename Sink = NoChunkSink>
 __device__ inline int
 heldRowBackward(const XS *__restrict__ xr, const float *__restrict__ w,
                 const float *__restrict__ gr, float *gxr,
                 const GradEpilogue &er, int64_t cols, float eps, bool rms,
                 int lane, int size, float (&v)[kN][kChunk],
-                float (&gv)[kN][kChunk], float &mean, float &inv) {
+                float (&gv)[kN][kChunk], float &mean, float &inv,
+                Sink &&sink = {}) {
   const int64_t chunks = cols / kChunk;
   int held = loadRowChunks<kN>(xr, chunks, lane, size, v);
   heldRowStats<kMode>(v, held, cols, eps, rms, mean, inv);
@@ -1204,8 +1222,13 @@ heldRowBackward(const XS *__restrict__ xr, const float *__restrict__ w,
       swx += double(gw * v[k][u]);
     }
   }
-  if (!gxr)
+  if (!gxr) {
+#pragma unroll
+    for (int k = 0; k < kN; ++k)
+      if (k < held)
+        sink(k, gv[k], v[k]);
     return held;
+  }
   // An RMS norm takes no mean out: no sum(g * w) term.
   float sumGW = rms ? 0.f : float(groupSum<kMode>(sw)),
         sumGWX = float(groupSum<kMode>(swx));
@@ -1220,29 +1243,92 @@ heldRowBackward(const XS *__restrict__ xr, const float *__restrict__ w,
 #pragma unroll
     for (int u = 0; u < kChunk; ++u)
       out[u] = inv / d * (d * (gv[k][u] * wv[u]) - sumGW - v[k][u] * sumGWX);
+    sink(k, gv[k], v[k]);
     storeGradChunk(gxr, j0, out, er);
   }
   return held;
 }
 
-/// Long rows, a block each: gradIn (if any) and each row's statistics for
-/// the column kernels.
-template <typename XS>
+/// Long rows, a block each, in chunks of `chunkRows` consecutive rows a
+/// block: gradIn (if any) and, into partials (if any), the chunk's column
+/// sums of g * xhat (and of g when kBias), in f32 over its rows in order,
+/// stored as double: partials[{0, 1}][q][j] for the q-th chunk of rows. A
+/// thread's columns are those of the chunks it holds, so each accumulates
+/// its own, in dynamic shared memory (the registers keep to the row):
+/// float4 h of chunk lane + k * size at acc[(2 * k + h) * size + lane],
+/// the bias's sums after the scale's.
+template <bool kBias, typename XS>
 __global__ void __launch_bounds__(512)
     layerNormBackwardHeldKernel(const XS *__restrict__ x,
                                 const float *__restrict__ w,
                                 const float *__restrict__ g, float *gx,
                                 int64_t rows, int64_t cols, float eps, bool rms,
-                                float *__restrict__ rowMean,
-                                float *__restrict__ rowInv, GradEpilogue e) {
-  LineGroup<kBlockLine> grp;
-  for (int64_t r = grp.first; r < rows; r += grp.step) {
-    float v[kRowChunks][kChunk], gv[kRowChunks][kChunk], mean, inv;
-    heldRowBackward<kBlockLine, kRowChunks>(
-        x + r * cols, w, g + r * cols, gx ? gx + r * cols : nullptr,
-        e.at(r * cols), cols, eps, rms, grp.lane, grp.size, v, gv, mean, inv);
-    if (rowMean && grp.lane == 0)
-      rowMean[r] = mean, rowInv[r] = inv;
+                                int64_t chunkRows, int64_t rowChunks,
+                                double *__restrict__ partials, GradEpilogue e) {
+  extern __shared__ float4 heldAcc[];
+  const int lane = threadIdx.x, size = blockDim.x;
+  // This thread's chunks, lane + k * size for k < own, and its sums.
+  const int own =
+      int(minI64(kRowChunks, (cols / kChunk - lane + size - 1) / size));
+  float4 *cs = heldAcc + lane, *cb = cs + 2 * kRowChunks * size;
+  auto sum = [&](int k, const float(&a)[kChunk], const float(&xh)[kChunk]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float4 t = cs[(2 * k + h) * size];
+      t.x = __fmaf_rn(a[4 * h], xh[4 * h], t.x);
+      t.y = __fmaf_rn(a[4 * h + 1], xh[4 * h + 1], t.y);
+      t.z = __fmaf_rn(a[4 * h + 2], xh[4 * h + 2], t.z);
+      t.w = __fmaf_rn(a[4 * h + 3], xh[4 * h + 3], t.w);
+      cs[(2 * k + h) * size] = t;
+      if (kBias) {
+        float4 u = cb[(2 * k + h) * size];
+        u.x += a[4 * h], u.y += a[4 * h + 1];
+        u.z += a[4 * h + 2], u.w += a[4 * h + 3];
+        cb[(2 * k + h) * size] = u;
+      }
+    }
+  };
+  for (int64_t q = blockIdx.x; q < rowChunks; q += gridDim.x) {
+    if (partials)
+#pragma unroll
+      for (int i = 0; i < 2 * kRowChunks; ++i)
+        if (i / 2 < own) {
+          cs[i * size] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (kBias)
+            cb[i * size] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    int64_t r1 = minI64(rows, (q + 1) * chunkRows);
+    for (int64_t r = q * chunkRows; r < r1; ++r) {
+      float v[kRowChunks][kChunk], gv[kRowChunks][kChunk], mean, inv;
+      const float *gr = g + r * cols;
+      float *gxr = gx ? gx + r * cols : nullptr;
+      if (partials)
+        heldRowBackward<kBlockLine, kRowChunks>(
+            x + r * cols, w, gr, gxr, e.at(r * cols), cols, eps, rms, lane,
+            size, v, gv, mean, inv, sum);
+      else
+        heldRowBackward<kBlockLine, kRowChunks>(x + r * cols, w, gr, gxr,
+                                                e.at(r * cols), cols, eps, rms,
+                                                lane, size, v, gv, mean, inv);
+    }
+    if (!partials)
+      continue;
+#pragma unroll
+    for (int i = 0; i < 2 * kRowChunks; ++i) {
+      if (i / 2 >= own)
+        continue;
+      // Columns j .. j + 3: float4 i % 2 of chunk lane + (i / 2) * size.
+      int64_t j = (lane + int64_t(i / 2) * size) * kChunk + 4 * (i % 2);
+      float4 t = cs[i * size];
+      double2 *ps = reinterpret_cast<double2 *>(partials + q * cols + j);
+      ps[0] = make_double2(t.x, t.y), ps[1] = make_double2(t.z, t.w);
+      if (kBias) {
+        float4 u = cb[i * size];
+        double2 *pb =
+            reinterpret_cast<double2 *>(partials + (rowChunks + q) * cols + j);
+        pb[0] = make_double2(u.x, u.y), pb[1] = make_double2(u.z, u.w);
+      }
+    }
   }
 }
 
@@ -1401,6 +1487,49 @@ Status layerNormBackwardWarp(const XS *x, const Tensor &scale, double epsilon,
                                     gradBias);
 }
 
+/// The block-held backward (rows of more than 1024 columns), column sums
+/// included: kHeldRows rows a block when they are wanted, else one.
+template <typename XS>
+Status layerNormBackwardHeld(const XS *x, const Tensor &scale, double epsilon,
+                             bool rms, const Tensor &gradOut,
+                             const Tensor &gradIn, const Tensor &gradScale,
+                             const Tensor &gradBias, int64_t rows, int64_t cols,
+                             unsigned threads, const GradEpilogue &e) {
+  bool columns = gradScale.present() || gradBias.present(),
+       bias = gradBias.present();
+  // Summing columns, a block takes kHeldRows rows: a thread per chunk of a
+  // row (up to 512), so that the fewer blocks still keep as many loads in
+  // flight an SM as a block per row of `threads` did.
+  if (columns)
+    threads = unsigned(std::min<int64_t>(512, (cols / kChunk + 31) / 32 * 32));
+  int64_t chunkRows = columns ? kHeldRows : 1;
+  int64_t rowChunks = (rows + chunkRows - 1) / chunkRows;
+  double *partials = nullptr;
+  size_t smem = 0;
+  if (columns) {
+    void *base = nullptr;
+    if (Status st = scratch(sizeof(double) * (bias ? 2 : 1) * rowChunks * cols,
+                            &base, "layer norm backward partials");
+        !st.ok())
+      return st;
+    partials = static_cast<double *>(base);
+    smem = sizeof(float) * kChunk * kRowChunks * threads * (bias ? 2 : 1);
+  }
+  auto kernel = bias ? layerNormBackwardHeldKernel<true, XS>
+                     : layerNormBackwardHeldKernel<false, XS>;
+  if (smem > 48 * 1024) // rows of more than 6144 columns with a bias
+    DSC_CUDA_CHECK(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  kernel<<<gridFor(rowChunks), threads, smem, stream()>>>(
+      x, scale.as<float>(), gradOut.as<float>(), gradIn.as<float>(), rows, cols,
+      float(epsilon), rms, chunkRows, rowChunks, partials, e);
+  DSC_CUDA_LAUNCHED("layer_norm_backward");
+  if (!columns)
+    return Status();
+  return layerNormColumnSums<float>(partials, cols, rowChunks, gradScale,
+                                    gradBias);
+}
+
 template <typename T, typename XS = T>
 Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
                              double epsilon, bool rms, const Tensor &gradOut,
@@ -1411,14 +1540,17 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
   if (cols == 0 || (!columns && (rows == 0 || !gradIn.present())))
     return Status();
   const XS *x = static_cast<const XS *>(input.data);
-  HeldRows h;
   if constexpr (std::is_same_v<T, float>) {
-    h = pickHeldRows(cols, {input.data, scale.data, gradOut.data, gradIn.data,
-                            e.residual, e.copy});
+    HeldRows h = pickHeldRows(cols, {input.data, scale.data, gradOut.data,
+                                     gradIn.data, e.residual, e.copy});
     if (h.warpChunks && rows > 0)
       return layerNormBackwardWarp(x, scale, epsilon, rms, gradOut, gradIn,
                                    gradScale, gradBias, rows, cols,
                                    h.warpChunks, e);
+    if (h.threads && rows > 0)
+      return layerNormBackwardHeld(x, scale, epsilon, rms, gradOut, gradIn,
+                                   gradScale, gradBias, rows, cols, h.threads,
+                                   e);
   }
   // Fixed by the shape alone: about 32 rows per chunk, at most 1024 chunks.
   int64_t chunks = std::clamp<int64_t>((rows + 31) / 32, 1, 1024);
@@ -1438,25 +1570,16 @@ Status layerNormBackwardImpl(const Tensor &input, const Tensor &scale,
     partials = carve<double>(base, pPartials);
   }
   if (rows > 0) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (h.threads)
-        layerNormBackwardHeldKernel<XS>
-            <<<gridFor(rows), h.threads, 0, stream()>>>(
-                x, scale.as<float>(), gradOut.as<float>(), gradIn.as<float>(),
-                rows, cols, float(epsilon), rms, rowMean, rowInv, e);
-    }
-    if (!h.threads) {
-      if (cols <= 1024)
-        layerNormBackwardKernel<T, kWarpLine>
-            <<<blocksFor(rows, 8), 256, 0, stream()>>>(
-                x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
-                T(epsilon), rms, rowMean, rowInv, e);
-      else
-        layerNormBackwardKernel<T, kBlockLine>
-            <<<gridFor(rows), 512, 0, stream()>>>(
-                x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
-                T(epsilon), rms, rowMean, rowInv, e);
-    }
+    if (cols <= 1024)
+      layerNormBackwardKernel<T, kWarpLine>
+          <<<blocksFor(rows, 8), 256, 0, stream()>>>(
+              x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
+              T(epsilon), rms, rowMean, rowInv, e);
+    else
+      layerNormBackwardKernel<T, kBlockLine>
+          <<<gridFor(rows), 512, 0, stream()>>>(
+              x, scale.as<T>(), gradOut.as<T>(), gradIn.as<T>(), rows, cols,
+              T(epsilon), rms, rowMean, rowInv, e);
     DSC_CUDA_LAUNCHED("layer_norm_backward");
   }
   if (!columns)

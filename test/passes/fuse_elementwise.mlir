@@ -334,3 +334,29 @@ func.func @rotate_computed(%x: tensor<2x8xf32>, %y: tensor<2x8xf32>, %b: tensor<
   return %e, %f : tensor<2x8xf32>, tensor<2x8xf32>
 }
 }
+
+// -----
+
+// A 16-bit value a chain reads widened by a cast no chain took (a bias or a
+// norm weight widened from its compute copy: a shape of its own) is read as
+// it is and widened in the kernel; the cast goes when nothing else reads
+// it, and stays for another reader (the norm).
+// CHECK-LABEL: func.func @widened_inputs
+// CHECK: %[[W:.*]] = dsc.cast %arg2 {to = f32} : tensor<4xbf16> -> tensor<4xf32>
+// CHECK: dsc.layer_norm %arg0, %[[W]]
+// CHECK-NOT: dsc.cast %arg1
+// CHECK: dsc.fused "elementwise"(%arg1, %arg2, %arg0)
+// CHECK-NEXT: ^bb0(%[[B:[^:]*]]: tensor<4xbf16>, %[[G:[^:]*]]: tensor<4xbf16>, %{{.*}}: tensor<2x4xf32>):
+// CHECK-NEXT: dsc.cast %[[B]] {to = f32} : tensor<4xbf16> -> tensor<4xf32>
+// CHECK-NEXT: dsc.cast %[[G]] {to = f32} : tensor<4xbf16> -> tensor<4xf32>
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @widened_inputs(%x: tensor<2x4xf32>, %b: tensor<4xbf16>, %g: tensor<4xbf16>) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+  %bw = dsc.cast %b {to = f32} : tensor<4xbf16> -> tensor<4xf32>
+  %gw = dsc.cast %g {to = f32} : tensor<4xbf16> -> tensor<4xf32>
+  %n = dsc.layer_norm %x, %gw {axis = 1 : i64, epsilon = 1.0e-5 : f64} : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
+  %a = dsc.add %x, %bw : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
+  %m = dsc.mul %a, %gw : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
+  %e = dsc.exp %m : tensor<2x4xf32>
+  return %n, %e : tensor<2x4xf32>, tensor<2x4xf32>
+}
+}

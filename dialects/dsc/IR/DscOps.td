@@ -1246,7 +1246,9 @@ def Dsc_FusedOp : Op<Dsc_Dialect, "fused", [
     the body yields are the only ones written to memory. `kind` names how a
     backend generates the kernel: "elementwise" (every body op elementwise
     over the shape of the first result, inputs broadcast to it, splat
-    constants inlined; a `dsc.rotate_half` of a body argument of that shape
+    constants inlined; a cast of a body argument may keep the argument's
+    shape, the element read widened in registers; a `dsc.rotate_half` of a
+    body argument of that shape
     reads the argument's partner element, half the last dim away, negated
     for the first half). A backend without generated kernels rejects it.
 

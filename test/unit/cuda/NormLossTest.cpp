@@ -274,6 +274,12 @@ void checkLayerNorm16(DType half, const Shape &shape, int64_t axis) {
   EXPECT_EQ(gxW.download(), gxH.download()) << "grad input";
   EXPECT_EQ(gsW.download(), gsH.download()) << "grad scale";
   EXPECT_EQ(gbW.download(), gbH.download()) << "grad bias";
+  DSC_ASSERT_OK(cuda::rmsNormBackward(xw.dev(), scale.dev(), axis, 1e-6,
+                                      g.dev(), gxW.dev(), gsW.dev()));
+  DSC_ASSERT_OK(cuda::rmsNormBackward(xh.dev(), scale.dev(), axis, 1e-6,
+                                      g.dev(), gxH.dev(), gsH.dev()));
+  EXPECT_EQ(gxW.download(), gxH.download()) << "rms grad input";
+  EXPECT_EQ(gsW.download(), gsH.download()) << "rms grad scale";
 }
 
 TEST(CudaNormLoss, LayerNormIn16Bits) {
@@ -283,6 +289,8 @@ TEST(CudaNormLoss, LayerNormIn16Bits) {
     checkLayerNorm16(half, {3, 2000}, 1);   // a block per row
     checkLayerNorm16(half, {8, 4104}, -1);  // held rows, the last chunks short
     checkLayerNorm16(half, {4, 3, 700}, 1); // rank - 2
+    // Held rows, 16 a block for the column sums, the last block short.
+    checkLayerNorm16(half, {100, 2048}, -1);
   }
   // Other mixes are not: a 16-bit input with an f32 result is refused as
   // before.
@@ -441,6 +449,13 @@ TEST(CudaNormLoss, LayerNormBackward) {
     checkLayerNormBackward(dt, {512, 768}, -1, {true, true, true}); // GPT-2
     checkLayerNormBackward(dt, {5, 3000}, 1, {true, true, true});   // blocks
     checkLayerNormBackward(dt, {4, 3, 700}, 1, {true, true, false});
+    // Held rows of a block, 16 rows a block for the column sums, the last
+    // block's rows short; and the widest held rows (128 KiB of sums).
+    checkLayerNormBackward(dt, {100, 2048}, -1, {true, true, true});
+    checkLayerNormBackward(dt, {100, 2048}, -1, {true, false, false});
+    checkLayerNormBackward(dt, {100, 2048}, -1, {false, true, false});
+    checkLayerNormBackward(dt, {100, 2048}, -1, {false, false, true});
+    checkLayerNormBackward(dt, {3, 16384}, -1, {true, true, true});
   }
 }
 
@@ -593,6 +608,8 @@ TEST(CudaNormLoss, RmsNorm) {
     checkRmsNorm(dt, {3, 16384}, -1); // the widest rows held: 512 threads
     checkRmsNorm(dt, {2, 16392}, -1); // wider: the block kernels again
     checkRmsNorm(dt, {4, 3, 700}, 1); // rank - 2
+    // 16 rows a block for the column sums, the last block short.
+    checkRmsNorm(dt, {100, 2048}, -1);
   }
 }
 
