@@ -431,8 +431,7 @@ private:
       return std::nullopt;
     unsigned through = 0; // the operand the rotation moves onto
     Value swapped;        // the other factor's swap, for a product
-    if (isa<dsc::NegOp>(def)) {
-    } else if (auto c = dyn_cast<dsc::CastOp>(def)) {
+    if (auto c = dyn_cast<dsc::CastOp>(def)) {
       if (!(isHalf(c.getInput()) || isF32(c.getInput())) ||
           !(isHalf(c.getResult()) || isF32(c.getResult())))
         return std::nullopt;
@@ -444,7 +443,7 @@ private:
       swapped = swapOf(def->getOperand(1 - through));
       if (!swapped)
         return std::nullopt;
-    } else {
+    } else if (!isa<dsc::NegOp>(def)) {
       return std::nullopt;
     }
     OpBuilder b(rh);

@@ -10,7 +10,9 @@ namespace dsc {
 /// dsc-fuse-classifier's default chunk of logits (dsc compile's
 /// --classifier-chunk). Each chunk past the first re-reads and re-writes the
 /// f32 weight gradient it accumulates into (Llama-3.2-1B's 128256 x 2048:
-/// 2 GiB of traffic, 0.41 ms a chunk on an H100), so fewer, larger chunks
+/// 2 GiB of traffic; those GEMMs took 1.05 ms each in an H100 breakdown,
+/// bench/results/2026-12-07-h100-callD-llama_kernels.txt, against 0.64 ms
+/// for the same FLOPs without the accumulation), so fewer, larger chunks
 /// pay until the scratch itself matters: 1 GiB is 2 chunks for GPT-2 124M
 /// at 16 x 1024 and for the Llama-3.2-1B shape at 4 x 2048.
 constexpr int64_t kDefaultClassifierChunkBytes = int64_t(1) << 30;

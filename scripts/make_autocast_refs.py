@@ -176,6 +176,52 @@ def load_model(name, spec, refdir, etm):
     return model, to_onnx, names
 
 
+def write_atomically(path, write):
+    """write(tmp) to a temporary file beside path, then renamed over it."""
+    tmp = path + ".tmp"
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def step_gradients(model, args, dtype, to_onnx):
+    """One forward and backward on the batch: in float32 (dtype None) or
+    under torch.autocast(dtype); the loss and the gradients by ONNX name."""
+    import torch
+    model.zero_grad(set_to_none=True)
+    if dtype is None:
+        loss = model(*args)
+        scale = 1.0
+    else:
+        with torch.autocast(args[0].device.type, dtype=dtype):
+            loss = model(*args)
+        # The fp16 reference: a static scale 2^10 keeps these small
+        # gradients off fp16's subnormals; unscaled as GradScaler does.
+        scale = 1024.0 if dtype == torch.float16 else 1.0
+    (loss.float() * scale).backward()
+    grads = {to_onnx[k]: (p.grad.float() / scale).detach().cpu().contiguous()
+             for k, p in model.named_parameters() if p.grad is not None}
+    return loss.item(), grads
+
+
+def score(grads, g64, tag, compare_grads):
+    """The gradients against float64 as compare_grads.py measures them: the
+    text for the model's line and the fields for autocast_refs.json."""
+    if set(grads) != set(g64):
+        differ = sorted(set(grads) ^ set(g64))
+        return f"; gradient names differ from grads_f64: {differ}", {"names_differ": differ}
+    u = compare_grads.UNIT_ROUNDOFF["bf16" if tag == "f32" else tag]
+    try:  # error() exits on inf / nan: say so and go on
+        err, (worst, worst_name) = compare_grads.error(
+            g64, {k: v.numpy() for k, v in grads.items()})
+    except SystemExit as e:
+        err, worst, worst_name = float("nan"), float("nan"), str(e)
+    ulabel = "u of bf16" if tag == "f32" else "u"
+    said = (f"; against float64 {err:.3e} = {err / u:.4g} {ulabel}; "
+            f"worst tensor {worst_name} {worst:.3e}")
+    return said, {"err_vs_f64": float(err), "units": float(err / u),
+                  "worst_tensor": worst_name, "worst_rel": float(worst)}
+
+
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     refdirs = {m: check_fixture(m) for m in a.models}
@@ -241,49 +287,26 @@ def main(argv=None):
         runs = [("f32", None)] if a.cpu_dry_run else \
             [(p, {"bf16": torch.bfloat16, "fp16": torch.float16}[p]) for p in a.precisions]
         for tag, dtype in runs:
-            model.zero_grad(set_to_none=True)
-            if dtype is None:
-                loss = model(*args)
-                scale = 1.0
-            else:
-                with torch.autocast(device, dtype=dtype):
-                    loss = model(*args)
-                # The fp16 reference: a static scale 2^10 keeps these small
-                # gradients off fp16's subnormals; unscaled as GradScaler does.
-                scale = 1024.0 if dtype == torch.float16 else 1.0
-            (loss.float() * scale).backward()
-            grads = {to_onnx[k]: (p.grad.float() / scale).detach().cpu().contiguous()
-                     for k, p in model.named_parameters() if p.grad is not None}
-            entry = {"loss": float(loss.item()), "tensors": len(grads), **versions}
+            loss, grads = step_gradients(model, args, dtype, to_onnx)
+            entry = {"loss": float(loss), "tensors": len(grads), **versions}
             if "loss_f64" in lref:
                 entry["loss_f64"] = lref["loss_f64"]
-            line = (f"{name} {tag}: loss {loss.item():.6f} (fixture f64 "
+            line = (f"{name} {tag}: loss {loss:.6f} (fixture f64 "
                     f"{lref.get('loss_f64', float('nan')):.6f}, f32 "
                     f"{lref.get('loss_f32', float('nan')):.6f}), {len(grads)} gradients")
             if g64 is not None:
-                if set(grads) != set(g64):
-                    line += (f"; gradient names differ from grads_f64: "
-                             f"{sorted(set(grads) ^ set(g64))}")
-                    entry["names_differ"] = sorted(set(grads) ^ set(g64))
-                else:
-                    u = compare_grads.UNIT_ROUNDOFF["bf16" if tag == "f32" else tag]
-                    try:  # error() exits on inf / nan: say so and go on
-                        err, (worst, worst_name) = compare_grads.error(
-                            g64, {k: v.numpy() for k, v in grads.items()})
-                    except SystemExit as e:
-                        err, worst, worst_name = float("nan"), float("nan"), str(e)
-                    ulabel = "u of bf16" if tag == "f32" else "u"
-                    line += (f"; against float64 {err:.3e} = {err / u:.4g} {ulabel}; "
-                             f"worst tensor {worst_name} {worst:.3e}")
-                    entry.update({"err_vs_f64": float(err), "units": float(err / u),
-                                  "worst_tensor": worst_name, "worst_rel": float(worst)})
-                    summary.append((name, tag, err / u))
+                said, scored = score(grads, g64, tag, compare_grads)
+                line += said
+                entry.update(scored)
+                if "units" in scored:
+                    summary.append((name, tag, scored["units"]))
             print(line, flush=True)
             results[name][tag] = entry
             if not a.cpu_dry_run:
-                os.makedirs(os.path.join(a.outdir, FIXTURES.get(name, name)), exist_ok=True)
-                save_file(grads, os.path.join(a.outdir, FIXTURES.get(name, name),
-                                              f"grads_autocast_{tag}.safetensors"))
+                out = os.path.join(a.outdir, FIXTURES.get(name, name))
+                os.makedirs(out, exist_ok=True)
+                path = os.path.join(out, f"grads_autocast_{tag}.safetensors")
+                write_atomically(path, lambda tmp: save_file(grads, tmp))
         del model
     if summary:
         print("summary: error against float64 in units of u (the dry run's "
@@ -298,8 +321,10 @@ def main(argv=None):
     report.update(device=dev_name, torch=torch.__version__)
     for name, tags in results.items():
         report.setdefault("models", {}).setdefault(name, {}).update(tags)
-    with open(rpath, "w") as f:
-        json.dump(report, f, indent=1)
+    def dump(tmp):
+        with open(tmp, "w") as f:
+            json.dump(report, f, indent=1)
+    write_atomically(rpath, dump)
 
 
 if __name__ == "__main__":

@@ -1517,7 +1517,9 @@ Status layerNormBackwardHeld(const XS *x, const Tensor &scale, double epsilon,
   }
   auto kernel = bias ? layerNormBackwardHeldKernel<true, XS>
                      : layerNormBackwardHeldKernel<false, XS>;
-  if (smem > 48 * 1024) // rows of more than 6144 columns with a bias
+  // Over 48 KiB (kRowChunks chunks of sums a thread): rows of more than
+  // 3072 columns, or 1536 with a bias.
+  if (smem > 48 * 1024)
     DSC_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<gridFor(rowChunks), threads, smem, stream()>>>(
