@@ -29,8 +29,10 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/bit.h"
 
 #include <cmath>
+#include <map>
 #include <optional>
 
 namespace dsc {
@@ -354,9 +356,16 @@ std::optional<HostValue> evaluateHost(Value v, int depth = 0) {
     }
     HostValue out{shape, std::vector<double>(type.getNumElements())};
     SmallVector<double> args(in.size());
+    // An operand of the result's shape, or of one element, needs no
+    // broadcast index (most of a mask's ops).
+    auto index = [&](const HostValue &x, int64_t e) -> int64_t {
+      if (x.data.size() == out.data.size())
+        return e;
+      return x.data.size() == 1 ? 0 : broadcastIndex(x.shape, shape, e);
+    };
     for (int64_t e = 0; e < (int64_t)out.data.size(); ++e) {
       for (size_t i = 0; i < in.size(); ++i)
-        args[i] = in[i].data[broadcastIndex(in[i].shape, shape, e)];
+        args[i] = in[i].data[index(in[i], e)];
       out.data[e] = f(args);
     }
     return out;
@@ -492,7 +501,50 @@ std::optional<int64_t> causalWindow(const std::vector<double> &mask,
   return window;
 }
 
-MaskPlan planMask(const AttentionMatch &m) {
+/// What a set of constant mask terms amounts to: the causal pattern (with
+/// its window), nothing (all zero), or neither (the terms stay an operand).
+struct ConstantMask {
+  enum Kind { Causal, Zero, Operand } kind = Operand;
+  int64_t window = 0;
+};
+
+/// The constant masks already evaluated in this pass, by their terms and
+/// shape: every layer of a model reads the same mask, which is evaluated
+/// once (a [B, 1, T, T] mask is B * T * T elements on the host).
+using ConstantMaskCache = std::map<std::vector<uint64_t>, ConstantMask>;
+
+std::vector<uint64_t> cacheKey(ArrayRef<MaskTerm> terms,
+                               ArrayRef<int64_t> shape) {
+  std::vector<uint64_t> key(shape.begin(), shape.end());
+  for (const MaskTerm &t : terms) {
+    key.push_back(reinterpret_cast<uintptr_t>(t.value.getAsOpaquePointer()));
+    key.push_back(llvm::bit_cast<uint64_t>(t.factor));
+    key.push_back(t.fill.has_value());
+    key.push_back(llvm::bit_cast<uint64_t>(t.fill.value_or(0.0)));
+    key.push_back(t.negate);
+  }
+  return key;
+}
+
+/// The sum of the constant terms, broadcast to `shape`, classified.
+ConstantMask evaluateConstantMask(ArrayRef<MaskTerm> constants,
+                                  ArrayRef<int64_t> shape) {
+  std::vector<double> sum(shape[0] * shape[1] * shape[2] * shape[3], 0.0);
+  for (const MaskTerm &t : constants) {
+    auto values = evaluate(t, shape);
+    if (!values)
+      return {};
+    for (size_t i = 0; i < sum.size(); ++i)
+      sum[i] += (*values)[i];
+  }
+  if (std::optional<int64_t> window = causalWindow(sum, shape))
+    return {ConstantMask::Causal, *window};
+  if (llvm::all_of(sum, [](double v) { return v == 0.0; }))
+    return {ConstantMask::Zero, 0};
+  return {};
+}
+
+MaskPlan planMask(const AttentionMatch &m, ConstantMaskCache &cache) {
   MaskPlan plan;
   SmallVector<MaskTerm> constants;
   // Terms that do not depend on a function argument are evaluated on the
@@ -509,24 +561,21 @@ MaskPlan planMask(const AttentionMatch &m) {
       if (int64_t d = k - (4 - tt.getRank()); d >= 0)
         shape[k] = std::max(shape[k], tt.getDimSize(d));
   }
-  std::vector<double> sum(shape[0] * shape[1] * shape[2] * shape[3], 0.0);
-  for (const MaskTerm &t : constants) {
-    auto values = evaluate(t, shape);
-    if (!values) {
-      plan.operandTerms.append(constants.begin(), constants.end());
-      return plan;
-    }
-    for (size_t i = 0; i < sum.size(); ++i)
-      sum[i] += (*values)[i];
-  }
-  if (std::optional<int64_t> window = causalWindow(sum, shape)) {
+  std::vector<uint64_t> key = cacheKey(constants, shape);
+  auto cached = cache.find(key);
+  if (cached == cache.end())
+    cached = cache.emplace(key, evaluateConstantMask(constants, shape)).first;
+  switch (cached->second.kind) {
+  case ConstantMask::Causal:
     plan.causal = true;
-    plan.window = *window;
-    return plan;
+    plan.window = cached->second.window;
+    break;
+  case ConstantMask::Zero:
+    break;
+  case ConstantMask::Operand:
+    plan.operandTerms.append(constants.begin(), constants.end());
+    break;
   }
-  if (llvm::all_of(sum, [](double v) { return v == 0.0; }))
-    return plan;
-  plan.operandTerms.append(constants.begin(), constants.end());
   return plan;
 }
 
@@ -604,7 +653,7 @@ Value unrepeatHeads(Value x) {
   return r1.getInput();
 }
 
-void rewrite(AttentionMatch &m, int64_t seedId) {
+void rewrite(AttentionMatch &m, int64_t seedId, ConstantMaskCache &masks) {
   OpBuilder b(m.root);
   Location loc = m.root.getLoc();
   Value query = peelScale(m.query, m.scale);
@@ -615,7 +664,7 @@ void rewrite(AttentionMatch &m, int64_t seedId) {
     key = k0;
     value = v0;
   }
-  MaskPlan plan = planMask(m);
+  MaskPlan plan = planMask(m, masks);
   Value mask = buildMask(b, loc, plan.operandTerms,
                          typeOf(query).getElementType());
   auto attention = dsc::AttentionOp::create(
@@ -646,6 +695,7 @@ struct FuseAttentionPass
     SmallVector<dsc::SoftmaxOp> softmaxes;
     forward.walk([&](dsc::SoftmaxOp s) { softmaxes.push_back(s); });
     int64_t seedId = 0, fused = 0;
+    ConstantMaskCache masks;
     for (dsc::SoftmaxOp s : softmaxes) {
       auto t = typeOf(s.getResult());
       int64_t axis = (int64_t)s.getAxis();
@@ -660,7 +710,7 @@ struct FuseAttentionPass
         continue; // a learned bias needs its gradient: left unfused
       if (typeOf(m.keyT).getDimSize(1) != typeOf(m.value).getDimSize(1))
         continue; // one broadcast head for keys but not values (or back)
-      rewrite(m, m.dropout > 0 ? seedId++ : 0);
+      rewrite(m, m.dropout > 0 ? seedId++ : 0, masks);
       ++fused;
     }
     eraseDead(forward);

@@ -607,6 +607,23 @@ def DscRaiseGelu : Pass<"dsc-raise-gelu", "mlir::ModuleOp"> {
 }
 
 
+def DscDropUnusedResults : Pass<"dsc-drop-unused-results", "mlir::ModuleOp"> {
+  let summary = "Drop the results no call reads from functions called only "
+                "by func.call";
+  let description = [{
+    A value a function returns is computed into its caller's storage, which
+    the memory plan holds across the whole call. After dsc-zero-partition
+    reduces the gradients inside `@forward_backward` (stages 1-3), the step
+    reads only the bucket shards, not the per-parameter gradients it still
+    returns. For each function whose every symbol use is a `func.call`, the
+    results none of them reads are removed from its returns, its type and
+    its calls; such a value then lives from where it is made to its last
+    use inside the function. Functions without calls (the entry,
+    `@forward`) keep their signatures.
+  }];
+}
+
+
 def DscRaiseRotateHalf : Pass<"dsc-raise-rotate-half", "mlir::ModuleOp"> {
   let summary = "Recognize rotary embedding's rotate_half and make it "
                 "dsc.rotate_half";

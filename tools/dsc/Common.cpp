@@ -17,9 +17,9 @@ namespace dsc {
 
 // Prints "error: <file>: <message>"; the importer puts the node in the
 // message, so the location only contributes the file.
-void installDiagnosticPrinter(MLIRContext &ctx) {
-  ctx.getDiagEngine().registerHandler([](Diagnostic &diag) {
-    auto &os = llvm::errs();
+void installDiagnosticPrinter(MLIRContext &ctx, llvm::raw_ostream *out) {
+  ctx.getDiagEngine().registerHandler([out](Diagnostic &diag) {
+    auto &os = out ? *out : llvm::errs();
     const char *severity =
         diag.getSeverity() == DiagnosticSeverity::Error     ? "error"
         : diag.getSeverity() == DiagnosticSeverity::Warning ? "warning"

@@ -14,8 +14,10 @@
 
 namespace dsc {
 
-/// Prints diagnostics as "error: <file>: <message>", naming the ONNX node.
-void installDiagnosticPrinter(mlir::MLIRContext &ctx);
+/// Prints diagnostics as "error: <file>: <message>", naming the ONNX node,
+/// to `os` (standard error when none).
+void installDiagnosticPrinter(mlir::MLIRContext &ctx,
+                              llvm::raw_ostream *os = nullptr);
 /// "error: <msg>", the usage text, and exit status 1.
 int usageError(const std::string &msg, const char *usage);
 /// "80GiB", "80GB", "512MiB", "4096" (bytes): the byte count, or none for

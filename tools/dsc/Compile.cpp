@@ -13,6 +13,7 @@
 #include "tools/dsc/MemoryReport.h"
 
 #include <map>
+#include <mutex>
 
 #include "compiler/codegen/EmitCpp.h"
 #include "compiler/codegen/Workspaces.h"
@@ -985,6 +986,9 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   // Constants stay where they are (no constant CSE): autodiff's
   // dsc.backward_begin marker is a constant that must stay where backward
   // begins (the wall-clock breakdown and the report read it there).
+  // The per-parameter gradients a sharded @forward_backward reduces inside
+  // are not held across the call.
+  pm.addPass(createDscDropUnusedResults());
   GreedyRewriteConfig canonicalize;
   canonicalize.enableConstantCSE(false);
   pm.addPass(createCanonicalizerPass(canonicalize));
@@ -1055,6 +1059,13 @@ OwningOpRef<ModuleOp> compileOnnx(MLIRContext &ctx, const CompileOptions &o) {
 
 namespace {
 
+/// The pass registry is global: filled once, before any compile reads it
+/// (dsc estimate compiles on several threads).
+void registerPassesOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { registerDscPasses(); });
+}
+
 /// The per-rank bytes of the compiled step: its tensors, the arena the code
 /// generator plans for it and the library workspaces the runtime will take
 /// (estimated); none when it does not compile (the errors are printed).
@@ -1076,10 +1087,12 @@ OwningOpRef<ModuleOp> compileQuietly(MLIRContext &ctx, CompileOptions o) {
   return compileOnnx(ctx, o);
 }
 
-std::optional<uint64_t> planPeakBytes(const CompileOptions &o) {
-  registerDscPasses();
-  MLIRContext ctx;
-  installDiagnosticPrinter(ctx);
+std::optional<uint64_t> planPeakBytes(const CompileOptions &o,
+                                      llvm::raw_ostream *diagnostics) {
+  registerPassesOnce();
+  // One compile of several at once (dsc estimate): no thread pool each.
+  MLIRContext ctx(MLIRContext::Threading::DISABLED);
+  installDiagnosticPrinter(ctx, diagnostics);
   OwningOpRef<ModuleOp> module = compileQuietly(ctx, o);
   if (!module)
     return std::nullopt;
@@ -1243,13 +1256,14 @@ int chooseRecompute(CompileOptions &o, MLIRContext &ctx,
 
 std::optional<uint64_t> compiledPeakBytes(const std::string &model,
                                           const ImportOptions &import,
-                                          std::vector<std::string> flags) {
+                                          std::vector<std::string> flags,
+                                          llvm::raw_ostream *diagnostics) {
   CompileOptions o;
   flags.insert(flags.end(), {"--emit=mlir", model});
   if (parse(std::move(flags), o) >= 0)
     return std::nullopt;
   o.import = import;
-  return planPeakBytes(o);
+  return planPeakBytes(o, diagnostics);
 }
 
 int runCompile(std::vector<std::string> args) {
@@ -1280,7 +1294,7 @@ int runCompile(std::vector<std::string> args) {
   // Recomputation is chosen with the whole optimizer on the host, then the
   // ratio as low as the budget allows.
   o.offloadRatioAuto = false;
-  registerDscPasses();
+  registerPassesOnce();
   MLIRContext ctx;
   installDiagnosticPrinter(ctx);
   OwningOpRef<ModuleOp> module;

@@ -18,10 +18,13 @@ inline constexpr const char *kRecomputeModes[] = {"none", "elementwise",
 
 /// What one rank holds in the step `dsc compile MODEL FLAGS...` compiles:
 /// its arguments and results plus the code generator's arena (the static
-/// plan's peak). None when it does not compile (the errors are printed).
-std::optional<uint64_t> compiledPeakBytes(const std::string &model,
-                                          const ImportOptions &import,
-                                          std::vector<std::string> flags);
+/// plan's peak). None when it does not compile (the errors are printed to
+/// `diagnostics`, standard error when none). Safe to call from several
+/// threads at once: each compiles in its own context.
+std::optional<uint64_t>
+compiledPeakBytes(const std::string &model, const ImportOptions &import,
+                  std::vector<std::string> flags,
+                  llvm::raw_ostream *diagnostics = nullptr);
 } // namespace dsc
 
 #endif // DSC_TOOLS_DSC_COMPILE_H

@@ -365,12 +365,18 @@ std::pair<double, double> modelParameters(ModuleOp module) {
 
 } // namespace
 
+/// The bytes of a compute copy's element at `precision` (0: none).
+static double computeCopyBytes(StringRef precision) {
+  return precision == "bf16" || precision == "fp16" ? 2 : 0;
+}
+
 double formulaStageBytes(ModuleOp module, int stage, int64_t worldSize,
-                         int64_t groupSize, StringRef optimizer) {
+                         int64_t groupSize, StringRef optimizer,
+                         StringRef precision) {
   auto [psi, s] = modelParameters(module);
   double padded = std::ceil(psi / groupSize) * groupSize;
   return formula(stage, psi, padded, groupSize, s, optimizer == "sgd" ? 1 : 2,
-                 /*c=*/0, padded)
+                 computeCopyBytes(precision), padded)
       .total();
 }
 
@@ -406,6 +412,21 @@ void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
         "memory (not counted above), the optimizer run there; cpu+param: "
         "the parameter shards there too, copied up where they are "
         "gathered\n";
+  // Why a configuration did not compile, once for each reason.
+  std::vector<std::string> reasons;
+  for (const FitRow &r : rows)
+    if (!r.why.empty() && !llvm::is_contained(reasons, r.why))
+      reasons.push_back(r.why);
+  for (const std::string &why : reasons) {
+    os << "not compiled:";
+    for (const FitRow &r : rows)
+      if (r.why == why)
+        os << llvm::formatv(" {0}/{1}{2}", r.stage, r.recompute,
+                            r.offloadParam ? "/cpu+param"
+                            : r.offload    ? "/cpu"
+                                           : "");
+    os << ": " << why << "\n";
+  }
   if (fastest)
     os << llvm::formatv("fastest that fits: stage {0}, recompute {1}{2} ({3} "
                         "of {4})\n",
@@ -421,16 +442,21 @@ void printFitsTable(llvm::ArrayRef<FitRow> rows, uint64_t budget,
 }
 
 void printMemoryEstimate(ModuleOp module, int64_t worldSize, int64_t groupSize,
-                         StringRef optimizer, llvm::raw_ostream &os) {
+                         StringRef optimizer, StringRef precision,
+                         llvm::raw_ostream &os) {
   if (!module.lookupSymbol<func::FuncOp>("forward"))
     return;
   auto [psi, s] = modelParameters(module);
   double padded = std::ceil(psi / groupSize) * groupSize;
-  double k = optimizer == "sgd" ? 1 : 2;
+  double k = optimizer == "sgd" ? 1 : 2, c = computeCopyBytes(precision);
   os << llvm::formatv("memory per rank: {0} parameters of {1} bytes, {2} "
-                      "optimizer state slot(s) each ({3})\n",
+                      "optimizer state slot(s) each ({3})",
                       (int64_t)psi, (int64_t)s, (int64_t)k, optimizer);
-  printTable(os, psi, padded, worldSize, groupSize, s, k, /*c=*/0, padded, -1,
+  if (c > 0)
+    os << llvm::formatv("; {0} compute copies of {1} bytes, fp32 gradients",
+                        precision, (int64_t)c);
+  os << "\n";
+  printTable(os, psi, padded, worldSize, groupSize, s, k, c, padded, -1,
              nullptr);
 }
 

@@ -41,14 +41,18 @@ double stepTensorBytes(mlir::ModuleOp module);
 /// the largest values with their ONNX nodes.
 void printArenaBreakdown(const EmitCppStats &stats, llvm::raw_ostream &os);
 
+/// ZeRO's formulas for the imported `module` at every stage; `precision`
+/// is the step's (fp32, or bf16/fp16: 16-bit compute copies beside fp32
+/// masters).
 void printMemoryEstimate(mlir::ModuleOp module, int64_t worldSize,
                          int64_t groupSize, llvm::StringRef optimizer,
-                         llvm::raw_ostream &os);
+                         llvm::StringRef precision, llvm::raw_ostream &os);
 
 /// ZeRO's model-state bytes per rank at `stage` (printMemoryEstimate's
 /// total), for a configuration that does not compile.
 double formulaStageBytes(mlir::ModuleOp module, int stage, int64_t worldSize,
-                         int64_t groupSize, llvm::StringRef optimizer);
+                         int64_t groupSize, llvm::StringRef optimizer,
+                         llvm::StringRef precision);
 
 /// One configuration of `dsc estimate --gpu-memory`: its per-rank bytes
 /// from the compiled step (else the formula's), or not available.
@@ -59,6 +63,7 @@ struct FitRow {
   double bytes = 0;
   bool offload = false;      // --offload-optimizer cpu (device bytes only)
   bool offloadParam = false; // and --offload-param cpu (stage 3)
+  std::string why;           // the compile's first error, if it failed
 };
 
 /// The rows against `budget` bytes per GPU, in order (least recomputation,

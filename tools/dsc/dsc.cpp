@@ -13,6 +13,7 @@
 #include "tools/dsc/Common.h"
 #include "tools/dsc/Compile.h"
 #include "tools/dsc/Env.h"
+#include "tools/dsc/Estimate.h"
 #include "tools/dsc/MemoryReport.h"
 #include "tools/dsc/Summary.h"
 
@@ -153,145 +154,6 @@ int runImport(std::vector<std::string> args) {
   return writeAtomically(output, write) ? 0 : 1;
 }
 
-const char *kEstimateUsage = R"(usage: dsc estimate [options] MODEL.onnx
-
-Prints the model-state memory per rank (parameters, gradients, optimizer
-state, collective buffers) of ZeRO stages 0-3 side by side, from the model's
-shapes alone (no weights are read).
-
-options:
-  --world-size N             ranks (default 8)
-  --hybrid-group G           shard inside groups of G ranks
-  --optimizer adamw|sgd      (default adamw)
-  --micro-batch N, --input-shape NAME=AxB   as for `dsc import`
-  --gpu-memory SIZE          will it fit: compile the step for every stage
-                             and --recompute choice and print each one's
-                             per-rank peak (arguments, results, the static
-                             arena plan and the library workspaces) against
-                             SIZE (80GiB, 80GB,
-                             512MiB or bytes), and the fastest that fits
-)";
-
-/// `dsc estimate --gpu-memory`: every stage x recompute choice compiled
-/// (as `dsc compile` would for these ranks) and held against `budget`.
-void printFits(mlir::ModuleOp imported, const std::string &model,
-               const dsc::ImportOptions &opts, int64_t world, int64_t group,
-               const std::string &optimizer, uint64_t budget) {
-#ifdef DSC_RUNTIME_CUDA_LIBRARY
-  const char *target = "cuda"; // the plan of the GPU program
-#else
-  const char *target = "cpu";
-#endif
-  std::vector<dsc::FitRow> rows;
-  auto row = [&](int stage, const char *recompute, bool offload,
-                 bool offloadParam = false) {
-    dsc::FitRow r{stage, recompute};
-    r.offload = offload;
-    r.offloadParam = offloadParam;
-    std::vector<std::string> flags = {"--target",     target,
-                                      "--world-size", std::to_string(world),
-                                      "--stage",      std::to_string(stage),
-                                      "--recompute",  recompute,
-                                      "--optimizer",  optimizer};
-    if (group != world)
-      flags.insert(flags.end(), {"--hybrid-group", std::to_string(group)});
-    if (offload)
-      flags.insert(flags.end(), {"--offload-optimizer", "cpu"});
-    if (offloadParam)
-      flags.insert(flags.end(), {"--offload-param", "cpu"});
-    if (auto bytes = dsc::compiledPeakBytes(model, opts, flags)) {
-      r.bytes = double(*bytes);
-    } else if (offload) {
-      r.available = false;
-    } else {
-      r.compiled = false;
-      r.bytes =
-          dsc::formulaStageBytes(imported, stage, world, group, optimizer);
-    }
-    rows.push_back(r);
-  };
-  for (const char *recompute : dsc::kRecomputeModes)
-    for (int stage = 0; stage <= 3; ++stage)
-      row(stage, recompute, false);
-  // Offload keeps the state on the host: slower than any that fits without.
-  // Stages 1-2 slice their shard out of replicated parameters, which
-  // dsc-offload refuses; stage 3's parameters are the shards.
-  for (const char *recompute : dsc::kRecomputeModes) {
-    for (int stage : {0, 3})
-      row(stage, recompute, true);
-    row(3, recompute, true, /*offloadParam=*/true);
-  }
-  dsc::printFitsTable(rows, budget, world, llvm::outs());
-}
-
-int runEstimate(std::vector<std::string> args) {
-  dsc::ImportOptions opts;
-  std::string model, optimizer = "adamw";
-  int64_t world = 8, group = 0;
-  std::optional<uint64_t> gpuMemory;
-  dsc::ArgCursor c(std::move(args));
-  while (!c.done()) {
-    if (c.is("-h") || c.is("--help")) {
-      llvm::outs() << kEstimateUsage;
-      return 0;
-    }
-    if (dsc::parseImportOption(c, opts)) {
-      if (!c.error.empty())
-        return usageError(c.error, kEstimateUsage);
-      continue;
-    }
-    if (auto v = c.take("--world-size")) {
-      if (llvm::StringRef(*v).getAsInteger(10, world) || world < 1)
-        return usageError("--world-size needs a positive count",
-                          kEstimateUsage);
-      continue;
-    }
-    if (auto v = c.take("--hybrid-group")) {
-      if (llvm::StringRef(*v).getAsInteger(10, group) || group < 1)
-        return usageError("--hybrid-group needs a positive count",
-                          kEstimateUsage);
-      continue;
-    }
-    if (auto v = c.take("--optimizer")) {
-      if (*v != "adamw" && *v != "sgd")
-        return usageError("--optimizer must be adamw or sgd", kEstimateUsage);
-      optimizer = *v;
-      continue;
-    }
-    if (auto v = c.take("--gpu-memory")) {
-      gpuMemory = dsc::parseSize(*v);
-      if (!gpuMemory)
-        return usageError("--gpu-memory needs a size such as 80GiB, 80GB, "
-                          "512MiB or a count of bytes, not '" +
-                              *v + "'",
-                          kEstimateUsage);
-      continue;
-    }
-    if (!c.error.empty())
-      return usageError(c.error, kEstimateUsage);
-    if (llvm::StringRef(c.current()).starts_with("-"))
-      return usageError("unknown option '" + c.current() + "'", kEstimateUsage);
-    model = c.current();
-    c.next();
-  }
-  if (model.empty())
-    return usageError("no model given", kEstimateUsage);
-  if (group == 0)
-    group = world;
-  if (world % group)
-    return usageError("--hybrid-group must divide --world-size",
-                      kEstimateUsage);
-  MLIRContext ctx;
-  dsc::installDiagnosticPrinter(ctx);
-  auto module = dsc::importOnnxFile(ctx, model, opts);
-  if (!module)
-    return 1;
-  dsc::printMemoryEstimate(*module, world, group, optimizer, llvm::outs());
-  if (gpuMemory)
-    printFits(*module, model, opts, world, group, optimizer, *gpuMemory);
-  return 0;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -304,6 +166,8 @@ int main(int argc, char **argv) {
     }
     if (args.size() >= 2 && args[1] == "compile")
       return dsc::runCompile({"--help"});
+    if (args.size() >= 2 && args[1] == "estimate")
+      return dsc::runEstimate({"--help"});
     if (args.size() >= 2 && args[1] == "env")
       return dsc::runEnv({"--help"});
     if (args.size() >= 2 && args[1] == "checkpoint") {
@@ -320,7 +184,7 @@ int main(int argc, char **argv) {
   if (command == "compile")
     return dsc::runCompile(args);
   if (command == "estimate")
-    return runEstimate(args);
+    return dsc::runEstimate(args);
   if (command == "env")
     return dsc::runEnv(args);
   if (command == "checkpoint")
