@@ -380,6 +380,22 @@ std::string defaultTarget(const CompileOptions &o) {
   return "cpu";
 }
 
+/// Whether dsc-zero-partition's options ("stage=0 world-size=1 ...") ask
+/// for stage 0 on one rank (the pass's defaults: stage 0, one rank).
+bool isOneRankStageZero(llvm::StringRef partitionOptions) {
+  int64_t stage = 0, world = 1;
+  llvm::SmallVector<llvm::StringRef> options;
+  partitionOptions.split(options, ' ', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef option : options) {
+    auto [key, value] = option.split('=');
+    if (key == "stage")
+      (void)value.getAsInteger(10, stage);
+    else if (key == "world-size")
+      (void)value.getAsInteger(10, world);
+  }
+  return stage == 0 && world == 1;
+}
+
 int parse(std::vector<std::string> args, CompileOptions &o) {
   if (int rc = applyConfig(args, o); rc >= 0)
     return rc;
@@ -747,6 +763,13 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     return usageError("the loss-scale options apply to --precision fp16 "
                       "only (bf16 needs no loss scaling)",
                       kCompileUsage);
+  // Stage 0 on one rank is the unsharded step: dsc-zero-partition's flat
+  // buckets would only add copies and hold the gradients twice.
+  if (o.partition && isOneRankStageZero(o.partitionPipeline)) {
+    o.partition = false;
+    o.partitionPipeline.clear();
+    o.gradReduceDtype = "fp32";
+  }
   for (const auto &opt : optimizerOptions)
     o.optimizerPipeline += (o.optimizerPipeline.empty() ? "" : " ") + opt;
   return -1; // go on
