@@ -294,26 +294,6 @@ SmallVector<size_t> backwardOrder(dsc::AdamWMultiOp multi, Readiness *ready) {
   return order;
 }
 
-/// Step 5a (overlap): the call of @forward_backward is replaced by the
-/// callee's body, so that the step's later ops can move into backward.
-void inlineStepCall(func::CallOp call) {
-  auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-      call, call.getCalleeAttr());
-  Block &body = callee.getBody().front();
-  IRMapping map;
-  map.map(body.getArguments(), call.getOperands());
-  OpBuilder b(call);
-  for (Operation &op : body.without_terminator())
-    b.clone(op, map);
-  for (auto [result, returned] :
-       llvm::zip(call.getResults(), body.getTerminator()->getOperands()))
-    result.replaceAllUsesWith(map.lookupOrDefault(returned));
-  // Its random numbers (dropout) are drawn as the call's were: it was the
-  // step's first call.
-  call->getParentOp()->setAttr("dsc.rng_call", b.getI64IntegerAttr(1));
-  call.erase();
-}
-
 /// Step 5b (overlap): each copy to the host moves up to right after what it
 /// reads is made, with the ops after backward that it reads (the loss
 /// normalization of a gradient, the learning rate): the gradients come down
@@ -822,7 +802,8 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
       llvm::DenseSet<Operation *> afterCall;
       for (Operation *op = stepCall->getNextNode(); op; op = op->getNextNode())
         afterCall.insert(op);
-      inlineStepCall(stepCall);
+      // Step 5a: the step's later ops can then move into backward.
+      dsc::inlineStepCall(stepCall);
       hoistCopiesToHost(fn.getBody().front(), afterCall);
     } else {
       // After the copies to the device: those go after the last copy made

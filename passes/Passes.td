@@ -624,6 +624,26 @@ def DscDropUnusedResults : Pass<"dsc-drop-unused-results", "mlir::ModuleOp"> {
 }
 
 
+def DscInlineStep : Pass<"dsc-inline-step", "mlir::ModuleOp"> {
+  let summary = "Inline the step's one call of @forward_backward at ZeRO "
+                "stages 0-1 on several ranks";
+  let description = [{
+    At stages 0 and 1 on several ranks, `@forward_backward` returns the
+    full flat gradient buckets it all-reduces, and a returned value is held
+    in the caller's frame across the whole call: every bucket through the
+    forward. When the module is such a step (`dsc.world_size` > 1,
+    `dsc.stage` 0 or 1), the entry makes exactly one call and nothing is
+    offloaded, the call is replaced by the callee's body, so each bucket
+    lives from the concat that fills it to its last read. The callee stays
+    (code generation emits only what the entry calls).
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"train_step\"",
+           "The step function">,
+  ];
+}
+
+
 def DscRaiseRotateHalf : Pass<"dsc-raise-rotate-half", "mlir::ModuleOp"> {
   let summary = "Recognize rotary embedding's rotate_half and make it "
                 "dsc.rotate_half";

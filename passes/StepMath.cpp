@@ -3,6 +3,8 @@
 #include "dialects/dsc/IR/DscOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
 using namespace mlir;
@@ -209,6 +211,22 @@ bool sameOrRecomputed(Value v, Value copy, unsigned depth) {
     if (x != y && !sameOrRecomputed(x, y, depth + 1))
       return false;
   return true;
+}
+
+void inlineStepCall(func::CallOp call) {
+  auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+      call, call.getCalleeAttr());
+  Block &body = callee.getBody().front();
+  IRMapping map;
+  map.map(body.getArguments(), call.getOperands());
+  OpBuilder b(call);
+  for (Operation &op : body.without_terminator())
+    b.clone(op, map);
+  for (auto [result, returned] :
+       llvm::zip(call.getResults(), body.getTerminator()->getOperands()))
+    result.replaceAllUsesWith(map.lookupOrDefault(returned));
+  call->getParentOp()->setAttr("dsc.rng_call", b.getI64IntegerAttr(1));
+  call.erase();
 }
 
 } // namespace dsc

@@ -69,6 +69,11 @@ void eraseDeadOps(mlir::ModuleOp module);
 /// `v` with the reshapes that view it removed (the value whose storage it
 /// is, in the memory plan).
 mlir::Value storageRoot(mlir::Value v);
+/// Replaces the step's one call of @forward_backward by the callee's body
+/// (dsc-offload's overlap, dsc-inline-step). Its random numbers (dropout)
+/// are drawn as the call's were: it was the step's first call
+/// (dsc.rng_call = 1 on the step).
+void inlineStepCall(mlir::func::CallOp call);
 /// Whether `copy` is `v` or dsc-recompute's clone of it (or of a view of
 /// it): the same op on the same (or recomputed) operands, bitwise its value.
 bool sameOrRecomputed(mlir::Value v, mlir::Value copy, unsigned depth = 0);

@@ -1042,6 +1042,9 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
                (o.offloadOverlap ? " overlap=true" : "") + "}",
            "offload options"))
     return failure();
+  // Stages 0-1 on several ranks: the full gradient buckets live from when
+  // backward fills them, not across the whole call.
+  pm.addPass(createDscInlineStep());
   // Kernels are generated for the IR's f32 (not under --f64); the bias
   // gradients go into GEMM epilogues first, so that no chain writes the
   // f32 gradient only a sum read.

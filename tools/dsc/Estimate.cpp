@@ -196,20 +196,20 @@ std::vector<std::string> compileFlags(const FitRow &r,
 #else
   const char *target = "cpu";
 #endif
-  std::vector<std::string> flags = {"--target",     target,
-                                    "--world-size", std::to_string(o.world),
-                                    "--stage",      std::to_string(r.stage),
-                                    "--recompute",  r.recompute,
-                                    "--optimizer",  o.optimizer,
-                                    "--precision",  o.precision};
+  // The user's own options follow the target (a --target of theirs wins)
+  // and precede the ones each configuration sets.
+  std::vector<std::string> flags = {"--target", target};
+  flags.insert(flags.end(), o.compileFlags.begin(), o.compileFlags.end());
+  flags.insert(flags.end(),
+               {"--world-size", std::to_string(o.world), "--stage",
+                std::to_string(r.stage), "--recompute", r.recompute,
+                "--optimizer", o.optimizer, "--precision", o.precision});
   if (o.group != o.world)
     flags.insert(flags.end(), {"--hybrid-group", std::to_string(o.group)});
   if (r.offload)
     flags.insert(flags.end(), {"--offload-optimizer", "cpu"});
   if (r.offloadParam)
     flags.insert(flags.end(), {"--offload-param", "cpu"});
-  // The user's own options go first: a later flag of the same name wins.
-  flags.insert(flags.begin(), o.compileFlags.begin(), o.compileFlags.end());
   return flags;
 }
 
