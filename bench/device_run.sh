@@ -47,9 +47,9 @@
 #                _rfull, _rew):
 #                ms/step, peak, and its losses against the gpt2 part's
 #                (bitwise expected)
-#   llama-rsel, llama-rfull, llama-rew
+#   llama-rsel, llama-rfull, llama-rew, llama-rauto
 #                likewise for the Llama shape (llama_1b_bf16_rsel, _rfull,
-#                _rew)
+#                _rew; _rauto: --recompute auto --memory-budget 24GiB)
 #   gpt2-c256, llama-c256
 #                the programs compiled with --classifier-chunk 256MiB (the
 #                default before 1 GiB; gpt2_124m_bf16_c256, llama_1b_bf16_c256):
@@ -283,7 +283,7 @@ for part in "$@"; do
     [ -f "$W/tok.bin" ] || tokens "$W/tok.bin" 50257 uint16
     v=${part#gpt2-}
     dsc_variant gpt2_$v "$B/gpt2_124m_bf16_$v" 20 gpt2 --init random --data "$W/tok.bin" ;;
-  llama-rsel | llama-rfull | llama-rew | llama-nd | llama-c256)
+  llama-rsel | llama-rfull | llama-rew | llama-nd | llama-c256 | llama-rauto)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     v=${part#llama-}
     dsc_variant llama_$v "$B/llama_1b_bf16_$v" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32
