@@ -1006,12 +1006,12 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   if (o.recompute != "none" &&
       !add("dsc-recompute{mode=" + o.recompute + "}", "recompute options"))
     return failure();
-  // Constants stay where they are (no constant CSE): autodiff's
-  // dsc.backward_begin marker is a constant that must stay where backward
-  // begins (the wall-clock breakdown and the report read it there).
   // The per-parameter gradients a sharded @forward_backward reduces inside
   // are not held across the call.
   pm.addPass(createDscDropUnusedResults());
+  // Constants stay where they are (no constant CSE): autodiff's
+  // dsc.backward_begin marker is a constant that must stay where backward
+  // begins (the wall-clock breakdown and the report read it there).
   GreedyRewriteConfig canonicalize;
   canonicalize.enableConstantCSE(false);
   pm.addPass(createCanonicalizerPass(canonicalize));

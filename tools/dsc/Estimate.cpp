@@ -147,6 +147,10 @@ int parse(std::vector<std::string> args, EstimateOptions &o) {
       if (llvm::StringRef(c.current()).starts_with("-"))
         return usageError("unknown option '" + c.current() + "'",
                           kEstimateUsage);
+      if (!o.model.empty())
+        return usageError("two models given ('" + o.model + "' and '" +
+                              c.current() + "'); estimate one at a time",
+                          kEstimateUsage);
       o.model = c.current();
       c.next();
     }
