@@ -86,11 +86,13 @@
 #                optimizer on the GPU
 #   llama-off-rsel
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
-#   llama7b-off, llama7b
+#   llama7b-off, llama7b-ovr, llama7b
 #                the Llama-2-7B shape (bench/llama_1b.py export --shape 7b),
 #                1 x 2048 tokens: with the optimizer offloaded
-#                (gpu-bundle-extra/llama_7b_bf16_off) and without it
-#                (llama_7b_bf16): ms/step, tokens/s, GPU and host peaks
+#                (gpu-bundle-extra/llama_7b_bf16_off), offloaded with
+#                --offload-overlap and --offload-ratio auto (llama_7b_bf16_ovr)
+#                and without offload (llama_7b_bf16): ms/step, tokens/s, GPU
+#                and host peaks
 #   llama-ds-off DeepSpeed ZeRO-2 with offload_optimizer: cpu on the Llama
 #                shape (bench/llama_1b.py deepspeed-offload; .whl carried)
 #   deepspeed    DeepSpeed ZeRO-2 on nanoGPT's module (bench/peers_bf16.py,
@@ -355,11 +357,11 @@ for part in "$@"; do
   llama-off-rsel)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_rsel "$B/llama_1b_bf16_off_rsel" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32 ;;
-  llama7b-off | llama7b)
+  llama7b-off | llama7b-ovr | llama7b)
     [ -f "$W/tok7.bin" ] || tokens "$W/tok7.bin" 32000 uint16
     name=${part/-/_}
-    prog="$B/llama_7b_bf16${part#llama7b}"
-    prog=${prog/-off/_off}
+    suffix=${part#llama7b}
+    prog="$B/llama_7b_bf16${suffix/-/_}"
     [ -x "$prog" ] || { echo "device_run: no $prog (gpu-bundle-extra)"; continue; }
     timeout 270 "$prog" --init random --data "$W/tok7.bin" --steps "${STEPS7B:-6}" \
       --print-every 1 --log "$W/$name.jsonl" >"$W/$name.txt" 2>&1
