@@ -618,9 +618,13 @@ def DscDropUnusedResults : Pass<"dsc-drop-unused-results", "mlir::ModuleOp"> {
     returns. For each function whose every symbol use is a `func.call`, the
     results none of them reads are removed from its returns, its type and
     its calls; such a value then lives from where it is made to its last
-    use inside the function. Functions without calls (the entry,
-    `@forward`) keep their signatures.
+    use inside the function. The entry (`entry`) and functions without
+    calls (`@forward`) keep their signatures.
   }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"train_step\"",
+           "The program's entry, whose results its caller reads">,
+  ];
 }
 
 

@@ -458,9 +458,12 @@ const RuntimeFlavor &runtimeFor(const TargetDescription &target) {
 }
 
 /// Where a function's phases turn: autodiff's dsc.backward_begin marker,
-/// and the last call of @forward_backward (the entry's optimizer follows).
+/// the last call of @forward_backward, and the first op of the optimizer:
+/// the op after that call, or, in a step whose call was inlined, its first
+/// host op (dsc-offload's overlap) or else its learning-rate schedule
+/// (dsc-inline-step), after backward began.
 struct PhaseOps {
-  Operation *backward = nullptr, *lastCall = nullptr;
+  Operation *backward = nullptr, *lastCall = nullptr, *optimizer = nullptr;
 };
 
 PhaseOps phaseOps(func::FuncOp func) {
@@ -472,20 +475,36 @@ PhaseOps phaseOps(func::FuncOp func) {
       if (call.getCallee() == "forward_backward")
         marks.lastCall = &op;
   }
+  if (marks.lastCall) {
+    marks.optimizer = marks.lastCall->getNextNode();
+  } else if (marks.backward) {
+    Operation *schedule = nullptr;
+    for (Operation *op = marks.backward->getNextNode(); op;
+         op = op->getNextNode()) {
+      if (op->hasAttr("dsc.on_host") && !isa<ConstantOp>(op)) {
+        marks.optimizer = op;
+        break;
+      }
+      if (!schedule && isa<LrScheduleOp>(op))
+        schedule = op;
+    }
+    if (!marks.optimizer)
+      marks.optimizer = schedule;
+  }
   return marks;
 }
 
 /// What the arena value made by `def` is (kArenaKinds) while it is alive at
 /// `at`: a collective's buffer, a gradient (a call's result), an optimizer
-/// temporary (made after the last forward_backward), kept (made by the
-/// forward, needed at or after the backward marker) or a temporary.
+/// temporary (made once the optimizer began), kept (made by the forward,
+/// needed at or after the backward marker) or a temporary.
 const char *arenaKind(Operation *def, Operation *at, const PhaseOps &marks) {
   if (isa_and_nonnull<shard::ShardDialect>(def->getDialect()) ||
       isa<WaitOp>(def))
     return "collective";
   if (isa<func::CallOp>(def))
     return "gradient";
-  if (marks.lastCall && marks.lastCall->isBeforeInBlock(def))
+  if (marks.optimizer && !def->isBeforeInBlock(marks.optimizer))
     return "optimizer";
   if (marks.backward && def->isBeforeInBlock(marks.backward) &&
       !at->isBeforeInBlock(marks.backward))
@@ -1149,32 +1168,23 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   // do not count dsc.collective_input: it runs nothing, and the manifest
   // stays what it was before the op existed.
   // The phases the program times (dsc::Phase): forward_backward's start
-  // and its backward_begin; in the entry, the optimizer after the last call
-  // of forward_backward, and the end.
+  // and its backward_begin; in the entry, the optimizer (phaseOps) and the
+  // end.
   bool isEntry = fname == options_.entry;
-  Operation *lastCall = nullptr;
-  for (Operation &op : body)
-    if (auto call = dyn_cast<func::CallOp>(op))
-      if (call.getCallee() == "forward_backward")
-        lastCall = &op;
+  PhaseOps marks = phaseOps(func);
   auto mark = [&](const char *phase) {
     os << "\n  markPhase(ctx, dsc::Phase::" << phase << ");\n";
   };
   // An entry with forward and backward in its body (dsc-offload's overlap
   // inlines the call): its phases are its own.
-  bool inlinedStep =
-      isEntry && !lastCall && llvm::any_of(body, [](Operation &op) {
-        return op.hasAttr("dsc.backward_begin");
-      });
-  Operation *firstHostOp = nullptr;
-  if (inlinedStep)
-    for (Operation &op : body)
-      if (!firstHostOp && op.hasAttr("dsc.on_host") && !isa<ConstantOp>(op))
-        firstHostOp = &op;
+  bool inlinedStep = isEntry && !marks.lastCall && marks.backward;
+  Operation *optimizerBegin = isEntry ? marks.optimizer : nullptr;
   if (fname == "forward_backward" || inlinedStep)
     mark("Forward");
   size_t i = 0;
   for (Operation &op : body) {
+    if (&op == optimizerBegin)
+      mark("Optimizer");
     if (auto in = dyn_cast<CollectiveInputOp>(op)) {
       // The collective reads the operand itself.
       names_[in.getResult()] = names_.lookup(in.getInput());
@@ -1194,12 +1204,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
     }
     if (op.hasAttr("dsc.backward_begin"))
       mark("Backward");
-    if (&op == firstHostOp)
-      mark("Optimizer");
     if (!plan.dead.contains(&op) && failed(emitOp(&op, index, plan, label, os)))
       return failure();
-    if (isEntry && &op == lastCall)
-      mark("Optimizer");
   }
   os << "  return Status();\n}\n\n";
   functionsText_ += text;

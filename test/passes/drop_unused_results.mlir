@@ -1,4 +1,5 @@
 // RUN: dsc-opt %s --split-input-file --dsc-drop-unused-results | FileCheck %s
+// RUN: dsc-opt %s --split-input-file '--dsc-drop-unused-results=entry=forward_backward' | FileCheck %s --check-prefix=ENTRY
 
 // A sharded step: @forward_backward returns the per-parameter gradient and
 // the bucket shard reduced from it; the step reads the shard only. The
@@ -7,6 +8,9 @@
 // keeps its attributes. The entry's signature is untouched.
 // CHECK-LABEL: func.func @forward_backward
 // CHECK-SAME: -> (tensor<f32> {dsc.output = "loss"}, tensor<4xf32> {dsc.grad = "bucket0"})
+// The program's entry (EmitCppOptions::entry may name it) keeps them all.
+// ENTRY-LABEL: func.func @forward_backward
+// ENTRY-SAME: -> (tensor<f32> {dsc.output = "loss"}, tensor<4xf32> {dsc.grad = "p"}, tensor<4xf32> {dsc.grad = "bucket0"})
 // CHECK: %[[G:.*]] = dsc.mul
 // CHECK: %[[C:.*]] = dsc.concat %[[G]]
 // CHECK: return %{{.*}}, %[[C]] : tensor<f32>, tensor<4xf32>

@@ -1280,6 +1280,13 @@ int chooseRecompute(CompileOptions &o, MLIRContext &ctx,
 
 } // namespace
 
+bool compileOptionsAccepted(const std::string &model,
+                            std::vector<std::string> flags) {
+  CompileOptions o;
+  flags.insert(flags.end(), {"--emit=mlir", model});
+  return parse(std::move(flags), o) < 0;
+}
+
 std::optional<uint64_t> compiledPeakBytes(const std::string &model,
                                           const ImportOptions &import,
                                           std::vector<std::string> flags,

@@ -16,6 +16,11 @@ int runCompile(std::vector<std::string> args);
 inline constexpr const char *kRecomputeModes[] = {"none", "elementwise",
                                                   "selective", "full"};
 
+/// Whether `dsc compile MODEL FLAGS...` accepts its options (else the error
+/// and the usage are printed, once).
+bool compileOptionsAccepted(const std::string &model,
+                            std::vector<std::string> flags);
+
 /// What one rank holds in the step `dsc compile MODEL FLAGS...` compiles:
 /// its arguments and results plus the code generator's arena (the static
 /// plan's peak). None when it does not compile (the errors are printed to

@@ -279,6 +279,11 @@ int runEstimate(std::vector<std::string> args) {
   if (!o.gpuMemory)
     return 0;
   std::vector<FitRow> rows = configurations();
+  // The user's compile options are checked once, before the threads (each
+  // compile would print the same usage).
+  if (!compileOptionsAccepted(o.model, compileFlags(rows.front(), o)))
+    return 1;
+  llvm::outs().flush(); // the ZeRO table, before any thread writes
   compileRows(rows, o, *module);
   printFitsTable(rows, *o.gpuMemory, o.world, llvm::outs());
   return 0;
