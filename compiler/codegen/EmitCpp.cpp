@@ -1175,8 +1175,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   auto mark = [&](const char *phase) {
     os << "\n  markPhase(ctx, dsc::Phase::" << phase << ");\n";
   };
-  // An entry with forward and backward in its body (dsc-offload's overlap
-  // inlines the call): its phases are its own.
+  // An entry with forward and backward in its body (dsc-inline-step or
+  // dsc-offload's overlap inlined the call): its phases are its own.
   bool inlinedStep = isEntry && !marks.lastCall && marks.backward;
   Operation *optimizerBegin = isEntry ? marks.optimizer : nullptr;
   if (fname == "forward_backward" || inlinedStep)

@@ -57,7 +57,7 @@ options:
                              machine's threads, at most 8; each takes about
                              as much memory as one `dsc compile`)
   -- COMPILE-OPTIONS...      passed to every compile of --gpu-memory (e.g.
-                             -- --grad-accum 4 --classifier-chunk 256MiB);
+                             -- --accum-steps 4 --classifier-chunk 256MiB);
                              the options estimate varies or sets itself are
                              refused there
 )";
@@ -71,26 +71,38 @@ struct EstimateOptions {
   std::vector<std::string> compileFlags;
 };
 
-/// Options the configurations set themselves: not accepted after `--`.
-constexpr llvm::StringLiteral kVariedFlags[] = {
-    "--stage",         "--recompute",     "--offload-optimizer",
-    "--offload-param", "--offload-ratio", "--memory-budget",
-    "--world-size",    "--hybrid-group",  "--optimizer",
-    "--precision",     "--emit",          "-o",
-    "--micro-batch",   "--input-shape",   "--max-constant-bytes",
-    "--no-loss"};
+/// Options estimate sets for every compile: not accepted after `--`. Some
+/// are estimate's own options (given before `--`); the others it varies.
+struct SetFlag {
+  llvm::StringLiteral flag;
+  bool ownOption;
+};
+constexpr SetFlag kSetFlags[] = {{"--stage", false},
+                                 {"--recompute", false},
+                                 {"--offload-optimizer", false},
+                                 {"--offload-param", false},
+                                 {"--offload-ratio", false},
+                                 {"--memory-budget", false},
+                                 {"--emit", false},
+                                 {"-o", false},
+                                 {"--world-size", true},
+                                 {"--hybrid-group", true},
+                                 {"--optimizer", true},
+                                 {"--precision", true},
+                                 {"--micro-batch", true},
+                                 {"--input-shape", true},
+                                 {"--max-constant-bytes", true},
+                                 {"--no-loss", true}};
 
 /// The compile options after `--`; an error message for one estimate sets.
 std::optional<std::string> checkCompileFlags(ArrayRef<std::string> flags) {
   for (const std::string &f : flags)
-    for (llvm::StringRef varied : kVariedFlags)
-      if (f == varied || llvm::StringRef(f).starts_with((varied + "=").str()))
+    for (const SetFlag &set : kSetFlags)
+      if (f == set.flag ||
+          llvm::StringRef(f).starts_with((set.flag + "=").str()))
         return "'" + f + "' after -- is set by dsc estimate itself" +
-               (varied == "--micro-batch" || varied == "--input-shape" ||
-                        varied == "--precision" || varied == "--world-size" ||
-                        varied == "--hybrid-group" || varied == "--optimizer"
-                    ? std::string("; give it before --")
-                    : std::string("; every choice of it is compiled"));
+               (set.ownOption ? "; give it before --"
+                              : "; every choice of it is compiled");
   return std::nullopt;
 }
 
