@@ -94,13 +94,14 @@ std::string whyNot(func::FuncOp fn, unsigned k, unsigned a) {
   Operation *def = r ? r.getOwner() : nullptr;
   if (!def || def->getBlock() != &body)
     return "it is not computed by an op of the body";
-  // A copy into the device (dsc-offload's compute copies), or a grouped
+  // A copy into the device (dsc-offload's compute copies), a write into
+  // an NVMe file (dsc-offload optimizer=nvme), or a grouped
   // AdamW's compute-copy result (kept on the host by --offload-param),
   // writes the whole storage from elsewhere: it may go over an argument
   // nobody reads later.
   auto multi = dyn_cast<dsc::AdamWMultiOp>(def);
   bool copyIn =
-      isa<dsc::OffloadCopyOp>(def) ||
+      isa<dsc::OffloadCopyOp, dsc::NvmeWriteOp>(def) ||
       (multi && r.getResultNumber() >= 3 * (multi.getTensors().size() / 4));
   // The producer reads the argument itself, and only where it may write.
   bool reads = false;

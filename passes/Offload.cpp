@@ -57,6 +57,8 @@ SmallVector<unsigned> updatedOperands(Operation *op) {
 struct Placement {
   llvm::SetVector<BlockArgument> hostArgs;
   llvm::SetVector<Operation *> hostOps; // in block order
+  /// The host arguments kept in files (optimizer=nvme), a subset.
+  llvm::SetVector<BlockArgument> nvmeArgs;
 
   bool isHost(Value v) const {
     if (auto arg = dyn_cast<BlockArgument>(v))
@@ -584,19 +586,83 @@ void streamCopiesToHost(Placement &p, unsigned ahead) {
   }
 }
 
+/// The result of `fn` that is the update of argument `arg` (same role and
+/// name), or none.
+std::optional<unsigned> updateOf(func::FuncOp fn, BlockArgument arg) {
+  for (auto [argRole, resultRole] :
+       {std::pair<const char *, const char *>{"dsc.param", "dsc.param_update"},
+        {"dsc.opt_state", "dsc.opt_state_update"}}) {
+    auto name = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), argRole);
+    if (!name)
+      continue;
+    for (unsigned k = 0; k < fn.getNumResults(); ++k)
+      if (fn.getResultAttrOfType<StringAttr>(k, resultRole) == name)
+        return k;
+  }
+  return std::nullopt;
+}
+
+/// Step 3c (optimizer=nvme): the fp32 masters and optimizer state that only
+/// host ops read, and whose update the step returns, live in files (the
+/// NVMe tier): each is read into host memory (dsc.nvme_read) right before
+/// the first host op that reads it, which reads that instead, and its
+/// update is written back into the file (dsc.nvme_write) right after it is
+/// computed, which the step returns in its place. The host frame then holds
+/// a chunk's state while it is updated, not the whole optimizer. A master
+/// the device reads (fp32 compute, or a shard copied up where it is
+/// gathered) stays in host memory.
+void stageOnNvme(func::FuncOp fn, Placement &p) {
+  Operation *ret = fn.getBody().front().getTerminator();
+  OpBuilder b(fn.getContext());
+  // The writes after each op, in the order of its arguments.
+  llvm::DenseMap<Operation *, Operation *> lastWrite;
+  for (BlockArgument arg : p.hostArgs) {
+    std::optional<unsigned> k = updateOf(fn, arg);
+    if (!k || arg.use_empty() ||
+        !llvm::all_of(arg.getUsers(),
+                      [&](Operation *u) { return p.hostOps.contains(u); }))
+      continue;
+    Value update = ret->getOperand(*k);
+    Operation *made = update.getDefiningOp();
+    if (!made || !p.hostOps.contains(made))
+      continue;
+    Operation *first = *arg.getUsers().begin();
+    for (Operation *u : arg.getUsers())
+      if (u->isBeforeInBlock(first))
+        first = u;
+    b.setInsertionPoint(first);
+    auto read = dsc::NvmeReadOp::create(b, first->getLoc(), arg.getType(), arg);
+    arg.replaceAllUsesExcept(read.getResult(), read);
+    Operation *&after = lastWrite[made];
+    b.setInsertionPointAfter(after ? after : made);
+    auto write =
+        dsc::NvmeWriteOp::create(b, made->getLoc(), update.getType(), update);
+    after = write;
+    ret->setOperand(*k, write.getResult());
+    p.hostOps.insert(read);
+    p.hostOps.insert(write);
+    p.nvmeArgs.insert(arg);
+  }
+}
+
 /// Step 4: the marks codegen and the program read, and the check that each
-/// offloaded argument's update is computed on the host.
+/// offloaded argument's update is computed on the host. An argument kept on
+/// NVMe (step 3c) is "nvme", as is the update written into its file.
 LogicalResult mark(func::FuncOp fn, const Placement &p) {
   Builder b(fn.getContext());
   for (Operation *op : p.hostOps)
     op->setAttr(kOnHost, b.getUnitAttr());
   for (BlockArgument arg : p.hostArgs)
-    fn.setArgAttr(arg.getArgNumber(), kMemory, b.getStringAttr("host"));
+    fn.setArgAttr(arg.getArgNumber(), kMemory,
+                  b.getStringAttr(p.nvmeArgs.contains(arg) ? "nvme" : "host"));
   Operation *ret = fn.getBody().front().getTerminator();
   for (auto [k, v] : llvm::enumerate(ret->getOperands())) {
     bool host = p.isHost(v);
     if (host)
-      fn.setResultAttr(k, kMemory, b.getStringAttr("host"));
+      fn.setResultAttr(k, kMemory,
+                       b.getStringAttr(v.getDefiningOp<dsc::NvmeWriteOp>()
+                                           ? "nvme"
+                                           : "host"));
     for (const char *role : {"dsc.param_update", "dsc.opt_state_update"}) {
       auto name = fn.getResultAttrOfType<StringAttr>(k, role);
       if (!name || host)
@@ -733,9 +799,9 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
   void runOnOperation() override {
     if (optimizer == "none")
       return;
-    if (optimizer != "cpu") {
-      getOperation().emitError("dsc-offload: optimizer must be none or cpu, "
-                               "got '")
+    if (optimizer != "cpu" && optimizer != "nvme") {
+      getOperation().emitError("dsc-offload: optimizer must be none, cpu or "
+                               "nvme, got '")
           << optimizer << "'";
       return signalPassFailure();
     }
@@ -809,6 +875,8 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
       // of the same producer, which must not be one this moves down.
       streamCopiesToHost(*placement, copyAhead);
     }
+    if (optimizer == "nvme")
+      stageOnNvme(fn, *placement);
     if (failed(mark(fn, *placement)))
       return signalPassFailure();
   }

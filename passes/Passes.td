@@ -905,13 +905,31 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
     otherwise it is an error naming what stands in the way. The host then
     holds every offloaded gradient at once (no copy-ahead).
 
+    With `optimizer=nvme` (DeepSpeed's `offload_optimizer: nvme`) it is
+    `cpu` plus a further tier: each fp32 master or optimizer state that only
+    host ops read gets `dsc.memory = "nvme"` (a file under the run's
+    `--nvme-path`, mapped into the program's memory for everything but the
+    step), and so does its update. A `dsc.nvme_read` brings it into the
+    host frame right before the first host op that reads it, and a
+    `dsc.nvme_write` writes the update back right after the op that makes
+    it; the step returns that, in place of its argument. Host memory then
+    holds a chunk's state at a time (`chunk-elements`), not all of it.
+
+    ```mlir
+    %s = dsc.nvme_read %m {dsc.on_host} : tensor<4xf32>
+    %n:8 = dsc.adamw_multi ... %s ... {dsc.on_host}
+    %w = dsc.nvme_write %n#1 {dsc.on_host} : tensor<4xf32>
+    return ..., %w, ...   // {dsc.memory = "nvme", dsc.in_place = i}
+    ```
+
     `optimizer=none` (the default) leaves the IR as it is. Stages 1-3
     (sharded state reached through slices and gathers) are refused with a
     message, as is an optimizer whose state is not an argument.
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"none\"",
-           "none or cpu">,
+           "none, cpu or nvme (cpu, with the masters and optimizer state "
+           "the host ops alone read kept in files, staged chunk by chunk)">,
     Option<"chunkElements", "chunk-elements", "int64_t",
            /*default=*/"int64_t(1) << 25",
            "A grouped AdamW over more elements runs as several host tasks of "

@@ -1364,6 +1364,13 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     lowered.call = functionIdentifier(call.getCallee()) + "(ctx.callee(" +
                    std::to_string(plan.calleeOffset.lookup(op)) + "), " +
                    argsName + ", " + resultsName + ")";
+  } else if (isa<NvmeReadOp, NvmeWriteOp>(op)) {
+    bool read = isa<NvmeReadOp>(op);
+    lowered.call = codegen::cppCall(
+        read ? "rt::nvmeRead" : "rt::nvmeWrite",
+        {names_.lookup(op->getOperand(0)), names_.lookup(op->getResult(0)),
+         cppString(ssaName(op->getOperand(0)) +
+                   (read ? " from its file" : " into its file"))});
   } else if (auto copy = dyn_cast<OffloadCopyOp>(op)) {
     lowered.call = codegen::cppCall(
         "rt::offloadCopy",
@@ -1777,12 +1784,14 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
                                          "argument " + std::to_string(i));
     if (failed(bucket))
       return failure();
-    argsText += "    {dsc::ArgRole::" + std::string(role->role) + ", " +
-                cppString(role->name) + ", " + tensorSpec(type) + ", " +
-                std::to_string(*bucket) +
-                (codegen::isHostValue(entry.getArgument(i)) ? ", /*host=*/true"
-                                                            : "") +
-                "},\n";
+    auto memory = entry.getArgAttrOfType<StringAttr>(i, "dsc.memory");
+    bool nvme = memory && memory.getValue() == "nvme";
+    argsText +=
+        "    {dsc::ArgRole::" + std::string(role->role) + ", " +
+        cppString(role->name) + ", " + tensorSpec(type) + ", " +
+        std::to_string(*bucket) +
+        (codegen::isHostValue(entry.getArgument(i)) ? ", /*host=*/true" : "") +
+        (nvme ? ", /*nvme=*/true" : "") + "},\n";
   }
   for (unsigned i = 0; i < entry.getNumResults(); ++i) {
     std::optional<Role> role = resultRole(entry.getResultAttrDict(i));
@@ -1801,20 +1810,22 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
     if (failed(inPlaceOf))
       return failure();
     auto memory = entry.getResultAttrOfType<StringAttr>(i, "dsc.memory");
-    bool host = memory && memory.getValue() == "host";
-    if (host && *inPlaceOf < 0 && target_.deviceMemory)
+    bool nvme = memory && memory.getValue() == "nvme";
+    bool host = nvme || (memory && memory.getValue() == "host");
+    if (host && *inPlaceOf < 0 && (target_.deviceMemory || nvme))
       return entry.emitError("codegen: result ")
-             << i << " of @" << entry.getSymName()
-             << " is in host memory (dsc-offload) but not computed in place "
-                "of its argument (dsc-in-place-updates); offload needs "
-                "in-place updates (drop --no-in-place-updates)";
-    resultsText += "    {dsc::ResultRole::" + std::string(role->role) + ", " +
-                   cppString(role->name) + ", " + tensorSpec(type) + ", " +
-                   std::to_string(*bucket) +
-                   (*inPlaceOf >= 0 || host
-                        ? ", " + std::to_string(*inPlaceOf)
-                        : "") +
-                   (host ? ", /*host=*/true" : "") + "},\n";
+             << i << " of @" << entry.getSymName() << " is in "
+             << (nvme ? "an NVMe file" : "host memory")
+             << " (dsc-offload) but not computed in place of its argument "
+                "(dsc-in-place-updates); offload needs in-place updates "
+                "(drop --no-in-place-updates)";
+    resultsText +=
+        "    {dsc::ResultRole::" + std::string(role->role) + ", " +
+        cppString(role->name) + ", " + tensorSpec(type) + ", " +
+        std::to_string(*bucket) +
+        (*inPlaceOf >= 0 || host ? ", " + std::to_string(*inPlaceOf) : "") +
+        (host ? ", /*host=*/true" : "") + (nvme ? ", /*nvme=*/true" : "") +
+        "},\n";
   }
 
   // Module attributes, with defaults for a module dsc-optimizer has not seen.
@@ -1988,7 +1999,8 @@ LogicalResult Emitter::emitSpec(func::FuncOp entry, raw_ostream &os) {
      << ",\n"
      << "    /*hostArenaBytes=*/" << hostBytes_ << ",\n"
      << "    /*workspaceBytes=*/"
-     << codegen::estimateWorkspaces(module_).total() << ",\n};\n";
+     << codegen::estimateWorkspaces(module_).total() << ",\n"
+     << "    /*nvmePath=*/" << text(options_.nvmePath) << ",\n};\n";
   return success();
 }
 

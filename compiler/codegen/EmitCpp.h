@@ -68,6 +68,9 @@ struct EmitCppOptions {
   /// runDefaults); empty ones are null there.
   std::string dscVersion, compileCommand, target, modelSha256, configJson,
       runDefaults;
+  /// The directory of the NVMe tier's files (dsc/program.h: nvmePath, the
+  /// run's --nvme-path overrides it); empty: null there.
+  std::string nvmePath;
   /// Fill EmitCppStats::timeline (every arena value of one step; off, it
   /// stays empty, as big models have tens of thousands of them).
   bool recordTimeline = false;

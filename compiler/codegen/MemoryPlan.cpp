@@ -61,7 +61,9 @@ bool isHostValue(Value v) {
     auto memory =
         fn ? fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "dsc.memory")
            : StringAttr();
-    return memory && memory.getValue() == "host";
+    // An NVMe argument is a file mapped into host memory.
+    return memory &&
+           (memory.getValue() == "host" || memory.getValue() == "nvme");
   }
   Operation *def = v.getDefiningOp();
   if (auto copy = dyn_cast<dsc::OffloadCopyOp>(def))

@@ -2,6 +2,7 @@
 
 #include "cpu/offload.h"
 #include "cpu/kernel_util.h"
+#include "io/nvme.h"
 
 #include <cstring>
 #include <exception>
@@ -42,21 +43,24 @@ Status offloadWaitError(const Tensor &dst, const char *what,
       .fail(reason);
 }
 
+std::string copyMismatch(const Tensor &src, const Tensor &dst) {
+  if (!validRank(src) || !validRank(dst))
+    return "rank above 8";
+  if (src.dtype != dst.dtype)
+    return std::string("dtypes differ (") + dtypeName(src.dtype) + " vs " +
+           dtypeName(dst.dtype) + ")";
+  if (src.numel() != dst.numel())
+    return "element counts differ (" + std::to_string(src.numel()) + " vs " +
+           std::to_string(dst.numel()) + ")";
+  return "";
+}
+
 Status checkOffloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
                         const char *what) {
-  auto fail = [&](const std::string &reason) {
-    return offloadCopyError(src, dst, toHost, what, reason);
-  };
   if (!src.present() || !dst.present())
-    return fail("an operand is absent");
-  if (!validRank(src) || !validRank(dst))
-    return fail("rank above 8");
-  if (src.dtype != dst.dtype)
-    return fail(std::string("dtypes differ (") + dtypeName(src.dtype) + " vs " +
-                dtypeName(dst.dtype) + ")");
-  if (src.numel() != dst.numel())
-    return fail("element counts differ (" + std::to_string(src.numel()) +
-                " vs " + std::to_string(dst.numel()) + ")");
+    return offloadCopyError(src, dst, toHost, what, "an operand is absent");
+  if (std::string why = copyMismatch(src, dst); !why.empty())
+    return offloadCopyError(src, dst, toHost, what, why);
   return Status();
 }
 
@@ -104,5 +108,46 @@ Status offloadWait(const Tensor &dst, const char *what) {
 }
 
 Status offloadJoin() { return Status(); }
+
+namespace {
+
+/// nvmeRead (`write` false: src in the file) and nvmeWrite (dst in it).
+Status nvmeCopy(const Tensor &src, const Tensor &dst, const char *what,
+                bool write) {
+  auto fail = [&](const std::string &reason,
+                  StatusCode code = StatusCode::InvalidArgument) {
+    return Call(write ? "nvme_write" : "nvme_read")
+        .raw("what", what ? what : "?")
+        .arg("src", src)
+        .arg("dst", dst)
+        .fail(reason, code);
+  };
+  if (std::string why = detail::copyMismatch(src, dst); !why.empty())
+    return fail(why);
+  size_t bytes = src.nbytes();
+  if (!bytes)
+    return Status();
+  if (!src.present() || !dst.present())
+    return fail("an operand is absent");
+  const Tensor &file = write ? dst : src, &host = write ? src : dst;
+  std::string fileName = write ? "dst" : "src",
+              hostName = write ? "src" : "dst";
+  if (!io::isNvme(file.data, bytes))
+    return fail(fileName + " does not lie in an NVMe file");
+  if (io::isNvme(host.data, 0))
+    return fail(hostName + " lies in an NVMe file; it must be host memory");
+  Status s = io::nvmeTransfer(host.data, file.data, bytes, write);
+  return s.ok() ? s : fail(s.message(), s.code());
+}
+
+} // namespace
+
+Status nvmeRead(const Tensor &src, const Tensor &dst, const char *what) {
+  return nvmeCopy(src, dst, what, /*write=*/false);
+}
+
+Status nvmeWrite(const Tensor &src, const Tensor &dst, const char *what) {
+  return nvmeCopy(src, dst, what, /*write=*/true);
+}
 
 } // namespace dsc::cpu

@@ -8,6 +8,8 @@
 // once; the CUDA backend (cuda/kernels.h, same names, operands and
 // errors) runs copies on the rank's copy stream and tasks on its host
 // stream, beside its compute stream, ordered by the tensors each names.
+// State kept in files on a fast disk (offload_optimizer: nvme) is staged
+// into host memory and back by nvmeRead and nvmeWrite, from host tasks.
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,6 +53,18 @@ Status offloadWait(const Tensor &dst, const char *what);
 /// host tasks (the step's end). CPU: nothing.
 Status offloadJoin();
 
+/// Copies the optimizer state `src`, which lies in an NVMe file
+/// (io/nvme.h: an argument the spec marks nvme, or a part of one), into
+/// host memory `dst` (same dtype and element count; dst not in a file),
+/// reading the file directly: the page cache does not keep it. The
+/// generated code calls it inside a hostTask, on the CPU and on a device
+/// alike (there is no device version). Zero elements: nothing.
+Status nvmeRead(const Tensor &src, const Tensor &dst, const char *what);
+/// The reverse: host memory `src` into the NVMe file behind `dst`, written
+/// through to the disk before it returns. Errors read "nvme_write(what=...,
+/// src=f32[4], dst=f32[4]): <reason>" (nvme_read for nvmeRead).
+Status nvmeWrite(const Tensor &src, const Tensor &dst, const char *what);
+
 namespace detail {
 /// offloadCopy's operand checks, shared by the CPU and CUDA backends.
 Status checkOffloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
@@ -58,6 +72,9 @@ Status checkOffloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
 /// "offload_copy(what=..., src=f32[4], dst=f32[4], to=host): <reason>".
 Status offloadCopyError(const Tensor &src, const Tensor &dst, bool toHost,
                         const char *what, const std::string &reason);
+/// The dtype and element-count checks of offloadCopy and nvmeRead/Write:
+/// "" when src and dst agree, else the reason they do not.
+std::string copyMismatch(const Tensor &src, const Tensor &dst);
 /// "offload_wait(what=..., dst=f32[4]): <reason>".
 Status offloadWaitError(const Tensor &dst, const char *what,
                         const std::string &reason);

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -184,16 +185,29 @@ AdamwConsts<T> adamwConsts(const Tensor &lr, const Tensor &beta1,
   return {T(b1), T(b2), T(decay), T(stepSize), T(bc2Sqrt), T(epsV)};
 }
 
+/// floatToBfloat16's bits (round to nearest even; a NaN kept quiet), with
+/// no branch, so that a loop writing them vectorizes.
+inline uint16_t bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t quiet = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet
+                                                               : rounded);
+}
+
 /// The AdamW update of n elements, in T, with no branch in the loop so that
 /// it is vectorized (sqrt without errno: this file is built with
 /// -fno-math-errno; the values are the scalar ones, IEEE per lane, and no
 /// multiply-add is contracted: the clones are AVX2 without FMA and SSE2).
 /// The gradient is first multiplied by the first `Scales` of (s0, s1), in
-/// that order, each product rounded to T.
-template <typename T, int Scales>
+/// that order, each product rounded to T. With `copy` (T = float) the new
+/// parameter's bf16 rounding is written there in the same pass, while the
+/// value is in a register.
+template <typename T, int Scales, bool Bf16Copy = false>
 inline void adamwLoop(const AdamwConsts<T> &k, T s0, T s1, const T *p,
                       const T *g, const T *m, const T *v, T *np, T *nm, T *nv,
-                      int64_t n) {
+                      int64_t n, uint16_t *copy = nullptr) {
   const T tB1 = k.b1, tB2 = k.b2, tDecay = k.decay, tStep = k.stepSize,
           tBc2 = k.bc2Sqrt, tEps = k.eps, oB1 = T(1) - k.b1,
           oB2 = T(1) - k.b2;
@@ -214,6 +228,8 @@ inline void adamwLoop(const AdamwConsts<T> &k, T s0, T s1, const T *p,
     T vi = tB2 * v[i] + oB2 * gi * gi;
     pi -= tStep * mi / (std::sqrt(vi) / tBc2 + tEps);
     np[i] = pi, nm[i] = mi, nv[i] = vi;
+    if constexpr (Bf16Copy)
+      copy[i] = bf16Bits(pi);
   }
 }
 
@@ -235,11 +251,25 @@ void adamwF32(const AdamwConsts<float> &k, float s0, float s1, int scales,
     adamwLoop<float, 0>(k, s0, s1, p, g, m, v, np, nm, nv, n);
 }
 
+/// adamwF32 writing the new parameters' bf16 compute copy in the same loop.
+DSC_ADAMW_CLONES
+void adamwF32Bf16(const AdamwConsts<float> &k, float s0, float s1, int scales,
+                  const float *p, const float *g, const float *m,
+                  const float *v, float *np, float *nm, float *nv,
+                  uint16_t *copy, int64_t n) {
+  if (scales == 2)
+    adamwLoop<float, 2, true>(k, s0, s1, p, g, m, v, np, nm, nv, n, copy);
+  else if (scales == 1)
+    adamwLoop<float, 1, true>(k, s0, s1, p, g, m, v, np, nm, nv, n, copy);
+  else
+    adamwLoop<float, 0, true>(k, s0, s1, p, g, m, v, np, nm, nv, n, copy);
+}
+
 /// Elements [begin, end) of one parameter's adamw. The gradient is first
 /// multiplied by the first `Scales` of (s0, s1), each product rounded to T
 /// as binary's mul rounds it; with a compute copy newParam is also written
-/// rounded to bf16 or f16, through f32 as cast rounds it (block by block,
-/// while it is in cache).
+/// rounded to bf16 or f16, through f32 as cast rounds it (f32 to bf16 in
+/// the update's own loop; otherwise block by block, while it is in cache).
 template <typename T, int Scales>
 void adamwElements(const AdamwConsts<T> &k, T s0, T s1, const AdamwTensors &e,
                    int64_t begin, int64_t end) {
@@ -249,6 +279,13 @@ void adamwElements(const AdamwConsts<T> &k, T s0, T s1, const AdamwTensors &e,
     *nv = e.newExpAvgSq.as<T>();
   uint16_t *copy = e.computeCopy.as<uint16_t>();
   const bool copyBf16 = e.computeCopy.dtype == DType::BF16;
+  if constexpr (std::is_same_v<T, float>)
+    if (copy && copyBf16) {
+      adamwF32Bf16(k, s0, s1, Scales, p + begin, g + begin, m + begin,
+                   v + begin, np + begin, nm + begin, nv + begin, copy + begin,
+                   end - begin);
+      return;
+    }
   constexpr int64_t kBlock = 4096;
   for (int64_t b = begin; b < end; b += kBlock) {
     int64_t n = std::min(kBlock, end - b);

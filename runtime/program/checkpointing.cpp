@@ -151,9 +151,11 @@ Status Checkpointer::prepare() {
 
 Status Checkpointer::save(int64_t step) {
   Status s = saveImpl(step);
+  // What the save read of NVMe files leaves host memory.
+  Status evicted = ranks_.evictNvme();
   if (s.ok()) {
     lastSaved_ = step;
-    return s;
+    return evicted;
   }
   // A failed save (a full disk, an I/O error) leaves no half-written step:
   // the previous checkpoint and `latest` are untouched. In a run of one

@@ -134,13 +134,15 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
     o.hypers[spec.hypers[h].name] = spec.hypers[h].value;
     hyperOptions[optionName(spec.hypers[h].name)] = spec.hypers[h].name;
   }
+  if (spec.nvmePath)
+    o.nvmePath = spec.nvmePath; // --nvme-path overrides it
   static const std::set<std::string> valued = {
-      "--steps",         "--seed",         "--batch",         "--data",
-      "--data-dtype",    "--init",         "--log",           "--dump-grads",
-      "--dump-params",   "--gradcheck",    "--gradcheck-tol", "--print-every",
-      "--save-dir",      "--save-every",   "--keep-last",     "--resume",
-      "--tensorboard",   "--mlflow",       "--csv",           "--run-name",
-      "--on-save-error", "--max-bad-steps"};
+      "--steps",         "--seed",          "--batch",         "--data",
+      "--data-dtype",    "--init",          "--log",           "--dump-grads",
+      "--dump-params",   "--gradcheck",     "--gradcheck-tol", "--print-every",
+      "--save-dir",      "--save-every",    "--keep-last",     "--resume",
+      "--tensorboard",   "--mlflow",        "--csv",           "--run-name",
+      "--on-save-error", "--max-bad-steps", "--nvme-path"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i] ? argv[i] : "";
     if (arg == "--help" || arg == "-h") {
@@ -264,6 +266,8 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
       o.csv = value;
     } else if (name == "--run-name") {
       o.runName = value;
+    } else if (name == "--nvme-path") {
+      o.nvmePath = value;
     } else if (name == "--gradcheck") {
       if (!parseInt(value, o.gradcheck) || o.gradcheck < 1)
         return fail("--gradcheck expects a count >= 1, not '" + value + "'");
@@ -316,6 +320,12 @@ Status parseArgs(const ProgramSpec &spec, const Layout &layout, int argc,
   if (layout.inputs.empty() && (!o.batch.empty() || !o.data.empty()))
     return fail(std::string(o.batch.empty() ? "--data" : "--batch") +
                 ": the step takes no inputs");
+  if (!layout.nvme.empty() && o.nvmePath.empty())
+    return fail("this program keeps optimizer state in files on a fast disk "
+                "(offload_optimizer nvme), but no directory was named: pass "
+                "--nvme-path DIR (a directory on a fast local disk, NVMe; the "
+                "optimizer state's files are created there and removed when "
+                "the run ends)");
   return Status();
 }
 
@@ -392,6 +402,15 @@ void printHelp(const ProgramSpec &spec, const Layout &layout,
   opt("", "FILE.safetensors: e.g. a --dump-params file");
   opt("", "random[:SEED]: normal(0, 0.02) for matrices, zeros");
   opt("", "  for biases, ones for norm weights");
+  if (layout.nvme.empty()) {
+    opt("--nvme-path DIR", "(this program keeps no optimizer state on NVMe)");
+  } else {
+    opt("--nvme-path DIR", "a directory on a fast local disk (NVMe) for the");
+    opt("", "  optimizer state offloaded there: its files are");
+    opt("", "  created there and removed when the run ends");
+    opt("", spec.nvmePath ? "  (default " + std::string(spec.nvmePath) + ")"
+                          : "  (required: none was compiled in)");
+  }
   std::fprintf(out, "\nOutput:\n");
   opt("--dump-grads FILE", layout.grads.empty()
                                ? "(this program returns no gradients)"

@@ -336,7 +336,7 @@ Status dumpParams(Job &job, Ranks &ranks, int64_t steps) {
     std::fprintf(job.out, "wrote %s (%zu tensors)\n", job.o.dumpParams.c_str(),
                  tensors.size());
   ranks.clearScratch();
-  return Status();
+  return ranks.evictNvme(); // what the dump read of NVMe files
 }
 
 //===----------------------------------------------------------------------===//
@@ -398,6 +398,10 @@ int runImpl(const ProgramSpec &spec, int argc, char **argv, std::FILE *out,
   }
   ckpt.setHypers(job.o.hypers);
   if (Status s = ranks.fillComputeCopies(); !s.ok())
+    return error(job, s);
+  // The state the shell wrote into NVMe files goes to the disk, out of
+  // host memory.
+  if (Status s = ranks.evictNvme(); !s.ok())
     return error(job, s);
   if (Status s = ranks.placeOnDevice(deviceWhat); !s.ok())
     return error(job, s);

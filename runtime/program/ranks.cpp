@@ -3,6 +3,7 @@
 #include "program/ranks.h"
 #include "cpu/kernel_util.h"
 #include "cpu/kernels.h"
+#include "io/nvme.h"
 #include "program/convert.h"
 
 #include "dsc/workspaces.h"
@@ -41,23 +42,31 @@ Status DeviceMirror::create(Device *d, const ProgramSpec &spec,
   args.resize(hostArgs.size());
   results.resize(hostResults.size());
   for (size_t i = 0; i < hostArgs.size(); ++i)
-    if (Status s = mirror(hostArgs[i], spec.args[i].host, args[i]); !s.ok())
+    if (Status s =
+            mirror(hostArgs[i], spec.args[i].host, spec.args[i].nvme, args[i]);
+        !s.ok())
       return s;
   for (size_t i = 0; i < hostResults.size(); ++i) {
     if (aliasOf[i] >= 0) { // computed in place: its argument's storage
       results[i] = args[size_t(aliasOf[i])];
       continue;
     }
-    if (Status s = mirror(hostResults[i], spec.results[i].host, results[i]);
+    if (Status s = mirror(hostResults[i], spec.results[i].host,
+                          spec.results[i].nvme, results[i]);
         !s.ok())
       return s;
   }
   return allocateArenas(spec.arenaBytes, spec.hostArenaBytes);
 }
 
-/// `out` is the device copy of host tensor `h`, or `h` itself, pinned.
-Status DeviceMirror::mirror(const Tensor &h, bool onHost, Tensor &out) {
+/// `out` is the device copy of host tensor `h`, or `h` itself: pinned, or
+/// (in an NVMe file) as it is: pinning would lock the file's pages in
+/// memory, and the step only stages it through host memory.
+Status DeviceMirror::mirror(const Tensor &h, bool onHost, bool inFile,
+                            Tensor &out) {
   out = h;
+  if (inFile)
+    return Status();
   if (onHost)
     return pin(h);
   void *p = nullptr;
@@ -243,10 +252,13 @@ Status Ranks::allocate() {
         rs->args[i] = view;
         continue;
       }
-      if (Status s = allocateTensor(
-              a.type,
-              std::string(argRoleName(a.role)) + " '" + a.name + "'" + who,
-              rs->argMemory[i], rs->args[i], a.host ? kPageBytes : 64);
+      std::string what =
+          std::string(argRoleName(a.role)) + " '" + a.name + "'" + who;
+      if (Status s =
+              a.nvme ? allocateNvmeTensor(a.type, job_.o.nvmePath, what,
+                                          rs->argMemory[i], rs->args[i])
+                     : allocateTensor(a.type, what, rs->argMemory[i],
+                                      rs->args[i], a.host ? kPageBytes : 64);
           !s.ok())
         return s;
     }
@@ -258,11 +270,14 @@ Status Ranks::allocate() {
         rs->results[i] = rs->args[size_t(aliasOf_[size_t(i)])];
         continue;
       }
-      if (Status s = allocateTensor(res.type,
-                                    std::string(resultRoleName(res.role)) +
-                                        " result '" + res.name + "'" + who,
-                                    rs->resultMemory[i], rs->results[i],
-                                    res.host ? kPageBytes : 64);
+      std::string what = std::string(resultRoleName(res.role)) + " result '" +
+                         res.name + "'" + who;
+      if (Status s =
+              res.nvme
+                  ? allocateNvmeTensor(res.type, job_.o.nvmePath, what,
+                                       rs->resultMemory[i], rs->results[i])
+                  : allocateTensor(res.type, what, rs->resultMemory[i],
+                                   rs->results[i], res.host ? kPageBytes : 64);
           !s.ok())
         return s;
     }
@@ -342,6 +357,23 @@ Status Ranks::initialize(std::string &initWhat, bool weights) {
       }
     }
   setScalars(/*scaler=*/true);
+  return Status();
+}
+
+Status Ranks::evictNvme() {
+  for (auto &rs : ranks_) {
+    std::vector<std::pair<const char *, Tensor>> inFiles;
+    for (int i : job_.layout.nvme)
+      inFiles.push_back({spec_.args[i].name, rs->args[size_t(i)]});
+    for (size_t r = 0; r < rs->results.size(); ++r)
+      if (spec_.results[r].nvme && aliasOf_[r] < 0)
+        inFiles.push_back({spec_.results[r].name, rs->results[r]});
+    for (const auto &[name, t] : inFiles)
+      if (Status s = t.nbytes() ? io::nvmeEvict(t.data, t.nbytes()) : Status();
+          !s.ok())
+        return Status::error(s.code(), std::string("NVMe state '") + name +
+                                           "': " + s.message());
+  }
   return Status();
 }
 

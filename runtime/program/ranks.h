@@ -9,7 +9,9 @@
 // inPlaceOf) are their argument's storage; the others are double-buffered
 // with their argument (swapped after a step, never copied). Tensors the
 // spec marks host (ArgSpec::host) are their host storage on a device too,
-// pinned there, and never double-buffered.
+// pinned there, and never double-buffered; those it marks nvme
+// (ArgSpec::nvme) are files under --nvme-path mapped into memory, never
+// pinned.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,8 +28,8 @@ namespace dsc::program {
 /// A rank's arguments, results and arena in device memory (a program
 /// compiled for a device): the host ones keep the initial values and
 /// receive what is printed, dumped or saved. An argument or result the spec
-/// marks host is the host tensor itself, pinned; the host arena
-/// (spec.hostArenaBytes) is pinned host memory.
+/// marks host is the host tensor itself, pinned (in an NVMe file: as it
+/// is); the host arena (spec.hostArenaBytes) is pinned host memory.
 struct DeviceMirror {
   Device *device = nullptr;
   std::vector<Tensor> args, results;
@@ -53,7 +55,7 @@ struct DeviceMirror {
   Status download(const Tensor &d, const Tensor &h);
 
 private:
-  Status mirror(const Tensor &h, bool onHost, Tensor &out);
+  Status mirror(const Tensor &h, bool onHost, bool inFile, Tensor &out);
   Status pin(const Tensor &h);
   Status allocateArenas(size_t arenaBytes, size_t hostArenaBytes);
 };
@@ -107,6 +109,10 @@ public:
   /// Hyperparameters and the seed from the options; with `scaler`, the loss
   /// scaler's first state.
   void setScalars(bool scaler);
+  /// Every rank's tensors in NVMe files (ArgSpec::nvme) out of host memory
+  /// (io::nvmeEvict) after the shell wrote or read them through their
+  /// mappings: the initial state, a resumed or saved checkpoint, a dump.
+  Status evictNvme();
   /// Every rank's ComputeCopy arguments from their parameters, rounded
   /// (cpu::cast): after the parameters are set, before they go to the
   /// device.

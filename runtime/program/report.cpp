@@ -1,6 +1,7 @@
 //===- report.cpp - What a run tells its user and their tools -------------===//
 
 #include "program/report.h"
+#include "io/nvme.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -91,6 +92,7 @@ Status Reporter::open() {
 void Reporter::banner(const std::string &initWhat, const std::string &dataWhat,
                       const std::string &deviceWhat, int64_t firstStep) {
   firstStep_ = firstStep;
+  nvmeAtStart_ = io::nvmeTraffic();
   if (job_.device) {
     // In-process ranks may share a GPU: its work is theirs together.
     int gpus = std::max(1, std::min(job_.W, job_.device->count()));
@@ -149,6 +151,11 @@ void Reporter::banner(const std::string &initWhat, const std::string &dataWhat,
                     : format("%" PRId64 " steps", o.steps);
   std::fprintf(out, "init: %s | data: %s | %s, seed %" PRIu64 "\n",
                initWhat.c_str(), dataWhat.c_str(), steps.c_str(), o.seed);
+  if (size_t bytes = io::nvmeBytes())
+    std::fprintf(out,
+                 "nvme: %s of optimizer state in files under %s (removed "
+                 "when the run ends)\n",
+                 humanBytes(double(bytes)).c_str(), o.nvmePath.c_str());
   std::fflush(out);
 }
 
@@ -362,6 +369,15 @@ void Reporter::summary(int64_t steps, double trainSeconds, double lastLoss,
                                 : 0.0,
                tokenUnits() ? "tok/s" : "samples/s",
                humanBytes(double(ranks_.arenaPeak())).c_str());
+  if (size_t bytes = io::nvmeBytes()) {
+    io::NvmeTraffic t = io::nvmeTraffic();
+    double read = double(t.readBytes - nvmeAtStart_.readBytes),
+           written = double(t.writtenBytes - nvmeAtStart_.writtenBytes);
+    std::fprintf(out, "nvme: %s under %s | per step read %s, written %s\n",
+                 humanBytes(double(bytes)).c_str(), o.nvmePath.c_str(),
+                 humanBytes(read / double(steps)).c_str(),
+                 humanBytes(written / double(steps)).c_str());
+  }
   if (job_.device) {
     size_t peak = 0, tensorBytes = 0;
     ranks_.deviceMemory(peak, tensorBytes);

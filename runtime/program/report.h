@@ -5,7 +5,8 @@
 // steps (step/total, loss, lr, grad norm, loss scale, throughput, MFU where
 // the step's FLOPs and the device's peak are known, peak memory, elapsed and
 // ETA), one JSON object per step in --log, the same scalars in the metrics
-// sinks (--tensorboard, --mlflow, --csv; rank 0 only), and the summary.
+// sinks (--tensorboard, --mlflow, --csv; rank 0 only), and the summary
+// (with the NVMe files' size and traffic per step, io/nvme.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +14,7 @@
 #define DSC_RUNTIME_PROGRAM_REPORT_H
 
 #include "io/metrics.h"
+#include "io/nvme.h"
 #include "program/ranks.h"
 
 namespace dsc::program {
@@ -64,7 +66,8 @@ private:
   int64_t firstStep_ = 1;
   double stepSeconds_ = 0; // of the steps run by this process
   int64_t stepsRun_ = 0;
-  double peakTflops_ = 0; // of the device, for MFU; 0: unknown
+  double peakTflops_ = 0;       // of the device, for MFU; 0: unknown
+  io::NvmeTraffic nvmeAtStart_; // before the first step (io/nvme.h)
 };
 
 } // namespace dsc::program

@@ -66,12 +66,18 @@ bool parseU64(const std::string &text, uint64_t &out);
 /// --dump-grads) costs address space, not memory.
 struct FreeDeleter {
   size_t mappedBytes = 0; // mmap'ed (munmap), else malloc'ed (free)
+  bool nvme = false;      // io::nvmeAllocate'd (io::nvmeRelease)
   void operator()(void *p) const;
 };
 using Memory = std::unique_ptr<void, FreeDeleter>;
 constexpr size_t kPageBytes = 4096;
 Status allocateTensor(const TensorSpec &type, const std::string &what,
                       Memory &mem, Tensor &out, size_t alignment = 64);
+/// Storage for one tensor in a file under `dir` (ArgSpec::nvme:
+/// io::nvmeAllocate), zero-filled and mapped on pages of its own; a tensor
+/// of no elements gets allocateTensor's (nothing to keep in a file).
+Status allocateNvmeTensor(const TensorSpec &type, const std::string &dir,
+                          const std::string &what, Memory &mem, Tensor &out);
 
 //===----------------------------------------------------------------------===//
 // 1. The spec (spec_check.cpp)
@@ -90,6 +96,7 @@ struct Layout {
   std::vector<int> grads;                   // Grad results
   std::vector<int> inputs, params, buffers, optStates; // args
   std::vector<std::pair<int, int>> computeCopies;      // (arg, param arg)
+  std::vector<int> nvme;                               // args in NVMe files
   int worldSize = 1, groupSize = 1;
 };
 
@@ -128,6 +135,9 @@ struct Options {
   int64_t maxBadSteps = 10;
   // Metrics sinks (io/metrics.h); rank 0 writes them.
   std::string tensorboard, mlflow, csv, runName;
+  // The directory of the NVMe files (ArgSpec::nvme): --nvme-path, else the
+  // compile's (spec.nvmePath).
+  std::string nvmePath;
 };
 
 /// spec.runDefaults, then argv (which overrides them).

@@ -328,6 +328,15 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
                         "a batch dimension");
     if (a.role == ArgRole::Input && a.host)
       return bug(what + " is marked host; batch inputs cannot be");
+    if (!a.nvme)
+      continue;
+    if (a.role != ArgRole::Param && a.role != ArgRole::OptState)
+      return bug(what + " is marked nvme; only parameters and optimizer "
+                        "state can be");
+    if (!a.host)
+      return bug(what + " is marked nvme but not host; state in an NVMe "
+                        "file is staged through host memory");
+    layout.nvme.push_back(i);
   }
   for (int i = 0; i < spec.numResults; ++i) {
     const ResultSpec &r = spec.results[i];
@@ -339,6 +348,9 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
                         "gradients can be");
     if (Status s = checkShard(r.bucket, r.type, what); !s.ok())
       return s;
+    if (r.nvme && r.role != ResultRole::Param && r.role != ResultRole::OptState)
+      return bug(what + " is marked nvme; only updated parameters and "
+                        "optimizer state can be");
   }
   layout.aliasOf.assign(size_t(spec.numResults), -1);
   for (const auto &[r, a] : layout.inPlace)
@@ -351,6 +363,11 @@ Status checkSpec(const ProgramSpec &spec, Layout &layout) {
         return bug(what + " and its argument are in different buckets");
       if (spec.results[r].host != spec.args[a].host)
         return bug(what + " and its argument are not both in host memory");
+      if (spec.results[r].nvme != spec.args[a].nvme)
+        return bug(what + " and its argument are not both in NVMe files");
+      if (spec.results[r].nvme && spec.results[r].inPlaceOf < 0)
+        return bug(what + " is in an NVMe file but not computed in place of "
+                          "its argument; state in a file always is");
     }
   for (int c = 0; c < spec.numCollectives; ++c)
     if (!spec.collectives[c].kind)

@@ -1,5 +1,6 @@
 //===- util.cpp - Small helpers of the program shell ----------------------===//
 
+#include "io/nvme.h"
 #include "program/convert.h"
 #include "program/shell.h"
 
@@ -144,7 +145,9 @@ bool sameType(const TensorSpec &a, const TensorSpec &b) {
 }
 
 void FreeDeleter::operator()(void *p) const {
-  if (mappedBytes)
+  if (nvme)
+    io::nvmeRelease(p);
+  else if (mappedBytes)
     munmap(p, mappedBytes);
   else
     std::free(p);
@@ -175,6 +178,19 @@ Status allocateTensor(const TensorSpec &type, const std::string &what,
     return Status::error(StatusCode::OutOfMemory,
                          "cannot allocate " + humanBytes(double(rounded)) +
                              " for " + what + " " + describeSpec(type));
+  out = Tensor::of(p, type.dtype, I64s(type.shape, size_t(type.rank)));
+  return Status();
+}
+
+Status allocateNvmeTensor(const TensorSpec &type, const std::string &dir,
+                          const std::string &what, Memory &mem, Tensor &out) {
+  size_t bytes = static_cast<size_t>(numelOf(type)) * dtypeSize(type.dtype);
+  if (!bytes) // nothing to keep in a file
+    return allocateTensor(type, what, mem, out, kPageBytes);
+  void *p = nullptr;
+  if (Status s = io::nvmeAllocate(dir, bytes, what, &p); !s.ok())
+    return s;
+  mem = Memory(p, FreeDeleter{0, /*nvme=*/true});
   out = Tensor::of(p, type.dtype, I64s(type.shape, size_t(type.rank)));
   return Status();
 }

@@ -139,7 +139,7 @@ target and output:
                              into it; auto takes the least of them whose
                              compiled plan (step tensors and arena per
                              rank) fits --memory-budget (default none)
-  --offload-optimizer none|cpu
+  --offload-optimizer none|cpu|nvme
                              cpu: the fp32 master parameters and the
                              optimizer state live in pinned host memory and
                              the optimizer runs there (multi-threaded), the
@@ -147,7 +147,14 @@ target and output:
                              gradients go down and compute copies up once a
                              step, on a copy stream (dsc-offload; DeepSpeed
                              offload_optimizer; stages 0 and 3, not with
-                             fp16 loss scaling; default none)
+                             fp16 loss scaling; default none). nvme: cpu,
+                             with the masters and state in files under
+                             --nvme-path, each chunk read into host memory
+                             for its update and written back
+  --nvme-path DIR            the directory (on a fast local disk) of
+                             --offload-optimizer nvme's files, recorded as
+                             the program's default (its --nvme-path
+                             overrides it)
   --offload-param none|cpu   cpu (stage 3, with --offload-optimizer cpu):
                              the 16-bit parameter shards live in pinned
                              host memory too, each copied up one gather
@@ -281,6 +288,7 @@ struct CompileOptions {
   std::string offloadChunk = "33554432"; // dsc-offload's chunk-elements=
   std::string offloadCopyAhead = "2";    // dsc-offload's copy-ahead=
   std::string offloadParam = "none";     // dsc-offload's params=
+  std::string nvmePath; // --nvme-path: the program's default directory
   double offloadRatio = 1.0;             // dsc-offload's ratio=
   bool offloadRatioAuto = false;         // --offload-ratio auto
   bool offloadOverlap = false;           // dsc-offload's overlap=
@@ -516,10 +524,17 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       continue;
     }
     if (auto v = c.take("--offload-optimizer")) {
-      if (std::string e = notOneOf("--offload-optimizer", *v, {"none", "cpu"});
+      if (std::string e =
+              notOneOf("--offload-optimizer", *v, {"none", "cpu", "nvme"});
           !e.empty())
         return usageError(e, kCompileUsage);
       o.offloadOptimizer = *v;
+      continue;
+    }
+    if (auto v = c.take("--nvme-path")) {
+      if (v->empty())
+        return usageError("--nvme-path needs a directory", kCompileUsage);
+      o.nvmePath = *v;
       continue;
     }
     if (auto v = c.take("--offload-param")) {
@@ -905,6 +920,7 @@ void setProvenance(const CompileOptions &o, const std::string &command,
   if (io::sha256File(o.model, hash).ok())
     options.modelSha256 = hash;
   options.configJson = o.config.json;
+  options.nvmePath = o.nvmePath;
   for (const std::string &a : o.config.runArgs) {
     bool plain = a.find_first_of(" \t'") == std::string::npos && !a.empty();
     options.runDefaults +=
@@ -1032,6 +1048,12 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   if (o.offloadParam != "none" && o.offloadOptimizer == "none") {
     llvm::errs() << "error: --offload-param cpu needs --offload-optimizer cpu "
                     "(the host AdamW writes the 16-bit parameters there)\n";
+    return failure();
+  }
+  if (!o.nvmePath.empty() && o.offloadOptimizer != "nvme") {
+    llvm::errs() << "error: --nvme-path names the directory of "
+                    "--offload-optimizer nvme's files; add that option or "
+                    "drop --nvme-path\n";
     return failure();
   }
   if (o.offloadOptimizer != "none" &&

@@ -647,30 +647,33 @@ void Resolver::mapZero(const json::Object &zero) {
     auto device = o->getString("device");
     if (!device || *device == "none")
       continue;
-    if (StringRef(name) == "offload_optimizer" && *device == "cpu" &&
+    bool host = *device == "cpu" || *device == "nvme";
+    if (StringRef(name) == "offload_optimizer" && host &&
         (stage_ == 1 || stage_ == 2))
       error(p + "." + name + ".device",
-            "\"cpu\" is supported at stages 0 and 3, not at stage " +
+            "\"" + *device +
+                "\" is supported at stages 0 and 3, not at "
+                "stage " +
                 llvm::Twine(stage_) +
                 " (dsc slices ZeRO-1/2 shards out of replicated "
                 "parameters); for ZeRO-2's traffic and memory with the "
                 "optimizer offloaded, set \"stage\": 3 and pass "
                 "--keep-gathered (each parameter gathered once a step)");
-    else if (StringRef(name) == "offload_optimizer" && *device == "cpu") {
-      set(p + "." + name + ".device", "--offload-optimizer", "cpu");
+    else if (StringRef(name) == "offload_optimizer" && host) {
+      set(p + "." + name + ".device", "--offload-optimizer", device->str());
+      if (auto path = o->getString("nvme_path"); path && *device == "nvme")
+        set(p + "." + name + ".nvme_path", "--nvme-path", path->str());
       // ZeRO-Offload++'s Twin-Flow share (DeepSpeed takes it at stage 3;
       // dsc at stage 0 too).
       mapNumber(*o, p + "." + name, "ratio", "--offload-ratio", "");
-    }
-    else if (StringRef(name) == "offload_param" && *device == "cpu")
+    } else if (StringRef(name) == "offload_param" && *device == "cpu")
       set(p + "." + name + ".device", "--offload-param", "cpu");
     else
       error(p + "." + name + ".device",
             StringRef(name) == "offload_optimizer"
-                ? "only \"cpu\" is supported (NVMe is not yet); use "
-                  "\"cpu\" or \"none\""
-                : "only \"cpu\" is supported (NVMe is not yet); use "
-                  "\"cpu\" or \"none\"");
+                ? "use \"cpu\", \"nvme\" or \"none\""
+                : "only \"cpu\" is supported (parameters on NVMe are not "
+                  "yet); use \"cpu\" or \"none\"");
   }
   if (auto hpz = zero.getNumber("zero_hpz_partition_size"); hpz && *hpz > 1)
     error(p + ".zero_hpz_partition_size",

@@ -113,19 +113,25 @@ void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
 struct StepTensors {
   double bytes = 0;     // in device memory (or the only memory, CPU)
   double hostBytes = 0; // in host memory (dsc-offload's dsc.memory)
+  double nvmeBytes = 0; // in files (dsc-offload optimizer=nvme)
   int inPlace = 0, doubled = 0;
 };
 
-bool onHost(DictionaryAttr attrs) {
+bool hasMemory(DictionaryAttr attrs, StringRef kind) {
   auto memory = attrs ? attrs.getAs<StringAttr>("dsc.memory") : StringAttr();
-  return memory && memory.getValue() == "host";
+  return memory && memory.getValue() == kind;
 }
+
+bool onHost(DictionaryAttr attrs) { return hasMemory(attrs, "host"); }
 
 StepTensors stepTensors(func::FuncOp step) {
   StepTensors held;
-  for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    (onHost(step.getArgAttrDict(i)) ? held.hostBytes : held.bytes) +=
-        tensorBytes(step.getArgumentTypes()[i]);
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    DictionaryAttr attrs = step.getArgAttrDict(i);
+    (hasMemory(attrs, "nvme") ? held.nvmeBytes
+     : onHost(attrs) ? held.hostBytes
+                     : held.bytes) += tensorBytes(step.getArgumentTypes()[i]);
+  }
   for (unsigned i = 0; i < step.getNumResults(); ++i) {
     if (step.getResultAttr(i, "dsc.in_place")) {
       ++held.inPlace;
@@ -174,7 +180,7 @@ void printOffload(func::FuncOp step, const StepTensors &held,
     for (unsigned i = 0; i < callee.getNumArguments(); ++i)
       params |= onHost(callee.getArgAttrDict(i));
   });
-  if (!copies && held.hostBytes == 0)
+  if (!copies && held.hostBytes == 0 && held.nvmeBytes == 0)
     return;
   // --offload-ratio below 1: the optimizer's share the GPU updates.
   int64_t hostElems = 0, deviceElems = 0;
@@ -183,7 +189,7 @@ void printOffload(func::FuncOp step, const StepTensors &held,
         dsc::optimizerElements(op);
   });
   os << llvm::formatv(
-      "offload (dsc-offload), per rank: pinned host memory holds {0} (fp32 "
+      "offload (dsc-offload), per rank: pinned host memory holds {0} ({7}fp32 "
       "masters and optimizer state, updated there{6}) + {1} host scratch "
       "(gradients as they come down, compute copies on their way up) = {2}; "
       "per step {3} device -> host and {4} host -> device in {5} copies\n",
@@ -192,7 +198,23 @@ void printOffload(func::FuncOp step, const StepTensors &held,
       humanBytes(up), copies,
       params ? ", and the parameter shards, copied up where they are "
                "gathered"
-             : "");
+             : "",
+      held.nvmeBytes > 0 ? "what is not on NVMe of the " : "");
+  if (held.nvmeBytes > 0) {
+    double read = 0, written = 0;
+    step.walk([&](Operation *op) {
+      if (isa<dsc::NvmeReadOp>(op))
+        read += tensorBytes(op->getResult(0).getType());
+      if (isa<dsc::NvmeWriteOp>(op))
+        written += tensorBytes(op->getResult(0).getType());
+    });
+    os << llvm::formatv(
+        "offload to NVMe (--offload-optimizer nvme), per rank: files under "
+        "--nvme-path hold {0} (fp32 masters and optimizer state), read into "
+        "the host scratch chunk by chunk for the host AdamW; per step {1} "
+        "read and {2} written\n",
+        humanBytes(held.nvmeBytes), humanBytes(read), humanBytes(written));
+  }
   if (deviceElems > 0)
     os << llvm::formatv(
         "offload ratio: the host updates {0} of the optimizer's {1} "

@@ -2,6 +2,7 @@
 #include "dialects/dsc/IR/DscOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 
 using namespace mlir;
 using namespace dsc;
@@ -57,6 +58,28 @@ LogicalResult OffloadWaitOp::verify() {
   if (!copy || copy.getTo() != "device")
     return emitOpError("input must be the result of dsc.offload_copy "
                        "{to = \"device\"}");
+  return success();
+}
+
+LogicalResult NvmeReadOp::verify() {
+  auto arg = dyn_cast<BlockArgument>(getInput());
+  auto fn = arg ? dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp())
+                : FunctionOpInterface();
+  auto memory =
+      fn ? fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "dsc.memory")
+         : StringAttr();
+  if (!memory || memory.getValue() != "nvme")
+    return emitOpError("input must be an argument of the function with "
+                       "dsc.memory = \"nvme\"");
+  return success();
+}
+
+LogicalResult NvmeWriteOp::verify() {
+  for (Operation *user : getResult().getUsers())
+    if (!user->hasTrait<OpTrait::ReturnLike>())
+      return emitOpError("result is the state in its file: only the "
+                         "function's return may use it, not ")
+             << user->getName();
   return success();
 }
 

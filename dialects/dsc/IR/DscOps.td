@@ -1081,6 +1081,52 @@ def Dsc_OffloadWaitOp : Op<Dsc_Dialect, "offload_wait", [
   let hasVerifier = 1;
 }
 
+// The NVMe tier (dsc-offload optimizer=nvme): optimizer state that lives in
+// files, staged into host memory for the host op that updates it.
+def Dsc_NvmeReadOp : Op<Dsc_Dialect, "nvme_read", [
+    AllTypesMatch<["input", "result"]>,
+    MemoryEffects<[MemRead<Dsc_OffloadResource>,
+                   MemWrite<Dsc_OffloadResource>]>]> {
+  let summary = "a step argument's bytes read from its file into host memory";
+  let description = [{
+    Placed by dsc-offload with `optimizer=nvme` before the first host op
+    that reads an argument with `dsc.memory = "nvme"` (fp32 masters and
+    optimizer state kept in a file under the run's `--nvme-path`). The
+    result is the argument's elements in host memory (the host frame),
+    which the host op reads instead. A host op (`dsc.on_host`): it runs
+    after the host work before it, on the host's side of the step.
+
+    Effects on `dsc::OffloadResource`: it stays ordered with the
+    `dsc.nvme_write` that later writes the same file, with the copies and
+    with the other reads; no generic pass merges two reads or moves one.
+  }];
+  let arguments = (ins Dsc_Tensor:$input);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Dsc_NvmeWriteOp : Op<Dsc_Dialect, "nvme_write", [
+    AllTypesMatch<["input", "result"]>,
+    MemoryEffects<[MemRead<Dsc_OffloadResource>,
+                   MemWrite<Dsc_OffloadResource>]>]> {
+  let summary = "an updated state written from host memory into its file";
+  let description = [{
+    Placed by dsc-offload with `optimizer=nvme` right after the host op
+    that computes the update of an argument kept on NVMe. The result is
+    that update in the argument's file: the step returns it, in place of
+    its argument (dsc-in-place-updates), so the program keeps one file per
+    state. A host op (`dsc.on_host`).
+
+    Effects on `dsc::OffloadResource`: never dropped, merged or moved
+    across the read of the same file by a generic pass.
+  }];
+  let arguments = (ins Dsc_Tensor:$input);
+  let results = (outs Dsc_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Optimizer ops: what dsc-optimizer emits. Hyperparameters are run-time
 // scalars (tensor<f32>) so a compiled program can override its defaults.

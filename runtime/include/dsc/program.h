@@ -80,6 +80,11 @@ struct ArgSpec {
   /// offload_optimizer): the step reads and writes it there (the shell pins
   /// it). Never an Input.
   bool host = false;
+  /// With host: the tensor lives in a file under the run's NVMe directory
+  /// (--nvme-path), mapped into memory; the step stages it into host memory
+  /// chunk by chunk (dsc-offload optimizer=nvme: cpu::nvmeRead and
+  /// cpu::nvmeWrite). Param or OptState only.
+  bool nvme = false;
 };
 
 struct ResultSpec {
@@ -96,6 +101,9 @@ struct ResultSpec {
   /// In host memory even in a device program, as ArgSpec::host; an updated
   /// state is host exactly when its argument is, and computed in place.
   bool host = false;
+  /// In an NVMe file, as ArgSpec::nvme: an updated state is nvme exactly
+  /// when its argument is, and always computed in place.
+  bool nvme = false;
 };
 
 /// Where a parameter sits in a flat bucket (elements, row-major).
@@ -227,6 +235,10 @@ struct ProgramSpec {
   /// compiler/codegen/Workspaces.h); 0: not estimated (the GEMM workspace
   /// is then assumed).
   size_t workspaceBytes = 0;
+  /// The directory `dsc compile --nvme-path` named for the state the spec
+  /// marks nvme (ArgSpec::nvme); the run's --nvme-path overrides it. Null:
+  /// none named.
+  const char *nvmePath = nullptr;
 };
 
 /// The whole program: parses argv, runs the steps, returns the exit code.

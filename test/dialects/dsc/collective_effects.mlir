@@ -36,3 +36,19 @@ func.func @regather(%s: tensor<2xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
   %unused = dsc.collective_input %s : tensor<2xf32>
   return %f, %b : tensor<8xf32>, tensor<8xf32>
 }
+
+// The NVMe tier's reads and writes (dsc-offload optimizer=nvme) have
+// effects too: two reads of one file stay two, an unused write is kept, and
+// neither moves across the other.
+// CHECK-LABEL: func.func @nvme
+// CHECK: dsc.nvme_read %arg0
+// CHECK-NEXT: dsc.nvme_read %arg0
+// CHECK-NEXT: dsc.nvme_write
+// CHECK-NEXT: dsc.nvme_write
+func.func @nvme(%m: tensor<4xf32> {dsc.memory = "nvme"}) -> (tensor<4xf32>, tensor<4xf32>) {
+  %a = dsc.nvme_read %m : tensor<4xf32>
+  %b = dsc.nvme_read %m : tensor<4xf32>
+  %unused = dsc.nvme_write %a : tensor<4xf32>
+  %w = dsc.nvme_write %b : tensor<4xf32>
+  return %a, %w : tensor<4xf32>, tensor<4xf32>
+}

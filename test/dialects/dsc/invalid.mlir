@@ -762,3 +762,20 @@ func.func @sum_squares_scale(%a: tensor<4xf32>, %s: tensor<1xf32>) {
   %r = dsc.sum_squares scale %s, (%a) : tensor<1xf32>, (tensor<4xf32>) -> tensor<f32>
   return
 }
+
+// -----
+
+func.func @nvme_read_host(%a: tensor<4xf32> {dsc.memory = "host"}) -> tensor<4xf32> {
+  // expected-error @below {{input must be an argument of the function with dsc.memory = "nvme"}}
+  %r = dsc.nvme_read %a : tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @nvme_write_read(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{result is the state in its file: only the function's return may use it, not dsc.exp}}
+  %w = dsc.nvme_write %a : tensor<4xf32>
+  %e = dsc.exp %w : tensor<4xf32>
+  return %e : tensor<4xf32>
+}

@@ -12,12 +12,15 @@
 
 #include "dsc/device.h"
 #include "TestUtil.h"
+#include "cpu/offload.h"
 #include "io/checkpoint.h"
+#include "io/nvme.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -805,6 +808,218 @@ TEST_F(ComputeCopyRun, TheSpecCheckNamesAMalformedComputeCopy) {
   s = copySpec(true, false);
   results[CCOPY].name = "v";
   expectSpecBug(s, "compute copy result 'v' has no argument of that name");
+}
+
+} // namespace
+
+namespace {
+
+// Offloaded state in an NVMe file (ArgSpec::nvme): w lives in a file under
+// --nvme-path, mapped, updated in place; the step stages it through its
+// host arena with cpu::nvmeRead and writes the update back with
+// cpu::nvmeWrite, as the generated code's host tasks do.
+const TensorSpec kW = {DType::F32, 1, {1}};
+const ArgSpec kNvmeArgs[] = {
+    {ArgRole::Param, "w", kW, -1, /*host=*/true, /*nvme=*/true},
+    kArgs[X],
+    kArgs[Y],
+    kArgs[LR],
+    kArgs[STEP],
+};
+const ResultSpec kNvmeResults[] = {
+    kResults[0],
+    {ResultRole::Param, "w", kW, -1, W, /*host=*/true, /*nvme=*/true},
+    kResults[2],
+};
+
+/// linearStep on w staged in the host arena: read from its file, updated
+/// there, written back into the update's file.
+Status nvmeStep(const RankContext &ctx, const Tensor *a, const Tensor *r) {
+  if (!io::isNvme(a[W].data, a[W].nbytes()) ||
+      !io::isNvme(r[1].data, r[1].nbytes()))
+    return Status::error(StatusCode::InvalidArgument, "w is not in a file");
+  if (gDevice && gDevice->isPinned(a[W].data))
+    return Status::error(StatusCode::InvalidArgument, "w is pinned");
+  Tensor staged = a[W];
+  staged.data = ctx.hostArena->base();
+  if (Status s = cpu::nvmeRead(a[W], staged, "w"); !s.ok())
+    return s;
+  Tensor args[NUM_ARGS], results[3];
+  std::copy(a, a + NUM_ARGS, args);
+  std::copy(r, r + 3, results);
+  args[W] = results[1] = staged;
+  if (Status s = linearStep(ctx, args, results); !s.ok())
+    return s;
+  return cpu::nvmeWrite(staged, r[1], "w");
+}
+
+struct NvmeOffload : DeviceRun {
+  ArgSpec args[NUM_ARGS];
+  ResultSpec results[3];
+  std::string nvmeDir;
+
+  void SetUp() override {
+    DeviceRun::SetUp();
+    std::copy(std::begin(kNvmeArgs), std::end(kNvmeArgs), args);
+    std::copy(std::begin(kNvmeResults), std::end(kNvmeResults), results);
+    nvmeDir = dir / "nvme";
+    std::filesystem::create_directory(nvmeDir);
+  }
+  ProgramSpec nvmeSpec(int worldSize, bool onDevice) {
+    ProgramSpec s = spec(worldSize, onDevice);
+    s.args = args;
+    s.results = results;
+    s.trainStep = nvmeStep;
+    s.hostArenaBytes = 64;
+    return s;
+  }
+  RunResult trainNvme(const ProgramSpec &s, int ranks, const std::string &tag,
+                      std::vector<std::string> more = {}) {
+    std::vector<std::string> argv = {"--steps",       "4",
+                                     "--batch",       batchOf(ranks),
+                                     "--init",        "random",
+                                     "--lr",          "0.01",
+                                     "--dump-grads",  dir / ("g" + tag),
+                                     "--nvme-path",   nvmeDir,
+                                     "--dump-params", dir / ("p" + tag)};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return runWith(s, argv);
+  }
+  void expectSpecBug(const ProgramSpec &s, const std::string &message) {
+    RunResult r = runWith(s, {"--help"});
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_TRUE(contains(r.err, "error: program spec: " + message)) << r.err;
+  }
+};
+
+TEST_F(NvmeOffload, SameResultsAsInMemoryNothingPinnedNothingLeft) {
+  for (bool onDevice : {false, true})
+    for (int ranks : {1, 2}) {
+      std::string tag = std::to_string(onDevice) + std::to_string(ranks);
+      SCOPED_TRACE(tag);
+      RunResult plain = train(ranks, false, "c" + tag);
+      ASSERT_EQ(plain.rc, 0) << plain.err;
+      device.allocations = device.pins = 0;
+      RunResult r = trainNvme(nvmeSpec(ranks, onDevice), ranks, "n" + tag);
+      ASSERT_EQ(r.rc, 0) << r.err;
+      EXPECT_EQ(readFile(dir / ("gc" + tag)), readFile(dir / ("gn" + tag)));
+      EXPECT_EQ(readFile(dir / ("pc" + tag)), readFile(dir / ("pn" + tag)));
+      // w is neither mirrored on the device nor pinned.
+      EXPECT_EQ(device.pins, 0);
+      if (onDevice) {
+        EXPECT_EQ(device.allocations, ranks * (NUM_ARGS - 1 + 2 + 1));
+      }
+      std::string bytes = ranks == 1 ? "4 B" : "8 B";
+      EXPECT_TRUE(contains(r.out, "nvme: " + bytes +
+                                      " of optimizer state in files under " +
+                                      nvmeDir))
+          << r.out;
+      EXPECT_TRUE(contains(r.out, "nvme: " + bytes + " under " + nvmeDir +
+                                      " | per step read " + bytes +
+                                      ", written " + bytes))
+          << r.out;
+      // The files were unlinked when created, and unmapped at the end.
+      EXPECT_TRUE(std::filesystem::is_empty(nvmeDir));
+      EXPECT_EQ(io::nvmeBytes(), 0u);
+      gSteps.clear();
+    }
+}
+
+TEST_F(NvmeOffload, SavedAndResumedAsInMemory) {
+  for (bool onDevice : {false, true}) {
+    SCOPED_TRACE(onDevice ? "device" : "cpu");
+    std::string ckpt = dir / (onDevice ? "ckd" : "ckc");
+    ProgramSpec s = nvmeSpec(1, onDevice);
+    RunResult whole = trainNvme(s, 1, "whole");
+    ASSERT_EQ(whole.rc, 0) << whole.err;
+    RunResult saved =
+        trainNvme(s, 1, "saved", {"--steps", "2", "--save-dir", ckpt});
+    ASSERT_EQ(saved.rc, 0) << saved.err;
+    RunResult resumed =
+        runWith(s, {"--resume", ckpt, "--batch", batchOf(1), "--steps", "4",
+                    "--nvme-path", nvmeDir, "--dump-params", dir / "presumed"});
+    ASSERT_EQ(resumed.rc, 0) << resumed.err;
+    EXPECT_EQ(readFile(dir / "pwhole"), readFile(dir / "presumed"));
+    gSteps.clear();
+  }
+}
+
+TEST_F(NvmeOffload, GradcheckGivesTheUpdateAFileOfItsOwn) {
+  // --gradcheck gives every result storage of its own: the update of w
+  // gets a second file, never pinned.
+  for (bool onDevice : {false, true}) {
+    SCOPED_TRACE(onDevice ? "device" : "cpu");
+    RunResult plain =
+        runWith(spec(1, onDevice), {"--gradcheck", "1", "--batch", batchOf(1),
+                                    "--init", "random"});
+    ASSERT_EQ(plain.rc, 0) << plain.err;
+    device.pins = 0;
+    RunResult r = runWith(nvmeSpec(1, onDevice),
+                          {"--gradcheck", "1", "--batch", batchOf(1), "--init",
+                           "random", "--nvme-path", nvmeDir});
+    ASSERT_EQ(r.rc, 0) << r.err << r.out;
+    EXPECT_EQ(device.pins, 0);
+    EXPECT_EQ(plain.out.substr(plain.out.find("gradcheck w")),
+              r.out.substr(r.out.find("gradcheck w")));
+    EXPECT_TRUE(contains(r.out, "nvme: 8 B of optimizer state")) << r.out;
+  }
+}
+
+TEST_F(NvmeOffload, TheDirectoryIsTheOptionsOrTheCompilesOrAnError) {
+  ProgramSpec s = nvmeSpec(1, false);
+  RunResult r = runWith(s, {"--batch", batchOf(1)});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "error: this program keeps optimizer state in "
+                              "files on a fast disk (offload_optimizer "
+                              "nvme), but no directory was named: pass "
+                              "--nvme-path DIR"))
+      << r.err;
+  s.nvmePath = "/nonexistent-dsc-nvme";
+  r = runWith(s, {"--batch", batchOf(1), "--steps", "1"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.err, "error: NVMe file for parameter 'w' in "
+                              "/nonexistent-dsc-nvme: no such directory"))
+      << r.err;
+  r = runWith(s, {"--batch", batchOf(1), "--steps", "1", "--init", "random",
+                  "--nvme-path", nvmeDir});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = runWith(s, {"--help"});
+  EXPECT_TRUE(contains(r.out, "(default /nonexistent-dsc-nvme)")) << r.out;
+  gSteps.clear();
+}
+
+TEST_F(NvmeOffload, TheSpecCheckRefusesNvmeWithoutHost) {
+  args[W].host = results[1].host = false;
+  expectSpecBug(nvmeSpec(1, false), "parameter 'w' is marked nvme but not "
+                                    "host; state in an NVMe file is staged "
+                                    "through host memory");
+}
+
+TEST_F(NvmeOffload, TheSpecCheckRefusesNvmeOnOtherRoles) {
+  args[LR].host = args[LR].nvme = true;
+  expectSpecBug(nvmeSpec(1, false), "hyperparameter 'lr' is marked nvme; "
+                                    "only parameters and optimizer state "
+                                    "can be");
+}
+
+TEST_F(NvmeOffload, TheSpecCheckRefusesAnUpdateNotInItsArgumentsFile) {
+  results[1].nvme = false;
+  expectSpecBug(nvmeSpec(1, false), "parameter result 'w' and its argument "
+                                    "are not both in NVMe files");
+}
+
+TEST_F(NvmeOffload, TheSpecCheckRefusesAnUpdateNotInPlace) {
+  results[1].inPlaceOf = -1;
+  expectSpecBug(nvmeSpec(1, false), "parameter result 'w' is in an NVMe file "
+                                    "but not computed in place of its "
+                                    "argument");
+}
+
+TEST_F(NvmeOffload, TheSpecCheckRefusesAnNvmeGradient) {
+  results[2].host = results[2].nvme = true;
+  expectSpecBug(nvmeSpec(1, false), "gradient result 'w' is marked nvme; "
+                                    "only updated parameters and optimizer "
+                                    "state can be");
 }
 
 } // namespace

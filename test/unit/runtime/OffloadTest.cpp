@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GradCheck.h"
 #include "cpu/step_kernels.h"
 
 #include <gtest/gtest.h>
@@ -20,12 +21,6 @@
 
 namespace dsc::test {
 namespace {
-
-#define DSC_EXPECT_OK(expr)                                                    \
-  do {                                                                         \
-    ::dsc::Status s_ = (expr);                                                 \
-    EXPECT_TRUE(s_.ok()) << s_.message();                                      \
-  } while (0)
 
 Tensor f32(std::vector<float> &v, I64s shape) {
   return Tensor::of(v.data(), DType::F32, shape);

@@ -376,6 +376,48 @@ TEST(StepKernels, AdamwMultiSplitOverThreads) {
   }
 }
 
+TEST(StepKernels, AdamwMultiBf16CopyRoundsAsFloatToBfloat16) {
+  // lr = 0 and no decay leave each parameter as it is, so the compute copy
+  // is the bf16 rounding of the given values: ties to even both ways, a
+  // carry into the exponent, overflow to infinity, signed zeros,
+  // subnormals, infinities and NaNs (made quiet, the sign kept), over
+  // enough elements for the vector loop and its tail.
+  const uint32_t special[] = {
+      0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu, 0x7f7fffffu,
+      0xff7fffffu, 0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+      0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00001u, 0x7fc00000u,
+      0x3f800000u, 0xc0490fdbu};
+  std::vector<float> p;
+  for (int rep = 0; rep < 5; ++rep)
+    for (uint32_t bits : special) {
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      p.push_back(f);
+    }
+  const int64_t n = static_cast<int64_t>(p.size());
+  std::vector<float> g(size_t(n), 0.5f), m(size_t(n), 0.0f), v(size_t(n), 0.0f);
+  std::vector<uint16_t> copy(size_t(n), 0);
+  F lr({}, DType::F32, {0.0f}), b1({}, DType::F32, {0.9f}),
+      b2({}, DType::F32, {0.999f}), eps({}, DType::F32, {1e-8f}),
+      wd({}, DType::F32, {0.0f});
+  auto step = stepTensor(1);
+  auto view = [&](auto &xs, DType dtype) {
+    return Tensor::of(xs.data(), dtype, {n});
+  };
+  cpu::AdamwTensors e{view(p, DType::F32), view(g, DType::F32),
+                      view(m, DType::F32), view(v, DType::F32),
+                      view(p, DType::F32), view(m, DType::F32),
+                      view(v, DType::F32), view(copy, DType::BF16)};
+  DSC_ASSERT_OK(cpu::adamwMulti(&e, 1, lr.t(), b1.t(), b2.t(), eps.t(), wd.t(),
+                                step.t()));
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &p[size_t(i)], sizeof bits);
+    EXPECT_EQ(copy[size_t(i)], floatToBfloat16(p[size_t(i)]))
+        << "element " << i << ", param bits 0x" << std::hex << bits;
+  }
+}
+
 TEST(StepKernels, AdamwMultiChecksEntries) {
   F p3({3}, DType::F32), p4({4}, DType::F32), s({}, DType::F32, {0.1f});
   D d3({3}, DType::F64);

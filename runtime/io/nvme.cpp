@@ -1,0 +1,434 @@
+//===- nvme.cpp - Optimizer state in files on a fast disk -----------------===//
+//
+// A registry of the mapped files (one mutex; looked up by address), and a
+// pool of I/O threads of its own that moves a transfer's 8 MiB pieces with
+// pread and pwrite: a disk serves a few requests in flight far faster than
+// one, and the compute pool (cpu/thread_pool.cpp) is busy with the host
+// AdamW meanwhile.
+//
+//===----------------------------------------------------------------------===//
+
+#include "io/nvme.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <fcntl.h>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <system_error>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace dsc::io {
+
+namespace {
+
+constexpr size_t kPieceBytes = size_t(8) << 20;
+constexpr int kIoThreads = 4;
+
+std::string errnoText(int e) { return std::strerror(e); }
+
+size_t pageBytes() {
+  static const size_t page = [] {
+    long p = ::sysconf(_SC_PAGESIZE);
+    return p > 0 ? size_t(p) : size_t(4096);
+  }();
+  return page;
+}
+
+size_t roundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/// "1610612736 bytes (1.5 GiB)", for messages.
+std::string bytesText(size_t bytes) {
+  const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = -1;
+  while (v >= 1024 && u < 3)
+    v /= 1024, ++u;
+  char buf[64];
+  if (u < 0)
+    std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
+  else
+    std::snprintf(buf, sizeof buf, "%zu bytes (%.1f %s)", bytes, v, units[u]);
+  return buf;
+}
+
+/// `what` as part of a file name: its letters, digits, '.' and '-', each
+/// run of other characters one '_' ("optimizer state 'w/exp_avg'" ->
+/// "optimizer_state_w_exp_avg").
+std::string sanitize(const std::string &what) {
+  std::string name;
+  for (char c : what) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c >= '0' && c <= '9') || c == '.' || c == '-';
+    if (plain)
+      name += c;
+    else if (!name.empty() && name.back() != '_')
+      name += '_';
+  }
+  while (!name.empty() && name.back() == '_')
+    name.pop_back();
+  name = name.substr(0, 80);
+  return name.empty() ? "tensor" : name;
+}
+
+/// One file of nvmeAllocate, mapped at `base`. The descriptor is closed
+/// with the last reference: a transfer holds one while it runs.
+struct Region {
+  char *base = nullptr;
+  size_t bytes = 0;  // the tensor's
+  size_t mapped = 0; // the mapping's and the file's: whole pages
+  int fd = -1;
+  std::string path; // for messages (the file is unlinked)
+
+  Region() = default;
+  Region(const Region &) = delete;
+  Region &operator=(const Region &) = delete;
+  ~Region() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+class Registry {
+public:
+  static Registry &get() {
+    static Registry *registry = new Registry(); // used until exit
+    return *registry;
+  }
+
+  void add(std::shared_ptr<Region> r) {
+    std::lock_guard<std::mutex> lock(m_);
+    total_ += r->bytes;
+    regions_[key(r->base)] = std::move(r);
+  }
+
+  /// Removes and returns the region mapped at `base` (null: none).
+  std::shared_ptr<Region> take(const void *base) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = regions_.find(key(base));
+    if (it == regions_.end())
+      return nullptr;
+    std::shared_ptr<Region> r = std::move(it->second);
+    regions_.erase(it);
+    total_ -= r->bytes;
+    return r;
+  }
+
+  /// The region [p, p + bytes) lies in (for 0 bytes: p), or null.
+  std::shared_ptr<Region> find(const void *p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = regions_.upper_bound(key(p));
+    if (it == regions_.begin())
+      return nullptr;
+    const std::shared_ptr<Region> &r = (--it)->second;
+    size_t offset = key(p) - it->first;
+    if (offset >= r->bytes || bytes > r->bytes - offset)
+      return nullptr;
+    return r;
+  }
+
+  size_t total() {
+    std::lock_guard<std::mutex> lock(m_);
+    return total_;
+  }
+
+private:
+  static uintptr_t key(const void *p) { return reinterpret_cast<uintptr_t>(p); }
+
+  std::mutex m_;
+  std::map<uintptr_t, std::shared_ptr<Region>> regions_; // by base
+  size_t total_ = 0;
+};
+
+std::atomic<uint64_t> gReadBytes{0}, gWrittenBytes{0};
+
+//===----------------------------------------------------------------------===//
+// Allocation
+//===----------------------------------------------------------------------===//
+
+/// "NVMe file for <what> in <dir>: <why>".
+Status allocError(const std::string &dir, const std::string &what,
+                  const std::string &why) {
+  return Status::error(StatusCode::IoError,
+                       "NVMe file for " + what + " in " + dir + ": " + why);
+}
+
+/// `dir` exists, is a directory, and this process may create files in it.
+Status checkDirectory(const std::string &dir, const std::string &what) {
+  if (dir.empty())
+    return allocError("(none)", what, "no directory given");
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    int err = errno;
+    return allocError(
+        dir, what,
+        std::string(err == ENOENT ? "no such directory" : "cannot reach it") +
+            " (" + errnoText(err) + ")");
+  }
+  if (!S_ISDIR(st.st_mode))
+    return allocError(dir, what, "not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return allocError(dir, what,
+                      "cannot create files there (" + errnoText(errno) + ")");
+  return Status();
+}
+
+/// Reserves the file's blocks, so that a full disk fails now and not as a
+/// fault on a later write through the mapping. A filesystem that cannot
+/// reserve gets a file of the size, sparse.
+Status reserve(const Region &r, const std::string &dir,
+               const std::string &what) {
+  int err = ::posix_fallocate(r.fd, 0, off_t(r.mapped));
+  if (err == EOPNOTSUPP)
+    err = ::ftruncate(r.fd, off_t(r.mapped)) == 0 ? 0 : errno;
+  if (err == ENOSPC || err == EDQUOT)
+    return allocError(dir, what,
+                      "no room for " + bytesText(r.mapped) + " (" +
+                          errnoText(err) +
+                          "); free space on that disk or choose a directory "
+                          "on a disk with more room");
+  if (err)
+    return allocError(dir, what,
+                      "cannot reserve " + bytesText(r.mapped) + " (" +
+                          errnoText(err) + ")");
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// The I/O threads
+//===----------------------------------------------------------------------===//
+
+/// One transfer: its pieces are taken one at a time by whoever is free (an
+/// I/O thread or the caller), and the caller waits for the last. After a
+/// failure the pieces not yet started are skipped.
+struct IoJob {
+  const std::function<Status(size_t)> *piece = nullptr;
+  size_t pieces = 0, next = 0, done = 0;
+  Status error; // the first failure (guarded by the pool's mutex)
+};
+
+class IoPool {
+public:
+  static IoPool &get() {
+    static IoPool *pool = new IoPool(); // never destroyed: threads may run
+    return *pool;
+  }
+
+  Status run(size_t pieces, const std::function<Status(size_t)> &piece) {
+    if (pieces <= 1)
+      return pieces ? runPiece(piece, 0) : Status();
+    IoJob job;
+    job.piece = &piece;
+    job.pieces = pieces;
+    std::unique_lock<std::mutex> lock(m_);
+    jobs_.push_back(&job);
+    wake_.notify_all();
+    while (job.next < job.pieces)
+      step(job, lock);
+    finished_.wait(lock, [&] { return job.done == job.pieces; });
+    return job.error;
+  }
+
+private:
+  IoPool() {
+    for (int i = 0; i < kIoThreads; ++i) {
+      try {
+        std::thread([this] { work(); }).detach();
+      } catch (const std::system_error &) {
+        break; // the callers move their pieces themselves
+      }
+    }
+  }
+
+  static Status runPiece(const std::function<Status(size_t)> &piece, size_t i) {
+    try {
+      return piece(i);
+    } catch (const std::exception &e) {
+      return Status::error(StatusCode::IoError, e.what());
+    }
+  }
+
+  /// Takes the next piece of `job` and runs it without the lock.
+  void step(IoJob &job, std::unique_lock<std::mutex> &lock) {
+    size_t i = job.next++;
+    if (job.next == job.pieces)
+      jobs_.erase(std::find(jobs_.begin(), jobs_.end(), &job));
+    bool skip = !job.error.ok();
+    lock.unlock();
+    Status s = skip ? Status() : runPiece(*job.piece, i);
+    lock.lock();
+    if (!s.ok() && job.error.ok())
+      job.error = s;
+    if (++job.done == job.pieces)
+      finished_.notify_all();
+  }
+
+  void work() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      wake_.wait(lock, [&] { return !jobs_.empty(); });
+      step(*jobs_.front(), lock);
+    }
+  }
+
+  std::mutex m_;
+  std::condition_variable wake_, finished_;
+  std::deque<IoJob *> jobs_;
+};
+
+/// "reading <path> at offset N: <why>".
+Status ioError(const Region &r, bool write, off_t at, const std::string &why) {
+  return Status::error(StatusCode::IoError,
+                       std::string(write ? "writing " : "reading ") + r.path +
+                           " at offset " + std::to_string(at) + ": " + why);
+}
+
+/// Moves one piece, then drops it from the page cache (written back first:
+/// a dirty page is not dropped).
+Status movePiece(const Region &r, char *host, off_t at, size_t bytes,
+                 bool write) {
+  size_t done = 0;
+  while (done < bytes) {
+    off_t pos = at + off_t(done);
+    ssize_t n = write ? ::pwrite(r.fd, host + done, bytes - done, pos)
+                      : ::pread(r.fd, host + done, bytes - done, pos);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return ioError(r, write, pos, errnoText(errno));
+    if (n == 0)
+      return ioError(r, write, pos,
+                     write ? "nothing was written" : "unexpected end of file");
+    done += size_t(n);
+  }
+  if (write &&
+      ::sync_file_range(r.fd, at, off_t(bytes),
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                            SYNC_FILE_RANGE_WAIT_AFTER) != 0)
+    return ioError(r, write, at, "writing back: " + errnoText(errno));
+  if (int err = ::posix_fadvise(r.fd, at, off_t(bytes), POSIX_FADV_DONTNEED))
+    return ioError(r, write, at, "dropping cached pages: " + errnoText(err));
+  return Status();
+}
+
+} // namespace
+
+Status nvmeAllocate(const std::string &dir, size_t bytes,
+                    const std::string &what, void **data) {
+  *data = nullptr;
+  if (!bytes)
+    return Status();
+  if (Status s = checkDirectory(dir, what); !s.ok())
+    return s;
+  std::string name = dir + (dir.back() == '/' ? "" : "/") + "dsc-nvme-" +
+                     sanitize(what) + "-XXXXXX";
+  std::vector<char> path(name.begin(), name.end());
+  path.push_back('\0');
+  int fd = ::mkostemp(path.data(), O_CLOEXEC);
+  if (fd < 0)
+    return allocError(dir, what,
+                      "cannot create a file there (" + errnoText(errno) + ")");
+  auto r = std::make_shared<Region>();
+  r->fd = fd;
+  r->path = path.data();
+  ::unlink(path.data()); // gone with the process, however it ends
+  r->bytes = bytes;
+  r->mapped = roundUp(bytes, pageBytes());
+  if (Status s = reserve(*r, dir, what); !s.ok())
+    return s;
+  void *p =
+      ::mmap(nullptr, r->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    return allocError(dir, what,
+                      "cannot map " + bytesText(r->mapped) + " (" +
+                          errnoText(err) + ")");
+  }
+  r->base = static_cast<char *>(p);
+  Registry::get().add(r);
+  *data = p;
+  return Status();
+}
+
+void nvmeRelease(void *data) {
+  if (!data)
+    return;
+  if (std::shared_ptr<Region> r = Registry::get().take(data))
+    ::munmap(r->base, r->mapped);
+}
+
+bool isNvme(const void *p, size_t bytes) {
+  return Registry::get().find(p, bytes) != nullptr;
+}
+
+Status nvmeEvict(const void *data, size_t bytes) {
+  std::shared_ptr<Region> r = Registry::get().find(data, bytes);
+  if (!r)
+    return Status::error(StatusCode::InvalidArgument,
+                         "nvme_evict: " + std::to_string(bytes) +
+                             " bytes that do not lie in an NVMe file");
+  if (!bytes)
+    return Status();
+  size_t page = pageBytes();
+  size_t offset = size_t(static_cast<const char *>(data) - r->base);
+  size_t lo = offset / page * page;
+  size_t hi = std::min(roundUp(offset + bytes, page), r->mapped);
+  auto failed = [&](const char *doing, int err) {
+    return Status::error(StatusCode::IoError,
+                         std::string(doing) + " " + r->path + " at offset " +
+                             std::to_string(lo) + ": " + errnoText(err));
+  };
+  if (::msync(r->base + lo, hi - lo, MS_SYNC) != 0)
+    return failed("writing back", errno);
+  if (::madvise(r->base + lo, hi - lo, MADV_DONTNEED) != 0)
+    return failed("unmapping the pages of", errno);
+  if (int err = ::posix_fadvise(r->fd, off_t(lo), off_t(hi - lo),
+                                POSIX_FADV_DONTNEED))
+    return failed("dropping the cached pages of", err);
+  return Status();
+}
+
+Status nvmeTransfer(void *host, const void *nvme, size_t bytes, bool write) {
+  if (!bytes)
+    return Status();
+  std::shared_ptr<Region> r = Registry::get().find(nvme, bytes);
+  if (!r)
+    return Status::error(StatusCode::InvalidArgument,
+                         "nvme_transfer: " + std::to_string(bytes) +
+                             " bytes that do not lie in an NVMe file");
+  off_t offset = off_t(static_cast<const char *>(nvme) - r->base);
+  char *buffer = static_cast<char *>(host);
+  std::function<Status(size_t)> piece = [&](size_t i) {
+    size_t from = i * kPieceBytes;
+    return movePiece(*r, buffer + from, offset + off_t(from),
+                     std::min(kPieceBytes, bytes - from), write);
+  };
+  size_t pieces = (bytes + kPieceBytes - 1) / kPieceBytes;
+  if (Status s = IoPool::get().run(pieces, piece); !s.ok())
+    return s;
+  (write ? gWrittenBytes : gReadBytes).fetch_add(bytes);
+  return Status();
+}
+
+NvmeTraffic nvmeTraffic() {
+  NvmeTraffic t;
+  t.readBytes = gReadBytes.load();
+  t.writtenBytes = gWrittenBytes.load();
+  return t;
+}
+
+size_t nvmeBytes() { return Registry::get().total(); }
+
+} // namespace dsc::io

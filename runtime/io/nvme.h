@@ -1,0 +1,66 @@
+//===- nvme.h - Optimizer state in files on a fast disk ---------*- C++ -*-===//
+//
+// The NVMe tier of an offloaded optimizer (DeepSpeed's offload_optimizer:
+// nvme, dsc's ArgSpec::nvme): a tensor lives in a file under a directory on
+// a fast local disk, mapped into memory. The mapping is what every ordinary
+// reader of the tensor uses (initialization, checkpoints, dumps), so its
+// pointer is a normal host pointer; the step itself moves the state between
+// the file and host staging memory chunk by chunk with nvmeTransfer
+// (cpu::nvmeRead and cpu::nvmeWrite), which bypasses the mapping and drops
+// what it moved from the page cache: host memory holds only the chunks in
+// flight. Linux's page cache is one for the mapping and the file, so both
+// views always agree.
+//
+// Each file is unlinked as soon as it is created: nothing is left behind
+// when the run ends, however it ends.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DSC_RUNTIME_IO_NVME_H
+#define DSC_RUNTIME_IO_NVME_H
+
+#include "dsc/runtime.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dsc::io {
+
+/// Creates a file of `bytes` in `dir` for the tensor `what` (its name reads
+/// `dsc-nvme-<what>-XXXXXX`, unlinked at once), reserves its blocks (so that
+/// a full disk fails here, before training), and maps it shared, read and
+/// write, zero-filled. `*data` is the mapping; release it with nvmeRelease.
+/// bytes == 0: `*data` is null. An error names `what`, `dir` and the
+/// reason: a missing, non-directory or read-only `dir`, no room on its disk,
+/// a failed mapping.
+Status nvmeAllocate(const std::string &dir, size_t bytes,
+                    const std::string &what, void **data);
+/// Unmaps and closes what nvmeAllocate returned (null: nothing).
+void nvmeRelease(void *data);
+/// Whether [p, p + bytes) lies in one region of nvmeAllocate (for 0 bytes:
+/// whether p does).
+bool isNvme(const void *p, size_t bytes);
+/// Writes back the dirty pages of [data, data + bytes) (an NVMe region the
+/// shell wrote through the mapping), then drops them from memory, the
+/// mapping's and the page cache's.
+Status nvmeEvict(const void *data, size_t bytes);
+
+/// Copies `bytes` between host memory at `host` and the file behind `nvme`
+/// (in an NVMe region): into the file with `write`, else out of it. The
+/// bytes go in pieces of 8 MiB over a pool of I/O threads of their own;
+/// what was moved is dropped from the page cache afterwards. An error names
+/// the file, the offset and the reason.
+Status nvmeTransfer(void *host, const void *nvme, size_t bytes, bool write);
+
+/// Bytes nvmeTransfer moved since the process started.
+struct NvmeTraffic {
+  uint64_t readBytes = 0, writtenBytes = 0;
+};
+NvmeTraffic nvmeTraffic();
+/// Bytes of the NVMe regions allocated now.
+size_t nvmeBytes();
+
+} // namespace dsc::io
+
+#endif // DSC_RUNTIME_IO_NVME_H
