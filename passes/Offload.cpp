@@ -546,6 +546,24 @@ void copyResultsToDevice(Placement &p, LastCopies &last) {
   }
 }
 
+/// The host ops that compute (not constants, not the NVMe reads and writes
+/// around them) in block order, and each one's position there.
+struct TaskOrder {
+  SmallVector<Operation *> tasks;
+  llvm::DenseMap<Operation *, unsigned> index;
+
+  explicit TaskOrder(const Placement &p) {
+    for (Operation *op : p.hostOps)
+      if (!isa<dsc::ConstantOp, dsc::NvmeReadOp, dsc::NvmeWriteOp>(op))
+        tasks.push_back(op);
+    llvm::sort(tasks, [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
+    for (auto [i, op] : llvm::enumerate(tasks))
+      index[op] = static_cast<unsigned>(i);
+  }
+};
+
 /// Step 3b: a copy to the host whose value only host tasks read moves down
 /// to `ahead` host tasks before the first of them (chunks run in order, so
 /// chunk k's gradients come down while chunk k - ahead computes). Copies
@@ -554,15 +572,9 @@ void copyResultsToDevice(Placement &p, LastCopies &last) {
 void streamCopiesToHost(Placement &p, unsigned ahead) {
   if (!ahead)
     return;
-  SmallVector<Operation *> tasks;
-  for (Operation *op : p.hostOps)
-    if (!isa<dsc::ConstantOp>(op))
-      tasks.push_back(op);
-  llvm::sort(tasks,
-             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-  llvm::DenseMap<Operation *, unsigned> order;
-  for (auto [i, op] : llvm::enumerate(tasks))
-    order[op] = static_cast<unsigned>(i);
+  TaskOrder taskOrder(p);
+  ArrayRef<Operation *> tasks = taskOrder.tasks;
+  const llvm::DenseMap<Operation *, unsigned> &order = taskOrder.index;
   SmallVector<dsc::OffloadCopyOp> copies;
   tasks.front()->getBlock()->walk([&](dsc::OffloadCopyOp copy) {
     if (copy.getTo() == "host")
@@ -642,6 +654,27 @@ void stageOnNvme(func::FuncOp fn, Placement &p) {
     p.hostOps.insert(read);
     p.hostOps.insert(write);
     p.nvmeArgs.insert(arg);
+  }
+}
+
+/// Step 3d (optimizer=nvme): each read moves up to right before the host
+/// task before its first reader (the previous chunk's AdamW): the read runs
+/// on the I/O threads while that chunk updates (the reader waits for it),
+/// so the host frame holds two chunks' state in, not one.
+void prefetchNvmeReads(const Placement &p) {
+  TaskOrder taskOrder(p);
+  ArrayRef<Operation *> tasks = taskOrder.tasks;
+  const llvm::DenseMap<Operation *, unsigned> &order = taskOrder.index;
+  for (Operation *op : p.hostOps) {
+    auto read = dyn_cast<dsc::NvmeReadOp>(op);
+    if (!read)
+      continue;
+    std::optional<unsigned> first;
+    for (Operation *user : read->getUsers())
+      if (auto it = order.find(user); it != order.end())
+        first = std::min(first.value_or(it->second), it->second);
+    if (first && *first > 0 && tasks[*first - 1]->isBeforeInBlock(read))
+      read->moveBefore(tasks[*first - 1]);
   }
 }
 
@@ -875,8 +908,10 @@ struct OffloadPass : dsc::impl::DscOffloadBase<OffloadPass> {
       // of the same producer, which must not be one this moves down.
       streamCopiesToHost(*placement, copyAhead);
     }
-    if (optimizer == "nvme")
+    if (optimizer == "nvme") {
       stageOnNvme(fn, *placement);
+      prefetchNvmeReads(*placement);
+    }
     if (failed(mark(fn, *placement)))
       return signalPassFailure();
   }

@@ -912,8 +912,10 @@ def DscOffload : Pass<"dsc-offload", "mlir::ModuleOp"> {
     step), and so does its update. A `dsc.nvme_read` brings it into the
     host frame right before the first host op that reads it, and a
     `dsc.nvme_write` writes the update back right after the op that makes
-    it; the step returns that, in place of its argument. Host memory then
-    holds a chunk's state at a time (`chunk-elements`), not all of it.
+    it; the step returns that, in place of its argument. Each chunk's
+    reads then move up before the previous chunk's host op, so they run
+    (on the runtime's I/O threads) while it updates. Host memory then
+    holds a few chunks' state at a time (`chunk-elements`), not all of it.
 
     ```mlir
     %s = dsc.nvme_read %m {dsc.on_host} : tensor<4xf32>

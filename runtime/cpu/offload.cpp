@@ -69,6 +69,18 @@ Status hostTaskFailed(const char *what, const Status &s) {
                                      (what ? what : "?") + ": " + s.message());
 }
 
+Status awaitNvmeReads(const Tensor *tensors, size_t count) {
+  Status first;
+  for (size_t i = 0; i < count; ++i) {
+    const Tensor &t = tensors[i];
+    if (Status s = t.present() ? io::nvmeAwait(t.data, t.nbytes()) : Status();
+        !s.ok() && first.ok())
+      first = Status::error(s.code(), "nvme_read into " + describe(t) + ": " +
+                                          s.message());
+  }
+  return first;
+}
+
 Status runHostTask(const std::function<Status()> &fn) {
   try {
     return fn();
@@ -85,6 +97,8 @@ Status offloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
                    const char *what) {
   if (Status s = detail::checkOffloadCopy(src, dst, toHost, what); !s.ok())
     return s;
+  if (Status s = detail::awaitNvmeReads(&dst, 1); !s.ok())
+    return detail::offloadCopyError(src, dst, toHost, what, s.message());
   if (src.data != dst.data)
     std::memmove(dst.data, src.data, dst.nbytes());
   copiedInto().insert(dst.data);
@@ -94,8 +108,12 @@ Status offloadCopy(const Tensor &src, const Tensor &dst, bool toHost,
 Status hostTask(int site, std::function<Status()> fn, const char *what,
                 std::initializer_list<Tensor> reads,
                 std::initializer_list<Tensor> writes) {
-  (void)site, (void)reads, (void)writes;
-  Status s = detail::runHostTask(fn);
+  (void)site;
+  Status s = detail::awaitNvmeReads(reads.begin(), reads.size());
+  if (Status w = detail::awaitNvmeReads(writes.begin(), writes.size()); s.ok())
+    s = w;
+  if (s.ok())
+    s = detail::runHostTask(fn);
   return s.ok() ? s : detail::hostTaskFailed(what, s);
 }
 
@@ -107,7 +125,7 @@ Status offloadWait(const Tensor &dst, const char *what) {
                                   "issued");
 }
 
-Status offloadJoin() { return Status(); }
+Status offloadJoin() { return io::nvmeAwaitAll(); }
 
 namespace {
 
@@ -136,7 +154,8 @@ Status nvmeCopy(const Tensor &src, const Tensor &dst, const char *what,
     return fail(fileName + " does not lie in an NVMe file");
   if (io::isNvme(host.data, 0))
     return fail(hostName + " lies in an NVMe file; it must be host memory");
-  Status s = io::nvmeTransfer(host.data, file.data, bytes, write);
+  Status s = write ? io::nvmeTransfer(host.data, file.data, bytes, true)
+                   : io::nvmeReadAsync(host.data, file.data, bytes);
   return s.ok() ? s : fail(s.message(), s.code());
 }
 

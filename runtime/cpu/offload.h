@@ -50,13 +50,19 @@ Status hostTask(int site, std::function<Status()> fn, const char *what,
 /// that a copy into dst was made on this thread.
 Status offloadWait(const Tensor &dst, const char *what);
 /// The compute stream waits for all offload work issued so far, copies and
-/// host tasks (the step's end). CPU: nothing.
+/// host tasks (the step's end). CPU: waits for the NVMe reads still
+/// running.
 Status offloadJoin();
 
 /// Copies the optimizer state `src`, which lies in an NVMe file
 /// (io/nvme.h: an argument the spec marks nvme, or a part of one), into
 /// host memory `dst` (same dtype and element count; dst not in a file),
-/// reading the file directly: the page cache does not keep it. The
+/// reading the file directly: the page cache does not keep it. The read
+/// runs on the I/O threads after this returns (operand errors come at
+/// once): the host task that next names dst among its reads or writes
+/// (hostTask, on the CPU and on a device), an offloadCopy into it, or
+/// offloadJoin waits for it first, and fails with the read's error. So a
+/// chunk's state comes in while the host updates the chunk before it. The
 /// generated code calls it inside a hostTask, on the CPU and on a device
 /// alike (there is no device version). Zero elements: nothing.
 Status nvmeRead(const Tensor &src, const Tensor &dst, const char *what);
@@ -80,6 +86,9 @@ Status offloadWaitError(const Tensor &dst, const char *what,
                         const std::string &reason);
 /// "host task <what>: <message>" of a failed host task's status.
 Status hostTaskFailed(const char *what, const Status &s);
+/// Waits for the NVMe reads (nvmeRead) into the tensors a host task names,
+/// before it runs; the first failure, as "nvme_read into <tensor>: ...".
+Status awaitNvmeReads(const Tensor *tensors, size_t count);
 /// Runs fn, turning an exception into an error.
 Status runHostTask(const std::function<Status()> &fn);
 } // namespace detail

@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace dsc::cuda {
 
@@ -46,6 +47,9 @@ struct HostTaskSite {
   Offload *offload = nullptr;
   std::function<Status()> fn; // the last hostTask call's
   std::string what;
+  /// The tensors it reads and writes: the NVMe reads into them
+  /// (cpu::nvmeRead, started by an earlier task) finish before fn runs.
+  std::vector<Tensor> named;
   unsigned long long captureId = 0; // the capture that last launched it
   std::atomic<bool> pending{false}; // launched outside a capture, not run
 };

@@ -19,6 +19,7 @@
 
 #include "cuda/context.h"
 #include "cuda/kernels.h"
+#include "io/nvme.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -200,12 +201,17 @@ void keepFailure(Offload &o, Status s) {
   o.failed.store(true, std::memory_order_release);
 }
 
-/// What CUDA calls on its host-function thread.
+/// What CUDA calls on its host-function thread. The NVMe reads into what
+/// the task names are waited for even after a failure: nothing may still
+/// write those bytes once the host stream has drained.
 void CUDART_CB runSite(void *p) {
   auto *site = static_cast<HostTaskSite *>(p);
   Offload &o = *site->offload;
+  Status s =
+      cpu::detail::awaitNvmeReads(site->named.data(), site->named.size());
   if (!o.failed.load(std::memory_order_acquire)) {
-    Status s = cpu::detail::runHostTask(site->fn);
+    if (s.ok())
+      s = cpu::detail::runHostTask(site->fn);
     if (!s.ok())
       keepFailure(o, cpu::detail::hostTaskFailed(site->what.c_str(), s));
   }
@@ -275,9 +281,13 @@ Status writeMarksOf(Offload &o, std::initializer_list<Tensor> writes,
 }
 
 Status launchSite(Offload &o, HostTaskSite &hs, std::function<Status()> fn,
-                  const char *what, unsigned long long capture) {
+                  const char *what, std::initializer_list<Tensor> reads,
+                  std::initializer_list<Tensor> writes,
+                  unsigned long long capture) {
   hs.fn = std::move(fn);
   hs.what = nameOf(what);
+  hs.named.assign(reads.begin(), reads.end());
+  hs.named.insert(hs.named.end(), writes.begin(), writes.end());
   hs.pending.store(!capture, std::memory_order_release);
   if (Status s = check(cudaLaunchHostFunc(o.host.stream, runSite, &hs),
                        "cudaLaunchHostFunc");
@@ -346,7 +356,9 @@ Status launchTask(int site, std::function<Status()> fn, const char *what,
     return s;
   if (Status s = joinCapture(rd, *o, capture); !s.ok())
     return s;
-  if (Status s = launchSite(*o, hs, std::move(fn), what, capture); !s.ok())
+  if (Status s =
+          launchSite(*o, hs, std::move(fn), what, reads, writes, capture);
+      !s.ok())
     return s;
   return recordAfterTask(*o, written, *ran, reads, writes, capture);
 }
@@ -436,6 +448,11 @@ Status awaitOffload() {
   Offload &o = *rd.offload;
   for (cudaStream_t lane : {o.copy.stream, o.host.stream})
     DSC_CUDA_CHECK(cudaStreamSynchronize(lane));
+  // Every NVMe read has a host task that waits for it; one whose task never
+  // ran (a launch that failed) is waited for here.
+  Status reads = io::nvmeAwaitAll();
+  if (!reads.ok())
+    keepFailure(o, reads);
   if (!o.failed.load(std::memory_order_acquire))
     return Status();
   std::lock_guard<std::mutex> lock(o.mu);

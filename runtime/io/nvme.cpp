@@ -211,10 +211,10 @@ Status reserve(const Region &r, const std::string &dir,
 //===----------------------------------------------------------------------===//
 
 /// One transfer: its pieces are taken one at a time by whoever is free (an
-/// I/O thread or the caller), and the caller waits for the last. After a
-/// failure the pieces not yet started are skipped.
+/// I/O thread, the caller, or whoever waits for it), and its waiters wait
+/// for the last. After a failure the pieces not yet started are skipped.
 struct IoJob {
-  const std::function<Status(size_t)> *piece = nullptr;
+  std::function<Status(size_t)> piece;
   size_t pieces = 0, next = 0, done = 0;
   Status error; // the first failure (guarded by the pool's mutex)
 };
@@ -226,19 +226,23 @@ public:
     return *pool;
   }
 
-  Status run(size_t pieces, const std::function<Status(size_t)> &piece) {
-    if (pieces <= 1)
-      return pieces ? runPiece(piece, 0) : Status();
-    IoJob job;
-    job.piece = &piece;
-    job.pieces = pieces;
-    std::unique_lock<std::mutex> lock(m_);
-    jobs_.push_back(&job);
+  /// Queues `job`'s pieces for the I/O threads.
+  void submit(const std::shared_ptr<IoJob> &job) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (job->pieces == 0)
+      return;
+    jobs_.push_back(job);
     wake_.notify_all();
-    while (job.next < job.pieces)
+  }
+
+  /// Runs what is left of `job` on this thread too, waits for its last
+  /// piece, and returns its first failure.
+  Status wait(const std::shared_ptr<IoJob> &job) {
+    std::unique_lock<std::mutex> lock(m_);
+    while (job->next < job->pieces)
       step(job, lock);
-    finished_.wait(lock, [&] { return job.done == job.pieces; });
-    return job.error;
+    finished_.wait(lock, [&] { return job->done == job->pieces; });
+    return job->error;
   }
 
 private:
@@ -247,31 +251,31 @@ private:
       try {
         std::thread([this] { work(); }).detach();
       } catch (const std::system_error &) {
-        break; // the callers move their pieces themselves
+        break; // the waiters move their pieces themselves
       }
     }
   }
 
-  static Status runPiece(const std::function<Status(size_t)> &piece, size_t i) {
+  static Status runPiece(const IoJob &job, size_t i) {
     try {
-      return piece(i);
+      return job.piece(i);
     } catch (const std::exception &e) {
       return Status::error(StatusCode::IoError, e.what());
     }
   }
 
   /// Takes the next piece of `job` and runs it without the lock.
-  void step(IoJob &job, std::unique_lock<std::mutex> &lock) {
-    size_t i = job.next++;
-    if (job.next == job.pieces)
-      jobs_.erase(std::find(jobs_.begin(), jobs_.end(), &job));
-    bool skip = !job.error.ok();
+  void step(std::shared_ptr<IoJob> job, std::unique_lock<std::mutex> &lock) {
+    size_t i = job->next++;
+    if (job->next == job->pieces)
+      jobs_.erase(std::find(jobs_.begin(), jobs_.end(), job));
+    bool skip = !job->error.ok();
     lock.unlock();
-    Status s = skip ? Status() : runPiece(*job.piece, i);
+    Status s = skip ? Status() : runPiece(*job, i);
     lock.lock();
-    if (!s.ok() && job.error.ok())
-      job.error = s;
-    if (++job.done == job.pieces)
+    if (!s.ok() && job->error.ok())
+      job->error = s;
+    if (++job->done == job->pieces)
       finished_.notify_all();
   }
 
@@ -279,14 +283,64 @@ private:
     std::unique_lock<std::mutex> lock(m_);
     for (;;) {
       wake_.wait(lock, [&] { return !jobs_.empty(); });
-      step(*jobs_.front(), lock);
+      step(jobs_.front(), lock);
     }
   }
 
   std::mutex m_;
   std::condition_variable wake_, finished_;
-  std::deque<IoJob *> jobs_;
+  std::deque<std::shared_ptr<IoJob>> jobs_;
 };
+
+/// The reads started by nvmeTransferAsync and not yet waited for, by the
+/// host bytes they fill.
+class PendingReads {
+public:
+  static PendingReads &get() {
+    static PendingReads *pending = new PendingReads(); // used until exit
+    return *pending;
+  }
+
+  void add(uintptr_t begin, uintptr_t end, std::shared_ptr<IoJob> job) {
+    std::lock_guard<std::mutex> lock(m_);
+    reads_.push_back({begin, end, std::move(job)});
+  }
+
+  /// Removes and returns the reads into any byte of [begin, end) (all of
+  /// them when begin == end == 0).
+  std::vector<std::shared_ptr<IoJob>> take(uintptr_t begin, uintptr_t end) {
+    std::vector<std::shared_ptr<IoJob>> taken;
+    std::lock_guard<std::mutex> lock(m_);
+    bool all = begin == 0 && end == 0;
+    for (size_t i = 0; i < reads_.size();) {
+      if (all || (reads_[i].begin < end && begin < reads_[i].end)) {
+        taken.push_back(std::move(reads_[i].job));
+        reads_[i] = std::move(reads_.back());
+        reads_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    return taken;
+  }
+
+private:
+  struct Read {
+    uintptr_t begin, end;
+    std::shared_ptr<IoJob> job;
+  };
+  std::mutex m_;
+  std::vector<Read> reads_;
+};
+
+/// Waits for `jobs`; the first failure among them.
+Status waitAll(const std::vector<std::shared_ptr<IoJob>> &jobs) {
+  Status first;
+  for (const std::shared_ptr<IoJob> &job : jobs)
+    if (Status s = IoPool::get().wait(job); !s.ok() && first.ok())
+      first = s;
+  return first;
+}
 
 /// "reading <path> at offset N: <why>".
 Status ioError(const Region &r, bool write, off_t at, const std::string &why) {
@@ -400,9 +454,12 @@ Status nvmeEvict(const void *data, size_t bytes) {
   return Status();
 }
 
-Status nvmeTransfer(void *host, const void *nvme, size_t bytes, bool write) {
-  if (!bytes)
-    return Status();
+namespace {
+
+/// The job that moves [host, host + bytes) to or from the file behind
+/// `nvme`, in pieces; the traffic is counted once it is made.
+Status makeJob(void *host, const void *nvme, size_t bytes, bool write,
+               std::shared_ptr<IoJob> &job) {
   std::shared_ptr<Region> r = Registry::get().find(nvme, bytes);
   if (!r)
     return Status::error(StatusCode::InvalidArgument,
@@ -410,17 +467,49 @@ Status nvmeTransfer(void *host, const void *nvme, size_t bytes, bool write) {
                              " bytes that do not lie in an NVMe file");
   off_t offset = off_t(static_cast<const char *>(nvme) - r->base);
   char *buffer = static_cast<char *>(host);
-  std::function<Status(size_t)> piece = [&](size_t i) {
+  job = std::make_shared<IoJob>();
+  job->pieces = (bytes + kPieceBytes - 1) / kPieceBytes;
+  job->piece = [r, buffer, offset, bytes, write](size_t i) {
     size_t from = i * kPieceBytes;
     return movePiece(*r, buffer + from, offset + off_t(from),
                      std::min(kPieceBytes, bytes - from), write);
   };
-  size_t pieces = (bytes + kPieceBytes - 1) / kPieceBytes;
-  if (Status s = IoPool::get().run(pieces, piece); !s.ok())
-    return s;
   (write ? gWrittenBytes : gReadBytes).fetch_add(bytes);
   return Status();
 }
+
+} // namespace
+
+Status nvmeTransfer(void *host, const void *nvme, size_t bytes, bool write) {
+  if (!bytes)
+    return Status();
+  std::shared_ptr<IoJob> job;
+  if (Status s = makeJob(host, nvme, bytes, write, job); !s.ok())
+    return s;
+  IoPool::get().submit(job);
+  return IoPool::get().wait(job);
+}
+
+Status nvmeReadAsync(void *host, const void *nvme, size_t bytes) {
+  if (!bytes)
+    return Status();
+  std::shared_ptr<IoJob> job;
+  if (Status s = makeJob(host, nvme, bytes, /*write=*/false, job); !s.ok())
+    return s;
+  auto begin = reinterpret_cast<uintptr_t>(host);
+  PendingReads::get().add(begin, begin + bytes, job);
+  IoPool::get().submit(job);
+  return Status();
+}
+
+Status nvmeAwait(const void *host, size_t bytes) {
+  if (!bytes)
+    return Status();
+  auto begin = reinterpret_cast<uintptr_t>(host);
+  return waitAll(PendingReads::get().take(begin, begin + bytes));
+}
+
+Status nvmeAwaitAll() { return waitAll(PendingReads::get().take(0, 0)); }
 
 NvmeTraffic nvmeTraffic() {
   NvmeTraffic t;

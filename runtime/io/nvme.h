@@ -5,11 +5,13 @@
 // a fast local disk, mapped into memory. The mapping is what every ordinary
 // reader of the tensor uses (initialization, checkpoints, dumps), so its
 // pointer is a normal host pointer; the step itself moves the state between
-// the file and host staging memory chunk by chunk with nvmeTransfer
-// (cpu::nvmeRead and cpu::nvmeWrite), which bypasses the mapping and drops
-// what it moved from the page cache: host memory holds only the chunks in
-// flight. Linux's page cache is one for the mapping and the file, so both
-// views always agree.
+// the file and host staging memory chunk by chunk with nvmeTransfer and
+// nvmeReadAsync (cpu::nvmeWrite and cpu::nvmeRead: a chunk's read runs
+// while the host updates the chunk before it, and the host task that
+// reads the staged bytes waits for it first), which bypass the mapping and
+// drop what they moved from the page cache: host memory holds only the
+// chunks in flight. Linux's page cache is one for the mapping and the file, so
+// both views always agree.
 //
 // Each file is unlinked as soon as it is created: nothing is left behind
 // when the run ends, however it ends.
@@ -53,7 +55,18 @@ Status nvmeEvict(const void *data, size_t bytes);
 /// the file, the offset and the reason.
 Status nvmeTransfer(void *host, const void *nvme, size_t bytes, bool write);
 
-/// Bytes nvmeTransfer moved since the process started.
+/// nvmeTransfer's read, started on the I/O threads and not waited for:
+/// [host, host + bytes) is being written until nvmeAwait of any byte of it
+/// (or nvmeAwaitAll) returns, which reports the read's failure. Nothing may
+/// touch those bytes before that. An operand error is returned at once.
+Status nvmeReadAsync(void *host, const void *nvme, size_t bytes);
+/// Waits for the reads of nvmeReadAsync into any byte of
+/// [host, host + bytes) (none: returns at once); their first failure.
+Status nvmeAwait(const void *host, size_t bytes);
+/// Waits for every read of nvmeReadAsync not yet waited for.
+Status nvmeAwaitAll();
+
+/// Bytes nvmeTransfer and nvmeReadAsync moved since the process started.
 struct NvmeTraffic {
   uint64_t readBytes = 0, writtenBytes = 0;
 };

@@ -98,20 +98,22 @@ func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"},
 
 // -----
 
-// Two parameters in chunks of one: chunk k's reads come right before it and
-// its writes right after, so the host frame holds one chunk's state.
+// Two parameters in chunks of one: each chunk's state is read right before
+// it, and the second chunk's reads move up before the first chunk's AdamW
+// (they run on the I/O threads while it updates); each chunk's writes come
+// right after it.
 // CHUNK-LABEL: func.func @train_step({{.*}}dsc.param = "u"
 // CHUNK: dsc.nvme_read %arg0
 // CHUNK-NEXT: dsc.nvme_read %arg2
 // CHUNK-NEXT: dsc.nvme_read %arg4
+// CHUNK-NEXT: dsc.nvme_read %arg1
+// CHUNK-NEXT: dsc.nvme_read %arg3
+// CHUNK-NEXT: dsc.nvme_read %arg5
 // CHUNK-NEXT: %[[A:.*]]:4 = dsc.adamw_multi
 // CHUNK-NEXT: dsc.nvme_write %[[A]]#0
 // CHUNK-NEXT: dsc.nvme_write %[[A]]#1
 // CHUNK-NEXT: dsc.nvme_write %[[A]]#2
-// CHUNK: dsc.nvme_read %arg1
-// CHUNK-NEXT: dsc.nvme_read %arg3
-// CHUNK-NEXT: dsc.nvme_read %arg5
-// CHUNK-NEXT: %[[B:.*]]:4 = dsc.adamw_multi
+// CHUNK: %[[B:.*]]:4 = dsc.adamw_multi
 // CHUNK-NEXT: dsc.nvme_write %[[B]]#0
 module {
 func.func @train_step(%w: tensor<4x2xf32> {dsc.param = "w"}, %u: tensor<8xf32> {dsc.param = "u"},

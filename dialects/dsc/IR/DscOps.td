@@ -1089,12 +1089,14 @@ def Dsc_NvmeReadOp : Op<Dsc_Dialect, "nvme_read", [
                    MemWrite<Dsc_OffloadResource>]>]> {
   let summary = "a step argument's bytes read from its file into host memory";
   let description = [{
-    Placed by dsc-offload with `optimizer=nvme` before the first host op
+    Placed by dsc-offload with `optimizer=nvme` ahead of the first host op
     that reads an argument with `dsc.memory = "nvme"` (fp32 masters and
     optimizer state kept in a file under the run's `--nvme-path`). The
     result is the argument's elements in host memory (the host frame),
-    which the host op reads instead. A host op (`dsc.on_host`): it runs
-    after the host work before it, on the host's side of the step.
+    which the host op reads instead. A host op (`dsc.on_host`): it starts
+    after the host work before it, on the host's side of the step, and
+    the read runs on the runtime's I/O threads until the next host op that
+    names the result waits for it.
 
     Effects on `dsc::OffloadResource`: it stays ordered with the
     `dsc.nvme_write` that later writes the same file, with the copies and

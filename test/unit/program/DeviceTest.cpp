@@ -844,6 +844,9 @@ Status nvmeStep(const RankContext &ctx, const Tensor *a, const Tensor *r) {
   staged.data = ctx.hostArena->base();
   if (Status s = cpu::nvmeRead(a[W], staged, "w"); !s.ok())
     return s;
+  // The host task that reads the staged copy waits for the read first.
+  if (Status s = cpu::detail::awaitNvmeReads(&staged, 1); !s.ok())
+    return s;
   Tensor args[NUM_ARGS], results[3];
   std::copy(a, a + NUM_ARGS, args);
   std::copy(r, r + 3, results);

@@ -59,6 +59,14 @@ std::vector<float> pattern(size_t n, float seed) {
 
 Tensor f32(void *data, int64_t n) { return Tensor::of(data, DType::F32, {n}); }
 
+/// cpu::nvmeRead, then the wait a host task naming dst makes before it runs
+/// (the read itself runs on the I/O threads).
+Status readNow(const Tensor &src, const Tensor &dst, const char *what) {
+  if (Status s = cpu::nvmeRead(src, dst, what); !s.ok())
+    return s;
+  return cpu::detail::awaitNvmeReads(&dst, 1);
+}
+
 TEST(Nvme, AMappedFileThatLeavesNothingBehind) {
   TempDir dir("dsc-nvme");
   const size_t bytes = 3 * 4096 + 1234; // not whole pages
@@ -104,7 +112,7 @@ TEST(Nvme, WriteAndReadBackMorePiecesThanThreads) {
   DSC_EXPECT_OK(cpu::nvmeWrite(f32(src.data(), n), file, "master w"));
   // The mapping shows what was written to the file.
   EXPECT_EQ(std::memcmp(buf.data, src.data(), bytes), 0);
-  DSC_EXPECT_OK(cpu::nvmeRead(file, f32(dst.data(), n), "master w"));
+  DSC_EXPECT_OK(readNow(file, f32(dst.data(), n), "master w"));
   EXPECT_EQ(dst, src);
   io::NvmeTraffic t1 = io::nvmeTraffic();
   EXPECT_EQ(t1.writtenBytes - t0.writtenBytes, bytes);
@@ -117,20 +125,56 @@ TEST(Nvme, WriteAndReadBackMorePiecesThanThreads) {
   DSC_EXPECT_OK(cpu::nvmeWrite(f32(part.data(), count), view, "part"));
   std::vector<float> expected = src;
   std::copy(part.begin(), part.end(), expected.begin() + at);
-  DSC_EXPECT_OK(cpu::nvmeRead(file, f32(dst.data(), n), "whole"));
+  DSC_EXPECT_OK(readNow(file, f32(dst.data(), n), "whole"));
   EXPECT_EQ(dst, expected);
   std::vector<float> back(static_cast<size_t>(count));
-  DSC_EXPECT_OK(cpu::nvmeRead(view, f32(back.data(), count), "part"));
+  DSC_EXPECT_OK(readNow(view, f32(back.data(), count), "part"));
   EXPECT_EQ(back, part);
 
   // What the shell writes through the mapping, nvmeRead reads.
   buf.f32()[n - 1] = 42.0f;
   float last = 0;
-  DSC_EXPECT_OK(cpu::nvmeRead(f32(buf.f32() + n - 1, 1), f32(&last, 1), "l"));
+  DSC_EXPECT_OK(readNow(f32(buf.f32() + n - 1, 1), f32(&last, 1), "l"));
   EXPECT_EQ(last, 42.0f);
   io::NvmeTraffic t2 = io::nvmeTraffic();
   EXPECT_EQ(t2.writtenBytes - t1.writtenBytes, size_t(count) * 4);
   EXPECT_EQ(t2.readBytes - t1.readBytes, bytes + size_t(count) * 4 + 4);
+}
+
+TEST(Nvme, AReadIsWaitedForByWhatNextTouchesItsDestination) {
+  // nvmeRead returns while the I/O threads still fill dst: the host task
+  // that names dst (read or written), an offloadCopy into dst and
+  // offloadJoin each wait for the read first.
+  TempDir dir("dsc-nvme");
+  const int64_t n = (int64_t(24) << 20) / 4 + 11; // four pieces
+  NvmeBuffer buf(dir.str(), size_t(n) * 4, "exp_avg");
+  ASSERT_TRUE(buf.status.ok()) << buf.status.message();
+  Tensor file = f32(buf.data, n);
+  std::vector<float> src = pattern(size_t(n), 3.0f);
+  DSC_EXPECT_OK(cpu::nvmeWrite(f32(src.data(), n), file, "exp_avg"));
+  std::vector<float> dst(size_t(n), -1.0f);
+  Tensor into = f32(dst.data(), n);
+  for (bool asWrite : {false, true}) {
+    std::fill(dst.begin(), dst.end(), -1.0f);
+    DSC_EXPECT_OK(cpu::nvmeRead(file, into, "exp_avg"));
+    bool same = false;
+    auto check = [&] {
+      same = dst == src;
+      return Status();
+    };
+    DSC_EXPECT_OK(asWrite ? cpu::hostTask(0, check, "adamw", {}, {into})
+                          : cpu::hostTask(0, check, "adamw", {into}, {}));
+    EXPECT_TRUE(same) << (asWrite ? "named as written" : "named as read");
+  }
+  // A copy into the destination lands after the read, not under it.
+  std::vector<float> other(size_t(n), 7.0f);
+  DSC_EXPECT_OK(cpu::nvmeRead(file, into, "exp_avg"));
+  DSC_EXPECT_OK(cpu::offloadCopy(f32(other.data(), n), into, true, "grad"));
+  EXPECT_EQ(dst, other);
+  std::fill(dst.begin(), dst.end(), -1.0f);
+  DSC_EXPECT_OK(cpu::nvmeRead(file, into, "exp_avg"));
+  DSC_EXPECT_OK(cpu::offloadJoin());
+  EXPECT_EQ(dst, src);
 }
 
 TEST(Nvme, SeveralCallersAtOnce) {
@@ -149,8 +193,7 @@ TEST(Nvme, SeveralCallersAtOnce) {
       out[size_t(c)].assign(size_t(each), 0);
       st[size_t(c)] = cpu::nvmeWrite(f32(in.data(), each), slice, "w");
       if (st[size_t(c)].ok())
-        st[size_t(c)] =
-            cpu::nvmeRead(slice, f32(out[size_t(c)].data(), each), "r");
+        st[size_t(c)] = readNow(slice, f32(out[size_t(c)].data(), each), "r");
     });
   for (std::thread &t : threads)
     t.join();
@@ -230,7 +273,7 @@ TEST(Nvme, OperandsNotWhereTheyBelongAreErrors) {
   EXPECT_EQ(s.message(), "nvme_read(what=w, src=f32[5], dst=f32[5]): src "
                          "does not lie in an NVMe file");
   // Zero elements: nothing to do, wherever they are.
-  DSC_EXPECT_OK(cpu::nvmeRead(f32(a.data(), 0), f32(b.data(), 0), "w"));
+  DSC_EXPECT_OK(readNow(f32(a.data(), 0), f32(b.data(), 0), "w"));
   DSC_EXPECT_OK(cpu::nvmeWrite(f32(a.data(), 0), f32(b.data(), 0), "w"));
   s = io::nvmeEvict(a.data(), 16);
   EXPECT_EQ(s.message(),
