@@ -1365,6 +1365,11 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
                    std::to_string(plan.calleeOffset.lookup(op)) + "), " +
                    argsName + ", " + resultsName + ")";
   } else if (isa<NvmeReadOp, NvmeWriteOp>(op)) {
+    if (!op->hasAttr("dsc.on_host"))
+      return op->emitError("codegen: ")
+             << op->getName()
+             << " runs on the host: it needs dsc.on_host, which dsc-offload "
+                "optimizer=nvme sets";
     bool read = isa<NvmeReadOp>(op);
     lowered.call = codegen::cppCall(
         read ? "rt::nvmeRead" : "rt::nvmeWrite",

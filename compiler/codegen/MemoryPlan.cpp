@@ -287,11 +287,16 @@ std::vector<uint64_t> placeArena(ArrayRef<Value> arena, const FramePlan &plan,
 /// AdamW, so the second would wait for both).
 uint64_t placeHostFrame(ArrayRef<Value> values, ArrayRef<Operation *> ops,
                         FramePlan &plan) {
+  // The NVMe reads and writes around a chunk are host tasks too, but not
+  // the next chunk's AdamW that the comment above is about.
+  auto isTask = [](Operation *op) {
+    return op->hasAttr("dsc.on_host") &&
+           !isa<dsc::NvmeReadOp, dsc::NvmeWriteOp>(op);
+  };
   std::vector<size_t> nextTask(ops.size() + 1, ops.size());
   for (size_t i = ops.size(); i-- > 0;)
-    nextTask[i] = i + 1 < ops.size() && ops[i + 1]->hasAttr("dsc.on_host")
-                      ? i + 1
-                      : nextTask[i + 1];
+    nextTask[i] =
+        i + 1 < ops.size() && isTask(ops[i + 1]) ? i + 1 : nextTask[i + 1];
   struct Placed {
     uint64_t offset, end;
     size_t freeAfter;

@@ -125,7 +125,10 @@ Status offloadWait(const Tensor &dst, const char *what) {
                                   "issued");
 }
 
-Status offloadJoin() { return io::nvmeAwaitAll(); }
+Status offloadJoin() {
+  io::nvmeDrain();
+  return Status();
+}
 
 namespace {
 
@@ -152,7 +155,8 @@ Status nvmeCopy(const Tensor &src, const Tensor &dst, const char *what,
               hostName = write ? "src" : "dst";
   if (!io::isNvme(file.data, bytes))
     return fail(fileName + " does not lie in an NVMe file");
-  if (io::isNvme(host.data, 0))
+  if (io::isNvme(host.data, 0) ||
+      io::isNvme(static_cast<const char *>(host.data) + bytes - 1, 0))
     return fail(hostName + " lies in an NVMe file; it must be host memory");
   Status s = write ? io::nvmeTransfer(host.data, file.data, bytes, true)
                    : io::nvmeReadAsync(host.data, file.data, bytes);

@@ -50,8 +50,8 @@ Status hostTask(int site, std::function<Status()> fn, const char *what,
 /// that a copy into dst was made on this thread.
 Status offloadWait(const Tensor &dst, const char *what);
 /// The compute stream waits for all offload work issued so far, copies and
-/// host tasks (the step's end). CPU: waits for the NVMe reads still
-/// running.
+/// host tasks (the step's end). CPU: waits until no NVMe read runs
+/// (io::nvmeDrain).
 Status offloadJoin();
 
 /// Copies the optimizer state `src`, which lies in an NVMe file
@@ -60,8 +60,10 @@ Status offloadJoin();
 /// reading the file directly: the page cache does not keep it. The read
 /// runs on the I/O threads after this returns (operand errors come at
 /// once): the host task that next names dst among its reads or writes
-/// (hostTask, on the CPU and on a device), an offloadCopy into it, or
-/// offloadJoin waits for it first, and fails with the read's error. So a
+/// (hostTask, on the CPU and on a device) waits for it first and fails
+/// with the read's error; on the CPU an offloadCopy into dst waits too (on
+/// a device the memory plan keeps copies off bytes a read may fill, and a
+/// later copy there is ordered after the host task that read them). So a
 /// chunk's state comes in while the host updates the chunk before it. The
 /// generated code calls it inside a hostTask, on the CPU and on a device
 /// alike (there is no device version). Zero elements: nothing.

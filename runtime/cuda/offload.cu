@@ -449,10 +449,9 @@ Status awaitOffload() {
   for (cudaStream_t lane : {o.copy.stream, o.host.stream})
     DSC_CUDA_CHECK(cudaStreamSynchronize(lane));
   // Every NVMe read has a host task that waits for it; one whose task never
-  // ran (a launch that failed) is waited for here.
-  Status reads = io::nvmeAwaitAll();
-  if (!reads.ok())
-    keepFailure(o, reads);
+  // ran (a launch that failed) is waited for here, before host memory is
+  // reused outside the step's order.
+  io::nvmeDrain();
   if (!o.failed.load(std::memory_order_acquire))
     return Status();
   std::lock_guard<std::mutex> lock(o.mu);

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <system_error>
 #include <thread>
@@ -206,6 +207,21 @@ Status reserve(const Region &r, const std::string &dir,
   return Status();
 }
 
+/// Each tensor on NVMe holds a file open for the whole run (a 7B model's
+/// state is ~900 files a rank): the soft limit on open files is raised to
+/// the hard one, once.
+void raiseOpenFileLimit() {
+  static const bool raised = [] {
+    struct rlimit lim;
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+      lim.rlim_cur = lim.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
+    return true;
+  }();
+  (void)raised;
+}
+
 //===----------------------------------------------------------------------===//
 // The I/O threads
 //===----------------------------------------------------------------------===//
@@ -268,7 +284,9 @@ private:
   void step(std::shared_ptr<IoJob> job, std::unique_lock<std::mutex> &lock) {
     size_t i = job->next++;
     if (job->next == job->pieces)
-      jobs_.erase(std::find(jobs_.begin(), jobs_.end(), job));
+      if (auto it = std::find(jobs_.begin(), jobs_.end(), job);
+          it != jobs_.end())
+        jobs_.erase(it);
     bool skip = !job->error.ok();
     lock.unlock();
     Status s = skip ? Status() : runPiece(*job, i);
@@ -292,8 +310,10 @@ private:
   std::deque<std::shared_ptr<IoJob>> jobs_;
 };
 
-/// The reads started by nvmeTransferAsync and not yet waited for, by the
-/// host bytes they fill.
+/// The reads started by nvmeReadAsync, by the host bytes they fill. A read
+/// stays listed until a wait for its bytes has seen it finish (that wait
+/// reports its failure), so a wait of another rank's, or of the step's
+/// join, never takes it from under the host task that reads those bytes.
 class PendingReads {
 public:
   static PendingReads &get() {
@@ -306,22 +326,36 @@ public:
     reads_.push_back({begin, end, std::move(job)});
   }
 
-  /// Removes and returns the reads into any byte of [begin, end) (all of
-  /// them when begin == end == 0).
-  std::vector<std::shared_ptr<IoJob>> take(uintptr_t begin, uintptr_t end) {
-    std::vector<std::shared_ptr<IoJob>> taken;
+  /// The reads into any byte of [begin, end).
+  std::vector<std::shared_ptr<IoJob>> into(uintptr_t begin, uintptr_t end) {
+    std::vector<std::shared_ptr<IoJob>> found;
     std::lock_guard<std::mutex> lock(m_);
-    bool all = begin == 0 && end == 0;
-    for (size_t i = 0; i < reads_.size();) {
-      if (all || (reads_[i].begin < end && begin < reads_[i].end)) {
-        taken.push_back(std::move(reads_[i].job));
-        reads_[i] = std::move(reads_.back());
-        reads_.pop_back();
-      } else {
-        ++i;
-      }
-    }
-    return taken;
+    for (const Read &r : reads_)
+      if (r.begin < end && begin < r.end)
+        found.push_back(r.job);
+    return found;
+  }
+
+  /// Every read listed.
+  std::vector<std::shared_ptr<IoJob>> all() {
+    std::vector<std::shared_ptr<IoJob>> found;
+    std::lock_guard<std::mutex> lock(m_);
+    for (const Read &r : reads_)
+      found.push_back(r.job);
+    return found;
+  }
+
+  /// Unlists `jobs`, which have finished: all of them, or (`failedToo`
+  /// false) those that succeeded, keeping a failure for the wait of the
+  /// host task that reads its bytes.
+  void forget(const std::vector<std::shared_ptr<IoJob>> &jobs, bool failedToo) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto gone = [&](const Read &r) {
+      return std::find(jobs.begin(), jobs.end(), r.job) != jobs.end() &&
+             (failedToo || r.job->error.ok());
+    };
+    reads_.erase(std::remove_if(reads_.begin(), reads_.end(), gone),
+                 reads_.end());
   }
 
 private:
@@ -329,6 +363,7 @@ private:
     uintptr_t begin, end;
     std::shared_ptr<IoJob> job;
   };
+
   std::mutex m_;
   std::vector<Read> reads_;
 };
@@ -390,14 +425,26 @@ Status nvmeAllocate(const std::string &dir, size_t bytes,
                      sanitize(what) + "-XXXXXX";
   std::vector<char> path(name.begin(), name.end());
   path.push_back('\0');
+  raiseOpenFileLimit();
   int fd = ::mkostemp(path.data(), O_CLOEXEC);
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE))
+    return allocError(dir, what,
+                      "too many open files (" + errnoText(errno) +
+                          "): each tensor kept on NVMe holds its file open; "
+                          "raise the limit (ulimit -n) or run fewer ranks "
+                          "in one process");
   if (fd < 0)
     return allocError(dir, what,
                       "cannot create a file there (" + errnoText(errno) + ")");
   auto r = std::make_shared<Region>();
   r->fd = fd;
   r->path = path.data();
-  ::unlink(path.data()); // gone with the process, however it ends
+  // Gone with the process, however it ends.
+  if (::unlink(path.data()) != 0)
+    return allocError(dir, what,
+                      "cannot remove the new file " + r->path +
+                          " from the directory (" + errnoText(errno) +
+                          "); it would outlive the run");
   r->bytes = bytes;
   r->mapped = roundUp(bytes, pageBytes());
   if (Status s = reserve(*r, dir, what); !s.ok())
@@ -496,9 +543,10 @@ Status nvmeReadAsync(void *host, const void *nvme, size_t bytes) {
   std::shared_ptr<IoJob> job;
   if (Status s = makeJob(host, nvme, bytes, /*write=*/false, job); !s.ok())
     return s;
+  // Queued before it is listed: whoever finds it listed may wait for it.
+  IoPool::get().submit(job);
   auto begin = reinterpret_cast<uintptr_t>(host);
   PendingReads::get().add(begin, begin + bytes, job);
-  IoPool::get().submit(job);
   return Status();
 }
 
@@ -506,10 +554,20 @@ Status nvmeAwait(const void *host, size_t bytes) {
   if (!bytes)
     return Status();
   auto begin = reinterpret_cast<uintptr_t>(host);
-  return waitAll(PendingReads::get().take(begin, begin + bytes));
+  std::vector<std::shared_ptr<IoJob>> jobs =
+      PendingReads::get().into(begin, begin + bytes);
+  if (jobs.empty())
+    return Status();
+  Status s = waitAll(jobs);
+  PendingReads::get().forget(jobs, /*failedToo=*/true);
+  return s;
 }
 
-Status nvmeAwaitAll() { return waitAll(PendingReads::get().take(0, 0)); }
+void nvmeDrain() {
+  std::vector<std::shared_ptr<IoJob>> jobs = PendingReads::get().all();
+  (void)waitAll(jobs);
+  PendingReads::get().forget(jobs, /*failedToo=*/false);
+}
 
 NvmeTraffic nvmeTraffic() {
   NvmeTraffic t;

@@ -57,14 +57,18 @@ Status nvmeTransfer(void *host, const void *nvme, size_t bytes, bool write);
 
 /// nvmeTransfer's read, started on the I/O threads and not waited for:
 /// [host, host + bytes) is being written until nvmeAwait of any byte of it
-/// (or nvmeAwaitAll) returns, which reports the read's failure. Nothing may
-/// touch those bytes before that. An operand error is returned at once.
+/// returns, which reports the read's failure (nvmeDrain waits for it too).
+/// Nothing may touch those bytes before that. An operand error is returned at
+/// once.
 Status nvmeReadAsync(void *host, const void *nvme, size_t bytes);
 /// Waits for the reads of nvmeReadAsync into any byte of
 /// [host, host + bytes) (none: returns at once); their first failure.
 Status nvmeAwait(const void *host, size_t bytes);
-/// Waits for every read of nvmeReadAsync not yet waited for.
-Status nvmeAwaitAll();
+/// Waits until no read of nvmeReadAsync is running, any rank's (before
+/// host memory a read may fill is freed or reused outside the step's
+/// order). Reports nothing: a failed read stays for the nvmeAwait of the
+/// host task that reads its bytes.
+void nvmeDrain();
 
 /// Bytes nvmeTransfer and nvmeReadAsync moved since the process started.
 struct NvmeTraffic {

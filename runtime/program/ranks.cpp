@@ -543,7 +543,10 @@ Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
     rs.hostArena.reset();
     ctx.arena = &rs.arena;
     ctx.hostArena = &rs.hostArena;
-    return spec_.trainStep(ctx, rs.args.data(), rs.results.data());
+    Status s = spec_.trainStep(ctx, rs.args.data(), rs.results.data());
+    if (!s.ok()) // a failed step may leave an NVMe read filling its arena
+      io::nvmeDrain();
+    return s;
   }
   Device *device = job_.device;
   if (Status s = device->bindRank(rs.id, rs.gpu); !s.ok())
@@ -558,8 +561,10 @@ Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
   rs.dev->hostArena.reset();
   ctx.arena = &rs.dev->arena;
   ctx.hostArena = &rs.dev->hostArena;
-  if (Status s = runOnDevice(rs, ctx); !s.ok())
+  if (Status s = runOnDevice(rs, ctx); !s.ok()) {
+    io::nvmeDrain(); // nothing may still fill the host arena
     return s;
+  }
   // The results the progress line and the loss scaler read.
   const Layout &l = job_.layout;
   std::vector<int> shown = {l.loss, l.lr, l.gradNorm, l.overflow};
