@@ -615,7 +615,7 @@ std::optional<unsigned> updateOf(func::FuncOp fn, BlockArgument arg) {
 }
 
 /// Step 3c (optimizer=nvme): the fp32 masters and optimizer state that only
-/// host ops read, and whose update the step returns, live in files (the
+/// the host optimizer reads, and whose update it makes, live in files (the
 /// NVMe tier): each is read into host memory (dsc.nvme_read) right before
 /// the first host op that reads it, which reads that instead, and its
 /// update is written back into the file (dsc.nvme_write) right after it is
@@ -628,15 +628,20 @@ void stageOnNvme(func::FuncOp fn, Placement &p) {
   OpBuilder b(fn.getContext());
   // The writes after each op, in the order of its arguments.
   llvm::DenseMap<Operation *, Operation *> lastWrite;
+  auto optimizerOnHost = [&](Operation *op) {
+    return op && p.hostOps.contains(op) &&
+           isa<dsc::AdamWOp, dsc::AdamWMultiOp, dsc::SgdOp>(op);
+  };
   for (BlockArgument arg : p.hostArgs) {
+    // Only the host optimizer reads it (a compute-copy cast at the step's
+    // start would hold it in the host frame all step), and the update the
+    // step returns is that optimizer's.
     std::optional<unsigned> k = updateOf(fn, arg);
-    if (!k || arg.use_empty() ||
-        !llvm::all_of(arg.getUsers(),
-                      [&](Operation *u) { return p.hostOps.contains(u); }))
+    if (!k || arg.use_empty() || !llvm::all_of(arg.getUsers(), optimizerOnHost))
       continue;
     Value update = ret->getOperand(*k);
     Operation *made = update.getDefiningOp();
-    if (!made || !p.hostOps.contains(made))
+    if (!optimizerOnHost(made) || !llvm::is_contained(arg.getUsers(), made))
       continue;
     Operation *first = *arg.getUsers().begin();
     for (Operation *u : arg.getUsers())

@@ -1057,6 +1057,29 @@ void Emitter::spliceTimeline(StringRef name, uint64_t base, int64_t &clock,
   }
 }
 
+/// The state a dsc.nvme_read or dsc.nvme_write moves, for its messages:
+/// the name its argument or result has ("'h.0.w/exp_avg'"), else
+/// `fallback` (its operand's SSA name).
+static std::string nvmeStateName(Operation *op, const std::string &fallback) {
+  auto fn = op->getParentOfType<func::FuncOp>();
+  StringAttr name;
+  auto named = [&](DictionaryAttr attrs) {
+    for (const char *role : {"dsc.param", "dsc.opt_state", "dsc.param_update",
+                             "dsc.opt_state_update"})
+      if (auto n = attrs ? attrs.getAs<StringAttr>(role) : StringAttr())
+        return n;
+    return StringAttr();
+  };
+  if (auto arg = dyn_cast<BlockArgument>(op->getOperand(0)); arg && fn)
+    name = named(fn.getArgAttrDict(arg.getArgNumber()));
+  for (OpOperand &use : op->getResult(0).getUses())
+    if (isa<func::ReturnOp>(use.getOwner()) && fn && !name)
+      name = named(fn.getResultAttrDict(use.getOperandNumber()));
+  std::string what = name ? "'" + name.getValue().str() + "'" : fallback;
+  return isa<NvmeReadOp>(op) ? what + " from its file"
+                             : what + " into its file";
+}
+
 /// Whether `func` copies between host and device (dsc-offload): its copy
 /// stream then joins the compute stream before it returns.
 static bool usesOffload(func::FuncOp func) {
@@ -1374,8 +1397,7 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
     lowered.call = codegen::cppCall(
         read ? "rt::nvmeRead" : "rt::nvmeWrite",
         {names_.lookup(op->getOperand(0)), names_.lookup(op->getResult(0)),
-         cppString(ssaName(op->getOperand(0)) +
-                   (read ? " from its file" : " into its file"))});
+         cppString(nvmeStateName(op, ssaName(op->getOperand(0))))});
   } else if (auto copy = dyn_cast<OffloadCopyOp>(op)) {
     lowered.call = codegen::cppCall(
         "rt::offloadCopy",
