@@ -1046,8 +1046,9 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   multi.computeCopies = o.offloadOptimizer == "none" && o.inPlaceUpdates;
   pm.addPass(createDscMultiTensorAdamW(multi));
   if (o.offloadParam != "none" && o.offloadOptimizer == "none") {
-    llvm::errs() << "error: --offload-param cpu needs --offload-optimizer cpu "
-                    "(the host AdamW writes the 16-bit parameters there)\n";
+    llvm::errs()
+        << "error: --offload-param cpu needs --offload-optimizer cpu or nvme "
+           "(the host AdamW writes the 16-bit parameters there)\n";
     return failure();
   }
   if (!o.nvmePath.empty() && o.offloadOptimizer != "nvme") {
@@ -1336,10 +1337,10 @@ int runCompile(std::vector<std::string> args) {
                       kCompileUsage);
   bool partialOffload = ratioAuto || o.offloadRatio != 1.0;
   if (partialOffload && o.offloadOptimizer == "none")
-    return usageError("--offload-ratio needs --offload-optimizer cpu",
+    return usageError("--offload-ratio needs --offload-optimizer cpu or nvme",
                       kCompileUsage);
   if (o.offloadOverlap && o.offloadOptimizer == "none")
-    return usageError("--offload-overlap needs --offload-optimizer cpu",
+    return usageError("--offload-overlap needs --offload-optimizer cpu or nvme",
                       kCompileUsage);
   if (partialOffload && o.offloadParam != "none")
     return usageError("--offload-ratio below 1 keeps part of the optimizer "
