@@ -56,7 +56,8 @@ SmallVector<unsigned> updatedOperands(Operation *op) {
 /// run there.
 struct Placement {
   llvm::SetVector<BlockArgument> hostArgs;
-  llvm::SetVector<Operation *> hostOps; // in block order
+  llvm::SetVector<Operation *> hostOps; // in block order (the NVMe reads
+                                        // and writes of step 3c at the end)
   /// The host arguments kept in files (optimizer=nvme), a subset.
   llvm::SetVector<BlockArgument> nvmeArgs;
 
