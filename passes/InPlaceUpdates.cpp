@@ -79,6 +79,17 @@ bool mayOverwrite(Operation *op, unsigned r, unsigned o) {
   return dsc::writesLaneByLane(op);
 }
 
+/// Whether `op` is a slice or reshape (through any chain of them) of what
+/// an all_gather gathered: ZeRO-1/2's updated parameters, cut out of the
+/// gathered flat bucket. Written into the result's storage from there.
+bool isGatheredPiece(Operation *op) {
+  while (isa_and_nonnull<dsc::SliceOp, dsc::ReshapeOp>(op))
+    op = op->getOperand(0).getDefiningOp();
+  auto wait = dyn_cast_or_null<dsc::WaitOp>(op);
+  return wait &&
+         isa_and_nonnull<shard::AllGatherOp>(wait.getInput().getDefiningOp());
+}
+
 /// Why result `k` (the update of argument `a`) may not be computed into the
 /// argument's storage; empty when it may.
 std::string whyNot(func::FuncOp fn, unsigned k, unsigned a) {
@@ -99,9 +110,10 @@ std::string whyNot(func::FuncOp fn, unsigned k, unsigned a) {
   // AdamW's compute-copy result (kept on the host by --offload-param),
   // writes the whole storage from elsewhere: it may go over an argument
   // nobody reads later.
+  // So does a piece of a gathered bucket (ZeRO-1/2's updated parameters).
   auto multi = dyn_cast<dsc::AdamWMultiOp>(def);
   bool copyIn =
-      isa<dsc::OffloadCopyOp, dsc::NvmeWriteOp>(def) ||
+      isa<dsc::OffloadCopyOp, dsc::NvmeWriteOp>(def) || isGatheredPiece(def) ||
       (multi && r.getResultNumber() >= 3 * (multi.getTensors().size() / 4));
   // The producer reads the argument itself, and only where it may write.
   bool reads = false;

@@ -981,9 +981,15 @@ def DscInPlaceUpdates : Pass<"dsc-in-place-updates", "mlir::ModuleOp"> {
        exp_avg over exp_avg), elementwise math and `dsc.where` over any
        operand of the result's type (fp16's `where(finite, new, old)` keeps
        a skipped step's values: each element is written with itself). Not
-       `dsc.fused` (its kernels' operands are `__restrict__`), nor a
-       reshape, slice or collective (ZeRO 1-2's gathered parameters);
-    2. the op reads the argument itself, not through a view;
+       `dsc.fused` (its kernels' operands are `__restrict__`). Or the op
+       writes the whole value from elsewhere: a copy into the device
+       (`dsc.offload_copy`), a write into an NVMe file
+       (`dsc.nvme_write`), a grouped AdamW's compute copy, or a piece of
+       a gathered bucket (a slice or reshape of the `dsc.wait` of a
+       `shard.all_gather`: ZeRO-1/2's updated parameters), which then
+       need not read the argument;
+    2. the op reads the argument itself, not through a view (unless it
+       writes the whole value from elsewhere, above);
     3. nothing reads the argument's storage at or after the op: no other
        op, no view (reshape, wait, collective input) of it, no
        asynchronous collective on it before its `dsc.wait`, and the

@@ -181,3 +181,29 @@ func.func @train_step(%a: tensor<2xf32> {dsc.param = "a"},
   %wa = dsc.wait %ga : tensor<4xf32>
   return %na, %wa, %nb, %wb : tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>
 }
+
+// -----
+
+// ZeRO-1/2: the updated parameter is a piece of the gathered bucket (a
+// slice and a reshape of the wait), written over its argument, which
+// nothing reads after the gather: in place. A piece of the bucket whose
+// argument is read after the gather stays double-buffered.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: -> (tensor<2x2xf32> {dsc.in_place = 0 : i64, dsc.param_update = "a"}, tensor<4xf32> {dsc.param_update = "b"}, tensor<4xf32> {dsc.output = "late"})
+shard.grid @dsc_ranks(shape = 1x2)
+func.func @train_step(%a: tensor<2x2xf32> {dsc.param = "a"},
+                      %b: tensor<4xf32> {dsc.param = "b"},
+                      %s: tensor<4xf32> {dsc.input = "shard"})
+    -> (tensor<2x2xf32> {dsc.param_update = "a"},
+        tensor<4xf32> {dsc.param_update = "b"},
+        tensor<4xf32> {dsc.output = "late"}) {
+  %i = dsc.collective_input %s : tensor<4xf32>
+  %g = shard.all_gather %i on @dsc_ranks grid_axes = [1] gather_axis = 0 : tensor<4xf32> -> tensor<8xf32>
+  %w = dsc.wait %g : tensor<8xf32>
+  %pa = dsc.slice %w {offsets = array<i64: 0>, sizes = array<i64: 4>, strides = array<i64: 1>} : tensor<8xf32> -> tensor<4xf32>
+  %ra = dsc.reshape %pa {shape = array<i64: 2, 2>} : tensor<4xf32> -> tensor<2x2xf32>
+  %pb = dsc.slice %w {offsets = array<i64: 4>, sizes = array<i64: 4>, strides = array<i64: 1>} : tensor<8xf32> -> tensor<4xf32>
+  %late = dsc.exp %b : tensor<4xf32>
+  return %ra, %pb, %late : tensor<2x2xf32>, tensor<4xf32>, tensor<4xf32>
+}
+
