@@ -78,6 +78,10 @@ build() {
     $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_acc4_off"
   $c --micro-batch 2 --precision bf16 --offload-optimizer cpu --offload-chunk-elements 100000 \
     $fixtures/models/gpt2_nodrop_opset17.onnx -o "$bundle/bin/gpt2nodrop_bf16_off"
+  # The NVMe tier: the same step with masters and moments in files under
+  # the check's directory, chunks read ahead of their AdamW.
+  $c --micro-batch 2 --precision bf16 --offload-optimizer nvme --offload-chunk-elements 100000 \
+    $fixtures/models/gpt2_nodrop_opset17.onnx -o "$bundle/bin/gpt2nodrop_bf16_nvme"
   # The same without offload: the chunks' gradients stream through a reused
   # host frame (--offload-copy-ahead, default 2) and must give its numbers.
   $c --micro-batch 2 --precision bf16 $fixtures/models/gpt2_nodrop_opset17.onnx \
@@ -295,6 +299,16 @@ run() {
   check offload_chunks_vs_gpu_gpt2_bf16 bash -c "'$b/gpt2nodrop_bf16' $cd --seed 3 --steps 6 \
     --log $t/og.jsonl --dump-params $t/og.safetensors && python3 test/e2e/compare_runs.py \
     $t/og.jsonl $t/og.safetensors $t/on.jsonl $t/on.safetensors --tol 1e-5"
+  # NVMe: the pinned offload's bits, op by op and as a graph (the host tasks
+  # reading and writing the files replayed), and the directory empty after.
+  check offload_nvme_vs_pinned_gpt2_bf16 bash -c "rm -rf $t/nv && mkdir -p $t/nv && \
+    '$b/gpt2nodrop_bf16_nvme' $cd --seed 3 --steps 6 --nvme-path $t/nv --no-cuda-graph \
+      --log $t/nn.jsonl --dump-params $t/nn.safetensors && \
+    python3 test/e2e/compare_runs.py $t/on.jsonl $t/on.safetensors $t/nn.jsonl $t/nn.safetensors --tol 0 && \
+    '$b/gpt2nodrop_bf16_nvme' $cd --seed 3 --steps 6 --nvme-path $t/nv --cuda-graph \
+      --log $t/ng.jsonl --dump-params $t/ng.safetensors && \
+    python3 test/e2e/compare_runs.py $t/on.jsonl $t/on.safetensors $t/ng.jsonl $t/ng.safetensors --tol 0 && \
+    test -z \"\$(ls -A $t/nv)\""
   check checkpoint_reshard_nanogpt_f64_s3n4_to_1 bash -c "rm -rf $t/ck2 && \
     '$b/nanogpt64_s3_n4' $cd --seed 5 --steps 6 --log $t/nf.jsonl --dump-params $t/nf.safetensors && \
     '$b/nanogpt64_s3_n4' $cd --seed 5 --steps 3 --log $t/na.jsonl --save-dir $t/ck2 && \
