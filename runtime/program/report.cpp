@@ -92,7 +92,7 @@ Status Reporter::open() {
 void Reporter::banner(const std::string &initWhat, const std::string &dataWhat,
                       const std::string &deviceWhat, int64_t firstStep) {
   firstStep_ = firstStep;
-  nvmeAtStart_ = io::nvmeTraffic();
+  nvmeAtStart_ = nvmeLast_ = io::nvmeTraffic();
   if (job_.device) {
     // In-process ranks may share a GPU: its work is theirs together.
     int gpus = std::max(1, std::min(job_.W, job_.device->count()));
@@ -266,6 +266,13 @@ Status Reporter::logLine(const StepRecord &r, double rate) {
   json +=
       std::string(tokenUnits() ? ",\"tokens_per_s\":" : ",\"samples_per_s\":") +
       jsonNumber(rate);
+  if (io::nvmeBytes()) { // the step's traffic to and from its NVMe files
+    io::NvmeTraffic t = io::nvmeTraffic();
+    json += ",\"nvme_read_bytes\":" +
+            std::to_string(t.readBytes - nvmeLast_.readBytes) +
+            ",\"nvme_written_bytes\":" +
+            std::to_string(t.writtenBytes - nvmeLast_.writtenBytes);
+  }
   json += ",\"elapsed_s\":" + jsonNumber(seconds(Clock::now() - job_.start));
   json += "}\n";
   if (std::fputs(json.c_str(), log_) < 0 || std::fflush(log_) != 0)
@@ -290,6 +297,7 @@ Status Reporter::step(const StepRecord &r) {
   if (log_)
     if (Status s = logLine(r, rate); !s.ok())
       return s;
+  nvmeLast_ = io::nvmeTraffic();
   return sinks(r, rate, peak);
 }
 

@@ -68,6 +68,7 @@ private:
   int64_t stepsRun_ = 0;
   double peakTflops_ = 0;       // of the device, for MFU; 0: unknown
   io::NvmeTraffic nvmeAtStart_; // before the first step (io/nvme.h)
+  io::NvmeTraffic nvmeLast_;    // at the last step's record
 };
 
 } // namespace dsc::program
