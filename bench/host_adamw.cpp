@@ -9,8 +9,8 @@
 // each chunk read, updated and written back in turn, and with the next
 // chunk's read started before the chunk updates (the step's prefetch).
 //
-//   c++ -O2 -std=c++17 -I runtime/include -I runtime bench/host_adamw.cpp \
-//     build/runtime/libDscRuntime.a -lpthread -o host_adamw
+//   c++ -O2 -std=c++17 -I runtime/include -I runtime bench/host_adamw.cpp
+//     build/runtime/libDscRuntime.a -lpthread -ldl -o host_adamw   (one line)
 //   ./host_adamw [N (default 67108864)] [threads (default 0: all)] [DIR]
 #include "cpu/offload.h"
 #include "cpu/step_kernels.h"
@@ -144,12 +144,9 @@ int main(int argc, char **argv) {
     for (int rep = 0; rep < 6; ++rep) {
       double t0 = now();
       for (auto &e : entries) // one call per chunk, as the host tasks
-        if (dsc::Status r = dsc::cpu::adamwMulti(&e, 1, lr, b1, b2, eps, wd, st,
-                                                 Tensor(), Tensor(), threads);
-            !r.ok()) {
-          std::fprintf(stderr, "adamw: %s\n", r.message().c_str());
-          return 1;
-        }
+        check(dsc::cpu::adamwMulti(&e, 1, lr, b1, b2, eps, wd, st, Tensor(),
+                                   Tensor(), threads),
+              "adamw");
       times.push_back(now() - t0);
     }
     std::sort(times.begin() + 1, times.end()); // rep 0: warm-up

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "io/nvme.h"
+#include "core/env.h"
+#include "io/metrics_internal.h"
 
 #include <algorithm>
 #include <atomic>
@@ -35,10 +37,10 @@ namespace dsc::io {
 
 namespace {
 
+using detail::errnoText;
+
 constexpr size_t kPieceBytes = size_t(8) << 20;
 constexpr int kIoThreads = 4;
-
-std::string errnoText(int e) { return std::strerror(e); }
 
 size_t pageBytes() {
   static const size_t page = [] {
@@ -52,17 +54,7 @@ size_t roundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 /// "1610612736 bytes (1.5 GiB)", for messages.
 std::string bytesText(size_t bytes) {
-  const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double v = double(bytes);
-  int u = -1;
-  while (v >= 1024 && u < 3)
-    v /= 1024, ++u;
-  char buf[64];
-  if (u < 0)
-    std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
-  else
-    std::snprintf(buf, sizeof buf, "%zu bytes (%.1f %s)", bytes, v, units[u]);
-  return buf;
+  return std::to_string(bytes) + " bytes (" + formatBytes(bytes) + ")";
 }
 
 /// `what` as part of a file name: its letters, digits, '.' and '-', each
@@ -324,11 +316,17 @@ public:
   void add(uintptr_t begin, uintptr_t end, std::shared_ptr<IoJob> job) {
     std::lock_guard<std::mutex> lock(m_);
     reads_.push_back({begin, end, std::move(job)});
+    listed_.store(reads_.size(), std::memory_order_release);
   }
 
-  /// The reads into any byte of [begin, end).
+  /// The reads into any byte of [begin, end). Every host task asks, for
+  /// each tensor it names: with none listed (no NVMe tier, or between
+  /// chunks) it takes no lock. A read this caller must see was listed by a
+  /// host task ordered before it.
   std::vector<std::shared_ptr<IoJob>> into(uintptr_t begin, uintptr_t end) {
     std::vector<std::shared_ptr<IoJob>> found;
+    if (listed_.load(std::memory_order_acquire) == 0)
+      return found;
     std::lock_guard<std::mutex> lock(m_);
     for (const Read &r : reads_)
       if (r.begin < end && begin < r.end)
@@ -356,6 +354,7 @@ public:
     };
     reads_.erase(std::remove_if(reads_.begin(), reads_.end(), gone),
                  reads_.end());
+    listed_.store(reads_.size(), std::memory_order_release);
   }
 
 private:
@@ -366,6 +365,7 @@ private:
 
   std::mutex m_;
   std::vector<Read> reads_;
+  std::atomic<size_t> listed_{0}; // reads_.size(), read without the lock
 };
 
 /// Waits for `jobs`; the first failure among them.

@@ -272,6 +272,14 @@ struct DeviceRun : ::testing::Test {
   std::string batchOf(int ranks) {
     return dir / ("batch" + std::to_string(ranks) + ".safetensors");
   }
+  /// The program refuses spec `s` before it runs, naming `message`, as a
+  /// dsc bug.
+  void expectSpecBug(const ProgramSpec &s, const std::string &message) {
+    RunResult r = runWith(s, {"--help"});
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_TRUE(contains(r.err, "error: program spec: " + message)) << r.err;
+    EXPECT_TRUE(contains(r.err, "please report it as a dsc bug")) << r.err;
+  }
   RunResult train(int worldSize, bool onDevice, const std::string &tag) {
     return runWith(spec(worldSize, onDevice),
                    {"--steps", "4", "--batch", batchOf(worldSize), "--init",
@@ -702,12 +710,6 @@ struct ComputeCopyRun : DeviceRun {
     argv.insert(argv.end(), more.begin(), more.end());
     return runWith(s, argv);
   }
-  void expectSpecBug(const ProgramSpec &s, const std::string &message) {
-    RunResult r = runWith(s, {"--help"});
-    EXPECT_EQ(r.rc, 1);
-    EXPECT_TRUE(contains(r.err, "error: program spec: " + message)) << r.err;
-    EXPECT_TRUE(contains(r.err, "please report it as a dsc bug")) << r.err;
-  }
 };
 
 TEST_F(ComputeCopyRun, TheStepStartsFromTheRoundedParameter) {
@@ -887,11 +889,6 @@ struct NvmeOffload : DeviceRun {
                                      "--dump-params", dir / ("p" + tag)};
     argv.insert(argv.end(), more.begin(), more.end());
     return runWith(s, argv);
-  }
-  void expectSpecBug(const ProgramSpec &s, const std::string &message) {
-    RunResult r = runWith(s, {"--help"});
-    EXPECT_EQ(r.rc, 1);
-    EXPECT_TRUE(contains(r.err, "error: program spec: " + message)) << r.err;
   }
 };
 
