@@ -127,7 +127,7 @@ Status offloadWait(const Tensor &dst, const char *what) {
 
 Status offloadJoin() {
   io::nvmeDrain();
-  return Status();
+  return io::nvmeFlush();
 }
 
 namespace {
@@ -158,7 +158,7 @@ Status nvmeCopy(const Tensor &src, const Tensor &dst, const char *what,
   if (io::isNvme(host.data, 0) ||
       io::isNvme(static_cast<const char *>(host.data) + bytes - 1, 0))
     return fail(hostName + " lies in an NVMe file; it must be host memory");
-  Status s = write ? io::nvmeTransfer(host.data, file.data, bytes, true)
+  Status s = write ? io::nvmeWriteAsync(host.data, file.data, bytes)
                    : io::nvmeReadAsync(host.data, file.data, bytes);
   return s.ok() ? s : fail(s.message(), s.code());
 }

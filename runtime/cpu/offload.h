@@ -50,8 +50,9 @@ Status hostTask(int site, std::function<Status()> fn, const char *what,
 /// that a copy into dst was made on this thread.
 Status offloadWait(const Tensor &dst, const char *what);
 /// The compute stream waits for all offload work issued so far, copies and
-/// host tasks (the step's end). CPU: waits until no NVMe read runs
-/// (io::nvmeDrain).
+/// host tasks (the step's end). CPU: waits until no NVMe read or write
+/// runs (io::nvmeDrain), and returns a failed write's error
+/// (io::nvmeFlush).
 Status offloadJoin();
 
 /// Copies the optimizer state `src`, which lies in an NVMe file
@@ -68,9 +69,13 @@ Status offloadJoin();
 /// generated code calls it inside a hostTask, on the CPU and on a device
 /// alike (there is no device version). Zero elements: nothing.
 Status nvmeRead(const Tensor &src, const Tensor &dst, const char *what);
-/// The reverse: host memory `src` into the NVMe file behind `dst`, written
-/// through to the disk before it returns. Errors read "nvme_write(what=...,
-/// src=f32[4], dst=f32[4]): <reason>" (nvme_read for nvmeRead).
+/// The reverse: host memory `src` into the NVMe file behind `dst`, behind
+/// (io::nvmeWriteAsync): src is copied aside before this returns, so the
+/// memory plan may reuse it at once, and the copy goes to the disk while
+/// the host goes on; a later nvmeRead of those file bytes waits for it, and
+/// the step's end (offloadJoin on the CPU, the device's synchronize) for
+/// all, reporting a failure. Errors read "nvme_write(what=..., src=f32[4],
+/// dst=f32[4]): <reason>" (nvme_read for nvmeRead).
 Status nvmeWrite(const Tensor &src, const Tensor &dst, const char *what);
 
 namespace detail {

@@ -210,10 +210,9 @@ void CUDART_CB runSite(void *p) {
   Status s =
       cpu::detail::awaitNvmeReads(site->named.data(), site->named.size());
   if (!o.failed.load(std::memory_order_acquire)) {
-    if (s.ok())
-      s = cpu::detail::runHostTask(site->fn);
-    if (!s.ok())
-      keepFailure(o, cpu::detail::hostTaskFailed(site->what.c_str(), s));
+    Status ran = s.ok() ? cpu::detail::runHostTask(site->fn) : s;
+    if (!ran.ok())
+      keepFailure(o, cpu::detail::hostTaskFailed(site->what.c_str(), ran));
   }
   site->pending.store(false, std::memory_order_release);
 }
@@ -452,8 +451,10 @@ Status awaitOffload() {
   // ran (a launch that failed) is waited for here, before host memory is
   // reused outside the step's order.
   io::nvmeDrain();
+  // The step's writes-behind are on the disk; a failed one fails the step.
+  Status written = io::nvmeFlush();
   if (!o.failed.load(std::memory_order_acquire))
-    return Status();
+    return written;
   std::lock_guard<std::mutex> lock(o.mu);
   Status failure;
   std::swap(failure, o.failure);

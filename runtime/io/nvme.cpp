@@ -85,6 +85,23 @@ struct Region {
   int fd = -1;
   std::string path; // for messages (the file is unlinked)
 
+  /// The first failed write into the file: it no longer holds what the
+  /// step computed, so every later flush and read of it fails.
+  void failWrite(const Status &s) {
+    std::lock_guard<std::mutex> lock(m);
+    if (writeFailure.ok())
+      writeFailure = s;
+  }
+  Status failedWrite() {
+    std::lock_guard<std::mutex> lock(m);
+    return writeFailure;
+  }
+
+private:
+  std::mutex m;
+  Status writeFailure;
+
+public:
   Region() = default;
   Region(const Region &) = delete;
   Region &operator=(const Region &) = delete;
@@ -135,6 +152,15 @@ public:
   size_t total() {
     std::lock_guard<std::mutex> lock(m_);
     return total_;
+  }
+
+  /// The first failed write of a region allocated now, by address.
+  Status failedWrite() {
+    std::lock_guard<std::mutex> lock(m_);
+    for (auto &[base, r] : regions_)
+      if (Status s = r->failedWrite(); !s.ok())
+        return s;
+    return Status();
   }
 
 private:
@@ -225,6 +251,11 @@ struct IoJob {
   std::function<Status(size_t)> piece;
   size_t pieces = 0, next = 0, done = 0;
   Status error; // the first failure (guarded by the pool's mutex)
+  /// Set with the last piece: error is final then, read without the lock.
+  std::atomic<bool> complete{false};
+  /// Jobs submitted earlier that must finish before any piece of this one
+  /// moves a byte (a read of a file range a write-behind still writes).
+  std::vector<std::shared_ptr<IoJob>> after;
 };
 
 class IoPool {
@@ -264,7 +295,15 @@ private:
     }
   }
 
-  static Status runPiece(const IoJob &job, size_t i) {
+  /// Waits for the jobs `job` comes after (running their pieces too: they
+  /// were submitted earlier and depend on nothing later, so no wait
+  /// closes a cycle), then moves piece i.
+  Status runPiece(const IoJob &job, size_t i) {
+    for (const std::shared_ptr<IoJob> &first : job.after)
+      if (Status s = wait(first); !s.ok())
+        return Status::error(s.code(), "an earlier write of these bytes "
+                                       "failed: " +
+                                           s.message());
     try {
       return job.piece(i);
     } catch (const std::exception &e) {
@@ -285,8 +324,15 @@ private:
     lock.lock();
     if (!s.ok() && job->error.ok())
       job->error = s;
-    if (++job->done == job->pieces)
+    if (++job->done == job->pieces) {
+      // No piece runs any more: what the job holds goes now (a
+      // write-behind's copy back to BounceBuffers), not with its last
+      // reference.
+      job->piece = nullptr;
+      job->after.clear();
+      job->complete.store(true, std::memory_order_release);
       finished_.notify_all();
+    }
   }
 
   void work() {
@@ -313,10 +359,27 @@ public:
     return *pending;
   }
 
-  void add(uintptr_t begin, uintptr_t end, std::shared_ptr<IoJob> job) {
+  /// A read into host bytes [begin, end) of the file bytes (by their
+  /// address in its mapping) [fileBegin, fileEnd).
+  void add(uintptr_t begin, uintptr_t end, uintptr_t fileBegin,
+           uintptr_t fileEnd, std::shared_ptr<IoJob> job) {
     std::lock_guard<std::mutex> lock(m_);
-    reads_.push_back({begin, end, std::move(job)});
+    reads_.push_back({begin, end, fileBegin, fileEnd, std::move(job)});
     listed_.store(reads_.size(), std::memory_order_release);
+  }
+
+  /// The reads out of any file byte of [fileBegin, fileEnd) not finished.
+  std::vector<std::shared_ptr<IoJob>> from(uintptr_t fileBegin,
+                                           uintptr_t fileEnd) {
+    std::vector<std::shared_ptr<IoJob>> found;
+    if (listed_.load(std::memory_order_acquire) == 0)
+      return found;
+    std::lock_guard<std::mutex> lock(m_);
+    for (const Read &r : reads_)
+      if (r.fileBegin < fileEnd && fileBegin < r.fileEnd &&
+          !r.job->complete.load(std::memory_order_acquire))
+        found.push_back(r.job);
+    return found;
   }
 
   /// The reads into any byte of [begin, end). Every host task asks, for
@@ -359,7 +422,7 @@ public:
 
 private:
   struct Read {
-    uintptr_t begin, end;
+    uintptr_t begin, end, fileBegin, fileEnd;
     std::shared_ptr<IoJob> job;
   };
 
@@ -377,6 +440,130 @@ Status waitAll(const std::vector<std::shared_ptr<IoJob>> &jobs) {
   return first;
 }
 
+/// Host memory a write-behind copies its bytes into, kept for the next
+/// write of its size: a fresh allocation of a chunk's size faults in every
+/// page again. What is allocated, in use and kept, stays within the
+/// write-behind budget (or one write, where that is larger).
+class BounceBuffers {
+public:
+  static BounceBuffers &get() {
+    static BounceBuffers *buffers = new BounceBuffers(); // used until exit
+    return *buffers;
+  }
+
+  /// `bytes` of memory (null: out of memory), returned here when the last
+  /// reference goes.
+  std::shared_ptr<char> take(size_t bytes, size_t keep) {
+    char *p = nullptr;
+    size_t size = bytes;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      auto it = free_.lower_bound(bytes);
+      if (it != free_.end() && it->first <= 2 * bytes) {
+        size = it->first;
+        p = it->second;
+        kept_ -= size;
+        free_.erase(it);
+      }
+    }
+    if (!p) {
+      p = new (std::nothrow) char[bytes];
+      if (!p)
+        return nullptr;
+      std::lock_guard<std::mutex> lock(m_);
+      allocated_ += size;
+    }
+    return std::shared_ptr<char>(
+        p, [this, size, keep](char *q) { give(q, size, keep); });
+  }
+
+private:
+  void give(char *p, size_t size, size_t keep) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (allocated_ <= keep) {
+        kept_ += size;
+        free_.emplace(size, p);
+        return;
+      }
+      allocated_ -= size;
+    }
+    delete[] p;
+  }
+
+  std::mutex m_;
+  std::multimap<size_t, char *> free_; // by size
+  size_t kept_ = 0, allocated_ = 0;    // free, and free or in use
+};
+
+/// The writes of nvmeWriteAsync not yet seen finished, by the file bytes
+/// they write (each holds as many bytes of host memory).
+class PendingWrites {
+public:
+  static PendingWrites &get() {
+    static PendingWrites *pending = new PendingWrites(); // used until exit
+    return *pending;
+  }
+
+  void add(uintptr_t fileBegin, uintptr_t fileEnd, std::shared_ptr<IoJob> job) {
+    std::lock_guard<std::mutex> lock(m_);
+    inFlight_ += fileEnd - fileBegin;
+    writes_.push_back({fileBegin, fileEnd, std::move(job)});
+  }
+
+  /// The writes into any file byte of [fileBegin, fileEnd) not finished.
+  std::vector<std::shared_ptr<IoJob>> into(uintptr_t fileBegin,
+                                           uintptr_t fileEnd) {
+    std::vector<std::shared_ptr<IoJob>> found;
+    std::lock_guard<std::mutex> lock(m_);
+    prune();
+    for (const Write &w : writes_)
+      if (w.fileBegin < fileEnd && fileBegin < w.fileEnd)
+        found.push_back(w.job);
+    return found;
+  }
+
+  /// The bytes of the writes not finished, and the oldest of them.
+  size_t inFlight(std::shared_ptr<IoJob> *oldest) {
+    std::lock_guard<std::mutex> lock(m_);
+    prune();
+    if (oldest)
+      *oldest = writes_.empty() ? nullptr : writes_.front().job;
+    return inFlight_;
+  }
+
+  std::vector<std::shared_ptr<IoJob>> all() {
+    std::vector<std::shared_ptr<IoJob>> found;
+    std::lock_guard<std::mutex> lock(m_);
+    for (const Write &w : writes_)
+      found.push_back(w.job);
+    return found;
+  }
+
+private:
+  struct Write {
+    uintptr_t fileBegin, fileEnd;
+    std::shared_ptr<IoJob> job;
+  };
+
+  void prune() {
+    auto finished = [&](const Write &w) {
+      if (!w.job->complete.load(std::memory_order_acquire))
+        return false;
+      inFlight_ -= w.fileEnd - w.fileBegin;
+      return true;
+    };
+    writes_.erase(std::remove_if(writes_.begin(), writes_.end(), finished),
+                  writes_.end());
+  }
+
+  std::mutex m_;
+  std::deque<Write> writes_; // in the order submitted
+  size_t inFlight_ = 0;
+};
+
+std::atomic<size_t> gWriteBehindBytes{size_t(1) << 30};
+
 /// "reading <path> at offset N: <why>".
 Status ioError(const Region &r, bool write, off_t at, const std::string &why) {
   return Status::error(StatusCode::IoError,
@@ -386,8 +573,8 @@ Status ioError(const Region &r, bool write, off_t at, const std::string &why) {
 
 /// Moves one piece, then drops it from the page cache (written back first:
 /// a dirty page is not dropped).
-Status movePiece(const Region &r, char *host, off_t at, size_t bytes,
-                 bool write) {
+Status movePieceOnce(const Region &r, char *host, off_t at, size_t bytes,
+                     bool write) {
   size_t done = 0;
   while (done < bytes) {
     off_t pos = at + off_t(done);
@@ -410,6 +597,14 @@ Status movePiece(const Region &r, char *host, off_t at, size_t bytes,
   if (int err = ::posix_fadvise(r.fd, at, off_t(bytes), POSIX_FADV_DONTNEED))
     return ioError(r, write, at, "dropping cached pages: " + errnoText(err));
   return Status();
+}
+
+/// movePieceOnce; a failed write stays with the file.
+Status movePiece(Region &r, char *host, off_t at, size_t bytes, bool write) {
+  Status s = movePieceOnce(r, host, at, bytes, write);
+  if (write && !s.ok())
+    r.failWrite(s);
+  return s;
 }
 
 } // namespace
@@ -482,6 +677,12 @@ Status nvmeEvict(const void *data, size_t bytes) {
                              " bytes that do not lie in an NVMe file");
   if (!bytes)
     return Status();
+  // What the shell wrote through the mapping is not to be overwritten by a
+  // write-behind of a step before.
+  auto begin = reinterpret_cast<uintptr_t>(data);
+  if (Status s = waitAll(PendingWrites::get().into(begin, begin + bytes));
+      !s.ok())
+    return s;
   size_t page = pageBytes();
   size_t offset = size_t(static_cast<const char *>(data) - r->base);
   size_t lo = offset / page * page;
@@ -503,26 +704,70 @@ Status nvmeEvict(const void *data, size_t bytes) {
 
 namespace {
 
+Status notInAFile(size_t bytes) {
+  return Status::error(StatusCode::InvalidArgument,
+                       "nvme_transfer: " + std::to_string(bytes) +
+                           " bytes that do not lie in an NVMe file");
+}
+
 /// The job that moves [host, host + bytes) to or from the file behind
-/// `nvme`, in pieces; the traffic is counted once it is made.
+/// `nvme`, in pieces, after the writes-behind of those file bytes (and,
+/// for a write, the reads of them) still running; `keep` lives as long as
+/// the job (a write-behind's copy of its bytes). The traffic is counted
+/// once it is made.
 Status makeJob(void *host, const void *nvme, size_t bytes, bool write,
-               std::shared_ptr<IoJob> &job) {
+               std::shared_ptr<IoJob> &job,
+               std::shared_ptr<char> keep = nullptr) {
   std::shared_ptr<Region> r = Registry::get().find(nvme, bytes);
   if (!r)
-    return Status::error(StatusCode::InvalidArgument,
-                         "nvme_transfer: " + std::to_string(bytes) +
-                             " bytes that do not lie in an NVMe file");
+    return notInAFile(bytes);
+  if (Status s = r->failedWrite(); !s.ok() && !write)
+    return Status::error(
+        s.code(), "reading " + r->path +
+                      ": an earlier write into it failed: " + s.message());
   off_t offset = off_t(static_cast<const char *>(nvme) - r->base);
   char *buffer = static_cast<char *>(host);
   job = std::make_shared<IoJob>();
   job->pieces = (bytes + kPieceBytes - 1) / kPieceBytes;
-  job->piece = [r, buffer, offset, bytes, write](size_t i) {
+  job->piece = [r, buffer, offset, bytes, write, keep](size_t i) {
     size_t from = i * kPieceBytes;
     return movePiece(*r, buffer + from, offset + off_t(from),
                      std::min(kPieceBytes, bytes - from), write);
   };
+  auto begin = reinterpret_cast<uintptr_t>(nvme);
+  job->after = PendingWrites::get().into(begin, begin + bytes);
+  if (write)
+    for (std::shared_ptr<IoJob> &read :
+         PendingReads::get().from(begin, begin + bytes))
+      job->after.push_back(std::move(read));
   (write ? gWrittenBytes : gReadBytes).fetch_add(bytes);
   return Status();
+}
+
+/// Copies [src, src + bytes) to dst in pieces on the I/O threads and this
+/// one, and waits for the copy.
+void copyInPieces(char *dst, const char *src, size_t bytes) {
+  auto job = std::make_shared<IoJob>();
+  job->pieces = (bytes + kPieceBytes - 1) / kPieceBytes;
+  job->piece = [dst, src, bytes](size_t i) {
+    size_t from = i * kPieceBytes;
+    std::memcpy(dst + from, src + from, std::min(kPieceBytes, bytes - from));
+    return Status();
+  };
+  IoPool::get().submit(job);
+  (void)IoPool::get().wait(job);
+}
+
+/// Waits until the writes-behind hold no more than `budget` bytes with
+/// `bytes` more (or none runs).
+void makeRoomForWrite(size_t bytes, size_t budget) {
+  for (;;) {
+    std::shared_ptr<IoJob> oldest;
+    size_t inFlight = PendingWrites::get().inFlight(&oldest);
+    if (!oldest || inFlight + bytes <= budget)
+      return;
+    (void)IoPool::get().wait(oldest); // a failure stays for nvmeFlush
+  }
 }
 
 } // namespace
@@ -546,8 +791,46 @@ Status nvmeReadAsync(void *host, const void *nvme, size_t bytes) {
   // Queued before it is listed: whoever finds it listed may wait for it.
   IoPool::get().submit(job);
   auto begin = reinterpret_cast<uintptr_t>(host);
-  PendingReads::get().add(begin, begin + bytes, job);
+  auto file = reinterpret_cast<uintptr_t>(nvme);
+  PendingReads::get().add(begin, begin + bytes, file, file + bytes, job);
   return Status();
+}
+
+Status nvmeWriteAsync(const void *host, void *nvme, size_t bytes) {
+  if (!bytes)
+    return Status();
+  size_t budget = gWriteBehindBytes.load(std::memory_order_relaxed);
+  if (!budget)
+    return nvmeTransfer(const_cast<void *>(host), nvme, bytes, true);
+  if (!Registry::get().find(nvme, bytes))
+    return notInAFile(bytes);
+  // The bytes are whole before they are copied: a read still filling them
+  // is waited for (none, in a step's order).
+  if (Status s = nvmeAwait(host, bytes); !s.ok())
+    return s;
+  makeRoomForWrite(bytes, budget);
+  std::shared_ptr<char> copy = BounceBuffers::get().take(bytes, budget);
+  if (!copy) // no memory to write behind: write through
+    return nvmeTransfer(const_cast<void *>(host), nvme, bytes, true);
+  copyInPieces(copy.get(), static_cast<const char *>(host), bytes);
+  std::shared_ptr<IoJob> job;
+  if (Status s = makeJob(copy.get(), nvme, bytes, /*write=*/true, job, copy);
+      !s.ok())
+    return s;
+  IoPool::get().submit(job);
+  auto file = reinterpret_cast<uintptr_t>(nvme);
+  PendingWrites::get().add(file, file + bytes, std::move(job));
+  return Status();
+}
+
+Status nvmeFlush() {
+  (void)waitAll(PendingWrites::get().all());
+  Status s = Registry::get().failedWrite();
+  return s.ok() ? s : Status::error(s.code(), "nvme_write: " + s.message());
+}
+
+void nvmeSetWriteBehind(size_t bytes) {
+  gWriteBehindBytes.store(bytes, std::memory_order_relaxed);
 }
 
 Status nvmeAwait(const void *host, size_t bytes) {
@@ -567,6 +850,7 @@ void nvmeDrain() {
   std::vector<std::shared_ptr<IoJob>> jobs = PendingReads::get().all();
   (void)waitAll(jobs);
   PendingReads::get().forget(jobs, /*failedToo=*/false);
+  (void)nvmeFlush();
 }
 
 NvmeTraffic nvmeTraffic() {

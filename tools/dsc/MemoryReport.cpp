@@ -31,6 +31,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -212,8 +213,12 @@ void printOffload(func::FuncOp step, const StepTensors &held,
         "offload to NVMe (--offload-optimizer nvme), per rank: files under "
         "--nvme-path hold {0} (fp32 masters and optimizer state), read into "
         "the host scratch chunk by chunk for the host AdamW; per step {1} "
-        "read and {2} written\n",
-        humanBytes(held.nvmeBytes), humanBytes(read), humanBytes(written));
+        "read and {2} written, the writes behind through up to {3} of host "
+        "memory beside the plan\n",
+        humanBytes(held.nvmeBytes), humanBytes(read), humanBytes(written),
+        // The runtime's write-behind budget (io::nvmeSetWriteBehind's
+        // default): no more is held aside than a step writes.
+        humanBytes(std::min(written, double(int64_t(1) << 30))));
   }
   if (deviceElems > 0)
     os << llvm::formatv(

@@ -4,8 +4,9 @@
 // through the mapping and evicted, it reads back the same; nvmeWrite and
 // nvmeRead move tensors larger than one I/O piece, and parts of them at odd
 // offsets, from several callers at once, in step with what the mapping
-// shows, and count the bytes. Then the errors, each by its message, and
-// isNvme at a region's edges.
+// shows, and count the bytes. Writes go behind: their source is free at
+// once, reads and flushes wait for them, a failure stays with its file.
+// Then the errors, each by its message, and isNvme at a region's edges.
 //
 //===----------------------------------------------------------------------===//
 
@@ -59,6 +60,29 @@ std::vector<float> pattern(size_t n, float seed) {
 
 Tensor f32(void *data, int64_t n) { return Tensor::of(data, DType::F32, {n}); }
 
+/// The process's file size limit at `bytes` (a write past it fails with
+/// EFBIG, SIGXFSZ ignored) until the end of the scope; `set` says whether
+/// it took.
+struct FileSizeLimit {
+  struct rlimit old{};
+  void (*oldHandler)(int) = SIG_DFL;
+  bool set = false;
+  explicit FileSizeLimit(rlim_t bytes) {
+    if (getrlimit(RLIMIT_FSIZE, &old) != 0)
+      return;
+    struct rlimit small = old;
+    small.rlim_cur = bytes;
+    oldHandler = std::signal(SIGXFSZ, SIG_IGN);
+    set = setrlimit(RLIMIT_FSIZE, &small) == 0;
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, oldHandler);
+  }
+  FileSizeLimit(const FileSizeLimit &) = delete;
+  FileSizeLimit &operator=(const FileSizeLimit &) = delete;
+};
+
 /// cpu::nvmeRead, then the wait a host task naming dst makes before it runs
 /// (the read itself runs on the I/O threads).
 Status readNow(const Tensor &src, const Tensor &dst, const char *what) {
@@ -110,7 +134,8 @@ TEST(Nvme, WriteAndReadBackMorePiecesThanThreads) {
   std::vector<float> src = pattern(size_t(n), 1.0f), dst(size_t(n), -1.0f);
   io::NvmeTraffic t0 = io::nvmeTraffic();
   DSC_EXPECT_OK(cpu::nvmeWrite(f32(src.data(), n), file, "master w"));
-  // The mapping shows what was written to the file.
+  // Once flushed, the mapping shows what was written to the file.
+  DSC_EXPECT_OK(io::nvmeFlush());
   EXPECT_EQ(std::memcmp(buf.data, src.data(), bytes), 0);
   DSC_EXPECT_OK(readNow(file, f32(dst.data(), n), "master w"));
   EXPECT_EQ(dst, src);
@@ -226,6 +251,89 @@ TEST(Nvme, SeveralCallersAtOnce) {
   }
 }
 
+TEST(Nvme, AWriteBehindFreesItsSourceAtOnceAndIsReadInOrder) {
+  // nvmeWrite returns once the bytes are copied aside: the source may be
+  // overwritten at once (the memory plan reuses a host frame), and a read
+  // of the file bytes started before the write is on the disk still reads
+  // what was written, as does the mapping after the flush.
+  TempDir dir("dsc-nvme");
+  const int64_t n = (int64_t(24) << 20) / 4 + 7; // four pieces
+  const size_t bytes = size_t(n) * 4;
+  NvmeBuffer buf(dir.str(), bytes, "exp_avg");
+  ASSERT_TRUE(buf.status.ok()) << buf.status.message();
+  Tensor file = f32(buf.data, n);
+  std::vector<float> first = pattern(size_t(n), 2.0f),
+                     second = pattern(size_t(n), 4000.0f);
+  std::vector<float> src = first, dst(size_t(n), -1.0f);
+  DSC_EXPECT_OK(cpu::nvmeWrite(f32(src.data(), n), file, "exp_avg"));
+  std::fill(src.begin(), src.end(), -2.0f);
+  DSC_EXPECT_OK(readNow(file, f32(dst.data(), n), "exp_avg"));
+  EXPECT_EQ(dst, first);
+  // Two writes of the same bytes land in their order.
+  src = first;
+  DSC_EXPECT_OK(cpu::nvmeWrite(f32(src.data(), n), file, "exp_avg"));
+  src = second;
+  DSC_EXPECT_OK(cpu::nvmeWrite(f32(src.data(), n), file, "exp_avg"));
+  DSC_EXPECT_OK(io::nvmeFlush());
+  EXPECT_EQ(std::memcmp(buf.data, second.data(), bytes), 0);
+  // A budget smaller than one write: each waits for the one before.
+  io::nvmeSetWriteBehind(size_t(1) << 20);
+  for (float seed : {10.0f, 20.0f, 30.0f}) {
+    src = pattern(size_t(n), seed);
+    DSC_EXPECT_OK(cpu::nvmeWrite(f32(src.data(), n), file, "exp_avg"));
+  }
+  DSC_EXPECT_OK(readNow(file, f32(dst.data(), n), "exp_avg"));
+  EXPECT_EQ(dst, pattern(size_t(n), 30.0f));
+  // No budget: written through before nvmeWrite returns.
+  io::nvmeSetWriteBehind(0);
+  DSC_EXPECT_OK(cpu::nvmeWrite(f32(first.data(), n), file, "exp_avg"));
+  EXPECT_EQ(std::memcmp(buf.data, first.data(), bytes), 0);
+  io::nvmeSetWriteBehind(size_t(1) << 30);
+  // The step's end waits for every write.
+  DSC_EXPECT_OK(cpu::nvmeWrite(f32(second.data(), n), file, "exp_avg"));
+  DSC_EXPECT_OK(cpu::offloadJoin());
+  EXPECT_EQ(std::memcmp(buf.data, second.data(), bytes), 0);
+}
+
+TEST(Nvme, AFailedWriteBehindFailsTheStepsEndAndEveryLaterRead) {
+  // A write past the file size limit fails on the I/O threads, after
+  // nvmeWrite returned: the flush (the step's end) reports it, and so does
+  // every later flush and read of that file, until it is released.
+  TempDir dir("dsc-nvme");
+  const int64_t n = (int64_t(16) << 20) / 4;
+  NvmeBuffer buf(dir.str(), size_t(n) * 4, "exp_avg_sq");
+  ASSERT_TRUE(buf.status.ok()) << buf.status.message();
+  std::vector<float> src = pattern(size_t(n / 2), 1.0f);
+  Tensor tail = f32(buf.f32() + n / 2, n / 2); // at 8 MiB
+  Status wrote, flushed;
+  {
+    FileSizeLimit limit(4096);
+    ASSERT_TRUE(limit.set);
+    wrote = cpu::nvmeWrite(f32(src.data(), n / 2), tail, "exp_avg_sq");
+    flushed = io::nvmeFlush();
+  }
+  DSC_EXPECT_OK(wrote);
+  ASSERT_FALSE(flushed.ok());
+  EXPECT_EQ(flushed.code(), StatusCode::IoError);
+  const std::string prefix =
+      "nvme_write: writing " + dir.str() + "/dsc-nvme-exp_avg_sq-";
+  EXPECT_EQ(flushed.message().rfind(prefix, 0), 0u) << flushed.message();
+  EXPECT_NE(flushed.message().find(" at offset 8388608: File too large"),
+            std::string::npos)
+      << flushed.message();
+  Status joined = cpu::offloadJoin();
+  EXPECT_EQ(joined.message(), flushed.message());
+  std::vector<float> back(size_t(n / 2));
+  Status read = readNow(tail, f32(back.data(), n / 2), "exp_avg_sq");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.message().find(": an earlier write into it failed: writing "),
+            std::string::npos)
+      << read.message();
+  io::nvmeRelease(buf.data);
+  buf.data = nullptr;
+  DSC_EXPECT_OK(io::nvmeFlush());
+}
+
 TEST(Nvme, ADirectoryThatIsMissingOrAFile) {
   TempDir dir("dsc-nvme");
   void *p = reinterpret_cast<void *>(1);
@@ -249,16 +357,13 @@ TEST(Nvme, AFileSizeLimitFailsAtAllocationNamingTheBytes) {
   // As a full disk: the blocks are reserved up front, so the allocation
   // fails, not a later write through the mapping.
   TempDir dir("dsc-nvme");
-  struct rlimit old{};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
-  struct rlimit small = old;
-  small.rlim_cur = 4096;
-  auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
   void *p = nullptr;
-  Status s = io::nvmeAllocate(dir.str(), 1 << 20, "exp_avg", &p);
-  setrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, oldHandler);
+  Status s;
+  {
+    FileSizeLimit limit(4096);
+    ASSERT_TRUE(limit.set);
+    s = io::nvmeAllocate(dir.str(), 1 << 20, "exp_avg", &p);
+  }
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message(), "NVMe file for exp_avg in " + dir.str() +
                              ": cannot reserve 1048576 bytes (1.0 MiB) "
