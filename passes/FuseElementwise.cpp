@@ -19,6 +19,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/CallInterfaces.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
@@ -140,6 +141,16 @@ std::vector<Chain> findChains(Block &block) {
         for (Operation *user : v.getUsers())
           if (auto it = member.find(user); it != member.end())
             groups[it->second].open = false;
+      continue;
+    }
+    // A call (the step's @forward_backward, once per micro-batch) closes
+    // every chain: one that went on past it would be fused after it, and
+    // what the chain read before the call would live through the call (a
+    // gradient accumulation's sums, fused after the last micro-batch, held
+    // every micro-batch's gradients at once).
+    if (isa<CallOpInterface>(op)) {
+      for (Open &g : groups)
+        g.open = false;
       continue;
     }
     std::optional<unsigned> join;

@@ -360,3 +360,35 @@ func.func @widened_inputs(%x: tensor<2x4xf32>, %b: tensor<4xbf16>, %g: tensor<4x
   return %n, %e : tensor<2x4xf32>, tensor<2x4xf32>
 }
 }
+
+// -----
+
+// Gradient accumulation: the step calls @forward_backward once per
+// micro-batch and sums the gradients as they come. A call closes every
+// chain, so each sum stays right after its call and no micro-batch's
+// gradient is held through the calls after it; the last sum and its
+// scaling fuse after the last call.
+// CHECK-LABEL: func.func @accumulate
+// CHECK: %[[G1:.*]] = call @fb
+// CHECK-NEXT: %[[G2:.*]] = call @fb
+// CHECK-NEXT: %[[S2:.*]] = dsc.add %[[G1]], %[[G2]]
+// CHECK-NEXT: %[[G3:.*]] = call @fb
+// CHECK-NEXT: %[[S3:.*]] = dsc.add %[[S2]], %[[G3]]
+// CHECK-NEXT: %[[G4:.*]] = call @fb
+// CHECK-NEXT: %[[F:.*]] = dsc.fused "elementwise"(%[[S3]], %[[G4]])
+// CHECK: return %[[F]]
+module attributes {dsc.target = {name = "cuda"}} {
+func.func private @fb(%x: tensor<8xf32>) -> tensor<8xf32>
+func.func @accumulate(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %quarter = dsc.constant dense<2.500000e-01> : tensor<f32>
+  %g1 = call @fb(%x) : (tensor<8xf32>) -> tensor<8xf32>
+  %g2 = call @fb(%x) : (tensor<8xf32>) -> tensor<8xf32>
+  %s2 = dsc.add %g1, %g2 : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
+  %g3 = call @fb(%x) : (tensor<8xf32>) -> tensor<8xf32>
+  %s3 = dsc.add %s2, %g3 : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
+  %g4 = call @fb(%x) : (tensor<8xf32>) -> tensor<8xf32>
+  %s4 = dsc.add %s3, %g4 : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
+  %m = dsc.mul %s4, %quarter : tensor<8xf32>, tensor<f32> -> tensor<8xf32>
+  return %m : tensor<8xf32>
+}
+}
