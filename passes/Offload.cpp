@@ -89,15 +89,16 @@ FailureOr<Placement> analyze(func::FuncOp fn) {
                    !fn.getArgAttr(arg.getArgNumber(), "dsc.opt_state")))
         return op->emitError("dsc-offload: the optimizer updates a value "
                              "that is not an argument of the step (ZeRO "
-                             "stages 1-2 slice their shard out of the "
-                             "replicated parameters each step); offload "
-                             "supports --stage 0 and --stage 3, whose "
-                             "parameters are themselves the shards. For "
-                             "ZeRO-2's traffic and memory with the "
-                             "optimizer offloaded, use --stage 3 "
-                             "--keep-gathered (each parameter gathered "
-                             "once a step, as ZeRO-2 gathers the updated "
-                             "ones)");
+                             "stages 1-2 in fp32 slice their shard out of "
+                             "the replicated parameters each step); "
+                             "offload supports --stage 0 and --stage 3, "
+                             "and stages 1-2 in --precision bf16 or fp16, "
+                             "whose fp32 masters are themselves the "
+                             "shards. In fp32, for ZeRO-2's traffic and "
+                             "memory with the optimizer offloaded, use "
+                             "--stage 3 --keep-gathered (each parameter "
+                             "gathered once a step, as ZeRO-2 gathers the "
+                             "updated ones)");
       p.hostArgs.insert(arg);
     }
   for (Operation &op : fn.getBody().front()) {

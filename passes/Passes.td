@@ -254,6 +254,12 @@ def DscZeroPartition : Pass<"dsc-zero-partition", "mlir::ModuleOp"> {
     Option<"keepGathered", "keep-gathered", "bool", /*default=*/"false",
            "Stage 3: keep parameters gathered from forward to backward "
            "(FSDP reshard_after_forward=False)">,
+    Option<"shardMasters", "shard-masters", "bool", /*default=*/"false",
+           "Stages 1-2 in mixed precision: the fp32 parameters (masters) "
+           "are sharded as at stage 3, and their 16-bit compute copies "
+           "gathered once a step, kept through backward (DeepSpeed's "
+           "ZeRO-1/2 layout, 2 + 14/N bytes a parameter where replicated "
+           "masters take 6 + 12/N)">,
     Option<"syncBatchNorm", "sync-batchnorm", "bool", /*default=*/"false",
            "Batch-norm statistics over the global batch (all-reduced), "
            "instead of each rank's own (DDP's default)">

@@ -8,9 +8,11 @@
 //   rewrite    3. reduceLoss, reduceGradients (norm, clipping),
 //              updateParameters (the update on shards, parameters
 //              re-assembled): the tail of @train_step, in a TailRewrite;
-//              4. stage 3: gatherShardsForBackward (@forward_backward
-//              gathers each bucket before its first forward use and again
-//              before its first backward use), passShardsToCalls;
+//              4. stage 3 (and stages 1-2 with shard-masters):
+//              gatherShardsForBackward (@forward_backward gathers each
+//              bucket before its first forward use and, at stage 3 unless
+//              keep-gathered, again before its first backward use),
+//              passShardsToCalls;
 //              5. rebuildReturn; 6. recordLayout (grid, buckets, stage).
 //
 //===----------------------------------------------------------------------===//
@@ -58,7 +60,9 @@ struct Bucket {
   int64_t numel = 0, padded = 0;
   Type element;
   Value weightDecay;
-  bool sharded = true; // stage 3 and not persistent: params are shards
+  /// Params are shards: stage 3 and not persistent, or stages 1-2 with
+  /// shard-masters.
+  bool sharded = true;
 };
 
 /// The analysis dsc-zero-partition makes before it rewrites anything: what
@@ -207,6 +211,13 @@ struct ZeroPartitionPass
                                      ValueRange{v}, attrs)
         .getResult();
   }
+  /// Stages 1-2 with shard-masters: the buckets are sharded as at stage 3.
+  bool shardsMasters() const {
+    return shardMasters && (stage == 1 || stage == 2);
+  }
+  /// Gathered once a step and kept through backward: stage 3 with
+  /// keep-gathered, and stages 1-2 (ZeRO-1/2 hold the whole 16-bit model).
+  bool keepsGathered() const { return keepGathered || stage < 3; }
   void runOnOperation() override;
   LogicalResult fail(const Twine &msg);
   LogicalResult checkOptions();
@@ -619,17 +630,18 @@ void ZeroPartitionPass::planBuckets(BucketPlan &plan) {
     ParamInfo &p = plan.params[i];
     bool persistent =
         stage == 3 && p.type.getNumElements() < persistenceThreshold;
+    bool sharded = (stage == 3 && !persistent) || shardsMasters();
     Bucket *last = buckets.empty() ? nullptr : &buckets.back();
     if (!last || last->weightDecay != p.weightDecay ||
         last->element != p.type.getElementType() ||
         last->numel + p.type.getNumElements() > reduceBucketSize ||
-        last->sharded != (stage == 3 && !persistent)) {
+        last->sharded != sharded) {
       buckets.push_back({});
       last = &buckets.back();
       last->name = "bucket" + std::to_string(buckets.size() - 1);
       last->element = p.type.getElementType();
       last->weightDecay = p.weightDecay;
-      last->sharded = stage == 3 && !persistent;
+      last->sharded = sharded;
     }
     p.bucket = buckets.size() - 1;
     p.offset = last->numel;
@@ -744,8 +756,8 @@ void ZeroPartitionPass::reduceGradients(BucketPlan &plan, TailRewrite &tail) {
 
 /// Step 3c: the optimizer update. Stage 0 updates each parameter on its
 /// full gradient; stages 1-3 update this rank's shard of each bucket (new
-/// shard and optimizer-state arguments), and stages 1-2 all-gather the
-/// updated shard back into the parameters.
+/// shard and optimizer-state arguments), and stages 1-2 without
+/// shard-masters all-gather the updated shard back into the parameters.
 LogicalResult ZeroPartitionPass::updateParameters(BucketPlan &plan,
                                                   TailRewrite &tail) {
   OpBuilder &builder = *b;
@@ -910,8 +922,8 @@ Value ZeroPartitionPass::gatherUpdated(Value shard, const Bucket &bk,
 
 /// Step 4a, in @forward_backward: the parameters of each sharded bucket
 /// become one bucket-shard argument, gathered before the first forward use
-/// and (unless keep-gathered) again before the first backward use, the
-/// forward copy released after its last forward use. Returns the
+/// and (stage 3 without keep-gathered) again before the first backward
+/// use, the forward copy released after its last forward use. Returns the
 /// parameter arguments it replaced.
 FailureOr<SmallVector<unsigned>>
 ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
@@ -953,7 +965,7 @@ ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
             loc)))
       return fail("internal error: cannot add a shard argument");
     BlockArgument shardArg = fbody.getArgument(shardIndex);
-    if (!keepGathered)
+    if (!keepsGathered())
       for (unsigned pi : bk.params)
         recomputeViewsForBackward(fbody.getArgument(fbParam[params[pi].name]),
                                   bwdPos, position);
@@ -965,7 +977,7 @@ ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
       for (OpOperand &u : a.getUses()) {
         Operation *user = u.getOwner();
         bool bwd = position.lookup(user) > bwdPos || isa<func::ReturnOp>(user);
-        if (bwd && !keepGathered) {
+        if (bwd && !keepsGathered()) {
           bwdUses.push_back(&u);
           if (!firstBwd || position[user] < position[firstBwd])
             firstBwd = user;
@@ -1000,7 +1012,7 @@ ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
     gatherBefore(firstFwd, fwdUses);
     // The forward copies end at their last forward use: released (the
     // backward gathers again), unless they are kept.
-    if (!keepGathered && !fwdUses.empty()) {
+    if (!keepsGathered() && !fwdUses.empty()) {
       SmallVector<Value> pieces;
       Operation *last = nullptr;
       for (OpOperand *u : fwdUses) {
@@ -1175,6 +1187,8 @@ void ZeroPartitionPass::recordLayout(const BucketPlan &plan) {
   module->setAttr("dsc.world_size", builder.getI64IntegerAttr(worldSize));
   module->setAttr("dsc.group_size", builder.getI64IntegerAttr(groupSize));
   module->setAttr("dsc.stage", builder.getI64IntegerAttr(stage));
+  if (shardsMasters())
+    module->setAttr("dsc.shard_masters", builder.getUnitAttr());
 }
 
 LogicalResult ZeroPartitionPass::fail(const Twine &msg) {
@@ -1223,7 +1237,8 @@ void ZeroPartitionPass::runOnOperation() {
   loc = plan.step.getLoc();
   builder.setInsertionPoint(ret);
 
-  // 4. Stage 3: parameters are shards, gathered in @forward_backward.
+  // 4. Stage 3 (and 1-2 with shard-masters): parameters are shards,
+  // gathered in @forward_backward.
   if (llvm::any_of(plan.buckets, [](const Bucket &bk) { return bk.sharded; })) {
     FailureOr<SmallVector<unsigned>> replaced = gatherShardsForBackward(plan);
     if (failed(replaced) || failed(passShardsToCalls(plan, tail, *replaced)))

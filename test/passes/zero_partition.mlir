@@ -4,6 +4,9 @@
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4" | FileCheck %s --check-prefix=S3
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 keep-gathered=true" | FileCheck %s --check-prefix=KEEP
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 hybrid-group=2" | FileCheck %s --check-prefix=HYB
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=4 shard-masters=true" | FileCheck %s --check-prefix=MASTERS
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=1 world-size=4 shard-masters=true" | FileCheck %s --check-prefix=MASTERS1
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 shard-masters=true" | FileCheck %s --check-prefix=S3
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=4 reduce-bucket-size=12" | FileCheck %s --check-prefix=SMALL
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 stage3-param-persistence-threshold=5" | FileCheck %s --check-prefix=PERSIST
 // RUN: not dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=4" 2>&1 | FileCheck %s --check-prefix=BADSTAGE
@@ -100,6 +103,37 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // KEEP-NOT: shard.all_gather
 // KEEP-NOT: dsc.release
 // KEEP-LABEL: func.func @train_step
+
+// shard-masters (what `dsc compile` asks for at stages 1-2 in mixed
+// precision): the parameters are bucket shards, as at stage 3; the bucket
+// is gathered once before its first forward use and kept through backward;
+// stage 2 reduce-scatters the gradients, stage 1 all-reduces and slices
+// them; the update writes the shard, and nothing is gathered after it. At
+// stage 3 the option changes nothing (S3 above).
+// MASTERS: dsc.shard_masters
+// MASTERS-LABEL: func.func @forward_backward
+// MASTERS-SAME: %[[SH:[^:]*]]: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.param_shard = "bucket0"})
+// MASTERS: %[[IN:.*]] = dsc.collective_input %[[SH]] : tensor<6xf32>
+// MASTERS-NEXT: shard.all_gather %[[IN]] on @dsc_ranks grid_axes = [1] gather_axis = 0 : tensor<6xf32> -> tensor<24xf32>
+// MASTERS-NOT: dsc.release
+// MASTERS-NOT: shard.all_gather
+// MASTERS: shard.reduce_scatter %{{.*}} scatter_axis = 0 {dsc.gradient_reduction} : tensor<24xf32> -> tensor<6xf32>
+// MASTERS-LABEL: func.func @train_step
+// MASTERS-SAME: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.param = "bucket0"}
+// MASTERS-SAME: {dsc.bucket = 0 : i64, dsc.param_update = "bucket0"}
+// MASTERS: dsc.adamw {{.*}} : tensor<6xf32>
+// MASTERS-NOT: shard.all_gather
+// MASTERS: return
+// MASTERS1-LABEL: func.func @forward_backward
+// MASTERS1-COUNT-1: shard.all_gather
+// MASTERS1-NOT: shard.all_gather
+// MASTERS1: shard.all_reduce %{{.*}} {dsc.gradient_reduction} : tensor<24xf32> -> tensor<24xf32>
+// MASTERS1-LABEL: func.func @train_step
+// MASTERS1-SAME: tensor<6xf32> {dsc.bucket = 0 : i64, dsc.param = "bucket0"}
+// MASTERS1: shard.all_slice %{{.*}} : tensor<24xf32> -> tensor<6xf32>
+// MASTERS1: dsc.adamw {{.*}} : tensor<6xf32>
+// MASTERS1-NOT: shard.all_gather
+// MASTERS1: return
 
 // Hybrid: shard within groups of 2, replicate across 2 groups: the
 // reduce-scatter inside the group, an all-reduce across groups.

@@ -215,7 +215,10 @@ optimizer (defaults baked into the program; it can override the starred):
 sharding (ZeRO; the program runs world-size ranks, see README):
   --world-size N             ranks (default 1); --micro-batch is per rank
   --stage 0|1|2|3            ZeRO stage: 0 replicate all, 1 shard optimizer
-                             state, 2 and gradients, 3 and parameters
+                             state, 2 and gradients, 3 and parameters (in
+                             bf16/fp16, stages 1-2 shard the fp32 masters
+                             too and replicate the 16-bit copy, as
+                             DeepSpeed does)
   --sharding NAME            FSDP names: NO_SHARD (stage 0), SHARD_GRAD_OP
                              (2), FULL_SHARD (3), HYBRID_SHARD (3 inside
                              groups of --hybrid-group ranks)
@@ -388,20 +391,26 @@ std::string defaultTarget(const CompileOptions &o) {
   return "cpu";
 }
 
-/// Whether dsc-zero-partition's options ("stage=0 world-size=1 ...") ask
-/// for stage 0 on one rank (the pass's defaults: stage 0, one rank).
-bool isOneRankStageZero(llvm::StringRef partitionOptions) {
-  int64_t stage = 0, world = 1;
+/// The value of `key` among dsc-zero-partition's options ("stage=0
+/// world-size=1 ..."), or `dflt` (the pass's default).
+int64_t partitionOption(llvm::StringRef partitionOptions, llvm::StringRef key,
+                        int64_t dflt) {
+  int64_t v = dflt;
   llvm::SmallVector<llvm::StringRef> options;
   partitionOptions.split(options, ' ', -1, /*KeepEmpty=*/false);
   for (llvm::StringRef option : options) {
-    auto [key, value] = option.split('=');
-    if (key == "stage")
-      (void)value.getAsInteger(10, stage);
-    else if (key == "world-size")
-      (void)value.getAsInteger(10, world);
+    auto [k, value] = option.split('=');
+    if (k == key)
+      (void)value.getAsInteger(10, v);
   }
-  return stage == 0 && world == 1;
+  return v;
+}
+
+/// Whether dsc-zero-partition's options ask for stage 0 on one rank (the
+/// pass's defaults: stage 0, one rank).
+bool isOneRankStageZero(llvm::StringRef partitionOptions) {
+  return partitionOption(partitionOptions, "stage", 0) == 0 &&
+         partitionOption(partitionOptions, "world-size", 1) == 1;
 }
 
 int parse(std::vector<std::string> args, CompileOptions &o) {
@@ -785,6 +794,12 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     o.partitionPipeline.clear();
     o.gradReduceDtype = "fp32";
   }
+  // ZeRO-1/2 in mixed precision shard the fp32 masters and replicate the
+  // 16-bit model, as DeepSpeed does: 2 + 14/N bytes a parameter at stage
+  // 2, where replicated masters would take 6 + 12/N.
+  if (int64_t stage = partitionOption(o.partitionPipeline, "stage", 0);
+      o.partition && o.precision != "fp32" && (stage == 1 || stage == 2))
+    o.partitionPipeline += " shard-masters=true";
   for (const auto &opt : optimizerOptions)
     o.optimizerPipeline += (o.optimizerPipeline.empty() ? "" : " ") + opt;
   return -1; // go on

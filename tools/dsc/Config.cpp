@@ -397,6 +397,9 @@ private:
   std::vector<std::string> runArgs_;
   int errors_ = 0;
   int64_t stage_ = 0;
+  std::string precision_ = "fp32"; // as resolved by mapPrecision
+  std::string offloadAtStage12_;   // offload_optimizer.device there
+  void checkOffloadPrecision();
 };
 
 std::optional<std::string> Resolver::cliValue(StringRef flag) const {
@@ -648,18 +651,11 @@ void Resolver::mapZero(const json::Object &zero) {
     if (!device || *device == "none")
       continue;
     bool host = *device == "cpu" || *device == "nvme";
-    if (StringRef(name) == "offload_optimizer" && host &&
-        (stage_ == 1 || stage_ == 2))
-      error(p + "." + name + ".device",
-            "\"" + *device +
-                "\" is supported at stages 0 and 3, not at "
-                "stage " +
-                llvm::Twine(stage_) +
-                " (dsc slices ZeRO-1/2 shards out of replicated "
-                "parameters); for ZeRO-2's traffic and memory with the "
-                "optimizer offloaded, set \"stage\": 3 and pass "
-                "--keep-gathered (each parameter gathered once a step)");
-    else if (StringRef(name) == "offload_optimizer" && host) {
+    if (StringRef(name) == "offload_optimizer" && host) {
+      // At stages 1-2 it needs bf16 or fp16, read further down the file
+      // (checkOffloadPrecision).
+      if (stage_ == 1 || stage_ == 2)
+        offloadAtStage12_ = device->str();
       set(p + "." + name + ".device", "--offload-optimizer", device->str());
       if (auto path = o->getString("nvme_path"); path && *device == "nvme")
         set(p + "." + name + ".nvme_path", "--nvme-path", path->str());
@@ -761,6 +757,7 @@ void Resolver::mapPrecision(const json::Object &root) {
   bool half = enabled("fp16", "fp16"), brain = enabled("bf16", "bf16");
   if (half && brain)
     return error("fp16.enabled", "fp16 and bf16 are both enabled; enable one");
+  precision_ = userPrecision.value_or(half ? "fp16" : brain ? "bf16" : "fp32");
   if (half && !fromAuto)
     set("fp16.enabled", "--precision", "fp16", false, "true");
   if (brain && !fromAuto)
@@ -1027,6 +1024,23 @@ void Resolver::mapMisc(const json::Object &root) {
   }
 }
 
+/// ZeRO-1/2 with the optimizer offloaded: in bf16 or fp16 the fp32
+/// masters are sharded (dsc-zero-partition shard-masters) and the host
+/// updates them; in fp32 the parameters are replicated and the update is a
+/// slice of them, which cannot leave the GPU.
+void Resolver::checkOffloadPrecision() {
+  if (offloadAtStage12_.empty() || precision_ != "fp32")
+    return;
+  error("zero_optimization.offload_optimizer.device",
+        "\"" + offloadAtStage12_ + "\" at stage " + llvm::Twine(stage_) +
+            " needs bf16 or fp16 (\"bf16\": {\"enabled\": true}, or "
+            "--precision bf16 for \"auto\"): then the fp32 masters are "
+            "sharded as DeepSpeed does, and the host updates them; in fp32 "
+            "ZeRO-1/2's parameters are replicated and the update is a slice "
+            "of them. In fp32, set \"stage\": 3 and pass --keep-gathered "
+            "(ZeRO-2's traffic and memory)");
+}
+
 bool Resolver::run(const json::Object &root, ResolvedConfig &out) {
   // Each section is checked before it is read, so the sections after an
   // ill-typed key are still checked and every error is reported at once.
@@ -1035,6 +1049,7 @@ bool Resolver::run(const json::Object &root, ResolvedConfig &out) {
   if (const json::Object *zero = root.getObject("zero_optimization"))
     mapZero(*zero);
   mapPrecision(root);
+  checkOffloadPrecision();
   if (const json::Object *opt = root.getObject("optimizer"))
     mapOptimizer(*opt);
   if (const json::Object *sched = root.getObject("scheduler"))

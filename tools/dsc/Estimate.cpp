@@ -185,16 +185,19 @@ int parse(std::vector<std::string> args, EstimateOptions &o) {
 
 /// The configurations --gpu-memory compiles, fastest kind first: each
 /// recompute choice at every stage, then with the optimizer on the host
-/// (stages 0 and 3; stages 1-2 slice their shard out of replicated
+/// (stages 0 and 3, and 1-2 in `mixed` precision, whose masters are
+/// shards; in fp32 stages 1-2 slice their shard out of replicated
 /// parameters, which dsc-offload refuses), and at stage 3 the parameters
 /// there too.
-std::vector<FitRow> configurations() {
+std::vector<FitRow> configurations(bool mixed) {
   std::vector<FitRow> rows;
   for (const char *recompute : kRecomputeModes)
     for (int stage = 0; stage <= 3; ++stage)
       rows.push_back(FitRow{stage, recompute});
+  std::vector<int> offloadStages =
+      mixed ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 3};
   for (const char *recompute : kRecomputeModes) {
-    for (int stage : {0, 3}) {
+    for (int stage : offloadStages) {
       rows.push_back(FitRow{stage, recompute});
       rows.back().offload = true;
     }
@@ -290,7 +293,7 @@ int runEstimate(std::vector<std::string> args) {
                       llvm::outs());
   if (!o.gpuMemory)
     return 0;
-  std::vector<FitRow> rows = configurations();
+  std::vector<FitRow> rows = configurations(o.precision != "fp32");
   // The user's compile options are checked once, before the threads (each
   // compile would print the same usage).
   if (!compileOptionsAccepted(o.model, compileFlags(rows.front(), o)))

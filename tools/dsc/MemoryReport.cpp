@@ -55,31 +55,47 @@ struct StageBytes {
   double total() const { return params + copy + grads + state + buffers; }
 };
 
+/// The model states per rank at `stage` (ZeRO's formulas for dsc's
+/// layout). `shardMasters`: stages 1-2 in mixed precision shard the fp32
+/// masters and their compute copies as stage 3 does, and hold the whole
+/// 16-bit model gathered through the step (dsc-zero-partition
+/// shard-masters, what `dsc compile` does): ZeRO's 2 + 14/N bytes a
+/// parameter at stage 2 with fp32 gradients shards (2 + 16/N).
 StageBytes formula(int stage, double psi, double padded, double g, double s,
-                   double k, double c, double largestBucket) {
+                   double k, double c, double largestBucket,
+                   bool shardMasters) {
   StageBytes b;
-  b.params = stage == 3 ? s * padded / g : s * psi;
-  b.copy = stage == 3 ? c * padded / g : c * psi;
+  bool shardedParams = stage == 3 || (shardMasters && stage >= 1);
+  b.params = shardedParams ? s * padded / g : s * psi;
+  b.copy = shardedParams ? c * padded / g : c * psi;
   b.grads = stage >= 2 ? s * padded / g : s * psi;
   b.state = stage >= 1 ? k * s * padded / g : k * s * psi;
   // The flat bucket a collective works on (and its shard) at a time.
   b.buffers = g > 1 ? s * largestBucket * (stage >= 2 ? 1 + 1 / g : 1) : 0;
-  // Stage 3 gathers the bucket's compute copy (or the fp32 bucket).
+  // Stage 3 gathers the bucket's compute copy (or the fp32 bucket); stages
+  // 1-2 with sharded masters keep every bucket's gathered.
   if (stage == 3 && g > 1)
     b.buffers += (c > 0 ? c : s) * largestBucket;
+  else if (shardedParams && stage < 3 && g > 1)
+    b.buffers += c * padded;
   return b;
 }
 
+/// `chosenShardsMasters`: whether the compiled stage (`chosen`) shards
+/// its masters; the other rows take what `dsc compile` does (in mixed
+/// precision, stages 1-2 shard them).
 void printTable(llvm::raw_ostream &os, double psi, double padded, int64_t n,
                 int64_t g, double s, double k, double c, double largestBucket,
-                int chosen, const StageBytes *measured) {
+                int chosen, const StageBytes *measured,
+                bool chosenShardsMasters = false) {
   bool mixed = c > 0;
   os << llvm::formatv("{0,-6} {1,12} ", "stage", mixed ? "masters" : "params")
      << (mixed ? llvm::formatv("{0,12} ", "copy").str() : std::string())
      << llvm::formatv("{0,12} {1,14} {2,12} {3,12}\n", "grads", "optimizer",
                       "buffers", "total");
   for (int st = 0; st <= 3; ++st) {
-    StageBytes f = formula(st, psi, padded, g, s, k, c, largestBucket);
+    StageBytes f = formula(st, psi, padded, g, s, k, c, largestBucket,
+                           st == chosen ? chosenShardsMasters : mixed);
     std::string compiled;
     if (st == chosen && measured) {
       bool same = measured->params == f.params && measured->state == f.state &&
@@ -301,7 +317,8 @@ void printMemoryReport(ModuleOp module, uint64_t arenaBytes,
     os << llvm::formatv("; {0} compute copies of {1} bytes, fp32 gradients",
                         p.getValue(), (int64_t)c);
   os << "\n";
-  printTable(os, psi, padded, n, g, s, k, c, largest, stage, &measured);
+  printTable(os, psi, padded, n, g, s, k, c, largest, stage, &measured,
+             module->hasAttr("dsc.shard_masters"));
   codegen::WorkspaceEstimate ws = codegen::estimateWorkspaces(module);
   std::string workspaces;
   if (ws.total())
@@ -402,8 +419,9 @@ double formulaStageBytes(ModuleOp module, int stage, int64_t worldSize,
                          StringRef precision) {
   auto [psi, s] = modelParameters(module);
   double padded = std::ceil(psi / groupSize) * groupSize;
+  double c = computeCopyBytes(precision);
   return formula(stage, psi, padded, groupSize, s, optimizer == "sgd" ? 1 : 2,
-                 computeCopyBytes(precision), padded)
+                 c, padded, /*shardMasters=*/c > 0)
       .total();
 }
 
