@@ -258,8 +258,8 @@ def DscZeroPartition : Pass<"dsc-zero-partition", "mlir::ModuleOp"> {
            "Stages 1-2 in mixed precision: the fp32 parameters (masters) "
            "are sharded as at stage 3, and their 16-bit compute copies "
            "gathered once a step, kept through backward (DeepSpeed's "
-           "ZeRO-1/2 layout, 2 + 14/N bytes a parameter where replicated "
-           "masters take 6 + 12/N)">,
+           "ZeRO-1/2 layout: at stage 2, 2 + 18/N bytes a parameter with "
+           "fp32 gradients, where replicated masters take 6 + 12/N)">,
     Option<"syncBatchNorm", "sync-batchnorm", "bool", /*default=*/"false",
            "Batch-norm statistics over the global batch (all-reduced), "
            "instead of each rank's own (DDP's default)">

@@ -795,8 +795,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
     o.gradReduceDtype = "fp32";
   }
   // ZeRO-1/2 in mixed precision shard the fp32 masters and replicate the
-  // 16-bit model, as DeepSpeed does: 2 + 14/N bytes a parameter at stage
-  // 2, where replicated masters would take 6 + 12/N.
+  // 16-bit model, as DeepSpeed does: 2 + 18/N bytes a parameter at stage
+  // 2 (fp32 gradients), where replicated masters would take 6 + 12/N.
   if (int64_t stage = partitionOption(o.partitionPipeline, "stage", 0);
       o.partition && o.precision != "fp32" && (stage == 1 || stage == 2))
     o.partitionPipeline += " shard-masters=true";

@@ -59,8 +59,9 @@ struct StageBytes {
 /// layout). `shardMasters`: stages 1-2 in mixed precision shard the fp32
 /// masters and their compute copies as stage 3 does, and hold the whole
 /// 16-bit model gathered through the step (dsc-zero-partition
-/// shard-masters, what `dsc compile` does): ZeRO's 2 + 14/N bytes a
-/// parameter at stage 2 with fp32 gradients shards (2 + 16/N).
+/// shard-masters, what `dsc compile` does): at stage 2, 2 + 18/N bytes a
+/// parameter, ZeRO's 2 + 14/N with fp32 gradient shards (+2/N) and the
+/// shard's 16-bit copy the gather reads (+2/N).
 StageBytes formula(int stage, double psi, double padded, double g, double s,
                    double k, double c, double largestBucket,
                    bool shardMasters) {
