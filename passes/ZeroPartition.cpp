@@ -266,10 +266,48 @@ Value ZeroPartitionPass::reduceFlat(Value flat, const Bucket &bk,
   return mark(allReduce(flat, all));
 }
 
+/// Whether gradient scales `a` and `b` are one value: the same, or equal
+/// constants (dsc-optimizer makes one 1/K per gradient).
+static bool sameScale(Value a, Value b) {
+  if (a == b)
+    return true;
+  auto ca = a ? a.getDefiningOp<dsc::ConstantOp>() : nullptr;
+  auto cb = b ? b.getDefiningOp<dsc::ConstantOp>() : nullptr;
+  return ca && cb && ca.getValue() == cb.getValue();
+}
+
+/// The result number r when `sum` is the sum, in call order, of result r
+/// of each of `calls` (dsc-optimizer's accumulation: add(add(c0#r, c1#r),
+/// c2#r)), or with one call that result itself; else none.
+static std::optional<unsigned>
+summedCallResult(Value sum, MutableArrayRef<func::CallOp> calls) {
+  std::optional<unsigned> index;
+  for (size_t k = calls.size(); k-- > 0;) {
+    Value leaf = sum;
+    if (k > 0) {
+      auto add = sum.getDefiningOp<dsc::AddOp>();
+      if (!add)
+        return std::nullopt;
+      leaf = add.getRhs();
+      sum = add.getLhs();
+    }
+    auto r = dyn_cast<OpResult>(leaf);
+    if (!r || r.getOwner() != calls[k].getOperation() ||
+        (index && *index != r.getResultNumber()))
+      return std::nullopt;
+    index = r.getResultNumber();
+  }
+  return index;
+}
+
 // Moves each bucket's gradient collective into @forward_backward, right
 // after the last of its gradients is computed, when @train_step calls it
-// once. Returns bucket -> index of the call result that holds the reduced
-// (summed, unscaled) bucket; buckets it cannot move are left out.
+// once, or (stages 2-3: reduce-scatter) once per micro-batch, as DeepSpeed
+// and FSDP reduce: each call then returns its micro-batch's shard, and the
+// step sums shards, not whole gradients (4/N bytes a parameter held across
+// the calls, not 8). Returns bucket -> index of the calls' result that
+// holds the reduced (summed over ranks, unscaled) bucket; buckets it
+// cannot move are left out.
 DenseMap<unsigned, unsigned> ZeroPartitionPass::sinkGradientReductions(
     func::FuncOp step, func::FuncOp fb, SmallVectorImpl<ParamInfo> &params,
     ArrayRef<Bucket> buckets, bool shardGrads, Value &lossValue,
@@ -280,10 +318,10 @@ DenseMap<unsigned, unsigned> ZeroPartitionPass::sinkGradientReductions(
     if (c.getCallee() == fb.getSymName())
       calls.push_back(c);
   });
-  if (worldSize == 1 || calls.size() != 1)
+  if (worldSize == 1 || calls.empty() || (calls.size() > 1 && !shardGrads))
     return sunk;
-  func::CallOp call = calls.front();
-  // Each gradient must be a result of the call, possibly times a scale.
+  // Each gradient must be the calls' sum of one of their results, possibly
+  // times a scale.
   DenseMap<unsigned, unsigned> resultOf; // param -> call result
   for (auto [pi, p] : llvm::enumerate(params)) {
     Value g = p.grad, scale;
@@ -291,11 +329,11 @@ DenseMap<unsigned, unsigned> ZeroPartitionPass::sinkGradientReductions(
       g = mul.getLhs();
       scale = mul.getRhs();
     }
-    auto r = dyn_cast<OpResult>(g);
-    if (!r || r.getOwner() != call.getOperation())
+    std::optional<unsigned> r = summedCallResult(g, calls);
+    if (!r)
       continue;
     p.gradScale = scale;
-    resultOf[pi] = r.getResultNumber();
+    resultOf[pi] = *r;
   }
   Block &body = fb.front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -313,7 +351,7 @@ DenseMap<unsigned, unsigned> ZeroPartitionPass::sinkGradientReductions(
         ok = false;
         break;
       }
-      if (pi != bk.params.front() && params[pi].gradScale != scale)
+      if (pi != bk.params.front() && !sameScale(params[pi].gradScale, scale))
         ok = false;
       scale = params[pi].gradScale;
       Value g = ret.getOperand(it->second);
@@ -352,23 +390,25 @@ DenseMap<unsigned, unsigned> ZeroPartitionPass::sinkGradientReductions(
   fb.setType(FunctionType::get(fb.getContext(), fb.getArgumentTypes(),
                                TypeRange(ValueRange(results))));
   fb.setAllResultAttrs(attrs);
-  // The call, with the new results; values held on the side follow.
-  b->setInsertionPoint(call);
-  auto nc = func::CallOp::create(*b, call.getLoc(), fb.getSymName(),
-                                 fb.getFunctionType().getResults(),
-                                 call.getOperands());
-  for (auto [o, n] : llvm::zip(call.getResults(), nc.getResults())) {
-    if (lossValue == o)
-      lossValue = n;
-    for (Value &v : newResults)
-      if (v == o)
-        v = n;
-    for (ParamInfo &p : params)
-      if (p.grad == o)
-        p.grad = n;
+  // The calls, with the new results; values held on the side follow.
+  for (func::CallOp call : calls) {
+    b->setInsertionPoint(call);
+    auto nc = func::CallOp::create(*b, call.getLoc(), fb.getSymName(),
+                                   fb.getFunctionType().getResults(),
+                                   call.getOperands());
+    for (auto [o, n] : llvm::zip(call.getResults(), nc.getResults())) {
+      if (lossValue == o)
+        lossValue = n;
+      for (Value &v : newResults)
+        if (v == o)
+          v = n;
+      for (ParamInfo &p : params)
+        if (p.grad == o)
+          p.grad = n;
+    }
+    call.replaceAllUsesWith(nc.getResults().take_front(call.getNumResults()));
+    call.erase();
   }
-  call.replaceAllUsesWith(nc.getResults().take_front(call.getNumResults()));
-  call.erase();
   for (auto [k, bi] : llvm::enumerate(extraBucket))
     sunk[bi] = first + k;
   return sunk;
@@ -709,13 +749,26 @@ void ZeroPartitionPass::reduceGradients(BucketPlan &plan, TailRewrite &tail) {
   DenseMap<unsigned, unsigned> sunk =
       sinkGradientReductions(step, plan.fb, plan.params, plan.buckets,
                              shardGrads, plan.lossValue, tail.newResults);
+  SmallVector<func::CallOp> calls;
+  step.walk([&](func::CallOp c) {
+    if (c.getCallee() == plan.fb.getSymName())
+      calls.push_back(c);
+  });
   for (auto [bi, bk] : llvm::enumerate(plan.buckets)) {
     if (sunk.count(bi)) {
-      // The call returns the reduced bucket; the step's scale (1 / label
-      // count) applies after the sum.
-      func::CallOp call;
-      step.walk([&](func::CallOp c) { call = c; });
-      Value r = call.getResult(sunk[bi]);
+      // Each call returns its reduced bucket, summed right after it (so no
+      // micro-batch's shard waits for the last); the step's scale (1 /
+      // label count, 1 / micro-batches) applies after the sum.
+      Value r;
+      for (func::CallOp call : calls) {
+        Value part = call.getResult(sunk[bi]);
+        if (r) {
+          OpBuilder::InsertionGuard guard(builder);
+          builder.setInsertionPointAfter(call);
+          part = dsc::AddOp::create(builder, loc, r, part);
+        }
+        r = part;
+      }
       Value scale = plan.params[bk.params.front()].gradScale;
       if (scale)
         r = dsc::MulOp::create(builder, loc, r, scale);

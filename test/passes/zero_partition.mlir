@@ -7,6 +7,9 @@
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=4 shard-masters=true" | FileCheck %s --check-prefix=MASTERS
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=1 world-size=4 shard-masters=true" | FileCheck %s --check-prefix=MASTERS1
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 shard-masters=true" | FileCheck %s --check-prefix=S3
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=2 world-size=4" | FileCheck %s --check-prefix=ACC2
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=3 world-size=4" | FileCheck %s --check-prefix=ACC2
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=1 world-size=4" | FileCheck %s --check-prefix=ACC1
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=4 reduce-bucket-size=12" | FileCheck %s --check-prefix=SMALL
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 stage3-param-persistence-threshold=5" | FileCheck %s --check-prefix=PERSIST
 // RUN: not dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=4" 2>&1 | FileCheck %s --check-prefix=BADSTAGE
@@ -134,6 +137,30 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // MASTERS1: dsc.adamw {{.*}} : tensor<6xf32>
 // MASTERS1-NOT: shard.all_gather
 // MASTERS1: return
+
+// Accumulation at stages 2-3: each micro-batch's call reduce-scatters its
+// gradients (inside @forward_backward, as with one call) and returns its
+// shard; the step sums the shards right after each call and scales the
+// sum once. Stage 1 all-reduces once, after the micro-batches.
+// ACC2-LABEL: func.func @forward_backward
+// ACC2: %[[RS:.*]] = shard.reduce_scatter %{{.*}} scatter_axis = 0 {dsc.gradient_reduction} : tensor<24xf32> -> tensor<6xf32>
+// ACC2: return {{.*}}, %[[RS]] : {{.*}}, tensor<6xf32>
+// ACC2-LABEL: func.func @train_step
+// ACC2: %[[C1:.*]]:5 = call @forward_backward
+// ACC2-NEXT: dsc.slice
+// ACC2-NEXT: dsc.slice
+// ACC2-NEXT: %[[C2:.*]]:5 = call @forward_backward
+// ACC2-NEXT: %[[SUM:.*]] = dsc.add %[[C1]]#4, %[[C2]]#4 : tensor<6xf32>, tensor<6xf32> -> tensor<6xf32>
+// ACC2-NOT: shard.reduce_scatter
+// ACC2: dsc.mul %[[SUM]], %{{.*}} : tensor<6xf32>, tensor<f32> -> tensor<6xf32>
+// ACC2-NOT: shard.reduce_scatter
+// ACC2: return
+// ACC1-LABEL: func.func @forward_backward
+// ACC1-NOT: shard.all_reduce
+// ACC1-LABEL: func.func @train_step
+// ACC1: call @forward_backward
+// ACC1: call @forward_backward
+// ACC1: shard.all_reduce %{{.*}} {dsc.gradient_reduction} : tensor<24xf32> -> tensor<24xf32>
 
 // Hybrid: shard within groups of 2, replicate across 2 groups: the
 // reduce-scatter inside the group, an all-reduce across groups.
