@@ -86,6 +86,9 @@
 #                optimizer on the GPU
 #   llama-off-rsel
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
+#   llama-nvme   --offload-optimizer nvme (llama_1b_bf16_nvme), files under
+#                /tmp/dsc-nvme: STEPSNVME steps (default 4), losses against
+#                llama-off's
 #   llama7b-off, llama7b-ovr, llama7b
 #                the Llama-2-7B shape (bench/llama_1b.py export --shape 7b),
 #                1 x 2048 tokens: with the optimizer offloaded
@@ -354,6 +357,17 @@ for part in "$@"; do
     v=${part#llama-off-}
     dsc_variant llama_off_$v "$B/llama_1b_bf16_$v" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32
     python3 bench/close_losses.py "$W/llama_off_$v.jsonl" "$W/llama_graph.jsonl" ;;
+  llama-nvme)
+    # The optimizer's masters and moments in files on this machine's disk
+    # (--offload-optimizer nvme, llama_1b_bf16_nvme): reads ahead, writes
+    # behind; a few steps (each moves ~15 GB each way), their losses
+    # against llama-off's (the same bits), the files' traffic per step.
+    [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
+    mkdir -p /tmp/dsc-nvme && df -h /tmp/dsc-nvme | tail -1
+    dsc_variant llama_nvme "$B/llama_1b_bf16_nvme" "${STEPSNVME:-4}" llama_off --init random \
+      --data "$W/tokl.bin" --data-dtype int32 --nvme-path /tmp/dsc-nvme
+    grep -E "nvme|NVMe|memory" "$W/llama_nvme.txt" | head -8
+    rm -rf /tmp/dsc-nvme ;;
   llama-off-rsel)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_rsel "$B/llama_1b_bf16_off_rsel" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32 ;;

@@ -71,6 +71,12 @@ build() {
     -o "$bundle/bin/mlp_bf16_acc4"
   $c --micro-batch 1 --stage 3 --world-size 4 --precision bf16 $fixtures/models/mlp_opset17.onnx \
     -o "$bundle/bin/mlp_bf16_s3_n4"
+  # ZeRO-2 in bf16: the fp32 masters sharded (shard-masters), the 16-bit
+  # copy gathered once a step; and with the optimizer offloaded.
+  $c --micro-batch 1 --stage 2 --world-size 4 --precision bf16 $fixtures/models/mlp_opset17.onnx \
+    -o "$bundle/bin/mlp_bf16_s2_n4"
+  $c --micro-batch 1 --stage 2 --world-size 4 --precision bf16 --offload-optimizer cpu \
+    $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_s2_n4_off"
   # Offload (dsc-offload): the mlp's accumulated step with AdamW on the
   # host, and GPT-2 without dropout (so the step is captured as a graph;
   # its AdamW in chunks on two streams) for the graph and checkpoints.
@@ -252,6 +258,14 @@ run() {
   check zero_stage3_4ranks_mlp_bf16 bash -c "'$b/mlp_bf16_s3_n4' $bi --log $t/b3.jsonl \
     --dump-params $t/b3.safetensors && python3 test/e2e/compare_runs.py $t/b1.jsonl \
     $t/b1.safetensors $t/b3.jsonl $t/b3.safetensors --tol 1e-6"
+  # ZeRO-2 with sharded masters against one rank, and offloaded against
+  # itself on the GPU (the host's AdamW, within rounding).
+  check zero_stage2_masters_4ranks_mlp_bf16 bash -c "'$b/mlp_bf16_s2_n4' $bi --log $t/b2.jsonl \
+    --dump-params $t/b2.safetensors && python3 test/e2e/compare_runs.py $t/b1.jsonl \
+    $t/b1.safetensors $t/b2.jsonl $t/b2.safetensors --tol 1e-6"
+  check offload_zero_stage2_4ranks_mlp_bf16 bash -c "'$b/mlp_bf16_s2_n4_off' $bi \
+    --log $t/b2o.jsonl --dump-params $t/b2o.safetensors && python3 test/e2e/compare_runs.py \
+    $t/b2.jsonl $t/b2.safetensors $t/b2o.jsonl $t/b2o.safetensors --tol 1e-5"
   # The host's AdamW (offload) against the GPU's, within rounding.
   check offload_adamw_host_vs_gpu_mlp_bf16 bash -c "'$b/mlp_bf16_acc4_off' $bi \
     --log $t/bo.jsonl --dump-params $t/bo.safetensors && python3 test/e2e/compare_runs.py \
