@@ -201,7 +201,11 @@ struct ZeroPartitionPass
                                           ValueRange{collectiveInput(v)}, attrs)
         .getResult();
   }
+  /// This rank's slice of `v` among its group: `v` itself in a group of
+  /// one (stages 1-3 on one rank), where there is nothing to slice.
   Value allSlice(Value v, ArrayRef<int16_t> axes, int64_t n) {
+    if (groupSize == 1)
+      return v;
     SmallVector<NamedAttribute> attrs;
     gridAttrs(attrs, axes);
     attrs.push_back(b->getNamedAttr("slice_axis", b->getIndexAttr(0)));

@@ -406,20 +406,21 @@ constexpr const char *kCommPrelude = R"cpp(
 }
 
 /// shard.all_slice: this rank's slice of dim 0 among the group along `axes`
-/// (a local copy, no communication).
+/// (a local copy, no communication; on one rank, without a communicator,
+/// the whole).
 [[maybe_unused]] Status allSlice(const Context &ctx, const Tensor &in,
                                  const Tensor &out, dsc::GridAxes axes,
                                  const char *what) {
-  if (!ctx.comm)
+  if (!ctx.comm && kWorldSize != 1)
     return noCommunicator("shard.all_slice", what);
-  const int64_t n = ctx.comm->groupSize(axes);
+  const int64_t n = ctx.comm ? ctx.comm->groupSize(axes) : 1;
   if (in.rank < 1 || out.rank != in.rank || in.shape[0] != out.shape[0] * n)
     return Status::error(dsc::StatusCode::InvalidArgument,
                          std::string("shard.all_slice \"") + what + "\": " +
                              dsc::describe(in) + " -> " + dsc::describe(out) +
                              " over a group of " + std::to_string(n));
   int64_t offsets[dsc::kMaxRank] = {}, strides[dsc::kMaxRank] = {};
-  offsets[0] = ctx.comm->groupRank(axes) * out.shape[0];
+  offsets[0] = (ctx.comm ? ctx.comm->groupRank(axes) : 0) * out.shape[0];
   for (int d = 0; d < in.rank; ++d)
     strides[d] = 1;
   return rt::slice(in, dsc::I64s(offsets, in.rank),

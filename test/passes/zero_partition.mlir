@@ -10,6 +10,8 @@
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=2 world-size=4" | FileCheck %s --check-prefix=ACC2
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=3 world-size=4" | FileCheck %s --check-prefix=ACC2
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=1 world-size=4" | FileCheck %s --check-prefix=ACC1
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=1" | FileCheck %s --check-prefix=ONE
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=1 world-size=1 shard-masters=true" | FileCheck %s --check-prefix=ONE
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=4 reduce-bucket-size=12" | FileCheck %s --check-prefix=SMALL
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=3 world-size=4 stage3-param-persistence-threshold=5" | FileCheck %s --check-prefix=PERSIST
 // RUN: not dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=4" 2>&1 | FileCheck %s --check-prefix=BADSTAGE
@@ -161,6 +163,14 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // ACC1: call @forward_backward
 // ACC1: call @forward_backward
 // ACC1: shard.all_reduce %{{.*}} {dsc.gradient_reduction} : tensor<24xf32> -> tensor<24xf32>
+
+// One rank: a group of one slices nothing, so no shard.all_slice (which
+// the program would run without a communicator); the update is the
+// bucket's.
+// ONE-LABEL: func.func @train_step
+// ONE-NOT: shard.all_slice
+// ONE: dsc.adamw {{.*}} : tensor<23xf32>
+// ONE-NOT: shard.all_slice
 
 // Hybrid: shard within groups of 2, replicate across 2 groups: the
 // reduce-scatter inside the group, an all-reduce across groups.
