@@ -257,7 +257,7 @@ def DscZeroPartition : Pass<"dsc-zero-partition", "mlir::ModuleOp"> {
     Option<"shardMasters", "shard-masters", "bool", /*default=*/"false",
            "Stages 1-2 in mixed precision: the fp32 parameters (masters) "
            "are sharded as at stage 3, and their 16-bit compute copies "
-           "gathered once a step, kept through backward (DeepSpeed's "
+           "gathered once a micro-batch, kept through its backward (DeepSpeed's "
            "ZeRO-1/2 layout: at stage 2, 2 + 18/N bytes a parameter with "
            "fp32 gradients, where replicated masters take 6 + 12/N)">,
     Option<"syncBatchNorm", "sync-batchnorm", "bool", /*default=*/"false",

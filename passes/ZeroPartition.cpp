@@ -219,7 +219,8 @@ struct ZeroPartitionPass
   bool shardsMasters() const {
     return shardMasters && (stage == 1 || stage == 2);
   }
-  /// Gathered once a step and kept through backward: stage 3 with
+  /// Gathered once a call (a micro-batch) and kept through its backward:
+  /// stage 3 with
   /// keep-gathered, and stages 1-2 (ZeRO-1/2 hold the whole 16-bit model).
   bool keepsGathered() const { return keepGathered || stage < 3; }
   void runOnOperation() override;

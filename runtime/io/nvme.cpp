@@ -443,7 +443,8 @@ Status waitAll(const std::vector<std::shared_ptr<IoJob>> &jobs) {
 /// Host memory a write-behind copies its bytes into, kept for the next
 /// write of its size: a fresh allocation of a chunk's size faults in every
 /// page again. What is allocated, in use and kept, stays within the
-/// write-behind budget (or one write, where that is larger).
+/// write-behind budget, beside the writes in flight that makeRoomForWrite
+/// bounds (one write larger than the budget goes alone).
 class BounceBuffers {
 public:
   static BounceBuffers &get() {
@@ -456,6 +457,7 @@ public:
   std::shared_ptr<char> take(size_t bytes, size_t keep) {
     char *p = nullptr;
     size_t size = bytes;
+    std::vector<char *> drop; // kept buffers that would pass the budget
     {
       std::lock_guard<std::mutex> lock(m_);
       auto it = free_.lower_bound(bytes);
@@ -464,14 +466,28 @@ public:
         p = it->second;
         kept_ -= size;
         free_.erase(it);
+      } else {
+        // A new buffer: the kept ones of other sizes go first, as far as
+        // the budget needs.
+        while (!free_.empty() && allocated_ + bytes > keep) {
+          auto last = std::prev(free_.end()); // the largest
+          kept_ -= last->first;
+          allocated_ -= last->first;
+          drop.push_back(last->second);
+          free_.erase(last);
+        }
+        allocated_ += bytes;
       }
     }
+    for (char *q : drop)
+      delete[] q;
     if (!p) {
       p = new (std::nothrow) char[bytes];
-      if (!p)
+      if (!p) {
+        std::lock_guard<std::mutex> lock(m_);
+        allocated_ -= bytes;
         return nullptr;
-      std::lock_guard<std::mutex> lock(m_);
-      allocated_ += size;
+      }
     }
     return std::shared_ptr<char>(
         p, [this, size, keep](char *q) { give(q, size, keep); });

@@ -397,7 +397,7 @@ private:
   std::vector<std::string> runArgs_;
   int errors_ = 0;
   int64_t stage_ = 0;
-  std::string precision_ = "fp32"; // as resolved by mapPrecision
+  std::string precision_; // as mapPrecision resolved it ("": it failed)
   std::string offloadAtStage12_;   // offload_optimizer.device there
   void checkOffloadPrecision();
 };
@@ -654,7 +654,7 @@ void Resolver::mapZero(const json::Object &zero) {
     if (StringRef(name) == "offload_optimizer" && host) {
       // At stages 1-2 it needs bf16 or fp16, read further down the file
       // (checkOffloadPrecision).
-      if (stage_ == 1 || stage_ == 2)
+      if ((stage_ == 1 || stage_ == 2) && !cliValue("--offload-optimizer"))
         offloadAtStage12_ = device->str();
       set(p + "." + name + ".device", "--offload-optimizer", device->str());
       if (auto path = o->getString("nvme_path"); path && *device == "nvme")
@@ -1030,7 +1030,7 @@ void Resolver::mapMisc(const json::Object &root) {
 /// slice of them, which cannot leave the GPU.
 void Resolver::checkOffloadPrecision() {
   if (offloadAtStage12_.empty() || precision_ != "fp32")
-    return;
+    return; // none, or the precision's own error was reported
   error("zero_optimization.offload_optimizer.device",
         "\"" + offloadAtStage12_ + "\" at stage " + llvm::Twine(stage_) +
             " needs bf16 or fp16 (\"bf16\": {\"enabled\": true}, or "
