@@ -508,6 +508,31 @@ Value mulByScalar(OpBuilder &b, Location loc, Value x, Value s) {
 }
 
 /// (an argument), and gradients leave divided by it, in fp32.
+/// Multiplies the local gradient that the reductions ending in `reduced`
+/// start from (through their dsc.collective_input, across a hybrid
+/// reduce-scatter then all-reduce) by `factor`, before the first of them.
+LogicalResult unscaleBeforeReduction(OpBuilder &b, Value reduced,
+                                     Value factor) {
+  Operation *reduction = reduced.getDefiningOp();
+  while (reduction && reduction->hasAttr("dsc.gradient_reduction")) {
+    auto entry =
+        reduction->getOperand(0).getDefiningOp<dsc::CollectiveInputOp>();
+    if (!entry)
+      return failure();
+    Value local = entry.getOperand();
+    Operation *before = local.getDefiningOp();
+    if (before && before->hasAttr("dsc.gradient_reduction")) {
+      reduction = before;
+      continue;
+    }
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(entry);
+    entry->setOperand(0, mulByScalar(b, entry.getLoc(), local, factor));
+    return success();
+  }
+  return failure();
+}
+
 LogicalResult scaleGradients(func::FuncOp fb, Value &scale) {
   Block &body = fb.front();
   Operation *seed = backwardBeginOf(fb);
@@ -555,13 +580,23 @@ LogicalResult scaleGradients(func::FuncOp fb, Value &scale) {
   Value seedValue = seed->getResult(0);
   Value scaled = mulByScalar(b, seed->getLoc(), seedValue, factor);
   seedValue.replaceAllUsesExcept(scaled, scaled.getDefiningOp());
-  b.setInsertionPoint(ret);
+  b.setInsertionPointAfter(scaled.getDefiningOp());
   Value inverse = dsc::ReciprocalOp::create(b, ret.getLoc(), factor);
-  for (unsigned i = 0; i < ret.getNumOperands(); ++i)
-    if (fb.getResultAttr(i, "dsc.grad") ||
-        fb.getResultAttr(i, "dsc.bucket_grad"))
+  b.setInsertionPoint(ret);
+  for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+    if (fb.getResultAttr(i, "dsc.grad")) {
       ret.setOperand(i,
                      mulByScalar(b, ret.getLoc(), ret.getOperand(i), inverse));
+    } else if (fb.getResultAttr(i, "dsc.bucket_grad")) {
+      // A bucket reduced over ranks here (dsc-zero-partition): each rank's
+      // factor is its own (scale / its label count), so the factor comes
+      // off each rank's part before the sum, not off the sum.
+      if (failed(unscaleBeforeReduction(b, ret.getOperand(i), inverse)))
+        return fb.emitError("dsc-mixed-precision: result #")
+               << i << " is a reduced gradient bucket whose reduction "
+               << "(dsc.gradient_reduction) was not found";
+    }
+  }
   return success();
 }
 
