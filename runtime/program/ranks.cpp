@@ -544,9 +544,14 @@ Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
     ctx.arena = &rs.arena;
     ctx.hostArena = &rs.hostArena;
     Status s = spec_.trainStep(ctx, rs.args.data(), rs.results.data());
-    if (!s.ok()) // a failed step may leave an NVMe read filling its arena
+    if (!s.ok()) { // a failed step may leave an NVMe read filling its arena
       io::nvmeDrain();
-    return s;
+      return s;
+    }
+    // The step's NVMe writes-behind are on the disk before anything reads
+    // the files through their mapping (a checkpoint, a dump), whatever
+    // the step's own code joined.
+    return io::nvmeFlush();
   }
   Device *device = job_.device;
   if (Status s = device->bindRank(rs.id, rs.gpu); !s.ok())
@@ -575,7 +580,9 @@ Status Ranks::stepOn(RankState &rs, int64_t step, bool all) {
                                       rs.results[size_t(r)]);
           !s.ok())
         return s;
-  return device->synchronize();
+  if (Status s = device->synchronize(); !s.ok())
+    return s;
+  return io::nvmeFlush(); // as above, once the host tasks have run
 }
 
 /// The step's kernels, replayed as a CUDA graph where the device can (one
