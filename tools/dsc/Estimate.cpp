@@ -191,18 +191,24 @@ int parse(std::vector<std::string> args, EstimateOptions &o) {
 /// there too.
 std::vector<FitRow> configurations(bool mixed) {
   std::vector<FitRow> rows;
+  auto add = [&](int stage, const char *recompute, bool offload,
+                 bool offloadParam) {
+    FitRow row;
+    row.stage = stage;
+    row.recompute = recompute;
+    row.offload = offload;
+    row.offloadParam = offloadParam;
+    rows.push_back(std::move(row));
+  };
   for (const char *recompute : kRecomputeModes)
     for (int stage = 0; stage <= 3; ++stage)
-      rows.push_back(FitRow{stage, recompute});
+      add(stage, recompute, false, false);
   std::vector<int> offloadStages =
       mixed ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 3};
   for (const char *recompute : kRecomputeModes) {
-    for (int stage : offloadStages) {
-      rows.push_back(FitRow{stage, recompute});
-      rows.back().offload = true;
-    }
-    rows.push_back(FitRow{3, recompute});
-    rows.back().offload = rows.back().offloadParam = true;
+    for (int stage : offloadStages)
+      add(stage, recompute, true, false);
+    add(3, recompute, true, true);
   }
   return rows;
 }
