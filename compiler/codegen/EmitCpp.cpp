@@ -236,13 +236,15 @@ struct Context {
   const void *const *consts; // the constants in device memory (CUDA)
   dsc::PhaseClock *clock;     // --wall-clock-breakdown; null: not timed
   char *hostFrame; // host values of a device program (dsc-offload)
-
-  /// The context of a call made from here, its frame at `offset`.
-  [[maybe_unused]] Context callee(size_t offset) const {
-    return {seed,   step,  ++*calls, calls, frame + offset, comm,
-            consts, clock, hostFrame};
-  }
 };
+
+/// The context of a call made from `ctx`, its frame at `offset` (a free
+/// function: nvcc warns of an unused member of a local class, and a step
+/// whose call was inlined makes none).
+[[maybe_unused]] Context calleeOf(const Context &ctx, size_t offset) {
+  return {ctx.seed,   ctx.step,  ++*ctx.calls,  ctx.calls, ctx.frame + offset,
+          ctx.comm,   ctx.consts, ctx.clock, ctx.hostFrame};
+}
 
 /// Where the step's phases begin (dsc::Phase), for the program's timing.
 inline void markPhase(const Context &ctx, dsc::Phase phase) {
@@ -1385,7 +1387,7 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
         call, call.getCalleeAttr());
     const std::vector<CollectiveEntry> &inner = manifests_[callee];
     current_.insert(current_.end(), inner.begin(), inner.end());
-    lowered.call = functionIdentifier(call.getCallee()) + "(ctx.callee(" +
+    lowered.call = functionIdentifier(call.getCallee()) + "(calleeOf(ctx, " +
                    std::to_string(plan.calleeOffset.lookup(op)) + "), " +
                    argsName + ", " + resultsName + ")";
   } else if (isa<NvmeReadOp, NvmeWriteOp>(op)) {
