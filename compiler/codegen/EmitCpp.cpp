@@ -242,8 +242,8 @@ struct Context {
 /// function: nvcc warns of an unused member of a local class, and a step
 /// whose call was inlined makes none).
 [[maybe_unused]] Context calleeOf(const Context &ctx, size_t offset) {
-  return {ctx.seed,   ctx.step,  ++*ctx.calls,  ctx.calls, ctx.frame + offset,
-          ctx.comm,   ctx.consts, ctx.clock, ctx.hostFrame};
+  return {ctx.seed, ctx.step,   ++*ctx.calls, ctx.calls, ctx.frame + offset,
+          ctx.comm, ctx.consts, ctx.clock,    ctx.hostFrame};
 }
 
 /// Where the step's phases begin (dsc::Phase), for the program's timing.

@@ -477,8 +477,9 @@ TEST_F(CodegenTest, LowersCollectivesToTheCommunicator) {
                   "  // (results[0] already holds it)"))
       << out;
   // The context carries the communicator to every call.
-  EXPECT_TRUE(has("return {seed,   step,  ++*calls, calls, frame + offset, "
-                  "comm,\n            consts, clock, hostFrame};"));
+  EXPECT_TRUE(has("return {ctx.seed, ctx.step,   ++*ctx.calls, ctx.calls, "
+                  "ctx.frame + offset,\n          ctx.comm, ctx.consts, "
+                  "ctx.clock,    ctx.hostFrame};"));
   EXPECT_TRUE(has("static_cast<char *>(frame), rank.comm, nullptr, "
                   "rank.clock, nullptr};"));
   EXPECT_TRUE(has("Status trainStep(const dsc::RankContext &rank, "));
