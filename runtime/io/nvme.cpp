@@ -348,6 +348,15 @@ private:
   std::deque<std::shared_ptr<IoJob>> jobs_;
 };
 
+/// The `job` of each of `entries` (a list of reads or writes).
+template <typename Entries>
+std::vector<std::shared_ptr<IoJob>> jobsOf(const Entries &entries) {
+  std::vector<std::shared_ptr<IoJob>> jobs;
+  for (const auto &e : entries)
+    jobs.push_back(e.job);
+  return jobs;
+}
+
 /// The reads started by nvmeReadAsync, by the host bytes they fill. A read
 /// stays listed until a wait for its bytes has seen it finish (that wait
 /// reports its failure), so a wait of another rank's, or of the step's
@@ -399,11 +408,8 @@ public:
 
   /// Every read listed.
   std::vector<std::shared_ptr<IoJob>> all() {
-    std::vector<std::shared_ptr<IoJob>> found;
     std::lock_guard<std::mutex> lock(m_);
-    for (const Read &r : reads_)
-      found.push_back(r.job);
-    return found;
+    return jobsOf(reads_);
   }
 
   /// Unlists `jobs`, which have finished: all of them, or (`failedToo`
@@ -464,14 +470,12 @@ public:
       if (it != free_.end() && it->first <= 2 * bytes) {
         size = it->first;
         p = it->second;
-        kept_ -= size;
         free_.erase(it);
       } else {
         // A new buffer: the kept ones of other sizes go first, as far as
         // the budget needs.
         while (!free_.empty() && allocated_ + bytes > keep) {
           auto last = std::prev(free_.end()); // the largest
-          kept_ -= last->first;
           allocated_ -= last->first;
           drop.push_back(last->second);
           free_.erase(last);
@@ -498,7 +502,6 @@ private:
     {
       std::lock_guard<std::mutex> lock(m_);
       if (allocated_ <= keep) {
-        kept_ += size;
         free_.emplace(size, p);
         return;
       }
@@ -509,7 +512,7 @@ private:
 
   std::mutex m_;
   std::multimap<size_t, char *> free_; // by size
-  size_t kept_ = 0, allocated_ = 0;    // free, and free or in use
+  size_t allocated_ = 0;               // free or in use
 };
 
 /// The writes of nvmeWriteAsync not yet seen finished, by the file bytes
@@ -549,11 +552,8 @@ public:
   }
 
   std::vector<std::shared_ptr<IoJob>> all() {
-    std::vector<std::shared_ptr<IoJob>> found;
     std::lock_guard<std::mutex> lock(m_);
-    for (const Write &w : writes_)
-      found.push_back(w.job);
-    return found;
+    return jobsOf(writes_);
   }
 
 private:
