@@ -634,6 +634,48 @@ def DscDropUnusedResults : Pass<"dsc-drop-unused-results", "mlir::ModuleOp"> {
 }
 
 
+def DscAccumulateInCall : Pass<"dsc-accumulate-in-call", "mlir::ModuleOp"> {
+  let summary = "Sum the micro-batches' gradients inside @forward_backward, "
+                "over the running sum's storage";
+  let description = [{
+    With `--accum-steps K` the step calls `@forward_backward` K times and
+    sums each gradient over the calls (`add(add(c0#r, c1#r), c2#r)`). A
+    returned value is computed into the caller's storage and held across
+    the whole call, so every call's gradients existed beside the running
+    sum from its forward on: twice the gradients' bytes. For each such sum
+    of a floating tensor of rank >= 1 (gradients, reduced shards) whose
+    call results and partial sums the chain alone reads, the callee takes
+    the running sum as a new argument `{dsc.accumulator = r}` and returns
+    `add(sum, gradient)`, made where the gradient is made, as result r
+    marked `{dsc.in_place = argument}`: the memory plan writes it over the
+    argument when the caller's sum dies at the call. The first call adds to
+    zeros (`dsc.constant {dsc.accumulator = r}`), so the sums keep their
+    order and bits; the last call's result replaces the chain.
+
+    Example (two calls):
+
+    ```mlir
+    %a:2 = call @forward_backward(%p, %x0)
+    %b:2 = call @forward_backward(%p, %x1)
+    %s = dsc.add %a#1, %b#1
+    ```
+    becomes
+    ```mlir
+    %z = dsc.constant {dsc.accumulator = 1} dense<0.0>
+    %a:2 = call @forward_backward(%p, %x0, %z)
+    %b:2 = call @forward_backward(%p, %x1, %a#1)   // %b#1 is the sum
+    ```
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"train_step\"",
+           "The step function">,
+    Option<"callee", "callee", "std::string",
+           /*default=*/"\"forward_backward\"",
+           "The function the step calls once per micro-batch">,
+  ];
+}
+
+
 def DscInlineStep : Pass<"dsc-inline-step", "mlir::ModuleOp"> {
   let summary = "Inline the step's one call of @forward_backward at ZeRO "
                 "stages 0-1 on several ranks";

@@ -229,4 +229,25 @@ void inlineStepCall(func::CallOp call) {
   call.erase();
 }
 
+std::optional<unsigned> summedCallResult(Value sum,
+                                         MutableArrayRef<func::CallOp> calls) {
+  std::optional<unsigned> index;
+  for (size_t k = calls.size(); k-- > 0;) {
+    Value leaf = sum;
+    if (k > 0) {
+      auto add = sum.getDefiningOp<AddOp>();
+      if (!add)
+        return std::nullopt;
+      leaf = add.getRhs();
+      sum = add.getLhs();
+    }
+    auto r = dyn_cast<OpResult>(leaf);
+    if (!r || r.getOwner() != calls[k].getOperation() ||
+        (index && *index != r.getResultNumber()))
+      return std::nullopt;
+    index = r.getResultNumber();
+  }
+  return index;
+}
+
 } // namespace dsc

@@ -78,6 +78,13 @@ void inlineStepCall(mlir::func::CallOp call);
 /// it): the same op on the same (or recomputed) operands, bitwise its value.
 bool sameOrRecomputed(mlir::Value v, mlir::Value copy, unsigned depth = 0);
 
+/// The result number r when `sum` is the sum, in call order, of result r
+/// of each of `calls` (dsc-optimizer's accumulation: add(add(c0#r, c1#r),
+/// c2#r)), or with one call that result itself; else none.
+std::optional<unsigned>
+summedCallResult(mlir::Value sum,
+                 llvm::MutableArrayRef<mlir::func::CallOp> calls);
+
 } // namespace dsc
 
 #endif // DSC_PASSES_STEPMATH_H

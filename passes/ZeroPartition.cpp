@@ -281,30 +281,6 @@ static bool sameScale(Value a, Value b) {
   return ca && cb && ca.getValue() == cb.getValue();
 }
 
-/// The result number r when `sum` is the sum, in call order, of result r
-/// of each of `calls` (dsc-optimizer's accumulation: add(add(c0#r, c1#r),
-/// c2#r)), or with one call that result itself; else none.
-static std::optional<unsigned>
-summedCallResult(Value sum, MutableArrayRef<func::CallOp> calls) {
-  std::optional<unsigned> index;
-  for (size_t k = calls.size(); k-- > 0;) {
-    Value leaf = sum;
-    if (k > 0) {
-      auto add = sum.getDefiningOp<dsc::AddOp>();
-      if (!add)
-        return std::nullopt;
-      leaf = add.getRhs();
-      sum = add.getLhs();
-    }
-    auto r = dyn_cast<OpResult>(leaf);
-    if (!r || r.getOwner() != calls[k].getOperation() ||
-        (index && *index != r.getResultNumber()))
-      return std::nullopt;
-    index = r.getResultNumber();
-  }
-  return index;
-}
-
 // Moves each bucket's gradient collective into @forward_backward, right
 // after the last of its gradients is computed, when @train_step calls it
 // once, or (stages 2-3: reduce-scatter) once per micro-batch, as DeepSpeed
@@ -334,7 +310,7 @@ DenseMap<unsigned, unsigned> ZeroPartitionPass::sinkGradientReductions(
       g = mul.getLhs();
       scale = mul.getRhs();
     }
-    std::optional<unsigned> r = summedCallResult(g, calls);
+    std::optional<unsigned> r = dsc::summedCallResult(g, calls);
     if (!r)
       continue;
     p.gradScale = scale;

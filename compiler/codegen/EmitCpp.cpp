@@ -1291,7 +1291,10 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
       // A reshape returned where its source was computed: nothing to do.
       // (A result written over its operand is computed: it needs its view.)
       const Storage &root = plan.storage.lookup(s.source);
-      if (!op->hasAttr("dsc.overwrites") && r.hasOneUse() &&
+      // Written over an operand: dsc.overwrites, or a call's result over
+      // its running sum (dsc-accumulate-in-call).
+      bool writesOver = op->hasAttr("dsc.overwrites") || isa<func::CallOp>(op);
+      if (!writesOver && r.hasOneUse() &&
           isa<func::ReturnOp>(*r.user_begin()) &&
           root.kind == Storage::Kind::Result &&
           r.use_begin()->getOperandNumber() == root.index) {
@@ -1305,9 +1308,9 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
       // ... except the link before a returned reshape that needs no view.
       // (Not a result written over an operand, s.operand > 0: the op
       // computes into it.)
-      if (s.operand == 0 &&
-          llvm::all_of(r.getUsers(),
-                       [](Operation *user) { return codegen::isViewOp(user); }))
+      if (!writesOver && llvm::all_of(r.getUsers(), [](Operation *user) {
+            return codegen::isViewOp(user);
+          }))
         prefix = "[[maybe_unused]] ";
     }
     os << "  " << prefix << viewDecl(r, s, name, source) << "\n";

@@ -5,6 +5,7 @@
 #include "compiler/codegen/Lowering.h"
 #include "dialects/dsc/IR/DscOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -377,6 +378,22 @@ FailureOr<std::string> rotatedInput(FusedOp op, RotateHalfOp rh, size_t k,
   return "r" + std::to_string(k);
 }
 
+/// Whether `op` writes an output over one of its inputs: dsc.overwrites,
+/// or an output its function returns in place of an argument
+/// (dsc.in_place on a callee's result: dsc-accumulate-in-call's running
+/// sum, which the caller may pass in the result's own storage).
+bool writesOverInput(FusedOp op) {
+  if (op->hasAttr("dsc.overwrites"))
+    return true;
+  auto fn = op->getParentOfType<func::FuncOp>();
+  for (Value r : op->getResults())
+    for (OpOperand &u : r.getUses())
+      if (fn && isa<func::ReturnOp>(u.getOwner()) &&
+          fn.getResultAttr(u.getOperandNumber(), "dsc.in_place"))
+        return true;
+  return false;
+}
+
 } // namespace
 
 FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
@@ -399,8 +416,7 @@ FailureOr<std::string> emitFusedKernel(FusedOp op, const std::string &name) {
   std::string params, args, loads, body, stores, hostArgs, hostDims;
   // An output written over an input (dsc.overwrites, element for element:
   // each lane reads its elements before it writes them) aliases it.
-  const std::string pointer =
-      op->hasAttr("dsc.overwrites") ? " *" : " *__restrict__ ";
+  const std::string pointer = writesOverInput(op) ? " *" : " *__restrict__ ";
   // Both widths are tried as the tensors are added; the 8-wide one is
   // taken where it is possible and some tensor is narrower than f32.
   VectorKernel vec8, vec4;

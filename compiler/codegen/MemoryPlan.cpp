@@ -111,32 +111,62 @@ Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
   return root;
 }
 
-/// The operand whose storage `r` (the first result of `op`) may take
-/// (dsc-in-place-temporaries' dsc.overwrites), when the plan agrees: it is
-/// an arena value (or a view of one) of the result's bytes, read by nothing
-/// after the op. A returned result takes it too: the operand is then
-/// computed straight into the result's storage (the gradients a step
-/// scales as they leave it), unless that storage is an argument's
-/// (`returnedInPlace`: an in-place update, which may still read the
-/// argument). Else none.
+/// The operand `op` may write its result `r` over, as the IR says: for an
+/// op's first result, dsc-in-place-temporaries' dsc.overwrites; for a
+/// call's result, the callee's argument that result is returned in place
+/// of (dsc.in_place: dsc-accumulate-in-call's running sums). Else none.
+std::optional<unsigned> overwriteCandidate(Operation *op, Value r) {
+  IntegerAttr attr;
+  if (auto call = dyn_cast<func::CallOp>(op)) {
+    auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+        call, call.getCalleeAttr());
+    if (callee)
+      attr = callee.getResultAttrOfType<IntegerAttr>(
+          cast<OpResult>(r).getResultNumber(), "dsc.in_place");
+  } else if (r == op->getResult(0)) {
+    attr = op->getAttrOfType<IntegerAttr>("dsc.overwrites");
+  }
+  if (!attr || attr.getInt() < 0 || attr.getInt() >= op->getNumOperands())
+    return std::nullopt;
+  return static_cast<unsigned>(attr.getInt());
+}
+
+/// The operand whose storage `r` (a result of `op`) may take
+/// (overwriteCandidate), when the plan agrees: it is an arena value (or a
+/// view of one) of the result's bytes, read by nothing after the op, nor
+/// by the op through another operand. A returned result takes it too: the
+/// operand is then computed straight into the result's storage (the
+/// gradients a step scales as they leave it), unless that storage is an
+/// argument's (`returnedInPlace`: an in-place update, which may still read
+/// the argument). Else none.
 std::optional<unsigned>
 overwrittenOperand(Operation *op, Value r, size_t at, const FramePlan &plan,
                    const llvm::DenseMap<Value, size_t> &lastUse,
                    const llvm::DenseSet<Value> &returnedInPlace,
                    const PlanOptions &options) {
-  auto attr = op->getAttrOfType<IntegerAttr>("dsc.overwrites");
-  if (!attr || r != op->getResult(0) || attr.getInt() < 0 ||
-      attr.getInt() >= op->getNumOperands())
+  std::optional<unsigned> k = overwriteCandidate(op, r);
+  if (!k)
     return std::nullopt;
-  unsigned k = static_cast<unsigned>(attr.getInt());
-  Value in = op->getOperand(k);
-  const Storage &src = plan.storage.lookup(in);
-  Value root = src.kind == Storage::Kind::Alias ? src.source : in;
+  auto rootOf = [&](Value v) {
+    const Storage &s = plan.storage.lookup(v);
+    return s.kind == Storage::Kind::Alias ? s.source : v;
+  };
+  Value in = op->getOperand(*k);
+  Value root = rootOf(in);
   const Storage &rootStorage = plan.storage.lookup(root);
   if (rootStorage.kind != Storage::Kind::Arena || lastUse.lookup(root) > at ||
       lastUse.lookup(in) > at || options.bytes(root) != options.bytes(r) ||
       returnedInPlace.contains(r))
     return std::nullopt;
+  for (OpOperand &u : op->getOpOperands())
+    if (u.getOperandNumber() != *k && rootOf(u.get()) == root)
+      return std::nullopt;
+  // Another result already written over it.
+  for (Value other : op->getResults())
+    if (other != r && plan.storage.count(other) &&
+        plan.storage.lookup(other).kind == Storage::Kind::Alias &&
+        plan.storage.lookup(other).source == root)
+      return std::nullopt;
   return k;
 }
 
@@ -415,9 +445,10 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
           root.index = slot->second;
         }
       } else if (std::optional<unsigned> k =
-                     overwrite ? overwrittenOperand(op, r, i, plan, lastUse,
-                                                    returnedInPlace, options)
-                               : std::nullopt) {
+                     overwrite || isa<func::CallOp>(op)
+                         ? overwrittenOperand(op, r, i, plan, lastUse,
+                                              returnedInPlace, options)
+                         : std::nullopt) {
         // Written over its operand, which dies here: that storage, kept
         // for as long as the result is read.
         Value in = op->getOperand(*k);

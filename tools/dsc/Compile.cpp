@@ -116,6 +116,11 @@ target and output:
                              norm's input gradient in a kernel of its own
                              (default: in the norm backward's epilogue,
                              dsc-fuse-norm-residual; the same bits)
+  --no-accumulate-in-call    with --accum-steps, sum each micro-batch's
+                             gradients in the step after its call, held
+                             beside the running sums (default: added to
+                             them inside the call, over their storage,
+                             dsc-accumulate-in-call; the same bits)
   --no-raise-swiglu          keep SwiGLU's gate the exporter wrote as a
                              formula ((g * sigmoid(g)) * u) as it is instead
                              of one dsc.swiglu (dsc-raise-swiglu)
@@ -281,7 +286,7 @@ struct CompileOptions {
   bool printIRAfterAll = false, report = false, f64 = false, fuse = true;
   bool fuseAttention = true, raiseGelu = true, raiseRmsNorm = true,
        raiseSwiglu = true, inPlaceUpdates = true, fuseNormResidual = true,
-       nondeterministicAttention = false;
+       nondeterministicAttention = false, accumulateInCall = true;
   std::string optimizerPipeline; // dsc-optimizer options
   std::string partitionPipeline; // dsc-zero-partition options
   std::string prefetch = "1", prefetchSize = "0", maxLive = "0";
@@ -709,6 +714,8 @@ int parse(std::vector<std::string> args, CompileOptions &o) {
       o.raiseSwiglu = false;
     else if (a == "--no-fuse-norm-residual")
       o.fuseNormResidual = false;
+    else if (a == "--no-accumulate-in-call")
+      o.accumulateInCall = false;
     else if (a == "--nondeterministic-attention")
       o.nondeterministicAttention = true;
     else if (a == "--no-in-place-updates")
@@ -1080,6 +1087,10 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
                (o.offloadOverlap ? " overlap=true" : "") + "}",
            "offload options"))
     return failure();
+  // --accum-steps: each micro-batch's gradients are added to the running
+  // sums inside the call, over their storage (not held beside them).
+  if (o.accumulateInCall)
+    pm.addPass(createDscAccumulateInCall());
   // Stages 0-1 on several ranks: the full gradient buckets live from when
   // backward fills them, not across the whole call.
   pm.addPass(createDscInlineStep());

@@ -228,6 +228,65 @@ TEST_F(CodegenTest, PlanComputesReturnedReshapesInPlace) {
   EXPECT_EQ(root.index, 1u);
 }
 
+// dsc-accumulate-in-call's shape: the callee returns its running sum plus
+// the gradient in place of the sum's argument. In the caller each call's
+// result takes the storage of the sum it was passed when that sum dies at
+// the call (one buffer through the first two calls), and not when it is
+// read later (%b#1, read after the third call). In the callee, nothing but the
+// sum itself is computed into that result: the gradient (which the add
+// writes over, dsc.overwrites) keeps its own bytes, as the argument is
+// still read there.
+TEST_F(CodegenTest, PlanWritesACallResultOverItsRunningSum) {
+  auto module = parse(R"mlir(
+module {
+  func.func @fb(%p: tensor<16xf32>, %acc: tensor<16xf32> {dsc.accumulator = 1 : i64})
+      -> (tensor<f32>, tensor<16xf32> {dsc.in_place = 1 : i64}) {
+    %g = dsc.exp %p : tensor<16xf32>
+    %s = dsc.add %acc, %g {dsc.overwrites = 1 : i64} : tensor<16xf32>, tensor<16xf32> -> tensor<16xf32>
+    %l = dsc.reduce_sum %p {axes = array<i64: 0>, keepdims = false} : tensor<16xf32> -> tensor<f32>
+    return %l, %s : tensor<f32>, tensor<16xf32>
+  }
+  func.func @train_step(%p: tensor<16xf32> {dsc.param = "p"})
+      -> (tensor<16xf32>, tensor<16xf32>) {
+    %z = dsc.neg %p : tensor<16xf32>
+    %a:2 = func.call @fb(%p, %z) : (tensor<16xf32>, tensor<16xf32>) -> (tensor<f32>, tensor<16xf32>)
+    %b:2 = func.call @fb(%p, %a#1) : (tensor<16xf32>, tensor<16xf32>) -> (tensor<f32>, tensor<16xf32>)
+    %c:2 = func.call @fb(%p, %b#1) : (tensor<16xf32>, tensor<16xf32>) -> (tensor<f32>, tensor<16xf32>)
+    %d:2 = func.call @fb(%p, %c#1) : (tensor<16xf32>, tensor<16xf32>) -> (tensor<f32>, tensor<16xf32>)
+    %n = dsc.add %d#1, %b#1 : tensor<16xf32>, tensor<16xf32> -> tensor<16xf32>
+    %m = dsc.neg %n : tensor<16xf32>
+    %k = dsc.neg %m : tensor<16xf32>
+    return %m, %k : tensor<16xf32>, tensor<16xf32>
+  }
+}
+)mlir");
+  using Kind = dsc::codegen::Storage::Kind;
+  auto fb = module->lookupSymbol<func::FuncOp>("fb");
+  auto step = module->lookupSymbol<func::FuncOp>("train_step");
+  auto calleePlan = dsc::codegen::planFrame(fb, planOptions());
+  checkPlan(fb, calleePlan);
+  Block &body = fb.getBody().front();
+  Value g = body.front().getResult(0);
+  Value sum = body.getTerminator()->getOperand(1);
+  EXPECT_EQ(calleePlan.storage.lookup(sum).kind, Kind::Result);
+  EXPECT_EQ(calleePlan.storage.lookup(g).kind, Kind::Arena);
+  llvm::DenseMap<Operation *, uint64_t> calleeBytes;
+  calleeBytes[fb] = calleePlan.totalBytes;
+  auto plan = dsc::codegen::planFrame(step, planOptions(calleeBytes));
+  checkPlan(step, plan);
+  SmallVector<func::CallOp> calls(step.getOps<func::CallOp>());
+  ASSERT_EQ(calls.size(), 4u);
+  Value z = step.getBody().front().front().getResult(0);
+  for (unsigned k : {0u, 1u, 3u}) {
+    const auto &s = plan.storage.lookup(calls[k].getResult(1));
+    EXPECT_EQ(s.kind, Kind::Alias) << "call " << k;
+    EXPECT_EQ(s.source, k < 3 ? z : calls[2].getResult(1)) << "call " << k;
+  }
+  // %b#1 is read after the third call: that call's sum has bytes of its
+  // own, which the fourth call writes over.
+  EXPECT_EQ(plan.storage.lookup(calls[2].getResult(1)).kind, Kind::Arena);
+}
+
 // An offloaded step's host values (dsc-offload's shape: each chunk's
 // gradient copied down, a host task, its result copied up): the host
 // frame is reused, values that live together never share bytes, and a
