@@ -79,9 +79,31 @@ findAccumulations(func::FuncOp step, MutableArrayRef<func::CallOp> calls) {
   return found;
 }
 
+/// The classifier whose weight gradient `g` is made from, when that is the
+/// first term of every add that makes `g`: `g` itself, or a scatter_add of
+/// a tied embedding's rows into it (each value read once). The running sum
+/// is then that gradient's init: the classifier's GEMMs add their chunks
+/// onto it, and no whole gradient of its own exists in the callee (the
+/// order of the sums changes: ((sum + chunk0) + chunk1) + rows).
+dsc::LinearCrossEntropyOp classifierOf(Value g) {
+  while (g.hasOneUse()) {
+    if (auto scatter = g.getDefiningOp<dsc::ScatterAddOp>();
+        scatter && scatter.getInit()) {
+      g = scatter.getInit();
+      continue;
+    }
+    auto lce = g.getDefiningOp<dsc::LinearCrossEntropyOp>();
+    if (lce && !lce.getInit() && g == lce.getGradWeight())
+      return lce;
+    break;
+  }
+  return {};
+}
+
 /// Step 2: @forward_backward takes each running sum as a new argument and
-/// returns it plus the gradient, added where the gradient is made. Returns
-/// the new arguments' numbers, in `found`'s order.
+/// returns it plus the gradient, added where the gradient is made (or, for
+/// a classifier's weight gradient, where its first term is). Returns the
+/// new arguments' numbers, in `found`'s order.
 SmallVector<unsigned> accumulateInCallee(func::FuncOp fb,
                                          ArrayRef<Accumulation> found) {
   Block &body = fb.front();
@@ -96,12 +118,16 @@ SmallVector<unsigned> accumulateInCallee(func::FuncOp fb,
         b.getDictionaryAttr(
             b.getNamedAttr("dsc.accumulator", b.getI64IntegerAttr(acc.result))),
         fb.getLoc());
-    if (Operation *def = g.getDefiningOp())
-      b.setInsertionPointAfter(def);
-    else
-      b.setInsertionPointToStart(&body);
-    Value sum = dsc::AddOp::create(b, g.getLoc(), body.getArgument(arg), g);
-    ret->setOperand(acc.result, sum);
+    BlockArgument sum = body.getArgument(arg);
+    if (dsc::LinearCrossEntropyOp lce = classifierOf(g)) {
+      lce.getInitMutable().assign(sum);
+    } else {
+      if (Operation *def = g.getDefiningOp())
+        b.setInsertionPointAfter(def);
+      else
+        b.setInsertionPointToStart(&body);
+      ret->setOperand(acc.result, dsc::AddOp::create(b, g.getLoc(), sum, g));
+    }
     fb.setResultAttr(acc.result, "dsc.in_place", b.getI64IntegerAttr(arg));
     args.push_back(arg);
   }

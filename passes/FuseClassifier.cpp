@@ -255,7 +255,7 @@ void fuse(Classifier &c, int64_t chunkBytes) {
   }
   auto fused = dsc::LinearCrossEntropyOp::create(
       b, FusedLoc::get(ctx, locs), rowsIn, w, c.loss.getLabels(),
-      c.grad.getGrad(), b.getBoolAttr(c.transposeWeight),
+      c.grad.getGrad(), /*init=*/Value(), b.getBoolAttr(c.transposeWeight),
       b.getBoolAttr(f32Grad),
       b.getI64IntegerAttr(chunkRows(rows, rowBytes, chunkBytes)),
       c.loss.getIgnoreIndexAttr());

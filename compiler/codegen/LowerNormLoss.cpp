@@ -226,7 +226,8 @@ LowerResult lowerNormLoss(Operation *op, const LowerContext &ctx) {
                      ignoreIndex(o.getIgnoreIndex()), ctx.view(o.getSeed()),
                      ctx.view(o.getLogits()), ctx.view(o.getChunkLoss()),
                      ctx.view(o.getLoss()), ctx.view(o.getGradInput()),
-                     ctx.view(o.getGradWeight())});
+                     ctx.view(o.getGradWeight()),
+                     optionalView(ctx, o.getInit())});
       })
       .Case([&](AttentionOp o) {
         return call("rt::attention",

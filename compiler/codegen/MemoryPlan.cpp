@@ -114,9 +114,15 @@ Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
 /// The operand `op` may write its result `r` over, as the IR says: for an
 /// op's first result, dsc-in-place-temporaries' dsc.overwrites; for a
 /// call's result, the callee's argument that result is returned in place
-/// of (dsc.in_place: dsc-accumulate-in-call's running sums). Else none.
+/// of (dsc.in_place: dsc-accumulate-in-call's running sums); for a
+/// linear_cross_entropy's weight gradient, its init. Else none.
 std::optional<unsigned> overwriteCandidate(Operation *op, Value r) {
   IntegerAttr attr;
+  if (auto lce = dyn_cast<dsc::LinearCrossEntropyOp>(op)) {
+    if (!lce.getInit() || r != lce.getGradWeight())
+      return std::nullopt;
+    return lce.getInitMutable()[0].getOperandNumber();
+  }
   if (auto call = dyn_cast<func::CallOp>(op)) {
     auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
         call, call.getCalleeAttr());
@@ -168,6 +174,48 @@ overwrittenOperand(Operation *op, Value r, size_t at, const FramePlan &plan,
         plan.storage.lookup(other).source == root)
       return std::nullopt;
   return k;
+}
+
+/// The values computed into a result's storage that the function returns in
+/// place of an argument (dsc.in_place), before the returned value itself:
+/// the chain of overwritten operands (overwriteCandidate) back from it, each
+/// read by the next alone, when it starts at an op that writes over the
+/// argument itself, its only reader (a linear_cross_entropy adding its
+/// terms onto a running sum, a scatter_add of the embedding's rows into
+/// that). Every op of the chain reads its element before it writes it, so
+/// the result may be the argument's storage or not. Value -> result slot.
+llvm::DenseMap<Value, unsigned> inPlaceChains(func::FuncOp func) {
+  llvm::DenseMap<Value, unsigned> into;
+  Block &body = func.getBody().front();
+  for (auto [k, returned] :
+       llvm::enumerate(body.getTerminator()->getOperands())) {
+    auto attr = func.getResultAttrOfType<IntegerAttr>(k, "dsc.in_place");
+    if (!attr || attr.getInt() < 0 ||
+        attr.getInt() >= int64_t(body.getNumArguments()))
+      continue;
+    BlockArgument arg = body.getArgument(attr.getInt());
+    SmallVector<Value> chain;
+    for (Value v = returned;;) {
+      Operation *def = v.getDefiningOp();
+      std::optional<unsigned> c = def && def->getBlock() == &body
+                                      ? overwriteCandidate(def, v)
+                                      : std::nullopt;
+      if (!c)
+        break;
+      Value in = def->getOperand(*c);
+      if (in == arg) {
+        if (arg.hasOneUse())
+          for (Value w : chain)
+            into[w] = static_cast<unsigned>(k);
+        break;
+      }
+      if (!in.hasOneUse() || !in.getDefiningOp())
+        break;
+      chain.push_back(in);
+      v = in;
+    }
+  }
+  return into;
 }
 
 } // namespace
@@ -417,6 +465,8 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
   for (auto [v, k] : returnSlot)
     if (func.getResultAttr(k, "dsc.in_place"))
       returnedInPlace.insert(v);
+  // ... but for the chain that writes over the argument itself.
+  llvm::DenseMap<Value, unsigned> intoResult = inPlaceChains(func);
 
   llvm::DenseMap<size_t, std::vector<Value>> freeAt;
   for (auto [i, op] : llvm::enumerate(ops)) {
@@ -424,7 +474,10 @@ FramePlan planFrameWith(func::FuncOp func, const PlanOptions &options,
       continue;
     for (Value r : op->getResults()) {
       Storage s;
-      if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
+      if (auto into = intoResult.find(r); into != intoResult.end()) {
+        s.kind = Storage::Kind::Result;
+        s.index = into->second;
+      } else if (isa<dsc::ConstantOp>(op) && options.isStaticConstant(op)) {
         s.kind = Storage::Kind::Constant;
       } else if ((isViewOp(op) && options.aliasReshapes) ||
                  isa<dsc::CollectiveInputOp>(op)) {

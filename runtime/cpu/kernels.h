@@ -164,7 +164,8 @@ Status linearCrossEntropy(const Tensor &input, const Tensor &weight,
                           std::optional<int64_t> ignoreIndex,
                           const Tensor &seed, const Tensor &logits,
                           const Tensor &chunkLoss, const Tensor &loss,
-                          const Tensor &gradInput, const Tensor &gradWeight);
+                          const Tensor &gradInput, const Tensor &gradWeight,
+                          const Tensor &init = Tensor());
 
 struct GemmAttrs {
   double alpha = 1.0, beta = 1.0;

@@ -402,6 +402,9 @@ struct CpuKernels {
   template <typename... A> static Status reduce(A &&...a) {
     return cpu::reduce(a...);
   }
+  static Status reshape(const Tensor &in, const Tensor &out) {
+    return cpu::reshape(in, out);
+  }
 };
 } // namespace
 
@@ -410,10 +413,11 @@ Status linearCrossEntropy(const Tensor &input, const Tensor &weight,
                           std::optional<int64_t> ignoreIndex,
                           const Tensor &seed, const Tensor &logits,
                           const Tensor &chunkLoss, const Tensor &loss,
-                          const Tensor &gradInput, const Tensor &gradWeight) {
+                          const Tensor &gradInput, const Tensor &gradWeight,
+                          const Tensor &init) {
   return detail::linearCrossEntropyChunks<CpuKernels>(
       "linear_cross_entropy", input, weight, transWeight, labels, ignoreIndex,
-      seed, logits, chunkLoss, loss, gradInput, gradWeight);
+      seed, logits, chunkLoss, loss, gradInput, gradWeight, init);
 }
 
 Status matmulBackward(const Tensor &lhs, const Tensor &rhs,

@@ -6,15 +6,16 @@
 // logits ([chunk, V], the op's scratch) ever exist. Per chunk: the logits
 // GEMM, the loss of its rows (into chunk_loss[c]), the logits' gradient in
 // place, then grad_input's rows and grad_weight's accumulation (f32 when
-// the op asks for it, whatever the operands' type). The loss is the sum of
-// chunk_loss, in chunk order: deterministic, and the same kernels as the
-// unfused step's.
+// the op asks for it, whatever the operands' type), onto `init` when it is
+// present (copied into grad_weight first unless grad_weight is its
+// storage). The loss is the sum of chunk_loss, in chunk order:
+// deterministic, and the same kernels as the unfused step's.
 //
 // `K` is the backend: static matmulTransposed, matmulAccumulate,
 // softmaxCrossEntropyWithBackward (the summed loss of the rows and its
 // gradient, as softmaxCrossEntropy then softmaxCrossEntropyBackward give
-// them) and reduce with the kernels' signatures (without the CPU's thread
-// count).
+// them), reduce and reshape (a copy) with the kernels' signatures (without
+// the CPU's thread count).
 //
 //===----------------------------------------------------------------------===//
 
@@ -75,11 +76,14 @@ inline Status checkLinearCrossEntropy(
 }
 
 template <typename K>
-Status linearCrossEntropyChunks(
-    const char *name, const Tensor &input, const Tensor &weight,
-    bool transWeight, const Tensor &labels, std::optional<int64_t> ignoreIndex,
-    const Tensor &seed, const Tensor &logits, const Tensor &chunkLoss,
-    const Tensor &loss, const Tensor &gradInput, const Tensor &gradWeight) {
+Status linearCrossEntropyChunks(const char *name, const Tensor &input,
+                                const Tensor &weight, bool transWeight,
+                                const Tensor &labels,
+                                std::optional<int64_t> ignoreIndex,
+                                const Tensor &seed, const Tensor &logits,
+                                const Tensor &chunkLoss, const Tensor &loss,
+                                const Tensor &gradInput,
+                                const Tensor &gradWeight, const Tensor &init) {
   Call call(name);
   call.arg("input", input)
       .arg("weight", weight)
@@ -91,12 +95,22 @@ Status linearCrossEntropyChunks(
       .arg("loss", loss)
       .arg("grad_input", gradInput)
       .arg("grad_weight", gradWeight);
+  if (init.present())
+    call.arg("init", init);
   int64_t n = 0, c = 0, v = 0;
   if (Status st = checkLinearCrossEntropy(call, input, weight, transWeight,
                                           labels, seed, logits, chunkLoss, loss,
                                           gradInput, gradWeight, n, c, v);
       !st.ok())
     return st;
+  bool accumulate = init.present();
+  if (accumulate &&
+      (init.dtype != gradWeight.dtype || init.numel() != gradWeight.numel()))
+    return call.fail("init must be grad_weight's dtype and size");
+  // Every chunk's term goes onto init's values, in grad_weight's storage.
+  if (accumulate)
+    if (Status st = K::reshape(init, gradWeight); !st.ok())
+      return st;
   Tensor scalar = Tensor::of(loss.data, loss.dtype, {});
   Tensor chunkSum =
       Tensor::of(chunkLoss.data, chunkLoss.dtype, {chunkLoss.numel()});
@@ -123,10 +137,11 @@ Status linearCrossEntropyChunks(
                                         rowsOf(gradInput, c, r0, m));
         !st.ok())
       return st;
-    Status st =
-        transWeight
-            ? K::matmulAccumulate(l, true, x, false, ch > 0, gradWeight)
-            : K::matmulAccumulate(x, true, l, false, ch > 0, gradWeight);
+    Status st = transWeight
+                    ? K::matmulAccumulate(l, true, x, false,
+                                          accumulate || ch > 0, gradWeight)
+                    : K::matmulAccumulate(x, true, l, false,
+                                          accumulate || ch > 0, gradWeight);
     if (!st.ok())
       return st;
   }

@@ -136,7 +136,8 @@ Status linearCrossEntropy(const Tensor &input, const Tensor &weight,
                           std::optional<int64_t> ignoreIndex,
                           const Tensor &seed, const Tensor &logits,
                           const Tensor &chunkLoss, const Tensor &loss,
-                          const Tensor &gradInput, const Tensor &gradWeight);
+                          const Tensor &gradInput, const Tensor &gradWeight,
+                          const Tensor &init = Tensor());
 
 //===- Convolution through cuDNN, pooling (conv_pool.cu) ------------------===//
 

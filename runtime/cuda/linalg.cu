@@ -1068,6 +1068,9 @@ struct CudaKernels {
   template <typename... A> static Status reduce(A &&...a) {
     return cuda::reduce(a...);
   }
+  static Status reshape(const Tensor &in, const Tensor &out) {
+    return cuda::reshape(in, out);
+  }
 };
 } // namespace
 
@@ -1076,10 +1079,11 @@ Status linearCrossEntropy(const Tensor &input, const Tensor &weight,
                           std::optional<int64_t> ignoreIndex,
                           const Tensor &seed, const Tensor &logits,
                           const Tensor &chunkLoss, const Tensor &loss,
-                          const Tensor &gradInput, const Tensor &gradWeight) {
+                          const Tensor &gradInput, const Tensor &gradWeight,
+                          const Tensor &init) {
   return cpu::detail::linearCrossEntropyChunks<CudaKernels>(
       "linear_cross_entropy", input, weight, transWeight, labels, ignoreIndex,
-      seed, logits, chunkLoss, loss, gradInput, gradWeight);
+      seed, logits, chunkLoss, loss, gradInput, gradWeight, init);
 }
 
 } // namespace dsc::cuda

@@ -69,6 +69,38 @@ func.func @train_step(%p: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
 
 // -----
 
+// A tied classifier's weight gradient (the embedding's rows scattered into
+// it): the running sum is the classifier's init, onto which its chunks
+// are added; no add, and the returned scatter_add's result is the sum.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK-SAME: %[[ACC:[^:]*]]: tensor<6x4xf32> {dsc.accumulator = 1 : i64})
+// CHECK-SAME: tensor<6x4xf32> {dsc.grad = "w", dsc.in_place = 3 : i64}
+// CHECK: %{{.*}}, %[[DX:.*]], %[[DW:.*]], %{{.*}}, %{{.*}} = dsc.linear_cross_entropy %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} init %[[ACC]] {
+// CHECK-NOT: dsc.add
+// CHECK: %[[S:.*]] = dsc.scatter_add %[[DX]], %{{.*}} into %[[DW]]
+// CHECK: return %{{.*}}, %[[S]]
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[Z:.*]] = dsc.constant {dsc.accumulator = 1 : i64}
+// CHECK: %[[A:.*]]:2 = call @forward_backward(%{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[Z]])
+// CHECK: %[[B:.*]]:2 = call @forward_backward(%{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[A]]#1)
+// CHECK: return %{{.*}}, %[[B]]#1
+func.func @forward_backward(%x: tensor<8x4xf32>, %w: tensor<6x4xf32>, %y: tensor<8xi64>)
+    -> (tensor<f32> {dsc.output = "loss"}, tensor<6x4xf32> {dsc.grad = "w"}) {
+  %seed = dsc.constant dense<1.0> : tensor<f32>
+  %loss, %dx, %dw, %logits, %chunks = dsc.linear_cross_entropy %x, %w, %y, %seed {chunk_rows = 4 : i64, f32_weight_grad = true, transpose_weight = true} : tensor<8x4xf32>, tensor<6x4xf32>, tensor<8xi64>, tensor<f32>
+  %s = dsc.scatter_add %dx, %y into %dw {axis = 0 : i64, shape = array<i64: 6, 4>} : tensor<8x4xf32>, tensor<8xi64>, tensor<6x4xf32> -> tensor<6x4xf32>
+  return %loss, %s : tensor<f32>, tensor<6x4xf32>
+}
+func.func @train_step(%x: tensor<8x4xf32>, %w: tensor<6x4xf32>, %y: tensor<8xi64>) -> (tensor<f32>, tensor<6x4xf32>) {
+  %a:2 = func.call @forward_backward(%x, %w, %y) : (tensor<8x4xf32>, tensor<6x4xf32>, tensor<8xi64>) -> (tensor<f32>, tensor<6x4xf32>)
+  %b:2 = func.call @forward_backward(%x, %w, %y) : (tensor<8x4xf32>, tensor<6x4xf32>, tensor<8xi64>) -> (tensor<f32>, tensor<6x4xf32>)
+  %l = dsc.add %a#0, %b#0 : tensor<f32>, tensor<f32> -> tensor<f32>
+  %s = dsc.add %a#1, %b#1 : tensor<6x4xf32>, tensor<6x4xf32> -> tensor<6x4xf32>
+  return %l, %s : tensor<f32>, tensor<6x4xf32>
+}
+
+// -----
+
 // One call (no accumulation): nothing changes.
 // CHECK-LABEL: func.func @forward_backward
 // CHECK-SAME: (%{{[^:]*}}: tensor<4xf32>) -> tensor<4xf32>

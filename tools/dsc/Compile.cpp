@@ -120,7 +120,9 @@ target and output:
                              gradients in the step after its call, held
                              beside the running sums (default: added to
                              them inside the call, over their storage,
-                             dsc-accumulate-in-call; the same bits)
+                             dsc-accumulate-in-call; the same bits, but a
+                             classifier's weight gradient, summed onto
+                             them chunk by chunk)
   --no-raise-swiglu          keep SwiGLU's gate the exporter wrote as a
                              formula ((g * sigmoid(g)) * u) as it is instead
                              of one dsc.swiglu (dsc-raise-swiglu)

@@ -882,17 +882,23 @@ def Dsc_LinearCrossEntropyOp : Dsc_Op<"linear_cross_entropy"> {
     overwrites its logits and gives `grad_input`'s rows and a term of
     `grad_weight`, accumulated in f32 when `f32_weight_grad` is set
     (otherwise in weight's type). `weight` is [V, C] with
-    `transpose_weight` (logits = input @ weight^T), else [C, V].
+    `transpose_weight` (logits = input @ weight^T), else [C, V]. With
+    `init` (of `grad_weight`'s type) the chunks' terms are added to it, in
+    chunk order: `grad_weight` = ((init + term0) + term1) + ..., which may
+    be written over `init` (dsc-accumulate-in-call's running sum of a
+    gradient over micro-batches).
   }];
   let arguments = (ins Dsc_FloatTensor:$input, Dsc_FloatTensor:$weight,
                    Dsc_IndexTensor:$labels, Dsc_FloatTensor:$seed,
+                   Optional<Dsc_FloatTensor>:$init,
                    BoolAttr:$transpose_weight, BoolAttr:$f32_weight_grad,
                    I64Attr:$chunk_rows, OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs Dsc_FloatTensor:$loss, Dsc_FloatTensor:$grad_input,
                       Dsc_FloatTensor:$grad_weight, Dsc_FloatTensor:$logits,
                       Dsc_FloatTensor:$chunk_loss);
   let assemblyFormat = [{
-    $input `,` $weight `,` $labels `,` $seed attr-dict `:` type(operands)
+    $input `,` $weight `,` $labels `,` $seed (`init` $init^)? attr-dict `:`
+    type(operands)
   }];
 }
 

@@ -1325,6 +1325,9 @@ LinearCrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
                      "chunk_rows must be positive");
   Type f32 = Float32Type::get(ctx);
   Type gradWeight = a.getF32WeightGrad() ? f32 : weight.getElementType();
+  auto gradWeightType = RankedTensorType::get(weight.getShape(), gradWeight);
+  if (a.getInit() && a.getInit().getType() != gradWeightType)
+    return fail(loc, "init must be grad_weight's type");
   results.append(
       {RankedTensorType::get({}, f32), input,
        RankedTensorType::get(weight.getShape(), gradWeight),

@@ -287,6 +287,44 @@ module {
   EXPECT_EQ(plan.storage.lookup(calls[2].getResult(1)).kind, Kind::Arena);
 }
 
+// A tied classifier's weight gradient made onto the running sum (its init)
+// and the embedding's rows scattered into it: the whole chain is computed
+// in the in-place result's storage, no buffer of its own. When the sum is
+// read elsewhere too, the chain may not write there before that read: the
+// classifier's gradient gets bytes of its own.
+TEST_F(CodegenTest, PlanComputesAnInPlaceChainInTheResult) {
+  const char *text = R"mlir(
+module {
+  func.func @fb(%x: tensor<8x4xf32>, %w: tensor<6x4xf32>, %y: tensor<8xi64>,
+                %acc: tensor<6x4xf32> {dsc.accumulator = 1 : i64})
+      -> (tensor<f32>, tensor<6x4xf32> {dsc.in_place = 3 : i64}, tensor<6x4xf32>) {
+    %seed = dsc.constant dense<1.0> : tensor<f32>
+    %loss, %dx, %dw, %logits, %chunks = dsc.linear_cross_entropy %x, %w, %y, %seed init %acc {chunk_rows = 4 : i64, f32_weight_grad = true, transpose_weight = true} : tensor<8x4xf32>, tensor<6x4xf32>, tensor<8xi64>, tensor<f32>, tensor<6x4xf32>
+    %s = dsc.scatter_add %dx, %y into %dw {axis = 0 : i64, dsc.overwrites = 2 : i64, shape = array<i64: 6, 4>} : tensor<8x4xf32>, tensor<8xi64>, tensor<6x4xf32> -> tensor<6x4xf32>
+    %e = dsc.neg %EXTRA : tensor<6x4xf32>
+    return %loss, %s, %e : tensor<f32>, tensor<6x4xf32>, tensor<6x4xf32>
+  }
+}
+)mlir";
+  using Kind = dsc::codegen::Storage::Kind;
+  for (const char *extra : {"%w", "%acc"}) {
+    std::string source = text;
+    source.replace(source.find("%EXTRA"), 6, extra);
+    auto module = parse(source.c_str());
+    auto fb = module->lookupSymbol<func::FuncOp>("fb");
+    auto plan = dsc::codegen::planFrame(fb, planOptions());
+    checkPlan(fb, plan);
+    auto lce = *fb.getOps<dsc::LinearCrossEntropyOp>().begin();
+    const auto &dw = plan.storage.lookup(lce.getGradWeight());
+    bool alone = std::string(extra) == "%w";
+    EXPECT_EQ(dw.kind, alone ? Kind::Result : Kind::Arena) << extra;
+    if (alone)
+      EXPECT_EQ(dw.index, 1u);
+    Value sum = fb.getBody().front().getTerminator()->getOperand(1);
+    EXPECT_EQ(plan.storage.lookup(sum).kind, Kind::Result) << extra;
+  }
+}
+
 // An offloaded step's host values (dsc-offload's shape: each chunk's
 // gradient copied down, a host task, its result copied up): the host
 // frame is reused, values that live together never share bytes, and a

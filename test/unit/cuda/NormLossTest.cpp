@@ -348,6 +348,42 @@ TEST(CudaNormLoss, LinearCrossEntropyChunks) {
         checkLinearCrossEntropy(dt, tw, rows);
 }
 
+// With init (dsc-accumulate-in-call's running sum), written over in place:
+// the GPU's weight gradient against the CPU's, for 16-bit and f32 operands.
+TEST(CudaNormLoss, LinearCrossEntropyOntoInit) {
+  DSC_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtypeName(dt));
+    const int64_t n = 150, c = 24, v = 37, rows = 64;
+    DevTensor x = randomTensor(dt, {n, c}, -1, 1, 91);
+    DevTensor w = randomTensor(dt, {v, c}, -1, 1, 92);
+    DevTensor labels(DType::I64, {n});
+    labels.random(0, double(v), 93);
+    labels.upload();
+    DevTensor seed(DType::F32, {});
+    seed.values({0.5});
+    DevTensor start = randomTensor(DType::F32, {v, c}, -1, 1, 94);
+    int64_t chunks = (n + rows - 1) / rows;
+    Out logits(dt, {rows, v}), chunkLoss(DType::F32, {chunks}),
+        loss(DType::F32, {}), gx(dt, {n, c}), gw(DType::F32, {v, c});
+    std::memcpy(gw.cpu.host().data, start.host().data, start.host().nbytes());
+    ASSERT_EQ(cudaMemcpy(gw.gpu.dev().data, start.dev().data,
+                         start.host().nbytes(), cudaMemcpyDeviceToDevice),
+              cudaSuccess);
+    DSC_ASSERT_OK(cpu::linearCrossEntropy(
+        x.host(), w.host(), true, labels.host(), std::nullopt, seed.host(),
+        logits.cpu.host(), chunkLoss.cpu.host(), loss.cpu.host(), gx.cpu.host(),
+        gw.cpu.host(), gw.cpu.host()));
+    DSC_ASSERT_OK(cuda::linearCrossEntropy(
+        x.dev(), w.dev(), true, labels.dev(), std::nullopt, seed.dev(),
+        logits.gpu.dev(), chunkLoss.gpu.dev(), loss.gpu.dev(), gx.gpu.dev(),
+        gw.gpu.dev(), gw.gpu.dev()));
+    bool half = dt != DType::F32;
+    expectClose(gw.cpu, gw.gpu, half ? 1e-2 : 1e-4, half ? 1e-3 : 1e-6,
+                "grad weight onto init");
+  }
+}
+
 TEST(CudaNormLoss, MatmulAccumulateIntoF32) {
   DSC_REQUIRE_GPU();
   for (DType dt : {DType::BF16, DType::F16, DType::F32}) {

@@ -575,3 +575,47 @@ TEST(Pool, GlobalPoolsForwardAndBackward) {
       },
       {0});
 }
+
+// dsc.linear_cross_entropy with init (dsc-accumulate-in-call's running sum):
+// its chunks' weight-gradient terms go onto init, in grad_weight's storage or
+// in init's own (the same bits either way); onto zeros, the same bits as
+// without init; onto another sum, within rounding of that sum plus the
+// gradient made without it. A wrong init is an error.
+TEST(LinearCrossEntropy, WeightGradientOntoInit) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t n = 10, c = 6, v = 9, rows = 4;
+  F x({n, c}, DType::F32), w({v, c}, DType::F32), seed({}, DType::F32, {0.5f});
+  for (float &e : x.v)
+    e = u(rng);
+  for (float &e : w.v)
+    e = u(rng);
+  std::vector<int64_t> labels(n);
+  for (int64_t i = 0; i < n; ++i)
+    labels[i] = (i * 5) % v;
+  Tensor y = Tensor::of(labels.data(), DType::I64, {n});
+  auto run = [&](F &gw, const Tensor &init) {
+    F logits({rows, v}, DType::F32),
+        chunks({(n + rows - 1) / rows}, DType::F32), loss({}, DType::F32),
+        gx({n, c}, DType::F32);
+    return linearCrossEntropy(x.t(), w.t(), true, y, std::nullopt, seed.t(),
+                              logits.t(), chunks.t(), loss.t(), gx.t(), gw.t(),
+                              init);
+  };
+  F plain({v, c}, DType::F32), zeros({v, c}, DType::F32),
+      ontoZeros({v, c}, DType::F32);
+  DSC_ASSERT_OK(run(plain, Tensor()));
+  DSC_ASSERT_OK(run(ontoZeros, zeros.t()));
+  EXPECT_EQ(ontoZeros.v, plain.v);
+  F sum({v, c}, DType::F32), apart({v, c}, DType::F32);
+  for (float &e : sum.v)
+    e = u(rng);
+  F inPlace = sum;
+  DSC_ASSERT_OK(run(apart, sum.t()));
+  DSC_ASSERT_OK(run(inPlace, inPlace.t()));
+  EXPECT_EQ(apart.v, inPlace.v);
+  for (size_t i = 0; i < sum.v.size(); ++i)
+    EXPECT_NEAR(apart.v[i], sum.v[i] + plain.v[i], 1e-6) << i;
+  F wrong({v, c + 1}, DType::F32), gw({v, c}, DType::F32);
+  EXPECT_FALSE(run(gw, wrong.t()).ok());
+}
