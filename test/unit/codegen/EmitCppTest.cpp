@@ -318,8 +318,9 @@ module {
     const auto &dw = plan.storage.lookup(lce.getGradWeight());
     bool alone = std::string(extra) == "%w";
     EXPECT_EQ(dw.kind, alone ? Kind::Result : Kind::Arena) << extra;
-    if (alone)
+    if (alone) {
       EXPECT_EQ(dw.index, 1u);
+    }
     Value sum = fb.getBody().front().getTerminator()->getOperand(1);
     EXPECT_EQ(plan.storage.lookup(sum).kind, Kind::Result) << extra;
   }
