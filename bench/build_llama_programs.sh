@@ -24,6 +24,8 @@ wait
 $c --offload-optimizer cpu --offload-overlap "$L" -o $P/llama_1b_bf16_ov &
 $c --offload-optimizer nvme "$L" -o $P/llama_1b_bf16_nvme &
 wait
+# The same global batch as 4 micro-batches of 1 (dsc-accumulate-in-call).
+$c --micro-batch 1 --accum-steps 4 "$L" -o $P/llama_1b_bf16_acc
 # The offloaded step's parts (host AdamW, copies down and up, all at once).
 nvcc -O2 -std=c++17 -arch=sm_90a -I runtime/include -I runtime \
   bench/offload_parts.cu build/runtime/libDscRuntime.a -o $P/offload_parts

@@ -86,6 +86,9 @@
 #                optimizer on the GPU
 #   llama-off-rsel
 #                offload with --recompute selective (llama_1b_bf16_off_rsel)
+#   llama-acc    the same global batch as 4 micro-batches of 1 x 2048
+#                (--micro-batch 1 --accum-steps 4, llama_1b_bf16_acc): ms/step,
+#                peak against its plan, losses close to the llama part's
 #   llama-nvme   --offload-optimizer nvme (llama_1b_bf16_nvme), files under
 #                /tmp/dsc-nvme: STEPSNVME steps (default 4), losses against
 #                llama-off's
@@ -368,6 +371,11 @@ for part in "$@"; do
       --data "$W/tokl.bin" --data-dtype int32 --nvme-path /tmp/dsc-nvme
     grep -E "nvme|NVMe|memory" "$W/llama_nvme.txt" | head -8
     rm -rf /tmp/dsc-nvme ;;
+  llama-acc)
+    [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
+    dsc_variant llama_acc "$B/llama_1b_bf16_acc" 12 llama --init random --data "$W/tokl.bin" --data-dtype int32
+    grep -iE "memory|arena" "$W/llama_acc.txt" | head -4
+    python3 bench/close_losses.py "$W/llama_acc.jsonl" "$W/llama_graph.jsonl" ;;
   llama-off-rsel)
     [ -f "$W/tokl.bin" ] || tokens "$W/tokl.bin" 128256 int32
     dsc_variant llama_off_rsel "$B/llama_1b_bf16_off_rsel" 12 llama_off --init random --data "$W/tokl.bin" --data-dtype int32 ;;
