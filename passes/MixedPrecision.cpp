@@ -27,6 +27,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/Debug.h"
 
 #include <cmath>
@@ -123,6 +124,8 @@ struct MixedPrecisionPass
   void keepLowForBackward(func::FuncOp fb);
   void makeComputeCopies(func::FuncOp step, func::FuncOp fb,
                          ArrayRef<unsigned> copied);
+  Value gatheredCopy(Value master, DenseMap<Operation *, Value> &lowGathers,
+                     SmallVectorImpl<Operation *> &replaced);
   LogicalResult addLossScaling(ModuleOp module, func::FuncOp step,
                                func::FuncOp fb);
   void lowerGradientReductions(func::FuncOp f, Type element);
@@ -470,10 +473,65 @@ void MixedPrecisionPass::castResults(func::FuncOp fb) {
       u.set(castTo(b, ret.getLoc(), u.get(), f32, cache));
 }
 
+/// The compute copy of `master` when it is a piece (slices, reshapes) of a
+/// bucket the step gathers from a shard argument (dsc-zero-partition's
+/// once-a-step gather at stages 1-2 with several calls): the same piece of
+/// the bucket gathered from the shard's 16-bit copy, so the gather moves
+/// 16 bits, as a stage-3 shard's does. Null when it is not. The fp32 ops
+/// it stands for go to `replaced` (erased once nothing reads them).
+Value MixedPrecisionPass::gatheredCopy(Value master,
+                                       DenseMap<Operation *, Value> &lowGathers,
+                                       SmallVectorImpl<Operation *> &replaced) {
+  SmallVector<Operation *> chain; // the piece's views, outermost first
+  Value v = master;
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<dsc::SliceOp, dsc::ReshapeOp>(def))
+      break;
+    chain.push_back(def);
+    v = def->getOperand(0);
+  }
+  auto gather = v.getDefiningOp<shard::AllGatherOp>();
+  auto input =
+      gather ? gather->getOperand(0).getDefiningOp<dsc::CollectiveInputOp>()
+             : dsc::CollectiveInputOp();
+  if (!input || !isa<BlockArgument>(input->getOperand(0)) ||
+      elementOf(input->getOperand(0)) != f32)
+    return {};
+  auto retyped = [&](OpBuilder &b, Operation *op, Value operand) {
+    Operation *clone = b.clone(*op);
+    clone->setOperand(0, operand);
+    Value r = clone->getResult(0);
+    r.setType(withElement(r.getType(), low));
+    return r;
+  };
+  Value &bucket = lowGathers[gather];
+  if (!bucket) {
+    OpBuilder b(input);
+    Value shard = input->getOperand(0);
+    Value copy =
+        dsc::CastOp::create(b, input.getLoc(), shard, TypeAttr::get(low));
+    copy.getDefiningOp()->setAttr("dsc.compute_copy", b.getUnitAttr());
+    Value in = retyped(b, input, copy);
+    b.setInsertionPoint(gather);
+    bucket = retyped(b, gather, in);
+    replaced.append({gather, input});
+  }
+  Value piece = bucket;
+  for (Operation *op : llvm::reverse(chain)) {
+    OpBuilder b(op->getContext());
+    b.setInsertionPointAfter(op);
+    piece = retyped(b, op, piece);
+    replaced.push_back(op);
+  }
+  return piece;
+}
+
 /// Step 1b: the call sites pass 16-bit copies, made once per step.
 void MixedPrecisionPass::makeComputeCopies(func::FuncOp step, func::FuncOp fb,
                                            ArrayRef<unsigned> copied) {
   DenseMap<Value, Value> copyOf;
+  DenseMap<Operation *, Value> lowGathers;
+  SmallVector<Operation *> replaced;
   SmallVector<func::CallOp> calls;
   step.walk([&](func::CallOp c) {
     if (c.getCallee() == fb.getSymName())
@@ -483,6 +541,8 @@ void MixedPrecisionPass::makeComputeCopies(func::FuncOp step, func::FuncOp fb,
     for (unsigned i : copied) {
       Value master = c.getOperand(i);
       Value &copy = copyOf[master];
+      if (!copy)
+        copy = gatheredCopy(master, lowGathers, replaced);
       if (!copy) {
         OpBuilder b(c);
         if (Operation *def = master.getDefiningOp())
@@ -494,6 +554,18 @@ void MixedPrecisionPass::makeComputeCopies(func::FuncOp step, func::FuncOp fb,
       }
       c.setOperand(i, copy);
     }
+  }
+  // The fp32 gathers and their pieces, readers first.
+  llvm::SetVector<Operation *> dead(replaced.begin(), replaced.end());
+  for (bool erased = true; erased;) {
+    erased = false;
+    for (Operation *op : dead.takeVector())
+      if (op->use_empty()) {
+        op->erase();
+        erased = true;
+      } else {
+        dead.insert(op);
+      }
   }
 }
 

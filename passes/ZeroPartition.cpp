@@ -220,8 +220,8 @@ struct ZeroPartitionPass
     return shardMasters && (stage == 1 || stage == 2);
   }
   /// Gathered once a call (a micro-batch) and kept through its backward:
-  /// stage 3 with
-  /// keep-gathered, and stages 1-2 (ZeRO-1/2 hold the whole 16-bit model).
+  /// stage 3 with keep-gathered, and stages 1-2 (ZeRO-1/2 hold the whole
+  /// 16-bit model; with several calls, gathered once in the step).
   bool keepsGathered() const { return keepGathered || stage < 3; }
   void runOnOperation() override;
   LogicalResult fail(const Twine &msg);
@@ -235,6 +235,8 @@ struct ZeroPartitionPass
   LogicalResult updateParameters(BucketPlan &plan, TailRewrite &tail);
   Value gatherUpdated(Value shard, const Bucket &bk, int64_t shardN);
   FailureOr<SmallVector<unsigned>> gatherShardsForBackward(BucketPlan &plan);
+  void gatherOncePerStep(BucketPlan &plan, TailRewrite &tail,
+                         ArrayRef<func::CallOp> calls);
   LogicalResult passShardsToCalls(BucketPlan &plan, TailRewrite &tail,
                                   ArrayRef<unsigned> eraseArgs);
   LogicalResult rebuildReturn(BucketPlan &plan, TailRewrite &tail);
@@ -1066,6 +1068,40 @@ ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
   return eraseArgs;
 }
 
+/// Step 4, stages 1-2 with shard-masters and several calls (accumulation):
+/// the step gathers each bucket once, before its first call, and every
+/// call reads the gathered parameters, as DeepSpeed's ZeRO-1/2 hold the
+/// whole 16-bit model through the step (dsc-mixed-precision casts the
+/// shard before the gather: it moves 16 bits). Gathered in
+/// @forward_backward, each of K calls would move the bucket again.
+void ZeroPartitionPass::gatherOncePerStep(BucketPlan &plan, TailRewrite &tail,
+                                          ArrayRef<func::CallOp> calls) {
+  OpBuilder &builder = *b;
+  func::FuncOp step = plan.step, fb = plan.fb;
+  llvm::StringMap<unsigned> fbParam;
+  for (unsigned i = 0; i < fb.getNumArguments(); ++i)
+    if (auto n = fb.getArgAttrOfType<StringAttr>(i, "dsc.param"))
+      fbParam[n] = i;
+  builder.setInsertionPoint(calls.front());
+  unsigned shardArgIndex = tail.shardArgBase;
+  for (const Bucket &bk : plan.buckets) {
+    if (!bk.sharded) {
+      shardArgIndex += plan.slots.size();
+      continue;
+    }
+    Value shard = step.getArgument(shardArgIndex);
+    shardArgIndex += 1 + plan.slots.size();
+    label = bk.name + " parameters (once a step)";
+    Value full = groupSize > 1 ? allGather(shard, {1}, bk.padded) : shard;
+    for (unsigned pi : bk.params) {
+      const ParamInfo &p = plan.params[pi];
+      Value piece = unflatten(full, p.offset, p.type);
+      for (func::CallOp call : calls)
+        call->setOperand(fbParam.lookup(p.name), piece);
+    }
+  }
+}
+
 /// Step 4b, in @train_step: the calls pass the bucket shards instead of the
 /// replaced parameters.
 LogicalResult
@@ -1272,8 +1308,18 @@ void ZeroPartitionPass::runOnOperation() {
   builder.setInsertionPoint(ret);
 
   // 4. Stage 3 (and 1-2 with shard-masters): parameters are shards,
-  // gathered in @forward_backward.
-  if (llvm::any_of(plan.buckets, [](const Bucket &bk) { return bk.sharded; })) {
+  // gathered in @forward_backward; at stages 1-2 with several calls, once
+  // in @train_step.
+  SmallVector<func::CallOp> calls;
+  plan.step.walk([&](func::CallOp c) {
+    if (c.getCallee() == plan.fb.getSymName())
+      calls.push_back(c);
+  });
+  bool sharded =
+      llvm::any_of(plan.buckets, [](const Bucket &bk) { return bk.sharded; });
+  if (sharded && shardsMasters() && calls.size() > 1) {
+    gatherOncePerStep(plan, tail, calls);
+  } else if (sharded) {
     FailureOr<SmallVector<unsigned>> replaced = gatherShardsForBackward(plan);
     if (failed(replaced) || failed(passShardsToCalls(plan, tail, *replaced)))
       return signalPassFailure();

@@ -10,6 +10,7 @@
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=2 world-size=4" | FileCheck %s --check-prefix=ACC2
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=3 world-size=4" | FileCheck %s --check-prefix=ACC2
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=1 world-size=4" | FileCheck %s --check-prefix=ACC1
+// RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer="accum-steps=2" --dsc-zero-partition="stage=2 world-size=4 shard-masters=true" | FileCheck %s --check-prefix=ONCE
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=1" | FileCheck %s --check-prefix=ONE
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=1 world-size=1 shard-masters=true" | FileCheck %s --check-prefix=ONE
 // RUN: dsc-opt %s --dsc-autodiff --dsc-optimizer --dsc-zero-partition="stage=2 world-size=4 reduce-bucket-size=12" | FileCheck %s --check-prefix=SMALL
@@ -192,3 +193,20 @@ func.func @forward(%w1: tensor<4x2xf32> {dsc.param = "hidden.weight"},
 // BADSTAGE: error: dsc-zero-partition: stage must be 0, 1, 2 or 3, not 4
 // BADGROUP: error: dsc-zero-partition: hybrid-group 3 does not divide world-size 4
 // ORDER: error: dsc-zero-partition: needs @train_step and @forward_backward
+
+// Stages 1-2 with shard-masters and two micro-batches: the step gathers the
+// bucket once, before the first call, and both calls read its pieces;
+// @forward_backward takes whole parameters and gathers nothing.
+// ONCE-LABEL: func.func @forward_backward
+// ONCE-SAME: {dsc.param = "hidden.weight"}
+// ONCE-NOT: dsc.param_shard
+// ONCE-NOT: shard.all_gather
+// ONCE-LABEL: func.func @train_step
+// ONCE: %[[CI:.*]] = dsc.collective_input %{{.*}} : tensor<6xf32>
+// ONCE-NEXT: %[[G:.*]] = shard.all_gather %[[CI]] {{.*}} : tensor<6xf32> -> tensor<24xf32>
+// ONCE-NOT: shard.all_gather
+// ONCE: call @forward_backward
+// ONCE-NOT: shard.all_gather
+// ONCE: call @forward_backward
+// ONCE-NOT: shard.all_gather
+// ONCE: return
