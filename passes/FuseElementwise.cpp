@@ -51,6 +51,29 @@ bool isHalf(Value v) {
 }
 bool isF32OrBool(Value v) { return isF32(v) || isBool(v); }
 
+/// Whether `c` widens a product (a matmul, a weight-gradient GEMM) that
+/// only it reads, for an add onto a running sum (dsc-accumulate-in-call's
+/// dsc.accumulator argument). Step 3 folds such a cast into the GEMM (an
+/// f32 epilogue), as it does where a one-call step returns the gradient:
+/// the micro-batch's gradient is summed unrounded, and K micro-batches give
+/// what one does; taken by a chain, it would be rounded to 16 bits first.
+bool widensProductForSum(dsc::CastOp c) {
+  auto product = dyn_cast<OpResult>(c.getInput());
+  if (!product || product.getResultNumber() != 0 || !product.hasOneUse() ||
+      !isa<dsc::MatMulOp, dsc::MatMulBiasGradOp>(product.getOwner()) ||
+      !c.getResult().hasOneUse())
+    return false;
+  auto add = dyn_cast<dsc::AddOp>(*c.getResult().user_begin());
+  if (!add)
+    return false;
+  auto fn = add->getParentOfType<func::FuncOp>();
+  return llvm::any_of(add->getOperands(), [&](Value v) {
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg && fn && arg.getOwner() == &fn.getBody().front() &&
+           fn.getArgAttr(arg.getArgNumber(), "dsc.accumulator");
+  });
+}
+
 /// What a generated elementwise kernel computes (in float or bool
 /// registers; 16-bit floats are loaded and stored through casts).
 bool isFusible(Operation *op) {
@@ -67,6 +90,8 @@ bool isFusible(Operation *op) {
            t.getShape().back() % 2 == 0;
   }
   if (auto c = dyn_cast<dsc::CastOp>(op)) {
+    if (widensProductForSum(c))
+      return false;
     Value in = c.getInput();
     bool halfCast = (isF32(in) && isHalf(r)) || (isHalf(in) && isF32(r));
     return halfCast || (isF32OrBool(in) && isF32OrBool(r));

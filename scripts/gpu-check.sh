@@ -105,6 +105,18 @@ build() {
   # saved at 4 ranks stage 3, resumed at 1 rank (within 1e-10).
   $c --micro-batch 2 --stage 2 --world-size 2 --precision bf16 \
     $fixtures/models/gpt2_opset17.onnx -o "$bundle/bin/gpt2drop_bf16_s2_n2"
+  # Accumulation inside the call (dsc-accumulate-in-call: each call's result
+  # written over the running sum, the tied classifier's GEMMs onto it)
+  # against the sums in the step, and ZeRO-2's once-a-step gather against
+  # stage 3 --keep-gathered (2 in-process ranks, 2 micro-batches).
+  for v in "" --no-accumulate-in-call; do
+    $c --micro-batch 1 --accum-steps 4 --precision bf16 $v \
+      $fixtures/models/gpt2_nodrop_opset17.onnx -o "$bundle/bin/gpt2nodrop_bf16_acc4${v:+_n}"
+  done
+  $c --micro-batch 1 --accum-steps 2 --stage 2 --world-size 2 --precision bf16 \
+    $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_s2_n2_acc2"
+  $c --micro-batch 1 --accum-steps 2 --stage 3 --keep-gathered --world-size 2 --precision bf16 \
+    $fixtures/models/mlp_opset17.onnx -o "$bundle/bin/mlp_bf16_k3_n2_acc2"
   # The HF families (dsc.attention: the own kernel in fp32, cuDNN in bf16).
   for m in $families; do
     $c --micro-batch 4 $fixtures/models/${m}_opset17.onnx -o "$bundle/bin/$m"
@@ -190,6 +202,22 @@ check() { # name command... : PASS when it exits 0; detail = its last line
   local last
   last=$(grep -v '^$' "$log" | tail -1 | cut -c1-90)
   if [ $rc -eq 0 ]; then record "$name" PASS "$last"; else record "$name" FAIL "rc=$rc: $last"; fi
+}
+
+# dsc-accumulate-in-call and ZeRO-2's once-a-step gather on this GPU: the
+# sums in the call within rounding of the sums in the step (the tied
+# classifier's gradient is summed in another order), and the gather once a
+# step bit for bit stage 3 --keep-gathered's gather in each call.
+accumulation_checks() { # BIN TMP DATA-ARGS MLP-ARGS
+  local b=$1 t=$2 cd=$3 bi=$4
+  check accumulate_in_call_gpt2_bf16 bash -c "'$b/gpt2nodrop_bf16_acc4' $cd --seed 3 --steps 5 \
+    --log $t/ac.jsonl --dump-params $t/ac.safetensors && '$b/gpt2nodrop_bf16_acc4_n' $cd --seed 3 \
+    --steps 5 --log $t/an.jsonl --dump-params $t/an.safetensors && python3 test/e2e/compare_runs.py \
+    $t/an.jsonl $t/an.safetensors $t/ac.jsonl $t/ac.safetensors --tol 1e-5"
+  check zero_stage2_gather_once_mlp_bf16 bash -c "'$b/mlp_bf16_k3_n2_acc2' $bi --log $t/k3.jsonl \
+    --dump-params $t/k3.safetensors && '$b/mlp_bf16_s2_n2_acc2' $bi --log $t/s2a.jsonl \
+    --dump-params $t/s2a.safetensors && python3 test/e2e/compare_runs.py $t/k3.jsonl \
+    $t/k3.safetensors $t/s2a.jsonl $t/s2a.safetensors --tol 0"
 }
 
 run() {
@@ -293,6 +321,7 @@ run() {
   # Checkpoints: stop at step 3, resume to 6, against the uninterrupted 6.
   python3 examples/tinytext/prepare.py examples/tinytext/input.txt "$t/train.bin" >/dev/null
   local cd="--data $t/train.bin --quiet"
+  accumulation_checks "$b" "$t" "$cd" "$bi"
   check checkpoint_resume_gpt2_dropout_bf16_s2 bash -c "rm -rf $t/ck1 && \
     '$b/gpt2drop_bf16_s2_n2' $cd --seed 3 --steps 6 --log $t/cf.jsonl --dump-params $t/cf.safetensors && \
     '$b/gpt2drop_bf16_s2_n2' $cd --seed 3 --steps 3 --log $t/ca.jsonl --save-dir $t/ck1 && \

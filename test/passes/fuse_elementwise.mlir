@@ -392,3 +392,34 @@ func.func @accumulate(%x: tensor<8xf32>) -> tensor<8xf32> {
   return %m : tensor<8xf32>
 }
 }
+
+// -----
+
+// A weight gradient added onto a running sum (dsc-accumulate-in-call's
+// dsc.accumulator argument): no chain takes the widening cast of the
+// product, which folds into the GEMM (f32 output), so the micro-batch's
+// gradient is summed unrounded, as a one-call step returns it. The same
+// cast feeding another add is fused as before.
+// CHECK-LABEL: func.func @onto_sum
+// CHECK: %[[P:.*]] = dsc.matmul %arg0, %arg1 : tensor<4x8xbf16>, tensor<8x4xbf16> -> tensor<4x4xf32>
+// CHECK-NEXT: %[[S:.*]] = dsc.add %arg2, %[[P]]
+// CHECK-LABEL: func.func @not_a_sum
+// CHECK: dsc.matmul %arg0, %arg1 : tensor<4x8xbf16>, tensor<8x4xbf16> -> tensor<4x4xbf16>
+// CHECK: dsc.fused "elementwise"
+module attributes {dsc.target = {name = "cuda"}} {
+func.func @onto_sum(%a: tensor<4x8xbf16>, %b: tensor<8x4xbf16>,
+                    %acc: tensor<4x4xf32> {dsc.accumulator = 1 : i64})
+    -> (tensor<4x4xf32> {dsc.in_place = 2 : i64}) {
+  %p = dsc.matmul %a, %b : tensor<4x8xbf16>, tensor<8x4xbf16> -> tensor<4x4xbf16>
+  %w = dsc.cast %p {to = f32} : tensor<4x4xbf16> -> tensor<4x4xf32>
+  %s = dsc.add %acc, %w : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  return %s : tensor<4x4xf32>
+}
+func.func @not_a_sum(%a: tensor<4x8xbf16>, %b: tensor<8x4xbf16>,
+                     %c: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %p = dsc.matmul %a, %b : tensor<4x8xbf16>, tensor<8x4xbf16> -> tensor<4x4xbf16>
+  %w = dsc.cast %p {to = f32} : tensor<4x4xbf16> -> tensor<4x4xf32>
+  %s = dsc.add %c, %w : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  return %s : tensor<4x4xf32>
+}
+}
