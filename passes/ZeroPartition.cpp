@@ -235,8 +235,8 @@ struct ZeroPartitionPass
   LogicalResult updateParameters(BucketPlan &plan, TailRewrite &tail);
   Value gatherUpdated(Value shard, const Bucket &bk, int64_t shardN);
   FailureOr<SmallVector<unsigned>> gatherShardsForBackward(BucketPlan &plan);
-  void gatherOncePerStep(BucketPlan &plan, TailRewrite &tail,
-                         ArrayRef<func::CallOp> calls);
+  LogicalResult gatherOncePerStep(BucketPlan &plan, TailRewrite &tail,
+                                  ArrayRef<func::CallOp> calls);
   LogicalResult passShardsToCalls(BucketPlan &plan, TailRewrite &tail,
                                   ArrayRef<unsigned> eraseArgs);
   LogicalResult rebuildReturn(BucketPlan &plan, TailRewrite &tail);
@@ -1074,8 +1074,9 @@ ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
 /// whole 16-bit model through the step (dsc-mixed-precision casts the
 /// shard before the gather: it moves 16 bits). Gathered in
 /// @forward_backward, each of K calls would move the bucket again.
-void ZeroPartitionPass::gatherOncePerStep(BucketPlan &plan, TailRewrite &tail,
-                                          ArrayRef<func::CallOp> calls) {
+LogicalResult
+ZeroPartitionPass::gatherOncePerStep(BucketPlan &plan, TailRewrite &tail,
+                                     ArrayRef<func::CallOp> calls) {
   OpBuilder &builder = *b;
   func::FuncOp step = plan.step, fb = plan.fb;
   llvm::StringMap<unsigned> fbParam;
@@ -1095,11 +1096,16 @@ void ZeroPartitionPass::gatherOncePerStep(BucketPlan &plan, TailRewrite &tail,
     Value full = groupSize > 1 ? allGather(shard, {1}, bk.padded) : shard;
     for (unsigned pi : bk.params) {
       const ParamInfo &p = plan.params[pi];
+      auto arg = fbParam.find(p.name);
+      if (arg == fbParam.end())
+        return fail("internal error: @forward_backward takes no parameter '" +
+                    p.name + "'");
       Value piece = unflatten(full, p.offset, p.type);
       for (func::CallOp call : calls)
-        call->setOperand(fbParam.lookup(p.name), piece);
+        call->setOperand(arg->second, piece);
     }
   }
+  return success();
 }
 
 /// Step 4b, in @train_step: the calls pass the bucket shards instead of the
@@ -1318,7 +1324,8 @@ void ZeroPartitionPass::runOnOperation() {
   bool sharded =
       llvm::any_of(plan.buckets, [](const Bucket &bk) { return bk.sharded; });
   if (sharded && shardsMasters() && calls.size() > 1) {
-    gatherOncePerStep(plan, tail, calls);
+    if (failed(gatherOncePerStep(plan, tail, calls)))
+      return signalPassFailure();
   } else if (sharded) {
     FailureOr<SmallVector<unsigned>> replaced = gatherShardsForBackward(plan);
     if (failed(replaced) || failed(passShardsToCalls(plan, tail, *replaced)))

@@ -1291,9 +1291,10 @@ LogicalResult Emitter::emitOp(Operation *op, size_t index,
       // A reshape returned where its source was computed: nothing to do.
       // (A result written over its operand is computed: it needs its view.)
       const Storage &root = plan.storage.lookup(s.source);
-      // Written over an operand: dsc.overwrites, or a call's result over
-      // its running sum (dsc-accumulate-in-call).
-      bool writesOver = op->hasAttr("dsc.overwrites") || isa<func::CallOp>(op);
+      // Written over an operand (dsc.overwrites, a call's result over its
+      // running sum, a classifier's weight gradient over its init): any
+      // alias that is not a view.
+      bool writesOver = !codegen::isViewOp(op) && !isa<CollectiveInputOp>(op);
       if (!writesOver && r.hasOneUse() &&
           isa<func::ReturnOp>(*r.user_begin()) &&
           root.kind == Storage::Kind::Result &&

@@ -116,6 +116,31 @@ Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
 /// call's result, the callee's argument that result is returned in place
 /// of (dsc.in_place: dsc-accumulate-in-call's running sums); for a
 /// linear_cross_entropy's weight gradient, its init. Else none.
+std::optional<unsigned> overwriteCandidate(Operation *op, Value r);
+
+/// Whether `callee`'s argument `a` is read only where its result `k` is
+/// made over it: by one op, the start of the chain of overwritten operands
+/// that ends in the returned value (so nothing reads the argument after the
+/// result's storage, which the caller may make the argument's, is written).
+bool readOnlyForResult(func::FuncOp callee, unsigned k, unsigned a) {
+  Block &body = callee.getBody().front();
+  BlockArgument arg = body.getArgument(a);
+  if (!arg.hasOneUse())
+    return false;
+  Operation *reader = *arg.user_begin();
+  for (Value v = body.getTerminator()->getOperand(k);;) {
+    Operation *def = v.getDefiningOp();
+    if (!def || def->getBlock() != &body)
+      return false;
+    if (def == reader)
+      return true;
+    std::optional<unsigned> c = overwriteCandidate(def, v);
+    if (!c)
+      return false;
+    v = def->getOperand(*c);
+  }
+}
+
 std::optional<unsigned> overwriteCandidate(Operation *op, Value r) {
   IntegerAttr attr;
   if (auto lce = dyn_cast<dsc::LinearCrossEntropyOp>(op)) {
@@ -126,9 +151,13 @@ std::optional<unsigned> overwriteCandidate(Operation *op, Value r) {
   if (auto call = dyn_cast<func::CallOp>(op)) {
     auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
         call, call.getCalleeAttr());
-    if (callee)
-      attr = callee.getResultAttrOfType<IntegerAttr>(
-          cast<OpResult>(r).getResultNumber(), "dsc.in_place");
+    unsigned k = cast<OpResult>(r).getResultNumber();
+    if (callee && !callee.isExternal())
+      attr = callee.getResultAttrOfType<IntegerAttr>(k, "dsc.in_place");
+    if (attr && (attr.getInt() < 0 ||
+                 attr.getInt() >= int64_t(callee.getNumArguments()) ||
+                 !readOnlyForResult(callee, k, attr.getInt())))
+      return std::nullopt;
   } else if (r == op->getResult(0)) {
     attr = op->getAttrOfType<IntegerAttr>("dsc.overwrites");
   }

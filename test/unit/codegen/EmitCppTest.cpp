@@ -287,6 +287,35 @@ module {
   EXPECT_EQ(plan.storage.lookup(calls[2].getResult(1)).kind, Kind::Arena);
 }
 
+// A callee that reads its running sum again after it makes the result in
+// its place: the caller gives the result bytes of its own (written over the
+// argument, the later read would see the new sum).
+TEST_F(CodegenTest, PlanKeepsACallResultApartFromASumReadAgain) {
+  auto module = parse(R"mlir(
+module {
+  func.func @fb(%p: tensor<16xf32>, %acc: tensor<16xf32> {dsc.accumulator = 1 : i64})
+      -> (tensor<16xf32>, tensor<16xf32> {dsc.in_place = 1 : i64}) {
+    %g = dsc.exp %p : tensor<16xf32>
+    %s = dsc.add %acc, %g : tensor<16xf32>, tensor<16xf32> -> tensor<16xf32>
+    %n = dsc.neg %acc : tensor<16xf32>
+    return %n, %s : tensor<16xf32>, tensor<16xf32>
+  }
+  func.func @train_step(%p: tensor<16xf32> {dsc.param = "p"}) -> tensor<16xf32> {
+    %z = dsc.neg %p : tensor<16xf32>
+    %a:2 = func.call @fb(%p, %z) : (tensor<16xf32>, tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>)
+    %m = dsc.neg %a#1 : tensor<16xf32>
+    return %m : tensor<16xf32>
+  }
+}
+)mlir");
+  auto step = module->lookupSymbol<func::FuncOp>("train_step");
+  auto plan = dsc::codegen::planFrame(step, planOptions());
+  checkPlan(step, plan);
+  auto call = *step.getOps<func::CallOp>().begin();
+  EXPECT_EQ(plan.storage.lookup(call.getResult(1)).kind,
+            dsc::codegen::Storage::Kind::Arena);
+}
+
 // A tied classifier's weight gradient made onto the running sum (its init)
 // and the embedding's rows scattered into it: the whole chain is computed
 // in the in-place result's storage, no buffer of its own. When the sum is

@@ -381,6 +381,14 @@ TEST(CudaNormLoss, LinearCrossEntropyOntoInit) {
     bool half = dt != DType::F32;
     expectClose(gw.cpu, gw.gpu, half ? 1e-2 : 1e-4, half ? 1e-3 : 1e-6,
                 "grad weight onto init");
+    // init in storage of its own: copied into grad_weight first, the same
+    // bits as in place.
+    Out apart(DType::F32, {v, c});
+    DSC_ASSERT_OK(cuda::linearCrossEntropy(
+        x.dev(), w.dev(), true, labels.dev(), std::nullopt, seed.dev(),
+        logits.gpu.dev(), chunkLoss.gpu.dev(), loss.gpu.dev(), gx.gpu.dev(),
+        apart.gpu.dev(), start.dev()));
+    EXPECT_EQ(apart.gpu.download(), gw.gpu.download()) << "init apart";
   }
 }
 
