@@ -100,16 +100,14 @@ dsc::LinearCrossEntropyOp classifierOf(Value g) {
   return {};
 }
 
-/// Step 2: @forward_backward takes each running sum as a new argument and
-/// returns it plus the gradient, added where the gradient is made (or, for
-/// a classifier's weight gradient, where its first term is). Returns the
-/// new arguments' numbers, in `found`'s order.
-SmallVector<unsigned> accumulateInCallee(func::FuncOp fb,
-                                         ArrayRef<Accumulation> found) {
+/// Step 2: @forward_backward takes each running sum as a new argument (in
+/// `found`'s order) and returns it plus the gradient, added where the
+/// gradient is made (or, for a classifier's weight gradient, where its
+/// first term is).
+void accumulateInCallee(func::FuncOp fb, ArrayRef<Accumulation> found) {
   Block &body = fb.front();
   Operation *ret = body.getTerminator();
   OpBuilder b(fb.getContext());
-  SmallVector<unsigned> args;
   for (const Accumulation &acc : found) {
     Value g = ret->getOperand(acc.result);
     unsigned arg = fb.getNumArguments();
@@ -129,9 +127,7 @@ SmallVector<unsigned> accumulateInCallee(func::FuncOp fb,
       ret->setOperand(acc.result, dsc::AddOp::create(b, g.getLoc(), sum, g));
     }
     fb.setResultAttr(acc.result, "dsc.in_place", b.getI64IntegerAttr(arg));
-    args.push_back(arg);
   }
-  return args;
 }
 
 /// Step 3: the first call adds to zeros (one constant each, marked so that
@@ -182,16 +178,9 @@ struct AccumulateInCallPass
     auto fb = module.lookupSymbol<func::FuncOp>(callee);
     if (!step || !fb || step.isExternal() || fb.isExternal())
       return;
-    SmallVector<func::CallOp> calls;
-    step.walk([&](func::CallOp c) {
-      if (c.getCallee() == fb.getSymName())
-        calls.push_back(c);
-    });
-    // Every use of the callee is one of these calls, in one block.
-    std::optional<SymbolTable::UseRange> uses =
-        SymbolTable::getSymbolUses(fb, module);
-    if (calls.size() < 2 || !uses || llvm::range_size(*uses) != calls.size() ||
-        llvm::any_of(calls, [&](func::CallOp c) {
+    // Every use of the callee is a call in the step's block.
+    SmallVector<func::CallOp> calls = dsc::callsOf(fb, module);
+    if (calls.size() < 2 || llvm::any_of(calls, [&](func::CallOp c) {
           return c->getBlock() != &step.getBody().front();
         }))
       return;

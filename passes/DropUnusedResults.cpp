@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/StepMath.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -29,23 +30,6 @@ namespace dsc {
 using namespace mlir;
 
 namespace {
-
-/// The calls of `f` when every use of its symbol in `module` is a
-/// func.call; none when it has other uses (or none at all).
-SmallVector<func::CallOp> callsOf(func::FuncOp f, ModuleOp module) {
-  SmallVector<func::CallOp> calls;
-  std::optional<SymbolTable::UseRange> uses =
-      SymbolTable::getSymbolUses(f, module);
-  if (!uses)
-    return {};
-  for (const SymbolTable::SymbolUse &use : *uses) {
-    auto call = dyn_cast<func::CallOp>(use.getUser());
-    if (!call)
-      return {};
-    calls.push_back(call);
-  }
-  return calls;
-}
 
 /// Step 1: the results of `f` that none of `calls` reads.
 llvm::BitVector unusedResults(func::FuncOp f, ArrayRef<func::CallOp> calls) {
@@ -84,7 +68,7 @@ struct DropUnusedResultsPass
     for (auto f : module.getOps<func::FuncOp>()) {
       if (f.isExternal() || f.getSymName() == entry)
         continue; // the program's entry returns what its caller reads
-      SmallVector<func::CallOp> calls = callsOf(f, module);
+      SmallVector<func::CallOp> calls = dsc::callsOf(f, module);
       if (calls.empty())
         continue; // the entry, @forward, or a symbol used otherwise
       llvm::BitVector unused = unusedResults(f, calls);

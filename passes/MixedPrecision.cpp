@@ -478,7 +478,8 @@ void MixedPrecisionPass::castResults(func::FuncOp fb) {
 /// once-a-step gather at stages 1-2 with several calls): the same piece of
 /// the bucket gathered from the shard's 16-bit copy, so the gather moves
 /// 16 bits, as a stage-3 shard's does. Null when it is not. The fp32 ops
-/// it stands for go to `replaced` (erased once nothing reads them).
+/// it stands for go to `replaced`, each after what it reads (erased once
+/// nothing reads them).
 Value MixedPrecisionPass::gatheredCopy(Value master,
                                        DenseMap<Operation *, Value> &lowGathers,
                                        SmallVectorImpl<Operation *> &replaced) {
@@ -514,7 +515,7 @@ Value MixedPrecisionPass::gatheredCopy(Value master,
     Value in = retyped(b, input, copy);
     b.setInsertionPoint(gather);
     bucket = retyped(b, gather, in);
-    replaced.append({gather, input});
+    replaced.append({input, gather});
   }
   Value piece = bucket;
   for (Operation *op : llvm::reverse(chain)) {
@@ -555,18 +556,12 @@ void MixedPrecisionPass::makeComputeCopies(func::FuncOp step, func::FuncOp fb,
       c.setOperand(i, copy);
     }
   }
-  // The fp32 gathers and their pieces, readers first.
+  // The fp32 gathers and their pieces, readers first (each was recorded
+  // after what it reads).
   llvm::SetVector<Operation *> dead(replaced.begin(), replaced.end());
-  for (bool erased = true; erased;) {
-    erased = false;
-    for (Operation *op : dead.takeVector())
-      if (op->use_empty()) {
-        op->erase();
-        erased = true;
-      } else {
-        dead.insert(op);
-      }
-  }
+  for (Operation *op : llvm::reverse(dead))
+    if (op->use_empty())
+      op->erase();
 }
 
 /// Step 3a, in @forward_backward: the loss gradient starts at the scale

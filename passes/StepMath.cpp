@@ -229,6 +229,21 @@ void inlineStepCall(func::CallOp call) {
   call.erase();
 }
 
+SmallVector<func::CallOp> callsOf(func::FuncOp f, ModuleOp module) {
+  SmallVector<func::CallOp> calls;
+  std::optional<SymbolTable::UseRange> uses =
+      SymbolTable::getSymbolUses(f, module);
+  if (!uses)
+    return {};
+  for (const SymbolTable::SymbolUse &use : *uses) {
+    auto call = dyn_cast<func::CallOp>(use.getUser());
+    if (!call)
+      return {};
+    calls.push_back(call);
+  }
+  return calls;
+}
+
 std::optional<unsigned> summedCallResult(Value sum,
                                          MutableArrayRef<func::CallOp> calls) {
   std::optional<unsigned> index;

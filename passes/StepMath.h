@@ -78,6 +78,11 @@ void inlineStepCall(mlir::func::CallOp call);
 /// it): the same op on the same (or recomputed) operands, bitwise its value.
 bool sameOrRecomputed(mlir::Value v, mlir::Value copy, unsigned depth = 0);
 
+/// The calls of `f` when every use of its symbol in `module` is a
+/// func.call, in the module's order; none when it has other uses (or none
+/// at all).
+llvm::SmallVector<mlir::func::CallOp> callsOf(mlir::func::FuncOp f,
+                                              mlir::ModuleOp module);
 /// The result number r when `sum` is the sum, in call order, of result r
 /// of each of `calls` (dsc-optimizer's accumulation: add(add(c0#r, c1#r),
 /// c2#r)), or with one call that result itself; else none.

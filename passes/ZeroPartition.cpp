@@ -956,6 +956,32 @@ Value ZeroPartitionPass::gatherUpdated(Value shard, const Bucket &bk,
 // Rewrite steps for stage 3, the return and the module
 //===----------------------------------------------------------------------===//
 
+/// @forward_backward's argument of each parameter, by name.
+static llvm::StringMap<unsigned> paramArguments(func::FuncOp fb) {
+  llvm::StringMap<unsigned> args;
+  for (unsigned i = 0; i < fb.getNumArguments(); ++i)
+    if (auto n = fb.getArgAttrOfType<StringAttr>(i, "dsc.param"))
+      args[n] = i;
+  return args;
+}
+
+/// The step's parameter-shard argument of each sharded bucket, in bucket
+/// order. The bucket arguments follow one another from
+/// `tail.shardArgBase`: a sharded bucket's parameter shard and its state
+/// slots, a persistent one's state slots only.
+static SmallVector<Value> bucketShards(const BucketPlan &plan,
+                                       const TailRewrite &tail) {
+  func::FuncOp step = plan.step;
+  unsigned index = tail.shardArgBase;
+  SmallVector<Value> shards;
+  for (const Bucket &bk : plan.buckets) {
+    if (bk.sharded)
+      shards.push_back(step.getArgument(index++));
+    index += plan.slots.size();
+  }
+  return shards;
+}
+
 /// Step 4a, in @forward_backward: the parameters of each sharded bucket
 /// become one bucket-shard argument, gathered before the first forward use
 /// and (stage 3 without keep-gathered) again before the first backward
@@ -979,10 +1005,7 @@ ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
   for (Operation &op : fbody)
     position[&op] = pos++;
   unsigned bwdPos = backwardBegin ? position[backwardBegin] : pos;
-  llvm::StringMap<unsigned> fbParam;
-  for (unsigned i = 0; i < fb.getNumArguments(); ++i)
-    if (auto n = fb.getArgAttrOfType<StringAttr>(i, "dsc.param"))
-      fbParam[n] = i;
+  llvm::StringMap<unsigned> fbParam = paramArguments(fb);
   SmallVector<unsigned> eraseArgs;
   for (auto indexed : llvm::enumerate(plan.buckets)) {
     unsigned bi = indexed.index();
@@ -1077,23 +1100,17 @@ ZeroPartitionPass::gatherShardsForBackward(BucketPlan &plan) {
 LogicalResult
 ZeroPartitionPass::gatherOncePerStep(BucketPlan &plan, TailRewrite &tail,
                                      ArrayRef<func::CallOp> calls) {
-  OpBuilder &builder = *b;
-  func::FuncOp step = plan.step, fb = plan.fb;
-  llvm::StringMap<unsigned> fbParam;
-  for (unsigned i = 0; i < fb.getNumArguments(); ++i)
-    if (auto n = fb.getArgAttrOfType<StringAttr>(i, "dsc.param"))
-      fbParam[n] = i;
-  builder.setInsertionPoint(calls.front());
-  unsigned shardArgIndex = tail.shardArgBase;
+  llvm::StringMap<unsigned> fbParam = paramArguments(plan.fb);
+  b->setInsertionPoint(calls.front());
+  SmallVector<Value> shards = bucketShards(plan, tail);
+  auto shard = shards.begin();
   for (const Bucket &bk : plan.buckets) {
-    if (!bk.sharded) {
-      shardArgIndex += plan.slots.size();
+    if (!bk.sharded)
       continue;
-    }
-    Value shard = step.getArgument(shardArgIndex);
-    shardArgIndex += 1 + plan.slots.size();
     label = bk.name + " parameters (once a step)";
-    Value full = groupSize > 1 ? allGather(shard, {1}, bk.padded) : shard;
+    Value full =
+        groupSize > 1 ? allGather(*shard, {1}, bk.padded) : Value(*shard);
+    ++shard;
     for (unsigned pi : bk.params) {
       const ParamInfo &p = plan.params[pi];
       auto arg = fbParam.find(p.name);
@@ -1120,15 +1137,7 @@ ZeroPartitionPass::passShardsToCalls(BucketPlan &plan, TailRewrite &tail,
     if (c.getCallee() == "forward_backward")
       calls.push_back(c);
   });
-  // The bucket arguments, in bucket order: a sharded bucket's parameter
-  // shard and its state slots, a persistent one's state slots only.
-  unsigned shardArgIndex = tail.shardArgBase;
-  SmallVector<Value> shardArgs;
-  for (const Bucket &bk : plan.buckets) {
-    if (bk.sharded)
-      shardArgs.push_back(step.getArgument(shardArgIndex++));
-    shardArgIndex += plan.slots.size();
-  }
+  SmallVector<Value> shardArgs = bucketShards(plan, tail);
   llvm::BitVector erase(fb.getNumArguments());
   for (unsigned a : eraseArgs)
     erase.set(a);

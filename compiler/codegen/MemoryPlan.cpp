@@ -118,27 +118,39 @@ Operation *gatheredRoot(Value v, llvm::DenseMap<Value, Operation *> &memo) {
 /// linear_cross_entropy's weight gradient, its init. Else none.
 std::optional<unsigned> overwriteCandidate(Operation *op, Value r);
 
-/// Whether `callee`'s argument `a` is read only where its result `k` is
-/// made over it: by one op, the start of the chain of overwritten operands
-/// that ends in the returned value (so nothing reads the argument after the
-/// result's storage, which the caller may make the argument's, is written).
-bool readOnlyForResult(func::FuncOp callee, unsigned k, unsigned a) {
-  Block &body = callee.getBody().front();
-  BlockArgument arg = body.getArgument(a);
-  if (!arg.hasOneUse())
-    return false;
-  Operation *reader = *arg.user_begin();
+/// The values that make result `k` of `func` over one another: the
+/// returned value, then the operand its op writes over
+/// (overwriteCandidate), and so on, each made by an op of the body.
+/// `writtenOver` gets the operand the last of them is written over, if any.
+SmallVector<Value> overwriteChain(func::FuncOp func, unsigned k,
+                                  Value &writtenOver) {
+  Block &body = func.getBody().front();
+  SmallVector<Value> chain;
+  writtenOver = Value();
   for (Value v = body.getTerminator()->getOperand(k);;) {
     Operation *def = v.getDefiningOp();
     if (!def || def->getBlock() != &body)
-      return false;
-    if (def == reader)
-      return true;
+      return chain;
+    chain.push_back(v);
     std::optional<unsigned> c = overwriteCandidate(def, v);
     if (!c)
-      return false;
-    v = def->getOperand(*c);
+      return chain;
+    v = writtenOver = def->getOperand(*c);
   }
+}
+
+/// Whether `callee`'s argument `a` is read only where its result `k` is
+/// made over it: by one op, one of the chain that makes the returned value
+/// (so nothing reads the argument after the result's storage, which the
+/// caller may make the argument's, is written).
+bool readOnlyForResult(func::FuncOp callee, unsigned k, unsigned a) {
+  BlockArgument arg = callee.getBody().front().getArgument(a);
+  if (!arg.hasOneUse())
+    return false;
+  Operation *reader = *arg.user_begin();
+  Value writtenOver;
+  return llvm::any_of(overwriteChain(callee, k, writtenOver),
+                      [&](Value v) { return v.getDefiningOp() == reader; });
 }
 
 std::optional<unsigned> overwriteCandidate(Operation *op, Value r) {
@@ -216,33 +228,20 @@ overwrittenOperand(Operation *op, Value r, size_t at, const FramePlan &plan,
 llvm::DenseMap<Value, unsigned> inPlaceChains(func::FuncOp func) {
   llvm::DenseMap<Value, unsigned> into;
   Block &body = func.getBody().front();
-  for (auto [k, returned] :
-       llvm::enumerate(body.getTerminator()->getOperands())) {
+  for (unsigned k = 0; k < func.getNumResults(); ++k) {
     auto attr = func.getResultAttrOfType<IntegerAttr>(k, "dsc.in_place");
     if (!attr || attr.getInt() < 0 ||
         attr.getInt() >= int64_t(body.getNumArguments()))
       continue;
     BlockArgument arg = body.getArgument(attr.getInt());
-    SmallVector<Value> chain;
-    for (Value v = returned;;) {
-      Operation *def = v.getDefiningOp();
-      std::optional<unsigned> c = def && def->getBlock() == &body
-                                      ? overwriteCandidate(def, v)
-                                      : std::nullopt;
-      if (!c)
-        break;
-      Value in = def->getOperand(*c);
-      if (in == arg) {
-        if (arg.hasOneUse())
-          for (Value w : chain)
-            into[w] = static_cast<unsigned>(k);
-        break;
-      }
-      if (!in.hasOneUse() || !in.getDefiningOp())
-        break;
-      chain.push_back(in);
-      v = in;
-    }
+    Value writtenOver;
+    SmallVector<Value> chain = overwriteChain(func, k, writtenOver);
+    auto made = ArrayRef(chain).drop_front(); // before the returned value
+    if (writtenOver != arg || !arg.hasOneUse() ||
+        !llvm::all_of(made, [](Value v) { return v.hasOneUse(); }))
+      continue;
+    for (Value v : made)
+      into[v] = k;
   }
   return into;
 }
